@@ -1,0 +1,29 @@
+# Parallel Explorer: two commands.
+#   make explore   create .venv, install everything, open JupyterLab on notebooks/
+#   make test      install what the tests need, run ruff and the whole test suite
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: explore test bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+explore: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[notebook]'
+	$(BIN)/jupyter lab notebooks/
+
+test: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebook]'
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest
+
+bench: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebook]'
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,16 @@
+"""Parallel Explorer: plan how a deep-learning model is split across many chips.
+
+>>> import explorer as ex
+>>> cfg = ex.models.load("gpt2")
+>>> graph = ex.models.build(cfg, batch=8, seq=1024)
+>>> round(graph.num_params() / 1e6, 1)
+124.4
+"""
+
+from . import hardware, ir, models
+from .hardware import Mesh
+from .ir import DType, Graph, GraphBuilder, TensorType
+
+__version__ = "0.1.0"
+
+__all__ = ["ir", "models", "hardware", "Mesh", "Graph", "GraphBuilder", "DType", "TensorType"]

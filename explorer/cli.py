@@ -1,0 +1,75 @@
+"""``python -m explorer ...``: the core from the command line, as text or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import hardware, models
+from .ir import format_flops, format_graph
+
+__all__ = ["main"]
+
+
+def _summary(args) -> int:
+    cfg = models.load(args.model)
+    graph = models.build(cfg, batch=args.batch, seq=args.seq)
+    info = graph.summary()
+    info["config"] = str(cfg)
+    info["published_params"] = cfg.published_params
+    info["source"] = cfg.source
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(info["config"])
+    print(f"parameters {graph.num_params():,} (published {cfg.published_params_text or '-'})")
+    print(f"forward    {format_flops(graph.flops())} for batch {args.batch}")
+    print(f"nodes      {info['nodes']} {info['ops_by_group']}")
+    return 0
+
+
+def _ir(args) -> int:
+    graph = models.build(models.load(args.model), batch=args.batch, seq=args.seq)
+    print(format_graph(graph, limit=args.lines))
+    return 0
+
+
+def _list(args) -> int:
+    names = models.names() if args.what == "models" else hardware.names()
+    print(json.dumps(list(names)) if args.json else "\n".join(names))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m explorer", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    for what in ("models", "hardware"):
+        s = sub.add_parser(what, help=f"list the {what} catalog")
+        s.add_argument("--json", action="store_true")
+        s.set_defaults(func=_list, what=what)
+    for name, func, help_ in (("summary", _summary, "parameters, FLOPs and node counts"),
+                              ("ir", _ir, "the text IR of the forward graph")):  # fmt: skip
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("model")
+        s.add_argument("--batch", type=int, default=1)
+        s.add_argument("--seq", type=int, default=None)
+        if name == "summary":
+            s.add_argument("--json", action="store_true")
+        else:
+            s.add_argument("--lines", type=int, default=40)
+        s.set_defaults(func=func)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as e:  # our errors are ValueErrors that name the value and the fix
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,42 @@
+"""Hardware: chip and cluster profiles, device meshes, and alpha-beta collective costs.
+
+>>> from explorer.hardware import Mesh, load
+>>> mesh = Mesh({"dp": 4, "tp": 8}, hardware=load("a100-80g"))
+>>> mesh.link("tp"), mesh.link("dp")
+('intra', 'inter')
+"""
+
+from explorer.hardware.catalog import load, load_file, names, resolve
+from explorer.hardware.chip import Chip
+from explorer.hardware.cluster import Cluster, LinkLevel
+from explorer.hardware.collectives import (
+    Algorithm,
+    CollectiveKind,
+    Link,
+    bytes_sent_per_device,
+    hierarchical_time,
+    ring_time,
+    tree_time,
+)
+from explorer.hardware.errors import HardwareError, MeshError
+from explorer.hardware.mesh import Mesh
+
+__all__ = [
+    "Algorithm",
+    "Chip",
+    "Cluster",
+    "CollectiveKind",
+    "HardwareError",
+    "Link",
+    "LinkLevel",
+    "Mesh",
+    "MeshError",
+    "bytes_sent_per_device",
+    "hierarchical_time",
+    "load",
+    "load_file",
+    "names",
+    "resolve",
+    "ring_time",
+    "tree_time",
+]

@@ -1,0 +1,127 @@
+"""`Chip`: one accelerator's peak compute per dtype, memory capacity and memory bandwidth."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from explorer.hardware.errors import HardwareError
+
+__all__ = ["DTYPES", "Chip", "DTypeName"]
+
+DTypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
+# Canonical order used to store and print peak rates, widest first.
+DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+
+_HEADLINE = ("bf16", "fp16", "tf32", "fp32")
+_TERA = 1e12
+_GIB = 2**30
+_GIGA = 1e9
+
+
+@dataclass(frozen=True)
+class Chip:
+    """One accelerator chip, in SI units.
+
+    Args:
+        name: marketing name, e.g. ``"NVIDIA A100 SXM4 80GB"``.
+        peak_flops_per_s: dense (not 2:4 sparse) peak FLOP/s per dtype name, as a mapping or
+            as ``(dtype, value)`` pairs; stored as pairs in `DTYPES` order so the chip stays
+            hashable.
+        memory_bytes: device memory capacity in bytes.
+        memory_bandwidth_bytes_per_s: device memory (HBM) bandwidth in bytes/s.
+
+    >>> chip = Chip("toy", {"bf16": 1e12}, memory_bytes=2**30, memory_bandwidth_bytes_per_s=1e11)
+    >>> chip.peak_flops("bf16")
+    1000000000000.0
+    """
+
+    name: str
+    peak_flops_per_s: tuple[tuple[str, float], ...]
+    memory_bytes: int
+    memory_bandwidth_bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        pairs = _normalize_peaks(self.name, self.peak_flops_per_s)
+        object.__setattr__(self, "peak_flops_per_s", pairs)
+        if not isinstance(self.name, str) or not self.name:
+            raise HardwareError(f"Chip name must be a non-empty string, got {self.name!r}")
+        if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
+            raise HardwareError(
+                f"Chip {self.name!r}: memory_bytes must be an int, got {self.memory_bytes!r}"
+            )
+        if self.memory_bytes <= 0:
+            raise HardwareError(
+                f"Chip {self.name!r}: memory_bytes must be positive, got {self.memory_bytes}"
+            )
+        _check_positive(
+            self.name, "memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s
+        )
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The dtype names this chip has a published peak rate for, in `DTYPES` order."""
+        return tuple(dtype for dtype, _ in self.peak_flops_per_s)
+
+    def peak_flops(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``.
+
+        Args:
+            dtype: a dtype name such as ``"bf16"``.
+
+        Raises:
+            HardwareError: the chip has no published rate for ``dtype``.
+
+        >>> Chip("toy", {"fp16": 2e12}, 2**30, 1e11).peak_flops("fp16")
+        2000000000000.0
+        """
+        for name, value in self.peak_flops_per_s:
+            if name == dtype:
+                return value
+        raise HardwareError(
+            f"chip {self.name!r} has no peak FLOP/s for dtype {dtype!r}; "
+            f"it has {', '.join(self.dtypes)}. Pick one of those or add the rate to its "
+            f"datasets/hardware profile."
+        )
+
+    def __str__(self) -> str:
+        # Headline rate: the usual training dtype first, whatever the chip has otherwise.
+        dtype = next(d for d in (*_HEADLINE, *self.dtypes) if d in self.dtypes)
+        return (
+            f"{self.name} ({self.peak_flops(dtype) / _TERA:g} TFLOP/s {dtype}, "
+            f"{self.memory_bytes / _GIB:g} GiB, {self.memory_bandwidth_bytes_per_s / _GIGA:g} GB/s)"
+        )
+
+
+def _normalize_peaks(
+    chip: str, peaks: Mapping[str, float] | Iterable[tuple[str, float]]
+) -> tuple[tuple[str, float], ...]:
+    items = list(peaks.items()) if isinstance(peaks, Mapping) else list(peaks)
+    if not items:
+        raise HardwareError(f"Chip {chip!r}: peak_flops_per_s is empty; give at least one dtype")
+    seen: dict[str, float] = {}
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise HardwareError(
+                f"Chip {chip!r}: peak_flops_per_s entries must be (dtype, FLOP/s) pairs, "
+                f"got {item!r}"
+            )
+        dtype, value = item
+        if dtype not in DTYPES:
+            raise HardwareError(
+                f"Chip {chip!r}: unknown dtype {dtype!r} in peak_flops_per_s; "
+                f"expected one of {', '.join(DTYPES)}"
+            )
+        if dtype in seen:
+            raise HardwareError(f"Chip {chip!r}: dtype {dtype!r} appears twice in peak_flops_per_s")
+        _check_positive(chip, f"peak_flops_per_s[{dtype!r}]", value)
+        seen[dtype] = float(value)
+    return tuple((dtype, seen[dtype]) for dtype in DTYPES if dtype in seen)
+
+
+def _check_positive(owner: str, field: str, value: object) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise HardwareError(f"{owner!r}: {field} must be a positive finite number, got {value!r}")

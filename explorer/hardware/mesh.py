@@ -1,0 +1,348 @@
+"""`Mesh`: named device axes with sizes, each mapped to an intra- or inter-node link."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from explorer.hardware.catalog import resolve
+from explorer.hardware.cluster import LINK_LEVELS, Cluster, LinkLevel
+from explorer.hardware.collectives import (
+    ALGORITHMS,
+    Algorithm,
+    CollectiveKind,
+    bytes_sent_per_device,
+    hierarchical_time,
+    ring_time,
+    tree_time,
+)
+from explorer.hardware.errors import MeshError
+
+__all__ = ["Mesh"]
+
+AxesSpec = Mapping[str, int] | Iterable[tuple[str, int]]
+
+
+@dataclass(frozen=True, init=False)
+class Mesh:
+    """A logical device mesh: named axes, row-major device ids, and a link level per axis.
+
+    Device ``d`` sits at ``coords(d)`` = ``np.unravel_index(d, shape)``; node ``k`` holds the
+    ``chips_per_node`` consecutive ids from ``k * chips_per_node``. Hence by default the
+    innermost (last) axes stay inside a node: walking the axes from last to first, an axis
+    is ``"intra"`` while the product of its size and the sizes after it is at most
+    ``chips_per_node``, and ``"inter"`` from then on.
+
+    Args:
+        axes: ``{"dp": 4, "tp": 8}`` or ``(("dp", 4), ("tp", 8))``; order is kept.
+        hardware: a profile name (``"a100-80g"``), a `Cluster`, or None for a purely logical
+            mesh (link, bandwidth and time queries then raise).
+        links: per-axis overrides, ``{"dp": "intra"}``; axes not named keep their default.
+
+    >>> mesh = Mesh({"dp": 4, "tp": 8}, hardware="a100-80g")
+    >>> print(mesh)
+    Mesh(dp=4 [inter], tp=8 [intra]) on a100-80g
+    >>> mesh.groups(("dp",))[0]
+    (0, 8, 16, 24)
+    """
+
+    axes: tuple[tuple[str, int], ...]
+    hardware: Cluster | None
+    links: tuple[tuple[str, LinkLevel], ...]
+
+    def __init__(
+        self,
+        axes: AxesSpec,
+        hardware: str | Cluster | None = None,
+        links: Mapping[str, LinkLevel] | Iterable[tuple[str, LinkLevel]] | None = None,
+    ) -> None:
+        pairs = _check_axes(axes)
+        cluster = None if hardware is None else resolve(hardware)
+        size = math.prod(size for _, size in pairs)
+        if cluster is not None and size > cluster.capacity:
+            raise MeshError(
+                f"mesh {_describe(pairs)} has {size} devices but {cluster.name} holds at most "
+                f"{cluster.capacity} ({cluster.max_nodes} nodes x {cluster.chips_per_node} chips); "
+                f"shrink an axis or use a larger cluster profile"
+            )
+        placed = _place(pairs, cluster, _check_links(pairs, links))
+        object.__setattr__(self, "axes", pairs)
+        object.__setattr__(self, "hardware", cluster)
+        object.__setattr__(self, "links", placed)
+
+    # ----- shape -------------------------------------------------------------------------
+    @property
+    def axis_names(self) -> tuple[str, ...]:
+        """Axis names in the order given."""
+        return tuple(name for name, _ in self.axes)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """Axis sizes in the order given."""
+        return tuple(size for _, size in self.axes)
+
+    @property
+    def size(self) -> int:
+        """Number of devices: the product of the axis sizes."""
+        return math.prod(self.shape)
+
+    def axis_size(self, name: str) -> int:
+        """Size of axis ``name``.
+
+        >>> Mesh({"dp": 2, "tp": 4}).axis_size("tp")
+        4
+        """
+        return self.shape[self._index(name)]
+
+    @property
+    def devices(self) -> np.ndarray:
+        """Read-only int array of shape `shape` holding device ids ``0..size-1`` row-major.
+
+        >>> Mesh({"dp": 2, "tp": 2}).devices.tolist()
+        [[0, 1], [2, 3]]
+        """
+        ids = np.arange(self.size, dtype=np.int64).reshape(self.shape)
+        ids.flags.writeable = False
+        return ids
+
+    def coords(self, device: int) -> tuple[int, ...]:
+        """Coordinates of ``device`` along each axis.
+
+        >>> Mesh({"dp": 2, "tp": 4}).coords(6)
+        (1, 2)
+        """
+        if not isinstance(device, numbers.Integral) or not 0 <= device < self.size:
+            raise MeshError(
+                f"device {device!r} is not in mesh {self}; ids run from 0 to {self.size - 1}"
+            )
+        return tuple(int(c) for c in np.unravel_index(int(device), self.shape))
+
+    def groups(self, axes: str | Iterable[str]) -> tuple[tuple[int, ...], ...]:
+        """The device groups that communicate along ``axes`` (all other coordinates fixed).
+
+        Each group is sorted and groups are ordered by their first device.
+
+        >>> Mesh({"dp": 2, "tp": 4}).groups(("dp",))
+        ((0, 4), (1, 5), (2, 6), (3, 7))
+        """
+        names = self._check_axis_names(axes)
+        moved = [self._index(name) for name in names]
+        kept = [i for i in range(len(self.axes)) if i not in moved]
+        width = math.prod(self.shape[i] for i in moved)
+        rows = np.transpose(self.devices, kept + moved).reshape(-1, width)
+        return tuple(sorted(tuple(sorted(int(d) for d in row)) for row in rows))
+
+    # ----- links -------------------------------------------------------------------------
+    def link(self, axis: str) -> LinkLevel:
+        """``"intra"`` or ``"inter"``: the link that carries traffic along ``axis``.
+
+        >>> Mesh({"dp": 4, "tp": 8}, hardware="a100-80g").link("dp")
+        'inter'
+        """
+        self._index(axis)
+        for name, level in self.links:
+            if name == axis:
+                return level
+        raise MeshError(
+            f"axis {axis!r} of {self} has no link level: the mesh has no hardware. "
+            f"Pass hardware=... (one of explorer.hardware.names()) or links={{{axis!r}: ...}}"
+        )
+
+    def bandwidth(self, axis: str) -> float:
+        """Per-device one-way bandwidth (bytes/s) of the link along ``axis``.
+
+        >>> Mesh({"dp": 4, "tp": 8}, hardware="a100-80g").bandwidth("tp")
+        300000000000.0
+        """
+        return self._cluster("bandwidth").bandwidth(self.link(axis))
+
+    def latency(self, axis: str) -> float:
+        """Per-step latency (s) of the link along ``axis``."""
+        return self._cluster("latency").latency(self.link(axis))
+
+    # ----- collectives -------------------------------------------------------------------
+    def collective_bytes(
+        self, kind: CollectiveKind | str, size_bytes: float, axes: str | Iterable[str]
+    ) -> float:
+        """Bytes each device sends for a ring/direct collective over ``axes``.
+
+        See `bytes_sent_per_device`; ``size_bytes`` follows the conventions there.
+
+        >>> Mesh({"dp": 2, "tp": 4}).collective_bytes("all-gather", 4096, ("tp",))
+        3072.0
+        """
+        return bytes_sent_per_device(kind, size_bytes, self._group_size(axes))
+
+    def collective_time(
+        self,
+        kind: CollectiveKind | str,
+        size_bytes: float,
+        axes: str | Iterable[str],
+        algorithm: Algorithm = "auto",
+    ) -> float:
+        """Seconds for a collective over the devices spanned by ``axes``.
+
+        ``algorithm``:
+
+        - ``"ring"``: one ring over all ``n`` devices, at the slowest link among ``axes``
+          (lowest bandwidth, highest latency).
+        - ``"tree"``: `tree_time` at the slowest link (all-reduce only).
+        - ``"hierarchical"``: `hierarchical_time` with ``n_intra`` = product of the intra
+          axes' sizes and ``n_inter`` = product of the inter axes' sizes.
+        - ``"auto"``: ``"ring"`` when every axis uses one link level (or for send/recv),
+          ``"hierarchical"`` when intra and inter axes mix.
+
+        >>> mesh = Mesh({"dp": 2, "tp": 8}, hardware="a100-80g")
+        >>> round(mesh.collective_time("all-reduce", 2**30, ("tp",)) * 1e3, 3)  # ms
+        6.333
+        >>> round(mesh.collective_time("all-reduce", 2**30, ("dp", "tp")) * 1e3, 3)
+        11.722
+        """
+        kind = CollectiveKind.parse(kind)
+        if algorithm not in ALGORITHMS:
+            raise MeshError(
+                f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
+            )
+        names = self._check_axis_names(axes)
+        n = self._group_size(names)
+        cluster = self._cluster("collective_time")
+        levels = {self.link(name) for name in names}
+        if n == 1:
+            return 0.0
+        if algorithm == "auto":
+            mixed = len(levels) > 1 and kind is not CollectiveKind.SEND_RECV
+            algorithm = "hierarchical" if mixed else "ring"
+        if algorithm == "hierarchical":
+            n_intra = math.prod(self.axis_size(a) for a in names if self.link(a) == "intra")
+            return hierarchical_time(
+                kind,
+                size_bytes,
+                n_intra,
+                n // n_intra,
+                (cluster.bandwidth("intra"), cluster.latency("intra")),
+                (cluster.bandwidth("inter"), cluster.latency("inter")),
+            )
+        # Ring and tree run at the slowest link any of their steps crosses.
+        bandwidth = min(cluster.bandwidth(level) for level in levels)
+        latency = max(cluster.latency(level) for level in levels)
+        timer = tree_time if algorithm == "tree" else ring_time
+        return timer(kind, size_bytes, n, bandwidth, latency)
+
+    # ----- printing ----------------------------------------------------------------------
+    def __str__(self) -> str:
+        levels = dict(self.links)
+        parts = [
+            f"{name}={size}" + (f" [{levels[name]}]" if name in levels else "")
+            for name, size in self.axes
+        ]
+        where = f" on {self.hardware.name}" if self.hardware is not None else ""
+        return f"Mesh({', '.join(parts)}){where}"
+
+    def __repr__(self) -> str:
+        return f"Mesh({dict(self.axes)!r}, hardware={self.hardware!r}, links={dict(self.links)!r})"
+
+    # ----- helpers -----------------------------------------------------------------------
+    def _index(self, name: str) -> int:
+        for i, (axis, _) in enumerate(self.axes):
+            if axis == name:
+                return i
+        raise MeshError(
+            f"unknown mesh axis {name!r}; this mesh has axes {', '.join(self.axis_names)}"
+        )
+
+    def _check_axis_names(self, axes: str | Iterable[str]) -> tuple[str, ...]:
+        names = (axes,) if isinstance(axes, str) else tuple(axes)
+        for name in names:
+            self._index(name)
+        if len(set(names)) != len(names):
+            raise MeshError(f"axes {names} name an axis more than once; name each axis once")
+        return names
+
+    def _group_size(self, axes: str | Iterable[str]) -> int:
+        return math.prod(self.axis_size(name) for name in self._check_axis_names(axes))
+
+    def _cluster(self, query: str) -> Cluster:
+        if self.hardware is None:
+            raise MeshError(
+                f"{query} needs hardware but {self} is a logical mesh; "
+                f"build it with Mesh(..., hardware=NAME), NAME in explorer.hardware.names()"
+            )
+        return self.hardware
+
+
+def _check_axes(axes: Any) -> tuple[tuple[str, int], ...]:
+    if isinstance(axes, Mapping):
+        items = list(axes.items())
+    elif isinstance(axes, str) or not isinstance(axes, Iterable):
+        raise MeshError(
+            f"mesh axes must be a dict like {{'dp': 4, 'tp': 8}} or (name, size) pairs, "
+            f"got {axes!r}"
+        )
+    else:
+        items = list(axes)
+    if not items:
+        raise MeshError("mesh has no axes; give at least one, e.g. Mesh({'dp': 1})")
+    pairs: list[tuple[str, int]] = []
+    for item in items:
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise MeshError(f"mesh axis entry {item!r} is not a (name, size) pair")
+        name, size = item
+        if not isinstance(name, str) or not name.isidentifier():
+            raise MeshError(
+                f"mesh axis name {name!r} is not a Python identifier; use names like 'dp', 'tp'"
+            )
+        if any(name == seen for seen, _ in pairs):
+            raise MeshError(f"mesh axis {name!r} appears twice; give each axis a distinct name")
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+            raise MeshError(f"mesh axis {name!r} has size {size!r}; sizes must be positive ints")
+        pairs.append((name, int(size)))
+    return tuple(pairs)
+
+
+def _check_links(pairs: tuple[tuple[str, int], ...], links: Any) -> dict[str, str]:
+    if links is None:
+        return {}
+    given = dict(links.items() if isinstance(links, Mapping) else links)
+    axis_names = [name for name, _ in pairs]
+    for axis, level in given.items():
+        if axis not in axis_names:
+            raise MeshError(
+                f"links names unknown axis {axis!r}; the mesh has axes {', '.join(axis_names)}"
+            )
+        if level not in LINK_LEVELS:
+            raise MeshError(
+                f"links[{axis!r}] is {level!r}; expected one of {', '.join(LINK_LEVELS)}"
+            )
+    return given
+
+
+def _place(
+    pairs: tuple[tuple[str, int], ...], cluster: Cluster | None, overrides: dict[str, str]
+) -> tuple[tuple[str, LinkLevel], ...]:
+    """Link level per axis: defaults (innermost axes intra-node) then overrides."""
+    levels: dict[str, str] = {}
+    if cluster is not None:
+        cumulative = 1
+        for name, size in reversed(pairs):
+            cumulative *= size
+            levels[name] = "intra" if cumulative <= cluster.chips_per_node else "inter"
+    levels.update(overrides)
+    if cluster is not None:
+        intra = [(name, size) for name, size in pairs if levels[name] == "intra"]
+        product = math.prod(size for _, size in intra)
+        if product > cluster.chips_per_node:
+            raise MeshError(
+                f"axes {', '.join(name for name, _ in intra)} are placed on intra-node links but "
+                f"span {product} devices, more than the {cluster.chips_per_node} chips per node "
+                f"of {cluster.name}; mark some of them 'inter' in links"
+            )
+    return tuple((name, levels[name]) for name, _ in pairs if name in levels)  # type: ignore[misc]
+
+
+def _describe(pairs: tuple[tuple[str, int], ...]) -> str:
+    return "(" + ", ".join(f"{name}={size}" for name, size in pairs) + ")"

@@ -1,0 +1,29 @@
+"""The graph IR shared by the planner and the compiler.
+
+>>> from explorer.ir import GraphBuilder
+>>> b = GraphBuilder("demo")
+>>> y = b.op("gelu", b.input("x", (4, 8)))
+>>> print(b.build([y]))
+graph demo {
+  %x : fp32[4, 8] = input()
+  %gelu : fp32[4, 8] = gelu(%x)  # 256 FLOP
+  return %gelu
+}
+"""
+
+from . import ops as _ops  # noqa: F401  (registers the ops)
+from .builder import GraphBuilder
+from .dtype import DType
+from .errors import IRError
+from .graph import Graph
+from .node import Node
+from .opdef import ELEMENTWISE, REGISTRY, OpDef, OpGroup, get, names, register
+from .ops import moe_slots, reshape_groups
+from .printer import format_bytes, format_flops, format_graph, format_node
+from .tensor_type import TensorType
+
+__all__ = [
+    "DType", "TensorType", "OpDef", "OpGroup", "Node", "Graph", "GraphBuilder", "IRError",
+    "REGISTRY", "ELEMENTWISE", "get", "names", "register", "format_graph", "format_node",
+    "format_flops", "format_bytes", "moe_slots", "reshape_groups",
+]  # fmt: skip

@@ -1,0 +1,168 @@
+"""``ModelConfig``: the validated description of a model architecture."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+__all__ = ["ModelConfig", "ModelConfigError", "Arch", "Norm", "Activation", "Position"]
+
+Arch = Literal["decoder", "encoder", "mlp"]
+Norm = Literal["layernorm", "rmsnorm"]
+NormPosition = Literal["pre", "post"]
+Activation = Literal["gelu", "swiglu", "relu"]
+Position = Literal["learned", "rope", "alibi", "none"]
+
+
+class ModelConfigError(ValueError):
+    """A model config is malformed; the message names the file or field and what is expected."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of one model, as read from ``datasets/models/NAME.json``.
+
+    Args:
+        name: short name, e.g. ``"gpt3-175b"``.
+        arch: ``decoder`` (GPT, LLaMA, ...), ``encoder`` (BERT) or ``mlp``.
+        hidden_size, num_layers, num_heads: h, l, a.
+        num_kv_heads: key/value heads for grouped-query attention (default: num_heads).
+        head_dim: per-head size (default: hidden_size // num_heads).
+        ffn_hidden_size: inner size of the MLP (default: 4 * hidden_size).
+        vocab_size: V (0 for an MLP).
+        max_seq_len: positions of the learned position table; the default sequence.
+        norm, norm_position: LayerNorm or RMSNorm, before (pre) or after (post) each block.
+        activation: ``gelu``, ``relu`` or ``swiglu`` (gated, three matrices).
+        position: learned table, rotary, ALiBi or none (rope/alibi add no parameters and
+            their few FLOPs are not modelled).
+        tied_embeddings: the output head reuses the token embedding.
+        bias: linear layers and norms carry biases.
+        num_experts, experts_top_k, capacity_factor: mixture of experts (0 = dense).
+        embed_norm: a norm right after the embedding (BLOOM, BERT).
+        type_vocab_size: token-type embeddings (BERT).
+        query_layer: PanGu-alpha's top query layer (its queries come from a second
+            position table).
+        dropout: dropout probability (0 adds no dropout ops).
+        dtype: parameter and activation dtype.
+        published_params, published_params_text, source: the published parameter count,
+            as printed, and where it comes from.
+        param_tolerance: relative tolerance for our count against the published one when
+            the publication rounds or disagrees with its own dims (explained in ``note``).
+        note: free text kept with the file.
+    """
+
+    name: str
+    arch: Arch
+    hidden_size: int
+    num_layers: int
+    num_heads: int = 0
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    ffn_hidden_size: int | None = None
+    vocab_size: int = 0
+    max_seq_len: int = 2048
+    norm: Norm = "layernorm"
+    norm_position: NormPosition = "pre"
+    activation: Activation = "gelu"
+    position: Position = "learned"
+    tied_embeddings: bool = True
+    bias: bool = True
+    num_experts: int = 0
+    experts_top_k: int = 2
+    capacity_factor: float = 1.0
+    embed_norm: bool = False
+    type_vocab_size: int = 0
+    query_layer: bool = False
+    dropout: float = 0.0
+    dtype: str = "bf16"
+    published_params: float | None = None
+    published_params_text: str | None = None
+    source: str = ""
+    param_tolerance: float | None = None
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"model {self.name!r}"
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in _LITERALS and v not in _LITERALS[f.name]:
+                raise ModelConfigError(
+                    f"{where}: field {f.name!r} is {v!r}; expected one of "
+                    f"{', '.join(repr(a) for a in _LITERALS[f.name])}"
+                )
+        pos_ints = ["hidden_size", "num_layers"]
+        if self.arch != "mlp":
+            pos_ints += ["num_heads", "vocab_size", "max_seq_len"]
+        for k in pos_ints:
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ModelConfigError(f"{where}: field {k!r} is {v!r}; expected an int > 0")
+        for k in ("num_kv_heads", "head_dim", "ffn_hidden_size"):
+            v = getattr(self, k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise ModelConfigError(
+                    f"{where}: field {k!r} is {v!r}; expected an int > 0 or null for the default"
+                )
+        if self.arch != "mlp":
+            if self.head_dim is None and self.hidden_size % self.num_heads:
+                raise ModelConfigError(
+                    f"{where}: num_heads={self.num_heads} does not divide "
+                    f"hidden_size={self.hidden_size}; choose a divisor of the hidden size "
+                    "or set head_dim explicitly"
+                )
+            if self.num_heads % self.kv_heads:
+                raise ModelConfigError(
+                    f"{where}: num_kv_heads={self.kv_heads} does not divide "
+                    f"num_heads={self.num_heads}; grouped-query attention needs whole groups"
+                )
+        if self.num_experts < 0 or (
+            self.num_experts and not 0 < self.experts_top_k <= self.num_experts
+        ):
+            raise ModelConfigError(
+                f"{where}: experts_top_k={self.experts_top_k} with num_experts="
+                f"{self.num_experts}; expected 0 < top_k <= num_experts"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ModelConfigError(f"{where}: dropout={self.dropout}; expected 0 <= p < 1")
+        if self.capacity_factor <= 0:
+            raise ModelConfigError(f"{where}: capacity_factor must be > 0")
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden_size or 4 * self.hidden_size
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    def replace(self, **changes) -> ModelConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def __str__(self) -> str:
+        if self.arch == "mlp":
+            return f"{self.name}: mlp, {self.num_layers} blocks, hidden {self.hidden_size}"
+        moe = f", {self.num_experts} experts top-{self.experts_top_k}" if self.is_moe else ""
+        return (
+            f"{self.name}: {self.arch}, {self.num_layers} layers, hidden {self.hidden_size}, "
+            f"{self.num_heads} heads ({self.kv_heads} kv), ffn {self.ffn}, vocab "
+            f"{self.vocab_size}{moe}"
+        )
+
+
+_LITERALS = {
+    "arch": get_args(Arch),
+    "norm": get_args(Norm),
+    "norm_position": get_args(NormPosition),
+    "activation": get_args(Activation),
+    "position": get_args(Position),
+}

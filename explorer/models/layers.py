@@ -1,0 +1,104 @@
+"""Building blocks shared by the model builders: norm, attention, MLP, MoE, linear."""
+
+from __future__ import annotations
+
+import math
+
+from ..ir import GraphBuilder
+from .config import ModelConfig
+
+__all__ = ["linear", "norm", "attention", "mlp", "moe"]
+
+
+def linear(b: GraphBuilder, x: str, d_in: int, d_out: int, name: str, bias: bool) -> str:
+    """``x @ w (+ bias)`` with ``w: [d_in, d_out]``."""
+    y = b.op("matmul", x, b.param(f"{name}_w", (d_in, d_out)), name=name)
+    if bias:
+        y = b.op("add", y, b.param(f"{name}_b", (d_out,)), name=f"{name}_bias")
+    return y
+
+
+def norm(b: GraphBuilder, cfg: ModelConfig, x: str, name: str = "norm") -> str:
+    h = cfg.hidden_size
+    if cfg.norm == "rmsnorm":
+        return b.op("rmsnorm", x, b.param(f"{name}_g", (h,)), name=name)
+    return b.op("layernorm", x, b.param(f"{name}_g", (h,)), b.param(f"{name}_b", (h,)), name=name)
+
+
+def _dropout(b: GraphBuilder, cfg: ModelConfig, x: str, name: str, seed: int) -> str:
+    if cfg.dropout == 0:
+        return x
+    return b.op("dropout", x, name=name, p=cfg.dropout, seed=seed)
+
+
+def attention(
+    b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool, query: str | None = None,
+    seed: int = 0,
+) -> str:  # fmt: skip
+    """Multi-head (or grouped-query) self-attention on ``x: [b, s, h]``.
+
+    ``query`` replaces the query source by another ``[s, h]`` value (PanGu's top query).
+    """
+    bs, s, h = b.shape(x)
+    n, kv, d = cfg.num_heads, cfg.kv_heads, cfg.dim_head
+    g = n // kv
+    q_src = x if query is None else query
+    q = linear(b, q_src, h, n * d, "q", cfg.bias)
+    k = linear(b, x, h, kv * d, "k", cfg.bias)
+    v = linear(b, x, h, kv * d, "v", cfg.bias)
+    qb = "" if query is None else "b"  # a shared [s, ...] query has no batch dim
+    k = b.op("reshape", k, name="k_heads", shape=(bs, s, kv, d))
+    v = b.op("reshape", v, name="v_heads", shape=(bs, s, kv, d))
+    if g == 1:
+        q = b.op("reshape", q, name="q_heads", shape=((bs,) if not qb else ()) + (s, n, d))
+        scores = b.op("einsum", q, k, name="scores", eq=f"{'b' if not qb else ''}snd,btnd->bnst")
+        ctx_eq = "bnst,btnd->bsnd"
+    else:
+        q = b.op("reshape", q, name="q_heads", shape=((bs,) if not qb else ()) + (s, kv, g, d))
+        scores = b.op("einsum", q, k, name="scores", eq=f"{'b' if not qb else ''}skgd,btkd->bkgst")
+        ctx_eq = "bkgst,btkd->bskgd"
+    scores = b.op("scale", scores, name="scale", factor=1.0 / math.sqrt(d))
+    if causal:
+        scores = b.op("causal_mask", scores, name="mask")
+    probs = b.op("softmax", scores, name="probs")
+    probs = _dropout(b, cfg, probs, "probs_dropout", seed)
+    ctx = b.op("einsum", probs, v, name="context", eq=ctx_eq)
+    ctx = b.op("reshape", ctx, name="merge_heads", shape=(bs, s, n * d))
+    out = linear(b, ctx, n * d, h, "o", cfg.bias)
+    return _dropout(b, cfg, out, "dropout", seed + 1)
+
+
+def mlp(b: GraphBuilder, cfg: ModelConfig, x: str, seed: int = 0) -> str:
+    """Dense MLP: ``w2(act(w1 x))`` or SwiGLU ``w_down(silu(w_gate x) * w_up x)``."""
+    h, f = cfg.hidden_size, cfg.ffn
+    if cfg.activation == "swiglu":
+        gate = b.op("silu", linear(b, x, h, f, "gate", cfg.bias), name="silu")
+        up = linear(b, x, h, f, "up", cfg.bias)
+        out = linear(b, b.op("mul", gate, up, name="glu"), f, h, "down", cfg.bias)
+    else:
+        a = b.op(cfg.activation, linear(b, x, h, f, "fc1", cfg.bias), name=cfg.activation)
+        out = linear(b, a, f, h, "fc2", cfg.bias)
+    return _dropout(b, cfg, out, "dropout", seed)
+
+
+def moe(b: GraphBuilder, cfg: ModelConfig, x: str) -> str:
+    """Mixture of experts (Mixtral style): top-k router, dispatch, batched expert SwiGLU
+    or GELU MLPs, combine. Capacity per expert = ceil(tokens * k / experts * factor)."""
+    bs, s, h = b.shape(x)
+    e, k, f = cfg.num_experts, cfg.experts_top_k, cfg.ffn
+    t = bs * s
+    capacity = math.ceil(t * k / e * cfg.capacity_factor)
+    tokens = b.op("reshape", x, name="tokens", shape=(t, h))
+    logits = b.op("matmul", tokens, b.param("router_w", (h, e)), name="router")
+    gate = b.op("topk_gate", logits, name="route", k=k)
+    xin = b.op("moe_dispatch", tokens, gate, name="dispatch", capacity=capacity)
+    if cfg.activation == "swiglu":
+        g = b.op("einsum", xin, b.param("gate_w", (e, h, f)), name="gate", eq="ech,ehf->ecf")
+        u = b.op("einsum", xin, b.param("up_w", (e, h, f)), name="up", eq="ech,ehf->ecf")
+        a = b.op("mul", b.op("silu", g, name="silu"), u, name="glu")
+    else:
+        a = b.op("einsum", xin, b.param("fc1_w", (e, h, f)), name="fc1", eq="ech,ehf->ecf")
+        a = b.op(cfg.activation, a, name=cfg.activation)
+    y = b.op("einsum", a, b.param("down_w", (e, f, h)), name="down", eq="ecf,efh->ech")
+    out = b.op("moe_combine", y, gate, name="combine", k=k)
+    return b.op("reshape", out, name="out", shape=(bs, s, h))
