@@ -12,6 +12,7 @@ graph demo {
 """
 
 from . import ops as _ops  # noqa: F401  (registers the ops)
+from . import ops_tensor as _ops_tensor  # noqa: F401  (the tensor framework's ops)
 from .builder import GraphBuilder
 from .dtype import DType
 from .errors import IRError

@@ -1,0 +1,10 @@
+"""The error of the sharding layer."""
+
+from __future__ import annotations
+
+__all__ = ["ShardingError"]
+
+
+class ShardingError(ValueError):
+    """A layout, strategy, assignment or SPMD input is impossible; the message says which
+    tensor or node, why, and how to fix it."""

@@ -1,0 +1,121 @@
+"""Small graphs shared by the sharding tests."""
+
+from __future__ import annotations
+
+import explorer as ex
+from explorer.ir import DType, GraphBuilder
+from explorer.models.layers import attention, mlp, norm
+
+MESH_1D = ex.Mesh({"x": 4})
+MESH_2D = ex.Mesh({"a": 2, "b": 4})
+TINY = ex.models.ModelConfig(
+    name="tiny", arch="decoder", hidden_size=64, num_layers=1, num_heads=4, vocab_size=128,
+    max_seq_len=32, dtype="fp32",
+)  # fmt: skip
+
+
+def layer_graph(cfg=TINY, batch: int = 2, seq: int = 8):
+    """One pre-norm transformer layer on an input ``x: [batch, seq, hidden]``."""
+    b = GraphBuilder("layer", dtype=cfg.dtype)
+    x = b.input("x", (batch, seq, cfg.hidden_size))
+    with b.scope("attn"):
+        x = b.op("add", x, attention(b, cfg, norm(b, cfg, x), causal=True), name="residual")
+    with b.scope("mlp"):
+        x = b.op("add", x, mlp(b, cfg, norm(b, cfg, x)), name="residual")
+    return b.build([x])
+
+
+def op_graph(op: str):
+    """(graph, target node) with ``op`` applied to sources of small divisible shapes."""
+    b = GraphBuilder(op, dtype=DType.FP32)
+    if op in ("matmul",):
+        y = b.op(op, b.input("x", (8, 4, 8)), b.param("w", (8, 16)), name="y")
+    elif op == "bmm":
+        y = b.op(op, b.input("x", (4, 8, 8)), b.input("z", (4, 8, 16)), name="y")
+    elif op == "einsum":
+        q, k = b.input("q", (4, 8, 4, 8)), b.input("k", (4, 8, 4, 8))
+        y = b.op(op, q, k, name="y", eq="bsnd,btnd->bnst")
+    elif op in ("add", "sub", "mul", "div"):
+        y = b.op(op, b.input("x", (8, 8, 4)), b.param("c", (8, 4)), name="y")
+    elif op in ("gelu", "silu", "relu", "exp", "tanh", "softmax"):
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y")
+    elif op == "scale":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", factor=0.37)
+    elif op == "causal_mask":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", offset=1)
+    elif op == "dropout":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", p=0.3, seed=7)
+    elif op == "cast":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", dtype="bf16")
+    elif op == "layernorm":
+        x = b.input("x", (4, 8, 16))
+        y = b.op(op, x, b.param("g", (16,)), b.param("b", (16,)), name="y")
+    elif op == "rmsnorm":
+        y = b.op(op, b.input("x", (4, 8, 16)), b.param("g", (16,)), name="y")
+    elif op == "cross_entropy":
+        logits, labels = b.input("logits", (4, 8, 16)), b.input("labels", (4, 8), "int32")
+        y = b.op(op, logits, labels, name="y")
+    elif op in ("sum", "mean"):
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", axes=(1,))
+    elif op == "transpose":
+        y = b.op(op, b.input("x", (4, 8, 16)), name="y", perm=(2, 0, 1))
+    elif op == "reshape":
+        y = b.op(op, b.input("x", (4, 8, 16)), name="y", shape=(4, 8, 4, 4))
+    elif op == "embedding":
+        y = b.op(op, b.input("ids", (4, 8), "int32"), b.param("table", (16, 8)), name="y")
+    elif op == "topk_gate":
+        y = b.op(op, b.input("logits", (16, 8)), name="y", k=2)
+    elif op == "moe_dispatch":
+        gate = b.op("topk_gate", b.input("logits", (16, 8)), name="gate", k=2)
+        y = b.op(op, b.input("tokens", (16, 8)), gate, name="y", capacity=4)
+    elif op == "moe_combine":
+        gate = b.op("topk_gate", b.input("logits", (16, 8)), name="gate", k=2)
+        y = b.op(op, b.input("expert_out", (8, 4, 8)), gate, name="y", k=2)
+    elif op in ("abs", "neg", "sqrt", "log", "logical_not"):
+        dt = "bool" if op == "logical_not" else None
+        y = b.op(op, b.input("x", (4, 8, 8), dt), name="y")
+    elif op in (
+        "eq",
+        "ge",
+        "gt",
+        "le",
+        "lt",
+        "ne",
+        "maximum",
+        "minimum",
+        "pow",
+        "gelu_grad",
+        "silu_grad",
+        "softmax_grad",
+    ):
+        y = b.op(op, b.input("x", (4, 8, 8)), b.input("z", (4, 8, 8)), name="y")
+    elif op == "where":
+        c = b.input("c", (4, 8, 8), "bool")
+        y = b.op(op, c, b.input("x", (4, 8, 8)), b.param("z", (8,)), name="y")
+    elif op == "causal_mask_grad":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", offset=-1)
+    elif op == "max":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", axes=(2,))
+    elif op in ("layernorm_grad", "rmsnorm_grad"):
+        x, gy = b.input("x", (4, 8, 16)), b.input("gy", (4, 8, 16))
+        y = b.op(op, x, b.param("g", (16,)), gy, name="y", wrt=0)
+    elif op == "cross_entropy_grad":
+        logits, labels = b.input("logits", (4, 8, 16)), b.input("labels", (4, 8), "int32")
+        y = b.op(op, logits, labels, b.input("g", (4, 8)), name="y")
+    elif op == "embedding_grad":
+        ids = b.input("ids", (4, 8), "int32")
+        y = b.op(op, ids, b.input("g", (4, 8, 8)), name="y", vocab=16)
+    else:
+        raise KeyError(op)
+    return b.build([y]), y
+
+
+OPS = (
+    "matmul", "bmm", "einsum", "add", "sub", "mul", "div", "gelu", "silu", "relu", "exp",
+    "tanh", "scale", "causal_mask", "dropout", "cast", "softmax", "layernorm", "rmsnorm",
+    "cross_entropy", "sum", "mean", "transpose", "reshape", "embedding", "topk_gate",
+    "moe_dispatch", "moe_combine", "abs", "neg", "sqrt", "log", "logical_not", "eq", "ge",
+    "gt", "le", "lt", "ne", "maximum", "minimum", "pow", "gelu_grad", "silu_grad",
+    "softmax_grad", "where", "causal_mask_grad", "max", "layernorm_grad", "rmsnorm_grad",
+    "cross_entropy_grad", "embedding_grad",
+)  # fmt: skip
