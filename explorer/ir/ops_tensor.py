@@ -64,8 +64,8 @@ class Const:
 
     def __str__(self) -> str:
         if self.array.ndim == 0:
-            return f"{self.array.item():g}" if self.array.dtype.kind == "f" else str(
-                self.array.item()
+            return (
+                f"{self.array.item():g}" if self.array.dtype.kind == "f" else str(self.array.item())
             )
         return f"<{dtype_of_array(self.array).value}{list(self.array.shape)}>"
 
@@ -101,8 +101,9 @@ def run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
             env[n.name] = n.attr("value").array
         else:
             op = get(n.op)
-            env[n.name] = np.asarray(op.impl(*(env[a] for a in n.inputs), **op.full_attrs(
-                dict(n.attrs))))
+            env[n.name] = np.asarray(
+                op.impl(*(env[a] for a in n.inputs), **op.full_attrs(dict(n.attrs)))
+            )
     return [env[o] for o in graph.outputs]
 
 
@@ -263,8 +264,12 @@ def _cross_entropy_grad(logits, labels, g):
     m = logits.max(axis=-1, keepdims=True)
     e = np.exp(logits - m)
     p = e / e.sum(axis=-1, keepdims=True)
-    np.put_along_axis(p, labels[..., None].astype(np.int64),
-                      np.take_along_axis(p, labels[..., None].astype(np.int64), -1) - 1, -1)
+    np.put_along_axis(
+        p,
+        labels[..., None].astype(np.int64),
+        np.take_along_axis(p, labels[..., None].astype(np.int64), -1) - 1,
+        -1,
+    )
     return (p * g[..., None]).astype(logits.dtype)
 
 
@@ -278,9 +283,11 @@ register(OpDef("softmax_grad", OpGroup.REDUCE, "...d,...d->...d", 2, 4, _softmax
                doc="backward of softmax over the last dim, from its output"))  # fmt: skip
 register(OpDef("layernorm_grad", OpGroup.REDUCE, "...d,d,...d->...d", 3, 12, _layernorm_grad,
                attrs={"wrt": 0, "eps": 1e-5}, shape_rule=_norm_grad_shape,
+               flops_rule=lambda i, o, a: 12 * i[0].numel,
                doc="backward of layernorm for input wrt (0 x, 1 gain, 2 bias)"))  # fmt: skip
 register(OpDef("rmsnorm_grad", OpGroup.REDUCE, "...d,d,...d->...d", 3, 8, _rmsnorm_grad,
                attrs={"wrt": 0, "eps": 1e-6}, shape_rule=_norm_grad_shape,
+               flops_rule=lambda i, o, a: 8 * i[0].numel,
                doc="backward of rmsnorm for input wrt (0 x, 1 gain)"))  # fmt: skip
 register(OpDef("cross_entropy_grad", OpGroup.REDUCE, "...v,...,...->...v", 3, 5,
                _cross_entropy_grad, dtype_rule=lambda i, a: i[0].dtype,

@@ -82,6 +82,8 @@ def expand(template: str, in_types: tuple[TensorType, ...]) -> str:
 def letter_sizes(sig: str, in_types: tuple[TensorType, ...]) -> dict[str, int]:
     """Map each letter to its size; raise if two inputs disagree on one letter."""
     ins, _ = parse(sig)
+    if not ins and len(in_types) == 1 and in_types[0].rank == 0:
+        ins = ("",)  # one rank-0 input prints as "->...": same text as no input at all
     sizes: dict[str, int] = {}
     for k, (spec, t) in enumerate(zip(ins, in_types, strict=True)):
         if len(spec) != t.rank:

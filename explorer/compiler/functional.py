@@ -1,0 +1,280 @@
+"""``ex.F``: tensor functions. Each is one registry op (or a few), so eager runs, captured
+graphs and gradients all see the same ops as ``explorer.models`` builders.
+
+>>> import explorer as ex, numpy as np
+>>> x = ex.tensor(np.array([[1.0, 2.0, 3.0]]))
+>>> ex.F.softmax(x).numpy().round(3)
+array([[0.09 , 0.245, 0.665]], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import numpy as np
+
+from ..ir import DType
+from .tensor import STATE, Tensor, apply
+
+__all__ = [
+    "add", "sub", "mul", "div", "pow", "neg", "matmul", "einsum", "scale", "relu", "gelu",
+    "silu", "exp", "log", "tanh", "sqrt", "abs", "sigmoid", "softmax", "layer_norm",
+    "rms_norm", "embedding", "dropout", "cross_entropy", "where", "maximum", "minimum",
+    "causal_mask", "reshape", "transpose", "broadcast_to", "sum", "mean", "max", "getitem",
+    "compare", "cast", "constant", "zeros_like", "ones_like",
+]  # fmt: skip
+
+
+def constant(value: Any, dtype: DType | str | None = None) -> Tensor:
+    """A constant tensor: a plain array eagerly, a ``constant`` node inside ``@jit``."""
+    a = np.asarray(value)
+    if dtype is not None:
+        a = a.astype(DType.parse(dtype).numpy)
+    elif a.dtype == np.float64:
+        a = a.astype(np.float32)
+    if STATE.tracer is not None:
+        return STATE.tracer.constant(a)
+    return Tensor.wrap(a)
+
+
+def _t(x: Any, like: Tensor | None = None) -> Tensor:
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, numbers.Number) and like is not None:
+        if like.dtype.is_float or isinstance(x, float):
+            return constant(np.float32(x) if like.dtype.is_float else x)
+        return constant(np.asarray(x, like.dtype.numpy))
+    return constant(x)
+
+
+def _op(op: str, *inputs: Tensor, **attrs: Any) -> Tensor:
+    return apply(op, inputs, attrs)
+
+
+def _binary(op: str, a: Any, b: Any) -> Tensor:
+    like = a if isinstance(a, Tensor) else b
+    return _op(op, _t(a, like), _t(b, like))
+
+
+def add(a, b) -> Tensor:
+    return _binary("add", a, b)
+
+
+def sub(a, b) -> Tensor:
+    return _binary("sub", a, b)
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def mul(a, b) -> Tensor:
+    """``a * b``; a float tensor times a Python number is the ``scale`` op."""
+    if _is_scalar(b) and isinstance(a, Tensor) and a.dtype.is_float:
+        return scale(a, float(b))
+    if _is_scalar(a) and isinstance(b, Tensor) and b.dtype.is_float:
+        return scale(b, float(a))
+    return _binary("mul", a, b)
+
+
+def div(a, b) -> Tensor:
+    """``a / b``; dividing a float tensor by a Python number is ``scale(a, 1/b)``."""
+    if _is_scalar(b) and isinstance(a, Tensor) and a.dtype.is_float and b != 0:
+        return scale(a, 1.0 / float(b))
+    return _binary("div", a, b)
+
+
+def pow(a, b) -> Tensor:  # noqa: A001  (mirrors the operator)
+    return _binary("pow", a, b)
+
+
+def maximum(a, b) -> Tensor:
+    return _binary("maximum", a, b)
+
+
+def minimum(a, b) -> Tensor:
+    return _binary("minimum", a, b)
+
+
+def compare(op: str, a, b) -> Tensor:
+    """``lt le gt ge eq ne``: a bool tensor."""
+    return _binary(op, a, b)
+
+
+def scale(x: Tensor, factor: float) -> Tensor:
+    return _op("scale", x, factor=float(factor))
+
+
+def neg(x: Tensor) -> Tensor:
+    return _op("neg", x)
+
+
+def _unary(name: str):
+    def f(x: Tensor) -> Tensor:
+        return _op(name, _t(x))
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise {name}."
+    return f
+
+
+relu = _unary("relu")
+gelu = _unary("gelu")
+silu = _unary("silu")
+exp = _unary("exp")
+log = _unary("log")
+tanh = _unary("tanh")
+sqrt = _unary("sqrt")
+abs = _unary("abs")  # noqa: A001
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return div(1.0, add(exp(neg(x)), 1.0))
+
+
+def where(cond, a, b) -> Tensor:
+    like = a if isinstance(a, Tensor) else b if isinstance(b, Tensor) else None
+    return _op("where", _t(cond), _t(a, like), _t(b, like))
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b``: ``matmul`` with a 2-D right side (a linear layer), else ``bmm``."""
+    return _op("matmul" if b.ndim == 2 else "bmm", a, b)
+
+
+def einsum(eq: str, *xs: Tensor) -> Tensor:
+    """A contraction, e.g. ``einsum("bsnd,btnd->bnst", q, k)``."""
+    return _op("einsum", *xs, eq=eq)
+
+
+def causal_mask(scores: Tensor, offset: int = 0) -> Tensor:
+    """-inf above the diagonal of the last two dims."""
+    return _op("causal_mask", scores, offset=offset)
+
+
+def softmax(x: Tensor, axis: int = -1) -> Tensor:
+    if axis % x.ndim != x.ndim - 1:
+        perm = list(range(x.ndim))
+        perm[axis], perm[-1] = perm[-1], perm[axis]
+        return transpose(softmax(transpose(x, perm)), perm)
+    return _op("softmax", x)
+
+
+def layer_norm(x: Tensor, gain: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    return _op("layernorm", x, gain, bias, eps=eps)
+
+
+def rms_norm(x: Tensor, gain: Tensor, eps: float = 1e-6) -> Tensor:
+    return _op("rmsnorm", x, gain, eps=eps)
+
+
+def embedding(ids: Tensor, table: Tensor) -> Tensor:
+    """Rows of ``table`` picked by integer ``ids``."""
+    return _op("embedding", _t(ids), table)
+
+
+def dropout(x: Tensor, p: float = 0.1, seed: int = 0, training: bool = True) -> Tensor:
+    """Inverted dropout with a mask that is a pure function of the shape and ``seed``."""
+    if not training or p == 0:
+        return x
+    return _op("dropout", x, p=float(p), seed=int(seed))
+
+
+def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
+    """Loss of ``logits [..., V]`` against integer ``labels [...]``; ``reduction`` is
+    ``"mean"`` (one scalar) or ``"none"`` (per token)."""
+    losses = _op("cross_entropy", logits, _t(labels))
+    if reduction == "none":
+        return losses
+    if reduction != "mean":
+        raise ValueError(f"reduction={reduction!r}; expected 'mean' or 'none'")
+    return mean(losses)
+
+
+def cast(x: Tensor, dtype: DType | str) -> Tensor:
+    return _op("cast", x, dtype=DType.parse(dtype).value)
+
+
+def reshape(x: Tensor, shape) -> Tensor:
+    shape = list(int(d) for d in shape)
+    if shape.count(-1) > 1:
+        raise ValueError(f"reshape to {tuple(shape)}: at most one dim can be -1")
+    if -1 in shape:
+        known = int(np.prod([d for d in shape if d != -1]))
+        shape[shape.index(-1)] = x.size // known if known else 0
+    shape = tuple(shape)
+    # the registry's reshape pairs runs of dims, which a rank-0 side does not have
+    if x.ndim == 0 and x.size == int(np.prod(shape)):
+        return broadcast_to(x, shape)
+    if shape == () and x.size == 1:
+        return _op("getitem", x, index=(0,) * x.ndim)
+    return _op("reshape", x, shape=shape)
+
+
+def transpose(x: Tensor, perm=None) -> Tensor:
+    perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(p % x.ndim for p in perm)
+    return _op("transpose", x, perm=perm)
+
+
+def broadcast_to(x: Tensor, shape) -> Tensor:
+    return _op("broadcast_to", x, shape=tuple(int(d) for d in shape))
+
+
+def _axes(x: Tensor, axis) -> tuple[int, ...] | None:
+    if axis is None:
+        return None
+    axis = axis if isinstance(axis, tuple | list) else (axis,)
+    return tuple(sorted(a % x.ndim for a in axis))
+
+
+def _reduce(op: str, x: Tensor, axis, keepdims: bool) -> Tensor:
+    axes = _axes(x, axis)
+    y = _op(op, x, axes=axes)
+    if keepdims:
+        keep = axes if axes is not None else tuple(range(x.ndim))
+        y = reshape(y, tuple(1 if i in keep else d for i, d in enumerate(x.shape)))
+    return y
+
+
+def sum(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return _reduce("sum", x, axis, keepdims)
+
+
+def mean(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:
+    return _reduce("mean", x, axis, keepdims)
+
+
+def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
+    return _reduce("max", x, axis, keepdims)
+
+
+def getitem(x: Tensor, index) -> Tensor:
+    """Basic indexing: ints, slices and one ``...``."""
+    index = index if isinstance(index, tuple) else (index,)
+    if any(e is Ellipsis for e in index):
+        k = index.index(Ellipsis)
+        fill = (slice(None),) * (x.ndim - len(index) + 1)
+        index = index[:k] + fill + index[k + 1 :]
+    if len(index) > x.ndim:
+        raise IndexError(f"index {index} has more entries than the {x.ndim} dims of {x.type}")
+    norm: list[Any] = []
+    for e, d in zip(index, x.shape, strict=False):
+        if isinstance(e, slice):
+            norm.append(e.indices(d))
+        elif isinstance(e, numbers.Integral):
+            i = int(e)
+            if not -d <= i < d:
+                raise IndexError(f"index {i} is out of range for a dim of size {d} ({x.type})")
+            norm.append(i % d)
+        else:
+            raise TypeError(f"index entry {e!r}: only ints, slices and ... are supported")
+    return _op("getitem", x, index=tuple(norm))
+
+
+def zeros_like(x: Tensor) -> Tensor:
+    return constant(np.zeros(x.shape, x.dtype.numpy))
+
+
+def ones_like(x: Tensor) -> Tensor:
+    return constant(np.ones(x.shape, x.dtype.numpy))

@@ -1,0 +1,346 @@
+"""``jit``: compile a function (or a cell's method) into an ``explorer.ir.Graph``, optimise
+it and run it with the executor; compiled graphs are cached per input signature.
+
+A Python ``if`` on a tensor becomes a ``cond`` node (for functions defined in a file)::
+
+    @ex.jit
+    def f(x):
+        if x.sum() > 0:
+            y = x * 2.0
+        else:
+            y = -x
+        return y
+
+>>> import explorer as ex, numpy as np
+>>> @ex.jit
+... def g(x):
+...     return ex.F.relu(x) * 2.0
+>>> g(ex.tensor(np.array([1.0, -3.0]))).numpy()
+array([2., 0.], dtype=float32)
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ... import trace as _trace
+from ...ir import Graph, TensorType
+from ..errors import GraphBreak, JitSyntaxError
+from ..executor import Program
+from ..passes import Level, MemoryPlan, RewriteStep, optimize
+from ..passes.memory_plan import plan_memory
+from ..tensor import STATE, Tensor, tensor
+from . import runtime, transform
+from .capture import Tracer, tracing
+from .symbolic import PRIMES, rebind
+
+__all__ = ["jit", "JitFunction", "capture", "CacheEntry"]
+
+Syntax = Literal["strict", "lax"]
+Capture = Literal["ast", "trace"]
+Dynamic = Mapping[str, Mapping[int, str]]
+
+
+@dataclass
+class CacheEntry:
+    """One compilation: the captured graph, the optimised graph, what the passes did."""
+
+    key: tuple
+    captured: Graph | None
+    graph: Graph | None
+    steps: list[RewriteStep]
+    plan: MemoryPlan | None
+    params: list[tuple[str, Any]]
+    out_tree: Any
+    compile_ms: float
+    fallback: GraphBreak | None = None
+    symbols: dict[str, int] = field(default_factory=dict)
+    programs: dict[tuple, Program] = field(default_factory=dict)
+
+    def program(self, sizes: tuple) -> Program:
+        prog = self.programs.get(sizes)
+        if prog is None:
+            g = self.graph
+            if self.symbols:
+                g = rebind(
+                    g,
+                    {self.symbols[s]: v for s, v in zip(sorted(self.symbols), sizes, strict=True)},
+                )
+            plan = plan_memory(g) if self.plan is not None else None
+            prog = Program(g, plan)
+            self.programs[sizes] = prog
+        return prog
+
+
+def _flatten(out: Any) -> tuple[list[Tensor], Any]:
+    if isinstance(out, Tensor):
+        return [out], "T"
+    if isinstance(out, tuple | list):
+        flat, tree = [], []
+        for o in out:
+            f, t = _flatten(o)
+            flat += f
+            tree.append(t)
+        return flat, (type(out), tree)
+    if isinstance(out, dict):
+        flat, tree = [], []
+        for k, o in out.items():
+            f, t = _flatten(o)
+            flat += f
+            tree.append((k, t))
+        return flat, (dict, tree)
+    return [], ("V", out)
+
+
+def _unflatten(tree: Any, it) -> Any:
+    if tree == "T":
+        return Tensor.wrap(next(it))
+    kind, sub = tree
+    if kind == "V":
+        return sub
+    if kind is dict:
+        return {k: _unflatten(t, it) for k, t in sub}
+    return kind(_unflatten(t, it) for t in sub)
+
+
+class JitFunction:
+    """A compiled function. Call it like the original; inspect with ``graph(*args)``,
+    ``steps(*args)``, ``cache`` and ``lower(*args)``."""
+
+    def __init__(self, fn: Callable, *, level: Level = "O2", syntax: Syntax = "strict",
+                 capture: Capture = "ast", dynamic: Dynamic | None = None) -> None:  # fmt: skip
+        if level not in ("O0", "O1", "O2"):
+            raise ValueError(f"level={level!r}; expected 'O0', 'O1' or 'O2'")
+        if syntax not in ("strict", "lax"):
+            raise ValueError(f"syntax={syntax!r}; expected 'strict' or 'lax'")
+        if capture not in ("ast", "trace"):
+            raise ValueError(f"capture={capture!r}; expected 'ast' or 'trace'")
+        if dynamic and capture == "trace":
+            raise ValueError('symbolic dims need capture="ast" (shape-only capture)')
+        self.fn = fn
+        self.level, self.syntax, self.capture, self.dynamic = (
+            level,
+            syntax,
+            capture,
+            dict(dynamic or {}),
+        )
+        self.sig = inspect.signature(fn)
+        self.cache: dict[tuple, CacheEntry] = {}
+        self._last_key: tuple | None = None
+        functools.update_wrapper(self, fn)
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self._call, (obj,))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call((), *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return (f"jit({self.fn.__qualname__}, level={self.level!r}, syntax={self.syntax!r}, "
+                f"capture={self.capture!r}, cached={len(self.cache)})")  # fmt: skip
+
+    # --- signature ------------------------------------------------------------------------
+    def _bind(self, owner: tuple, args, kwargs) -> inspect.BoundArguments:
+        bound = self.sig.bind(*owner, *args, **kwargs)
+        bound.apply_defaults()
+        return bound
+
+    def _key(self, bound: inspect.BoundArguments) -> tuple[tuple, dict[str, int]]:
+        from ..nn import Cell
+
+        key: list[Any] = []
+        sizes: dict[str, int] = {}
+        for name, v in bound.arguments.items():
+            if isinstance(v, Tensor | np.ndarray):
+                t = v.type if isinstance(v, Tensor) else tensor(v).type
+                dims = list(t.shape)
+                for axis, sym in self.dynamic.get(name, {}).items():
+                    d = dims[axis]
+                    if sizes.setdefault(sym, d) != d:
+                        raise ValueError(
+                            f"symbolic dim {sym!r} is {sizes[sym]} in one argument and {d} in "
+                            f"{name!r}; arguments sharing a symbol must agree"
+                        )
+                    dims[axis] = sym
+                key.append((name, "T", tuple(dims), t.dtype.value))
+            elif isinstance(v, Cell):
+                key.append((name, "C", id(v)))
+            else:
+                try:
+                    hash(v)
+                    key.append((name, "V", type(v).__name__, v))
+                except TypeError:
+                    key.append((name, "O", id(v)))
+        return tuple(key), sizes
+
+    # --- call -----------------------------------------------------------------------------
+    def _call(self, owner: tuple, *args: Any, **kwargs: Any) -> Any:
+        if STATE.tracer is not None:  # called from a function being compiled: inline it
+            return runtime.maybe_convert(self.fn)(*owner, *args, **kwargs)
+        bound = self._bind(owner, args, kwargs)
+        key, sizes = self._key(bound)
+        entry = self.cache.get(key)
+        rec = _trace.active()
+        if entry is None:
+            entry = self._compile(bound, key)
+        if entry.fallback is not None:
+            if rec is not None:
+                rec.note("graph_break", entry.fallback.construct,
+                         f"{entry.fallback.construct} at {entry.fallback.location}; "
+                         "ran eagerly")  # fmt: skip
+            return self.fn(*bound.args, **bound.kwargs)
+        sym = tuple(sizes[s] for s in sorted(entry.symbols))
+        if sym not in entry.programs and entry.symbols and rec is not None:
+            dims = dict(zip(sorted(entry.symbols), sym, strict=True))
+            rec.note("bind", self.fn.__name__, f"symbolic dims {dims}: shapes re-specialised, "
+                     "no retrace")  # fmt: skip
+        prog = entry.program(sym)
+        feeds = [_array(v) for v in _leaves(bound)]
+        feeds += [p.data for _, p in entry.params]
+        outs = prog.run(feeds)
+        return _unflatten(entry.out_tree, iter(outs))
+
+    def _compile(self, bound: inspect.BoundArguments, key: tuple) -> CacheEntry:
+        t0 = time.perf_counter()
+        rec = _trace.active()
+        reason = _diff(self._last_key, key)
+        symbols: dict[str, int] = {}
+        try:
+            captured, params, tree = self._capture(bound, symbols)
+        except GraphBreak as gb:
+            if self.syntax == "strict":
+                raise JitSyntaxError(gb.construct, gb.location, gb.hint) from None
+            entry = CacheEntry(key, None, None, [], None, [], None, 0.0, gb)
+            self.cache[key] = entry
+            self._last_key = key
+            return entry
+        graph, steps, plan = optimize(captured, self.level)
+        ms = (time.perf_counter() - t0) * 1e3
+        entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms,
+                           symbols=symbols)  # fmt: skip
+        self.cache[key] = entry
+        if rec is not None:
+            kind = "compile" if self._last_key is None else "recompile"
+            rec.note(kind, self.fn.__name__, reason, dur_us=ms * 1e3)
+        self._last_key = key
+        return entry
+
+    def _capture(self, bound, symbols: dict[str, int]):
+        if self.capture == "ast":
+            issues = transform.check(self.fn)
+            if issues:
+                i = issues[0]
+                raise GraphBreak(i.construct, i.hint, i.location)
+        tracer = Tracer(self.fn.__name__, concrete=self.capture == "trace", mode=self.capture)
+        new = bound.arguments.copy()
+        for name, v in bound.arguments.items():
+            if isinstance(v, Tensor | np.ndarray):
+                t = tensor(v) if not isinstance(v, Tensor) else v
+                dims = list(t.shape)
+                for axis, sym in self.dynamic.get(name, {}).items():
+                    symbols.setdefault(sym, PRIMES[len(symbols)])
+                    dims[axis] = symbols[sym]
+                data = t.data if self.capture == "trace" else None
+                new[name] = tracer.input(name, TensorType(tuple(dims), t.dtype), data)
+        call = inspect.BoundArguments(self.sig, new)
+        fn = self.fn
+        if self.capture == "ast":
+            with tracing(tracer):
+                fn = runtime.maybe_convert(fn)
+        with tracing(tracer):
+            out = fn(*call.args, **call.kwargs)
+        flat, tree = _flatten(out)
+        with tracing(tracer):
+            flat = [t if isinstance(t, Tensor) else tensor(t) for t in flat]
+        graph = tracer.build(flat)
+        rec = _trace.active()
+        if rec is not None:
+            for kind, detail in tracer.notes:
+                rec.note(kind, "capture", detail)  # type: ignore[arg-type]
+        return graph, tracer.params, tree
+
+    # --- inspection -----------------------------------------------------------------------
+    def _entry(self, *args: Any, **kwargs: Any) -> CacheEntry:
+        bound = self._bind((), args, kwargs)
+        key, _ = self._key(bound)
+        return self.cache.get(key) or self._compile(bound, key)
+
+    def lower(self, *args: Any, **kwargs: Any) -> Graph:
+        """The optimised graph for these arguments (compiles if needed)."""
+        return self._entry(*args, **kwargs).graph
+
+    def graph(self, *args: Any, **kwargs: Any) -> Graph:
+        """The captured graph, before the passes."""
+        return self._entry(*args, **kwargs).captured
+
+    def steps(self, *args: Any, **kwargs: Any) -> list[RewriteStep]:
+        return self._entry(*args, **kwargs).steps
+
+
+def _leaves(bound: inspect.BoundArguments):
+    for v in bound.arguments.values():
+        if isinstance(v, Tensor | np.ndarray):
+            yield v
+
+
+def _array(v: Any) -> np.ndarray:
+    return v.data if isinstance(v, Tensor) else tensor(v).data
+
+
+def _diff(old: tuple | None, new: tuple) -> str:
+    if old is None:
+        return "first call"
+    changes = [f"{a[0]}: {a[2:]} -> {b[2:]}" for a, b in zip(old, new, strict=False) if a != b]
+    return "input signature changed: " + "; ".join(changes) if changes else "new signature"
+
+
+def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "strict",
+        capture: Capture = "ast", dynamic: Dynamic | None = None):  # fmt: skip
+    """Compile ``fn`` (decorator, with or without arguments).
+
+    Args:
+        level: ``"O0"`` (no passes), ``"O1"`` (fold, CSE, DCE, simplify), ``"O2"`` (O1 +
+            elementwise fusion + memory planning).
+        syntax: ``"strict"`` raises ``JitSyntaxError`` at an unsupported construct;
+            ``"lax"`` runs the function eagerly there (a graph break, in the trace).
+        capture: ``"ast"`` converts the source (tensor ``if``/``while`` become cond/loop
+            nodes); ``"trace"`` records one run (a tensor branch is frozen to this run's).
+        dynamic: symbolic dims, ``{"x": {0: "B"}}``: one compilation serves every size of
+            that dim (the graph is re-specialised per size without retracing).
+    """
+    if fn is None:
+        return lambda f: JitFunction(f, level=level, syntax=syntax, capture=capture,
+                                     dynamic=dynamic)  # fmt: skip
+    return JitFunction(fn, level=level, syntax=syntax, capture=capture, dynamic=dynamic)
+
+
+def capture(fn: Callable, *args: Any, level: Level = "O0", **kwargs: Any) -> Graph:
+    """Capture ``fn`` (a function or a cell) on abstract tensors (``ex.compiler.spec``) into
+    an ``explorer.ir.Graph`` without allocating activations.
+
+    >>> import explorer as ex
+    >>> g = capture(ex.nn.Linear(8, 4), ex.compiler.spec((2, 8)))
+    >>> [n.op for n in g.ops]
+    ['matmul', 'add']
+    """
+    from ..nn import Cell
+
+    if isinstance(fn, Cell):
+        cell = fn
+        fn = type(cell).forward
+        args = (cell, *args)
+    jf = JitFunction(fn, level=level)
+    bound = jf._bind((), args, kwargs)
+    graph, _, _ = jf._capture(bound, {})
+    if level != "O0":
+        graph = optimize(graph, level)[0]
+    return graph

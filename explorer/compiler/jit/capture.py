@@ -1,0 +1,202 @@
+"""``Tracer``: records ops applied to symbolic tensors into an ``explorer.ir.Graph``.
+
+A tracer is "abstract" (shape-only, used by the AST path and ``capture``) or "concrete"
+(``capture="trace"``: values computed alongside, so ``bool()`` of a tensor takes the branch
+of this run's data). Sub-tracers build the bodies of ``cond`` and ``loop`` nodes; a tensor
+of an enclosing graph used inside a body becomes an extra input of the body (a capture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any, Literal
+
+import numpy as np
+
+from ... import trace as _trace
+from ...ir import Graph, Node, TensorType, opdef
+from ...ir.errors import IRError
+from ...ir.node import freeze_attrs
+from ...ir.ops_tensor import Const, dtype_of_array
+from ..errors import GraphBreak, ShapeError, user_location
+from ..tensor import STATE, Parameter, Tensor
+
+__all__ = ["Tracer", "tracing"]
+
+CaptureMode = Literal["ast", "trace"]
+
+
+class Tracer:
+    """Builds one graph. ``record`` appends a node and returns its symbolic Tensor."""
+
+    def __init__(self, name: str, parent: Tracer | None = None, *, concrete: bool = False,
+                 mode: CaptureMode = "ast") -> None:  # fmt: skip
+        self.name = name
+        self.parent = parent
+        self.concrete = concrete
+        self.mode = mode
+        self.nodes: list[Node] = []
+        self.names: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self.scopes: list[str] = []
+        self.captures: list[Tensor] = []  # outer tensors fed to this (sub)graph, in order
+        self._owned: dict[int, tuple[Tensor, str]] = {}  # id(outer or concrete) -> name
+        self.params: list[tuple[str, Parameter]] = []
+        self.notes: list[tuple[str, str]] = []  # (kind, detail) for the trace
+
+    @property
+    def root(self) -> Tracer:
+        t = self
+        while t.parent is not None:
+            t = t.parent
+        return t
+
+    # --- naming and scopes ----------------------------------------------------------------
+    @contextlib.contextmanager
+    def scope(self, name: str) -> Iterator[None]:
+        self.scopes.append(name)
+        try:
+            yield
+        finally:
+            self.scopes.pop()
+
+    def _unique(self, base: str, scoped: bool = True) -> str:
+        scope = ".".join(self.scopes) if scoped else ""
+        full = f"{scope}.{base}" if scope else base
+        if full in self.names:
+            k = self.counts.get(full, 1)
+            while f"{full}_{k}" in self.names:
+                k += 1
+            self.counts[full] = k + 1
+            full = f"{full}_{k}"
+        self.names.add(full)
+        return full
+
+    def _add(self, node: Node, data: np.ndarray | None) -> Tensor:
+        self.nodes.append(node)
+        return Tensor(data, node.type, self, node.name)
+
+    # --- sources --------------------------------------------------------------------------
+    def input(self, name: str, type: TensorType, data: np.ndarray | None = None) -> Tensor:
+        return self._add(Node(self._unique(name), "input", (), type), data)
+
+    def constant(self, array: np.ndarray) -> Tensor:
+        array = np.array(array, copy=True)  # frozen: later changes to the source do not leak in
+        t = TensorType(array.shape, dtype_of_array(array))
+        node = Node(self._unique("const"), "constant", (), t, (("value", Const(array)),))
+        return self._add(node, array if self.concrete else None)
+
+    def own(self, t: Tensor) -> str:
+        """The name of ``t`` in this graph, lifting parameters, constants and captures."""
+        if t.tracer is self:
+            return t.value
+        hit = self._owned.get(id(t))
+        if hit is not None:
+            return hit[1]
+        if t.tracer is None:
+            if t.data is None:
+                raise ShapeError(
+                    f"an abstract tensor {t.type} that is not an input of this capture was "
+                    "used; pass it as an argument", user_location(3),
+                )  # fmt: skip
+            if isinstance(t, Parameter):
+                root = self.root
+                if root is not self:
+                    inner = root.own(t)
+                    rt = Tensor(t.data if root.concrete else None, t.type, root, inner)
+                    root._owned[id(t)] = (t, inner)
+                    name = self._capture(rt)
+                else:
+                    name = self._unique(t.name or "param", scoped=False)
+                    self.nodes.append(Node(name, "param", (), t.type))
+                    self.params.append((name, t))
+            else:
+                name = self.constant(t.data).value
+            self._owned[id(t)] = (t, name)
+            return name
+        # a tensor of an enclosing graph: becomes an input of this body
+        name = self._capture(t)
+        return name
+
+    def _capture(self, t: Tensor) -> str:
+        hit = self._owned.get(id(t))
+        if hit is not None:
+            return hit[1]
+        anc = self.parent
+        while anc is not None and anc is not t.tracer:
+            anc = anc.parent
+        if anc is None:
+            raise ShapeError(
+                f"tensor %{t.value} ({t.type}) belongs to another compiled function; pass it "
+                "as an argument instead of keeping it from an earlier call", user_location(3),
+            )  # fmt: skip
+        name = self._unique(f"cap.{t.value.split('.')[-1]}")
+        self.nodes.append(Node(name, "input", (), t.type))
+        self.captures.append(t)
+        self._owned[id(t)] = (t, name)
+        return name
+
+    # --- ops ------------------------------------------------------------------------------
+    def record(self, op: str, inputs: tuple[Tensor, ...], attrs: dict[str, Any]) -> Tensor:
+        names = tuple(self.own(t) for t in inputs)
+        d = opdef.get(op)
+        in_types = tuple(t.type for t in inputs)
+        try:
+            _, out_type = d.infer(in_types, d.full_attrs(attrs))
+        except (IRError, ValueError, KeyError, TypeError) as e:
+            ins = ", ".join(str(t) for t in in_types)
+            raise ShapeError(f"{op}({ins}): {e}", user_location(2)) from None
+        data = None
+        if self.concrete:
+            data = np.asarray(d.impl(*[t.data for t in inputs], **attrs))
+            if data.dtype == np.float64:
+                data = data.astype(np.float32)
+        node = Node(self._unique(op), op, names, out_type, freeze_attrs(attrs),
+                    ".".join(self.scopes))  # fmt: skip
+        return self._add(node, data)
+
+    def add_node(self, op: str, inputs: tuple[Tensor, ...], attrs: dict[str, Any],
+                 base: str) -> Tensor:  # fmt: skip
+        """Append a node whose attrs are not plain values (cond/loop bodies)."""
+        names = tuple(self.own(t) for t in inputs)
+        d = opdef.get(op)
+        _, out_type = d.infer(tuple(t.type for t in inputs), d.full_attrs(attrs))
+        node = Node(self._unique(base), op, names, out_type,
+                    tuple(sorted(attrs.items(), key=lambda kv: kv[0])), ".".join(self.scopes))  # fmt: skip
+        return self._add(node, None)
+
+    def concrete_value(self, t: Tensor, what: str) -> np.ndarray:
+        """``bool()``/``.numpy()`` of a traced tensor: a graph break (abstract capture) or the
+        value of this run, frozen into the graph (``capture="trace"``)."""
+        if self.concrete and t.data is not None:
+            loc = user_location(3)
+            self.notes.append(("note", f"{what} at {loc}: this run's value is baked in"))
+            return t.data
+        raise GraphBreak(
+            f"{what} inside a compiled function",
+            "keep the value as a tensor (F.where, or an `if` the compiler converts); or use "
+            'syntax="lax" to run this function eagerly',
+            user_location(3),
+        )
+
+    def build(self, outputs: list[Tensor], name: str | None = None) -> Graph:
+        outs = [self.own(t) for t in outputs]
+        return Graph(tuple(self.nodes), tuple(outs), name or self.name)
+
+
+@contextlib.contextmanager
+def tracing(tracer: Tracer) -> Iterator[Tracer]:
+    """Make ``tracer`` the active capture for the block."""
+    prev = STATE.tracer
+    STATE.tracer = tracer
+    try:
+        yield tracer
+    finally:
+        STATE.tracer = prev
+
+
+def note(kind: str, detail: str) -> None:
+    rec = _trace.active()
+    if rec is not None:
+        rec.note(kind, detail.split(":")[0], detail)  # type: ignore[arg-type]

@@ -1,0 +1,245 @@
+"""Kernels of the executor: for each op, a function chosen once at compile time that may
+write into a preallocated ``out`` buffer. Ops without such a kernel call their registry impl.
+
+``WRITES_OUT`` (ops whose kernel fills ``out``), ``IN_PLACE`` (kernels correct when ``out``
+is one of their inputs) and ``ALIASES`` (ops whose result may be a view of an input) are
+what memory planning asks.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir import Node, TensorType, opdef
+from ..ir.ops_tensor import GELU_C, GELU_K, index_tuple
+
+__all__ = ["make_kernel", "WRITES_OUT", "IN_PLACE", "ALIASES", "einsum_as_matmul"]
+
+Kernel = Callable[..., np.ndarray]
+
+_UFUNC = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
+    "maximum": np.maximum, "minimum": np.minimum, "neg": np.negative, "exp": np.exp,
+    "log": np.log, "tanh": np.tanh, "sqrt": np.sqrt, "abs": np.abs, "lt": np.less,
+    "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal, "eq": np.equal,
+    "ne": np.not_equal, "logical_not": np.logical_not,
+}  # fmt: skip
+
+IN_PLACE = frozenset(_UFUNC) | {"fused", "scale", "relu", "softmax", "causal_mask"}
+WRITES_OUT = IN_PLACE | {"gelu", "silu", "matmul", "bmm", "einsum", "layernorm", "rmsnorm",
+                         "sum", "mean", "max", "embedding", "where"}  # fmt: skip
+ALIASES = frozenset({"reshape", "transpose", "broadcast_to", "getitem", "dropout"})
+
+
+def _alloc(t: TensorType):
+    shape, dt = t.shape, t.dtype.numpy
+
+    def alloc() -> np.ndarray:
+        return np.empty(shape, dt)
+
+    return alloc
+
+
+def einsum_as_matmul(eq: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]):
+    """A two-operand einsum as transpose + batched matmul + transpose (BLAS instead of
+    numpy's generic einsum loop); None when a letter is summed within one operand."""
+    lhs, out = eq.replace(" ", "").split("->")
+    sa, sb = lhs.split(",")
+    if "." in eq or len(set(sa)) != len(sa) or len(set(sb)) != len(sb):
+        return None
+    if any(c not in sb and c not in out for c in sa) or any(
+        c not in sa and c not in out for c in sb
+    ):
+        return None
+    batch = [c for c in sa if c in sb and c in out]
+    contr = [c for c in sa if c in sb and c not in out]
+    lfree = [c for c in sa if c not in sb]
+    rfree = [c for c in sb if c not in sa]
+    size = dict(zip(sa, a_shape, strict=True)) | dict(zip(sb, b_shape, strict=True))
+    pa = tuple(sa.index(c) for c in batch + lfree + contr)
+    pb = tuple(sb.index(c) for c in batch + contr + rfree)
+    nb = math.prod(size[c] for c in batch)
+    L, K, R = (math.prod(size[c] for c in g) for g in (lfree, contr, rfree))
+    mid = batch + lfree + rfree
+    po = tuple(mid.index(c) for c in out)
+    mid_shape = tuple(size[c] for c in mid)
+    identity = po == tuple(range(len(po)))
+
+    def run(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        a3 = a.transpose(pa).reshape(nb, L, K)
+        b3 = b.transpose(pb).reshape(nb, K, R)
+        if out is not None and identity:
+            np.matmul(a3, b3, out=out.reshape(nb, L, R))
+            return out
+        r = np.matmul(a3, b3).reshape(mid_shape).transpose(po)
+        if out is None:
+            return np.ascontiguousarray(r)
+        np.copyto(out, r)
+        return out
+
+    return run
+
+
+def make_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
+    """``kernel(*arrays, out=None)``: computes ``node``; fills ``out`` when given."""
+    op, t = node.op, node.type
+    attrs = opdef.get(op).full_attrs(dict(node.attrs))
+    alloc = _alloc(t)
+    if op in _UFUNC:
+        uf = _UFUNC[op]
+
+        def k_ufunc(*xs, out=None):
+            return uf(*xs, out=out) if out is not None else uf(*xs)
+
+        return k_ufunc
+    if op == "scale":
+        f = np.float32(attrs["factor"]) if t.dtype.is_float else attrs["factor"]
+        return lambda x, out=None: np.multiply(x, f, out=out) if out is not None else x * f
+    if op == "relu":
+        return lambda x, out=None: (
+            np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
+        )
+    if op == "where":
+
+        def k_where(c, a, b, out=None):
+            if out is None:
+                return np.where(c, a, b).astype(t.dtype.numpy, copy=False)
+            np.copyto(out, b)
+            np.copyto(out, a, where=c)
+            return out
+
+        return k_where
+    if op == "fused":
+        return _fused_kernel(node, in_types)
+    if op == "gelu":
+
+        def k_gelu(x, out=None):
+            o = alloc() if out is None else out
+            np.multiply(x, x, out=o)
+            o *= x
+            o *= np.float32(GELU_K)
+            o += x
+            o *= np.float32(GELU_C)
+            np.tanh(o, out=o)
+            o += np.float32(1.0)
+            o *= x
+            o *= np.float32(0.5)
+            return o
+
+        return k_gelu
+    if op == "silu":
+
+        def k_silu(x, out=None):
+            o = alloc() if out is None else out
+            np.negative(x, out=o)
+            np.exp(o, out=o)
+            o += np.float32(1.0)
+            np.divide(x, o, out=o)
+            return o
+
+        return k_silu
+    if op in ("matmul", "bmm"):
+        return lambda a, b, out=None: np.matmul(a, b, out=out) if out is not None else a @ b
+    if op == "einsum" and len(in_types) == 2:
+        fast = einsum_as_matmul(attrs["eq"], in_types[0].shape, in_types[1].shape)
+        if fast is not None:
+            return fast
+    if op == "einsum":
+        eq = attrs["eq"]
+        dummies = [np.empty(s.shape, np.float32) for s in in_types]
+        path = np.einsum_path(eq, *dummies, optimize="greedy")[0]
+        return lambda *xs, out=None: np.einsum(eq, *xs, optimize=path, out=out)
+    if op == "softmax":
+
+        def k_softmax(x, out=None):
+            o = alloc() if out is None else out
+            m = x.max(axis=-1, keepdims=True)
+            np.subtract(x, m, out=o)
+            np.exp(o, out=o)
+            o /= o.sum(axis=-1, keepdims=True)
+            return o
+
+        return k_softmax
+    if op == "causal_mask":
+        s, tt = t.shape[-2], t.shape[-1]
+        drop = ~(np.arange(tt)[None, :] <= (np.arange(s)[:, None] + attrs["offset"]))
+
+        def k_mask(x, out=None):
+            o = alloc() if out is None else out
+            if o is not x:
+                np.copyto(o, x)
+            o[..., drop] = -np.inf
+            return o
+
+        return k_mask
+    if op in ("layernorm", "rmsnorm"):
+        d = t.shape[-1]
+        eps = np.float32(attrs["eps"])
+        sub = string.ascii_lowercase[: t.rank - 1]
+        dot = f"{sub}z,{sub}z->{sub}"
+
+        def k_norm(x, g, b=None, out=None):
+            o = alloc() if out is None else out
+            if op == "layernorm":
+                np.subtract(x, x.mean(axis=-1, keepdims=True), out=o)
+            elif o is not x:
+                np.copyto(o, x)
+            var = np.einsum(dot, o, o)[..., None] / np.float32(d)
+            o *= 1.0 / np.sqrt(var + eps)
+            o *= g
+            if b is not None:
+                o += b
+            return o
+
+        return k_norm
+    if op in ("sum", "mean", "max"):
+        fn = {"sum": np.sum, "mean": np.mean, "max": np.max}[op]
+        axes = None if attrs["axes"] is None else tuple(attrs["axes"])
+
+        def k_reduce(x, out=None):
+            r = fn(x, axis=axes, out=out)
+            return np.asarray(r)
+
+        return k_reduce
+    if op == "embedding":
+        return lambda ids, table, out=None: np.take(table, ids, axis=0, out=out)
+    if op == "getitem":
+        idx = index_tuple(attrs["index"])
+        return lambda x, out=None: x[idx]
+    if op == "reshape":
+        shape = tuple(attrs["shape"])
+        return lambda x, out=None: x.reshape(shape)
+    if op == "transpose":
+        perm = tuple(attrs["perm"])
+        return lambda x, out=None: x.transpose(perm)
+    impl = opdef.get(op).impl
+    kw = {k: v for k, v in node.attrs}
+
+    def k_generic(*xs, out=None):
+        return np.asarray(impl(*xs, **kw))
+
+    return k_generic
+
+
+def _fused_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
+    import numexpr
+    from numexpr.necompiler import getType
+
+    attrs = dict(node.attrs)
+    consts = [np.asarray(c, np.float32) for c in attrs.get("consts", ())]
+    sig = [(f"in{i}", getType(np.empty(0, t.dtype.numpy))) for i, t in enumerate(in_types)]
+    sig += [(f"k{i}", getType(c)) for i, c in enumerate(consts)]
+    prog = numexpr.NumExpr(attrs["expr"], signature=sig)
+    shape, dt = node.type.shape, node.type.dtype.numpy
+    kw = {"order": "K", "casting": "safe", "ex_uses_vml": False}
+
+    def k_fused(*xs, out=None):
+        if out is None:
+            out = np.empty(shape, dt)
+        return prog(*xs, *consts, out=out, **kw)
+
+    return k_fused

@@ -1,0 +1,74 @@
+"""Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, fusion, memory
+planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Literal
+
+from ...ir import Graph
+from ...ir.ops_tensor import Subgraph
+from .cse import cse
+from .dce import dce
+from .fold import fold
+from .fuse import fuse
+from .memory_plan import MemoryPlan, memory_plan
+from .rewrite import RewriteStep
+from .simplify import simplify
+
+__all__ = ["Level", "LEVELS", "optimize", "PASSES"]
+
+Level = Literal["O0", "O1", "O2"]
+PASSES: dict[str, Callable[[Graph], tuple[Graph, list[RewriteStep]]]] = {
+    "fold": fold, "cse": cse, "simplify": simplify, "dce": dce, "fuse": fuse,
+}  # fmt: skip
+LEVELS: dict[str, tuple[str, ...]] = {
+    "O0": (),
+    "O1": ("fold", "simplify", "cse", "dce"),
+    "O2": ("fold", "simplify", "cse", "dce", "fuse"),
+}
+
+
+def _bodies(graph: Graph, level: Level, steps: list[RewriteStep]) -> Graph:
+    changed = False
+    nodes = []
+    done: dict[int, Subgraph] = {}
+    for n in graph.nodes:
+        if n.op in ("cond", "loop"):
+            attrs = []
+            for k, v in n.attrs:
+                if isinstance(v, Subgraph):
+                    if id(v) not in done:
+                        g, s, _ = optimize(v.graph, level)
+                        steps.extend(s)
+                        done[id(v)] = Subgraph(g)
+                    v = done[id(v)]
+                    changed = True
+                attrs.append((k, v))
+            n = dataclasses.replace(n, attrs=tuple(attrs))
+        nodes.append(n)
+    return Graph(tuple(nodes), graph.outputs, graph.name) if changed else graph
+
+
+def optimize(
+    graph: Graph, level: Level = "O2"
+) -> tuple[Graph, list[RewriteStep], MemoryPlan | None]:
+    """Run the passes of ``level``; returns the graph, the RewriteSteps and (O2) the plan."""
+    if level not in LEVELS:
+        raise ValueError(f"level={level!r}; expected one of {', '.join(LEVELS)}")
+    steps: list[RewriteStep] = []
+    if level == "O0":
+        return graph, steps, None
+    graph = _bodies(graph, level, steps)
+    for name in LEVELS[level]:
+        graph, s = PASSES[name](graph)
+        steps.extend(s)
+        if name == "fuse" and s:  # fusion can leave constants unused
+            graph, s = dce(graph)
+            steps.extend(s)
+    plan = None
+    if level == "O2":
+        graph, s, plan = memory_plan(graph)
+        steps.extend(s)
+    return graph, steps, plan

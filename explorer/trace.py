@@ -1,0 +1,323 @@
+"""Traces of eager and compiled runs: ``TraceEvent``, ``Trace``, ``compare`` and the
+Chrome trace-event JSON format (opens in Perfetto; PyTorch profiler traces import too).
+
+Eager ops and compiled kernels record the same event type, so the two runs of one model
+line up op by op:
+
+>>> import explorer as ex, numpy as np
+>>> with ex.trace.record("eager") as t:
+...     y = ex.F.relu(ex.tensor(np.ones((2, 3))) * 2.0)
+>>> [e.name for e in t.events]
+['scale', 'relu']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "TraceEvent", "Trace", "Recorder", "record", "active", "compare", "Comparison",
+    "to_chrome", "from_chrome", "save_chrome", "load_chrome",
+]  # fmt: skip
+
+EventKind = Literal["op", "kernel", "compile", "recompile", "bind", "graph_break", "cache_hit",
+                    "note", "python"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One thing that happened: an eager op, a compiled kernel, a compilation, a graph break.
+
+    Args:
+        name: op or kernel name (``matmul``, ``fused``), or what happened.
+        kind: ``op`` (eager), ``kernel`` (compiled), ``compile``, ``recompile``, ``bind``,
+            ``graph_break``, ``cache_hit``, ``note``, ``python`` (imported host code).
+        start_us, dur_us: start and duration in microseconds from the trace's origin.
+        shapes: input shapes then the output shape.
+        bytes_allocated: bytes this event allocated (0 when it wrote into a reused buffer).
+        flops: floating-point operations.
+        live_bytes: bytes of tensors alive right after the event (-1 if unknown).
+        replaced: for a fused kernel, the eager ops it does in one pass.
+        detail: free text (a graph break's reason and source line, a recompile's cause).
+    """
+
+    name: str
+    kind: EventKind = "op"
+    start_us: float = 0.0
+    dur_us: float = 0.0
+    shapes: tuple[tuple[int, ...], ...] = ()
+    bytes_allocated: int = 0
+    flops: int = 0
+    live_bytes: int = -1
+    replaced: tuple[str, ...] = ()
+    detail: str = ""
+
+    def __str__(self) -> str:
+        rep = f" = {'+'.join(self.replaced)}" if self.replaced else ""
+        return f"{self.kind} {self.name}{rep} {self.dur_us:.1f} us"
+
+
+@dataclass(frozen=True)
+class Trace:
+    """An ordered tuple of events plus the run's wall time.
+
+    ``summary()`` gives total time, number of ops or kernels, the time outside any op
+    (an estimate of Python overhead), and peak live memory.
+    """
+
+    events: tuple[TraceEvent, ...] = ()
+    name: str = "trace"
+    wall_us: float = 0.0
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @property
+    def compute_events(self) -> tuple[TraceEvent, ...]:
+        return tuple(e for e in self.events if e.kind in ("op", "kernel"))
+
+    def of_kind(self, kind: EventKind) -> tuple[TraceEvent, ...]:
+        return tuple(e for e in self.events if e.kind == kind)
+
+    def summary(self) -> dict[str, Any]:
+        ops = self.compute_events
+        busy = sum(e.dur_us for e in ops)
+        wall = self.wall_us or (
+            max((e.start_us + e.dur_us for e in self.events), default=0.0)
+            - min((e.start_us for e in self.events), default=0.0)
+        )
+        live = [e.live_bytes for e in ops if e.live_bytes >= 0]
+        return {
+            "name": self.name,
+            "total_us": wall,
+            "ops": len(ops),
+            "op_us": busy,
+            "python_overhead_us": max(wall - busy, 0.0),
+            "flops": sum(e.flops for e in ops),
+            "bytes_allocated": sum(e.bytes_allocated for e in ops),
+            "peak_bytes": max(live, default=0),
+            "compiles": len(self.of_kind("compile")) + len(self.of_kind("recompile")),
+            "graph_breaks": len(self.of_kind("graph_break")),
+        }
+
+    def __str__(self) -> str:
+        s = self.summary()
+        return (
+            f"trace {self.name}: {s['ops']} ops, {s['total_us']:.0f} us total, "
+            f"{s['python_overhead_us']:.0f} us outside ops, peak {s['peak_bytes']} B"
+        )
+
+
+class Recorder:
+    """Collects events while active; the clock origin is the moment it starts."""
+
+    def __init__(self, name: str = "trace") -> None:
+        self.name = name
+        self.events: list[TraceEvent] = []
+        self.live_bytes = 0
+        self.t0 = time.perf_counter()
+        self.trace: Trace | None = None
+
+    def now_us(self) -> float:
+        return (time.perf_counter() - self.t0) * 1e6
+
+    def add(self, event: TraceEvent) -> None:
+        self.events.append(event)
+
+    def note(self, kind: EventKind, name: str, detail: str = "", dur_us: float = 0.0) -> None:
+        self.events.append(TraceEvent(name, kind, self.now_us() - dur_us, dur_us, detail=detail))
+
+    def finish(self) -> Trace:
+        self.trace = Trace(tuple(self.events), self.name, self.now_us())
+        return self.trace
+
+
+_STACK: list[Recorder] = []
+
+
+def active() -> Recorder | None:
+    """The innermost active recorder, or None (then nothing is recorded: no cost)."""
+    return _STACK[-1] if _STACK else None
+
+
+@contextlib.contextmanager
+def record(name: str = "trace") -> Iterator[_TraceHandle]:
+    """Record every eager op and compiled kernel run inside the block.
+
+    The handle's ``.trace`` (also its ``.events``) is filled when the block ends.
+    """
+    rec = Recorder(name)
+    handle = _TraceHandle(rec)
+    _STACK.append(rec)
+    try:
+        yield handle
+    finally:
+        _STACK.remove(rec)
+        handle.trace = rec.finish()
+
+
+@dataclass
+class _TraceHandle:
+    recorder: Recorder
+    trace: Trace | None = None
+
+    @property
+    def events(self) -> tuple[TraceEvent, ...]:
+        return self.trace.events if self.trace else tuple(self.recorder.events)
+
+    def summary(self) -> dict[str, Any]:
+        return self.trace.summary()
+
+
+# --- comparison ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Eager and compiled traces aligned: each row is one compiled kernel and the eager ops
+    it stands for (a fused kernel stands for several)."""
+
+    rows: tuple[tuple[tuple[TraceEvent, ...], TraceEvent | None], ...]
+    eager: Trace
+    static: Trace
+    unmatched_eager: tuple[TraceEvent, ...] = field(default=())
+
+    @property
+    def speedup(self) -> float:
+        a, b = self.eager.summary()["total_us"], self.static.summary()["total_us"]
+        return a / b if b else float("inf")
+
+    def table(self) -> str:
+        lines = [f"{'eager ops':40s} {'us':>9s}   {'kernel':24s} {'us':>9s}"]
+        for ev, k in self.rows:
+            names = "+".join(e.name for e in ev) or "-"
+            lines.append(
+                f"{names[:40]:40s} {sum(e.dur_us for e in ev):9.1f}   "
+                f"{(k.name if k else '-')[:24]:24s} {(k.dur_us if k else 0.0):9.1f}"
+            )
+        lines.append(f"speedup (total time): {self.speedup:.2f}x")
+        return "\n".join(lines)
+
+
+def compare(eager: Trace, static: Trace) -> Comparison:
+    """Align eager ops with compiled kernels in order; a fused kernel consumes as many
+    eager ops as it replaced. Eager ops the compiler removed (folded, CSE'd) are listed
+    as rows with no kernel."""
+    ops = list(eager.compute_events)
+    rows: list[tuple[tuple[TraceEvent, ...], TraceEvent | None]] = []
+    i = 0
+    for k in static.compute_events:
+        want = list(k.replaced) if k.replaced else [k.name]
+        taken: list[TraceEvent] = []
+        j = i
+        while want and j < len(ops):
+            if ops[j].name == want[0]:
+                taken.append(ops[j])
+                want.pop(0)
+                j += 1
+            elif ops[j].name in want:
+                want.remove(ops[j].name)
+                taken.append(ops[j])
+                j += 1
+            else:
+                # an eager op with no kernel (removed by a pass) before this kernel's ops
+                if any(o.name == want[0] for o in ops[j + 1 : j + 8]):
+                    rows.append(((ops[j],), None))
+                    j += 1
+                    continue
+                break
+        rows.append((tuple(taken), k))
+        i = j
+    rest = tuple(ops[i:])
+    return Comparison(tuple(rows), eager, static, rest)
+
+
+# --- Chrome trace-event JSON --------------------------------------------------------------
+
+_PID = {"op": 1, "kernel": 2}
+
+
+def to_chrome(trace: Trace) -> dict[str, Any]:
+    """The Chrome trace-event JSON object (``ph: "X"`` complete events; opens in Perfetto)."""
+    evs = []
+    for e in trace.events:
+        args: dict[str, Any] = {"flops": e.flops, "bytes_allocated": e.bytes_allocated}
+        if e.shapes:
+            args["shapes"] = [list(s) for s in e.shapes]
+        if e.replaced:
+            args["replaced"] = list(e.replaced)
+        if e.live_bytes >= 0:
+            args["live_bytes"] = e.live_bytes
+        if e.detail:
+            args["detail"] = e.detail
+        evs.append({"name": e.name, "cat": e.kind, "ph": "X", "ts": e.start_us,
+                    "dur": e.dur_us, "pid": _PID.get(e.kind, 0), "tid": 0, "args": args})  # fmt: skip
+    return {"traceEvents": evs, "displayTimeUnit": "ms", "otherData": {"name": trace.name,
+            "wall_us": trace.wall_us}}  # fmt: skip
+
+
+def _kind_of(cat: str) -> EventKind:
+    cat = (cat or "").lower()
+    known = ("op", "kernel", "compile", "recompile", "bind", "graph_break", "cache_hit", "note")
+    if cat in known:
+        return cat  # type: ignore[return-value]
+    if cat in ("cpu_op", "operator", "user_annotation"):
+        return "op"
+    if "kernel" in cat or cat in ("gpu_memcpy", "gpu_memset"):
+        return "kernel"
+    return "python"
+
+
+def from_chrome(data: dict[str, Any] | list, name: str | None = None) -> Trace:
+    """Read a Chrome trace (ours, or a PyTorch profiler ``export_chrome_trace`` file).
+
+    Complete events (``ph: "X"``) and begin/end pairs (``B``/``E``) are read; PyTorch's
+    ``cpu_op`` become ``op`` events with their ``Input Dims`` as shapes, GPU kernels
+    become ``kernel`` events, Python function events become ``python`` events.
+    """
+    raw = data["traceEvents"] if isinstance(data, dict) else data
+    other = data.get("otherData", {}) if isinstance(data, dict) else {}
+    out: list[TraceEvent] = []
+    open_: dict[tuple, list[dict]] = {}
+    for ev in raw:
+        ph = ev.get("ph")
+        if ph == "B":
+            open_.setdefault((ev.get("pid"), ev.get("tid"), ev.get("name")), []).append(ev)
+            continue
+        if ph == "E":
+            stack = open_.get((ev.get("pid"), ev.get("tid"), ev.get("name")))
+            if not stack:
+                continue
+            b = stack.pop()
+            ev = dict(b, dur=float(ev["ts"]) - float(b["ts"]))
+        elif ph != "X":
+            continue
+        args = ev.get("args") or {}
+        shapes = args.get("shapes") or args.get("Input Dims") or ()
+        shapes = tuple(tuple(int(d) for d in s) for s in shapes if isinstance(s, list | tuple))
+        out.append(TraceEvent(
+            name=str(ev.get("name", "")), kind=_kind_of(ev.get("cat", "")),
+            start_us=float(ev.get("ts", 0.0)), dur_us=float(ev.get("dur", 0.0)), shapes=shapes,
+            bytes_allocated=int(args.get("bytes_allocated", 0)), flops=int(args.get("flops", 0)),
+            live_bytes=int(args.get("live_bytes", -1)),
+            replaced=tuple(args.get("replaced", ())), detail=str(args.get("detail", "")),
+        ))  # fmt: skip
+    out.sort(key=lambda e: e.start_us)
+    return Trace(tuple(out), name or other.get("name", "imported"), float(other.get("wall_us", 0)))
+
+
+def save_chrome(trace: Trace, path: str | Path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(to_chrome(trace)))
+    return path
+
+
+def load_chrome(path: str | Path) -> Trace:
+    path = Path(path)
+    return from_chrome(json.loads(path.read_text()), name=path.stem)
