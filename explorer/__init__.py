@@ -7,10 +7,16 @@
 124.4
 """
 
-from . import hardware, ir, models
+from . import compiler, hardware, ir, models, planner, sharding, trace
+from .compiler import F, Tensor, grad, jit, nn, tensor
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
+from .planner import CostBreakdown, CostParams, ShardingPlan, search
 
 __version__ = "0.1.0"
 
-__all__ = ["ir", "models", "hardware", "Mesh", "Graph", "GraphBuilder", "DType", "TensorType"]
+__all__ = [
+    "ir", "models", "hardware", "sharding", "planner", "Mesh", "Graph", "GraphBuilder",
+    "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
+    "compiler", "trace", "jit", "tensor", "Tensor", "grad", "F", "nn",
+]  # fmt: skip

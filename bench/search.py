@@ -1,0 +1,131 @@
+"""Benchmark: every search method on a fixed set of graphs and meshes.
+
+Prints, per (graph, mesh, method): cost relative to the ILP optimum (where ILP finishes),
+search time, and whether the numpy SPMD verification passed (small graphs on <= 8 devices;
+"-" where executing the model in numpy is too big). Then the speed targets of issue 4,
+measured side by side in this run. Writes bench/results/search.json.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import explorer as ex
+from explorer.ir import GraphBuilder
+from explorer.models import ModelConfig
+from explorer.models.layers import attention
+from explorer.planner import METHODS, CostParams, Planner, SearchError
+
+HW = "a100-80g"
+# Forward graphs this big need more memory than a device has without recomputation or
+# pipelining (issue 5's planner); the search benchmark plans them without a memory cap.
+PARAMS = CostParams(device_memory_cap_bytes=float("inf"))
+
+
+def graphs():
+    layer = ModelConfig(name="layer", arch="decoder", hidden_size=256, num_layers=1,
+                        num_heads=8, vocab_size=512, max_seq_len=64, dtype="fp32")  # fmt: skip
+    b = GraphBuilder("attention", dtype="fp32")
+    x = b.input("x", (8, 64, 256))
+    with b.scope("attn"):
+        y = attention(b, layer, x, causal=True)
+    attn = b.build([y])
+    moe = layer.replace(name="moe-layer", num_experts=8, experts_top_k=2, activation="swiglu",
+                        norm="rmsnorm", position="rope", bias=False)  # fmt: skip
+    return [
+        ("mlp-2layer", ex.models.build(ex.models.load("mlp-small"), batch=64), True),
+        ("transformer-layer", ex.models.build(layer, batch=8, seq=64), True),
+        ("attention", attn, True),
+        ("moe-layer", ex.models.build(moe, batch=8, seq=64), True),
+        ("gpt2-12l", ex.models.build(ex.models.load("gpt2"), batch=64, seq=1024), False),
+        ("gpt3-175b-96l", ex.models.build(ex.models.load("gpt3-175b"), batch=1024, seq=2048), False),
+    ]  # fmt: skip
+
+
+MESHES = [
+    ex.Mesh({"d": 8}, hardware=HW),
+    ex.Mesh({"dp": 2, "tp": 4}, hardware=HW),
+    ex.Mesh({"x": 2, "y": 2, "z": 2}, hardware=HW),
+    ex.Mesh({"dp": 8, "tp": 8}, hardware=HW),
+    ex.Mesh({"d": 1024}, hardware=HW),
+]
+
+
+def main() -> None:
+    rows = []
+    for gname, graph, small in graphs():
+        for mesh in MESHES:
+            t = time.perf_counter()
+            planner = Planner(graph, mesh)
+            t_tables = time.perf_counter() - t
+            results = {}
+            for method in METHODS:
+                t = time.perf_counter()
+                try:
+                    plan = planner.search(method, PARAMS)
+                except SearchError as e:
+                    results[method] = {"error": str(e).split(";")[0]}
+                    continue
+                dt = time.perf_counter() - t
+                ok = None
+                if small and mesh.size <= 8:
+                    ok = ex.sharding.verify(graph, plan, mesh).ok
+                results[method] = {"cost": plan.cost.total, "time_s": dt, "verified": ok}
+            opt = results.get("ilp", {}).get("cost")
+            for method, r in results.items():
+                if "cost" in r and opt:
+                    r["ratio"] = r["cost"] / opt
+                rows.append({"graph": gname, "mesh": str(mesh).split(" on ")[0],
+                             "method": method, "tables_s": t_tables, **r})  # fmt: skip
+    print(f"{'graph':18s} {'mesh':22s} {'method':22s} {'ratio':>7s} {'time ms':>8s} verified")
+    for r in rows:
+        ratio = f"{r['ratio']:.3f}" if "ratio" in r else "-"
+        tm = f"{r['time_s'] * 1e3:.1f}" if "time_s" in r else "-"
+        ver = {True: "yes", False: "NO", None: "-"}[r.get("verified")]
+        extra = f"  ({r['error'][:60]})" if "error" in r else ""
+        print(
+            f"{r['graph']:18s} {r['mesh']:22s} {r['method']:22s} {ratio:>7s} {tm:>8s} {ver}{extra}"
+        )
+    worst_rp = max(
+        r["ratio"] for r in rows if r["method"] == "recursive_programming" and "ratio" in r
+    )
+    exact = [r["ratio"] for r in rows if r["method"] in ("dynamic_programming",) and "ratio" in r]
+    failed = [r for r in rows if r.get("verified") is False]
+
+    # --- speed targets, measured here ---------------------------------------------------
+    g175 = next(g for n, g, _ in graphs() if n == "gpt3-175b-96l")
+    mesh1024 = MESHES[-1]
+    t = time.perf_counter()
+    Planner(g175, mesh1024).search("recursive_programming", PARAMS)
+    rp_175 = time.perf_counter() - t
+    layer = next(g for n, g, _ in graphs() if n == "transformer-layer")
+    t = time.perf_counter()
+    Planner(layer, MESHES[1]).search("ilp", PARAMS)
+    ilp_layer = time.perf_counter() - t
+    g24 = ex.models.build(ex.models.load("gpt2-medium"), batch=8, seq=1024)
+    planner24 = Planner(g24, MESHES[1])
+    planner24.search("recursive_programming", PARAMS)
+    t = time.perf_counter()
+    planner24.search("recursive_programming", PARAMS.replace(beta_communication=2.0))
+    replan = time.perf_counter() - t
+    speed = {
+        "recursive_programming gpt3-175b on 1024 devices (tables + search) / 1 s": rp_175 / 1.0,
+        "ilp one transformer layer on 2x4 (tables + search) / 2 s": ilp_layer / 2.0,
+        "re-plan 24-layer gpt after one CostParams change / 0.1 s": replan / 0.1,
+    }
+    print()
+    print(f"worst recursive_programming / ILP: {worst_rp:.3f} (target <= 1.10)")
+    print(f"dynamic_programming / ILP: min {min(exact):.3f} max {max(exact):.3f} (target 1.000)")
+    print(f"SPMD verification failures: {len(failed)}")
+    for k, v in speed.items():
+        print(f"{k}: ratio {v:.2f} ({'met' if v < 1 else 'MISSED'})")
+    out = Path(__file__).parent / "results" / "search.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "worst_rp_ratio": worst_rp,
+                               "speed_ratios_to_target": speed}, indent=2) + "\n")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""Raw cost tables of a graph on a mesh, built once; ``weigh(params)`` turns them into costs.
+
+The tables hold what does not depend on the weights: per node and strategy the local FLOPs,
+bytes and memory and the in-op collectives; per edge and strategy pair the redistribution
+steps; per parameter edge the gradient all-reduce. Changing a ``CostParams`` knob only
+re-weighs these arrays (fast re-planning for the cost tuner).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..hardware import CollectiveKind, Mesh
+from ..ir import Graph, OpGroup
+from ..sharding import Layout, Strategy, redistribute, strategies
+from .params import CostParams
+
+__all__ = ["CostModel", "NodeTable", "EdgeTable", "Weighted", "KINDS"]
+
+KINDS: tuple[CollectiveKind, ...] = tuple(CollectiveKind)
+_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+
+
+@dataclass
+class NodeTable:
+    """Per-strategy raw quantities of one node (arrays indexed by strategy)."""
+
+    name: str
+    strategies: tuple[Strategy, ...]
+    flops: np.ndarray
+    rw_bytes: np.ndarray
+    read_bytes: np.ndarray
+    mem_bytes: np.ndarray
+    coll_time: np.ndarray  # [k, m] seconds of the in-op (and output) collectives
+    coll_bytes: np.ndarray  # [k, m] bytes sent per device
+    coll_kind: np.ndarray  # [k, m] index into KINDS, -1 for padding
+    is_dp: np.ndarray
+    peak_flops: float
+    mem_bw: float
+    multiplicity: int = 1
+
+
+@dataclass
+class EdgeTable:
+    """Redistribution (and gradient) costs of one use of a value, per strategy pair."""
+
+    src: str
+    dst: str
+    pos: int
+    time: np.ndarray  # [ku, kv, steps]
+    nbytes: np.ndarray  # [ku, kv, steps]
+    kind: np.ndarray  # [ku, kv, steps]
+    grad_time: np.ndarray  # [ku, kv]
+    grad_bytes: np.ndarray  # [ku, kv]
+    multiplicity: int = 1
+
+
+@dataclass
+class Weighted:
+    """Costs under one CostParams: node vectors and edge matrices (multiplicity included)."""
+
+    params: CostParams
+    node_cost: list[np.ndarray]
+    edge_cost: list[np.ndarray]
+    mem: list[np.ndarray]
+    cap_bytes: float | None
+    tie: list[np.ndarray] = field(default_factory=list)
+
+
+class CostModel:
+    """The raw tables of ``graph`` on ``mesh``.
+
+    Args:
+        graph: the graph to plan.
+        mesh: the device mesh (with hardware for the time-based preset).
+        multiplicity: how many times each node (and each edge, keyed by consumer) stands
+            for identical copies (repeated layers solved once).
+        edge_multiplicity: per (src, dst) override of the edge count.
+    """
+
+    def __init__(
+        self, graph: Graph, mesh: Mesh, multiplicity: dict[str, int] | None = None,
+        edge_multiplicity: dict[tuple[str, str], int] | None = None,
+    ) -> None:  # fmt: skip
+        self.graph, self.mesh = graph, mesh
+        self.strategies = strategies(graph, mesh)
+        self.names = [n.name for n in graph.nodes]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        mult = multiplicity or {}
+        emult = edge_multiplicity or {}
+        self.nodes = [self._node_table(n, mult.get(n, 1)) for n in self.names]
+        self.edges: list[EdgeTable] = []
+        cache: dict[tuple, tuple[np.ndarray, ...]] = {}
+        for u, v, pos in graph.edges():
+            m = emult.get((u, v), mult.get(v, 1))
+            self.edges.append(self._edge_table(u, v, pos, m, cache))
+        self.adj: list[list[int]] = [[] for _ in self.names]
+        for e, t in enumerate(self.edges):
+            self.adj[self.index[t.src]].append(e)
+            self.adj[self.index[t.dst]].append(e)
+
+    # --- tables -----------------------------------------------------------------------
+    def _node_table(self, name: str, multiplicity: int) -> NodeTable:
+        g, mesh = self.graph, self.mesh
+        strats = self.strategies[name]
+        colls = []
+        for s in strats:
+            cs = list(s.collectives)
+            if name in g.outputs and s.out_layout.partial:  # the output must be whole
+                clean = Layout(s.out_layout.dims)
+                cs += list(redistribute(s.out_layout, clean, g.node(name).type, mesh).steps)
+            colls.append(cs)
+        m = max((len(c) for c in colls), default=0)
+        k = len(strats)
+        ct, cb, ck = np.zeros((k, m)), np.zeros((k, m)), -np.ones((k, m), dtype=int)
+        for i, cs in enumerate(colls):
+            for j, c in enumerate(cs):
+                ct[i, j], cb[i, j], ck[i, j] = c.time_s, c.bytes_per_device, _KIND_INDEX[c.kind]
+        node = g.node(name)
+        dtype = node.type.dtype.value if node.type.dtype.is_float else "fp32"
+        peak = mem_bw = 0.0
+        if mesh.hardware is not None:
+            chip = mesh.hardware.chip
+            peak = chip.peak_flops(dtype if dtype in chip.dtypes else "fp32")
+            mem_bw = chip.memory_bandwidth_bytes_per_s
+        return NodeTable(
+            name=name, strategies=strats,
+            flops=np.array([s.local_flops for s in strats], dtype=float),
+            rw_bytes=np.array([s.bytes_read + s.bytes_written for s in strats], dtype=float),
+            read_bytes=np.array([s.bytes_read for s in strats], dtype=float),
+            mem_bytes=np.array([s.memory_bytes for s in strats], dtype=float),
+            coll_time=ct, coll_bytes=cb, coll_kind=ck,
+            is_dp=np.array([s.is_data_parallel for s in strats]),
+            peak_flops=peak, mem_bw=mem_bw, multiplicity=multiplicity,
+        )  # fmt: skip
+
+    def _edge_table(self, u: str, v: str, pos: int, mult: int, cache) -> EdgeTable:
+        g = self.graph
+        su, sv = self.strategies[u], self.strategies[v]
+        ttype = g.node(u).type
+        is_param = g.node(u).op == "param"
+        src = tuple(s.out_layout for s in su)
+        dst = tuple(s.in_layouts[pos] for s in sv)
+        used = (
+            tuple(tuple(a for _, axes in s.dim_axes for a in axes) for s in sv) if is_param else ()
+        )
+        key = (src, dst, ttype, used)
+        if key not in cache:
+            cache[key] = self._pair_arrays(src, dst, ttype, used)
+        t, b, k, gt, gb = cache[key]
+        return EdgeTable(u, v, pos, t, b, k, gt, gb, mult)
+
+    def _pair_arrays(self, src, dst, ttype, used):
+        mesh = self.mesh
+        plans = {}
+        for a in set(src):
+            for b in set(dst):
+                plans[a, b] = redistribute(a, b, ttype, mesh).steps
+        steps = max((len(p) for p in plans.values()), default=0)
+        ku, kv = len(src), len(dst)
+        t, nb = np.zeros((ku, kv, steps)), np.zeros((ku, kv, steps))
+        kd = -np.ones((ku, kv, steps), dtype=int)
+        gt, gb = np.zeros((ku, kv)), np.zeros((ku, kv))
+        for i, a in enumerate(src):
+            for j, b in enumerate(dst):
+                for s, c in enumerate(plans[a, b]):
+                    t[i, j, s], nb[i, j, s], kd[i, j, s] = (
+                        c.time_s,
+                        c.bytes_per_device,
+                        _KIND_INDEX[c.kind],
+                    )
+                if used:
+                    axes = tuple(x for x in mesh.axis_names if x in used[j] and x not in a.axes)
+                    if axes:
+                        size = (
+                            float(np.prod(a.local_shape(ttype.shape, mesh))) * ttype.dtype.itemsize
+                        )
+                        gb[i, j] = mesh.collective_bytes("all-reduce", size, axes)
+                        if mesh.hardware is not None:
+                            gt[i, j] = mesh.collective_time("all-reduce", size, axes)
+        return t, nb, kd, gt, gb
+
+    # --- weights ----------------------------------------------------------------------
+    def weigh(self, params: CostParams) -> Weighted:
+        """Node cost vectors and edge cost matrices under ``params``."""
+        p = params
+        seconds = p.unit == "seconds"
+        if seconds and self.mesh.hardware is None:
+            raise ValueError(
+                f"{self.mesh} has no hardware, so time-based costs cannot be computed; "
+                "pass hardware= to Mesh or use CostParams.mindspore() (byte-based)"
+            )
+        fwd_bwd = 1 + (p.backward_compute_ratio if p.training else 0)
+        comm_x = 1 + (p.backward_comm_ratio if p.training else 0)
+        grad_w = p.gamma_param_comm * (1 - p.grad_comm_overlap) if p.training else 0.0
+        node_cost, mem, tie = [], [], []
+        for nt in self.nodes:
+            if seconds:
+                comp = np.maximum(
+                    nt.flops / (nt.peak_flops * p.compute_efficiency),
+                    nt.rw_bytes / (nt.mem_bw * p.bandwidth_efficiency),
+                )
+                comm = nt.coll_time.sum(axis=1) / p.bandwidth_efficiency
+            else:
+                comp = nt.read_bytes
+                comm = self._adjust(nt.coll_bytes, p).sum(axis=1)
+            c = p.alpha_compute * fwd_bwd * comp + p.beta_communication * comm_x * comm
+            c = c + p.memory_weight_per_byte * nt.mem_bytes
+            node_cost.append(c * nt.multiplicity)
+            mem.append(nt.mem_bytes * nt.multiplicity)
+            tie.append(np.where(nt.is_dp, 0.0, 1.0) if p.prefer_data_parallel_on_ties
+                       else np.zeros(len(nt.strategies)))  # fmt: skip
+        edge_cost = []
+        for et in self.edges:
+            if seconds:
+                comm = et.time.sum(axis=2) / p.bandwidth_efficiency
+                grad = et.grad_time / p.bandwidth_efficiency
+            else:
+                comm = self._adjust(et.nbytes, p).sum(axis=2)
+                grad = self._adjust(et.grad_bytes, p)
+            edge_cost.append(
+                (p.beta_communication * comm_x * comm + grad_w * grad) * et.multiplicity
+            )
+        cap = p.device_memory_cap_bytes
+        return Weighted(p, node_cost, edge_cost, mem, cap, tie)
+
+    @staticmethod
+    def _adjust(c: np.ndarray, p: CostParams) -> np.ndarray:
+        """MindSpore's message adjustment: small messages cost a constant, others c + bias."""
+        return np.where(c <= 0, 0.0, np.where(c <= p.message_threshold_bytes,
+                        p.message_constant_bytes, c + p.message_bias_bytes))  # fmt: skip
+
+    def total(self, w: Weighted, choice: list[int]) -> float:
+        """Objective of one assignment (strategy index per node)."""
+        cost = sum(float(w.node_cost[i][k]) for i, k in enumerate(choice))
+        for e, et in enumerate(self.edges):
+            cost += float(w.edge_cost[e][choice[self.index[et.src]], choice[self.index[et.dst]]])
+        return cost
+
+    def memory(self, w: Weighted, choice: list[int]) -> float:
+        return sum(float(w.mem[i][k]) for i, k in enumerate(choice))
+
+    def device_memory_cap(self, params: CostParams) -> float | None:
+        if params.device_memory_cap_bytes is not None:
+            return params.device_memory_cap_bytes
+        if self.mesh.hardware is not None:
+            return float(self.mesh.hardware.chip.memory_bytes)
+        return None
+
+
+def is_source(graph: Graph, name: str) -> bool:
+    return graph.group(name) is OpGroup.SOURCE

@@ -1,0 +1,139 @@
+"""Fast planners: MindSpore-style recursive programming and sharding propagation."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from ..sharding import Strategy
+from .problem import Problem
+from .solvers import SearchError
+
+__all__ = ["solve_recursive", "solve_propagation"]
+
+
+def _neighbours(p: Problem) -> list[list[tuple[int, np.ndarray]]]:
+    """For every node, (neighbour, matrix oriented [node k, neighbour k])."""
+    nb: list[list[tuple[int, np.ndarray]]] = [[] for _ in p.model.names]
+    for i, j, m in p.edges:
+        nb[i].append((j, m))
+        nb[j].append((i, m.T))
+    return nb
+
+
+def _axis_letters(s: Strategy, axes: tuple[str, ...]) -> tuple[str | None, ...]:
+    owner = {a: c for c, ax in s.dim_axes for a in ax}
+    return tuple(owner.get(a) for a in axes)
+
+
+def solve_recursive(p: Problem) -> dict[int, int]:
+    """Recursive programming: one round per mesh axis (outermost first).
+
+    In each round every op, visited by descending cost, picks which of its dims the round's
+    axis cuts (or none): the cut with the lowest op cost plus the redistribution cost to
+    every neighbour under the neighbour's current cut. Earlier rounds' cuts are kept, so
+    the final strategy is built axis by axis as MindSpore builds it halving by halving
+    (a mesh written as binary axes, e.g. ``Mesh({"d0": 2, ..., "d9": 2})``, gets
+    log2(devices) rounds).
+    """
+    model = p.model
+    axes = tuple(a for a in model.mesh.axis_names if model.mesh.axis_size(a) > 1)
+    keys: dict[int, dict[tuple, int]] = {}
+    for i in p.active:
+        keys[i] = {}
+        for k, s in enumerate(model.nodes[i].strategies):
+            keys[i].setdefault(_axis_letters(s, axes), k)
+    nb = _neighbours(p)
+    decided: dict[int, tuple] = {i: (None,) * len(axes) for i in p.active}
+    current = {i: keys[i][decided[i]] for i in p.active}
+    order = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
+
+    def round_cands(r: int, i: int) -> np.ndarray:
+        return np.array([k for key, k in keys[i].items()
+                         if key[:r] == decided[i][:r] and all(x is None for x in key[r + 1:])])  # fmt: skip
+
+    cands: dict[int, dict[int, np.ndarray]] = {}
+    for r in range(len(axes)):
+        cands[r] = {i: round_cands(r, i) for i in p.active}
+        visited: set[int] = set()
+        for i in order:
+            # candidates: earlier rounds' cuts kept, this round's axis free, later ones unset
+            cand = [(key, k) for key, k in keys[i].items()
+                    if key[:r] == decided[i][:r] and all(x is None for x in key[r + 1:])]  # fmt: skip
+            ks = np.array([k for _, k in cand])
+            c = p.cost[i][ks] + p.eps * p.tie[i][ks]
+            for j, m in nb[i]:
+                if j in visited:  # neighbours that already cut this round: their cut
+                    c = c + m[ks, current[j]]
+                else:  # the others: the cheapest cut they could still take (look-ahead)
+                    kj = cands[r][j]
+                    c = c + (m[np.ix_(ks, kj)] + p.cost[j][kj][None, :]).min(axis=1)
+            best = int(np.argmin(c))
+            decided[i] = cand[best][0]
+            current[i] = int(ks[best])
+            visited.add(i)
+    # Rounds are myopic where latency dominates (tiny tensors): refine the rounds' plan and
+    # the all-replicated plan by local descent and keep the cheaper.
+    best = _refine(p, current, nb, order)
+    other = _refine(p, {i: 0 for i in p.active}, nb, order)
+    return best if p.objective(best) <= p.objective(other) else other
+
+
+def _refine(p: Problem, current: dict[int, int], nb, order, sweeps: int = 8) -> dict[int, int]:
+    """Local improvement after the rounds: each op in turn takes its best strategy given
+    its neighbours' (a descent: the total never grows), until a sweep changes nothing."""
+    for _ in range(sweeps):
+        changed = False
+        for i in order:
+            c = p.cost[i] + p.eps * p.tie[i]
+            for j, m in nb[i]:
+                c = c + m[:, current[j]]
+            k = int(np.argmin(c))
+            if c[k] < c[current[i]] - 1e-12 * abs(c[current[i]]):
+                current[i] = k
+                changed = True
+        if not changed:
+            break
+    return current
+
+
+def solve_propagation(p: Problem, fixed: dict[int, int]) -> dict[int, int]:
+    """Sharding propagation: annotated nodes keep their strategy; breadth-first from them,
+    each reached node takes the strategy with the cheapest own cost plus redistribution to
+    its already fixed neighbours. Nodes no annotation reaches follow in graph order."""
+    nb = _neighbours(p)
+    choice = dict(fixed)
+    queue = deque(sorted(fixed))
+
+    graph, names = p.model.graph, p.model.names
+
+    def settle(v: int) -> None:
+        costs = p.cost[v] + p.eps * p.tie[v]
+        for j, m in nb[v]:
+            if j in choice:
+                costs = costs + m[:, choice[j]]
+            elif graph.node(names[j]).is_source and len(nb[j]) == 1:
+                # a weight only this op reads will follow it: count its best layout now
+                costs = costs + (m + p.cost[j][None, :]).min(axis=1)
+        choice[v] = int(np.argmin(costs))
+
+    while queue:
+        u = queue.popleft()
+        for v, _ in nb[u]:
+            if v not in choice:
+                settle(v)
+                queue.append(v)
+    for v in p.active:
+        if v not in choice:
+            settle(v)
+            queue.append(v)
+            while queue:
+                u = queue.popleft()
+                for w, _ in nb[u]:
+                    if w not in choice:
+                        settle(w)
+                        queue.append(w)
+    if set(choice) != set(p.active):
+        raise SearchError("sharding propagation left nodes without a strategy")
+    return choice

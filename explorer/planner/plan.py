@@ -1,0 +1,167 @@
+"""``ShardingPlan``: the strategy of every node, the redistributions, the cost and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..hardware import Mesh
+from ..ir import Graph
+from ..sharding import RedistributePlan, Strategy, redistribute
+from .breakdown import CostBreakdown, edge_breakdown, node_breakdown
+from .costmodel import CostModel
+from .params import CostParams
+from .solvers import SearchError
+
+__all__ = ["ShardingPlan", "Alternative", "Explanation"]
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One strategy of a node with its local cost (the node plus its edges, neighbours
+    fixed, single-use weights re-laid out to match) and the difference to the chosen one."""
+
+    strategy: Strategy
+    cost: CostBreakdown
+    delta: CostBreakdown
+
+    def __str__(self) -> str:
+        d = self.delta
+        return (
+            f"{self.strategy.name:24s} total {self.cost.total:.4g}  "
+            f"Δ {d.total:+.4g} (compute {d.compute:+.4g}, comm {d.communication_total:+.4g}, "
+            f"grad {d.gradient:+.4g}, memory {d.memory_bytes:+.4g} B)"
+        )
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why ``node`` got its strategy: the chosen one against the next best."""
+
+    node: str
+    chosen: Alternative
+    runners_up: tuple[Alternative, ...]
+
+    def __str__(self) -> str:
+        lines = [f"%{self.node}: chose {self.chosen.strategy.name} "
+                 f"({self.chosen.cost.total:.4g})"]  # fmt: skip
+        lines += [f"  vs {a}" for a in self.runners_up]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, eq=False)
+class ShardingPlan:
+    """The result of ``explorer.search``.
+
+    Attributes:
+        assignment: strategy per node (every node of the graph).
+        redistributions: ``(producer, consumer, input position) -> RedistributePlan`` for
+            every edge that needs communication.
+        cost: the whole plan's CostBreakdown; ``node_costs`` per node.
+        status: ``optimal`` (exact method, solved), ``heuristic``, or the solver's word.
+        solve_time_s, diagnostics: how the search went (eliminations, tiled layers, ...).
+    """
+
+    graph: Graph
+    mesh: Mesh
+    method: str
+    params: CostParams
+    assignment: dict[str, Strategy]
+    cost: CostBreakdown
+    status: str
+    solve_time_s: float
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    _model: CostModel | None = field(default=None, repr=False)
+    _choice: tuple[int, ...] = field(default=(), repr=False)
+    _rep: dict[str, str] = field(default_factory=dict, repr=False)
+    _others: tuple[ShardingPlan, ...] = field(default=(), repr=False)
+
+    # --- reading ----------------------------------------------------------------------
+    def strategy(self, node: str) -> Strategy:
+        return self.assignment[node]
+
+    @property
+    def redistributions(self) -> dict[tuple[str, str, int], RedistributePlan]:
+        out = {}
+        for u, v, pos in self.graph.edges():
+            src = self.assignment[u].out_layout
+            dst = self.assignment[v].in_layouts[pos]
+            if src != dst:
+                plan = redistribute(src, dst, self.graph.node(u).type, self.mesh)
+                if plan.steps:
+                    out[u, v, pos] = plan
+        return out
+
+    def node_cost(self, node: str) -> CostBreakdown:
+        """One node's own cost (one copy for repeated layers)."""
+        m = self._model
+        i = m.index[self._rep.get(node, node)]
+        return node_breakdown(m, self.params, i, self._choice[i], scale=False)
+
+    def changed(self, other: ShardingPlan) -> tuple[str, ...]:
+        """Nodes whose strategy differs from ``other`` (the cost tuner highlights them)."""
+        return tuple(
+            n for n, s in self.assignment.items() if other.assignment.get(n, s).name != s.name
+        )
+
+    def summary(self) -> str:
+        ops = [n for n in self.graph.ops]
+        counts: dict[str, int] = {}
+        for n in ops:
+            counts[self.assignment[n.name].name] = counts.get(self.assignment[n.name].name, 0) + 1
+        top = sorted(counts.items(), key=lambda kv: -kv[1])[:5]
+        return (
+            f"{self.method} on {self.mesh}: {self.status}, {self.solve_time_s * 1e3:.0f} ms\n"
+            f"  {self.cost}\n  strategies: " + ", ".join(f"{k} x{v}" for k, v in top)
+        )
+
+    def __str__(self) -> str:
+        return self.summary()
+
+    # --- explaining -------------------------------------------------------------------
+    def explain(self, node: str, k: int = 3) -> Explanation:
+        """The chosen strategy of ``node`` against its ``k`` next best, each broken down
+        into compute, communication and memory."""
+        m = self._model
+        if node not in self.assignment:
+            raise SearchError(f"plan has no node %{node}")
+        name = self._rep.get(node, node)
+        i = m.index[name]
+        p = self.params
+        alts = []
+        for kk, s in enumerate(m.nodes[i].strategies):
+            bd = node_breakdown(m, p, i, kk, scale=False)
+            for e in m.adj[i]:
+                et = m.edges[e]
+                j = m.index[et.dst if et.src == name else et.src]
+                out_i = et.src == name
+
+                def pair(kj, e=e, out_i=out_i, kk=kk):
+                    return (
+                        edge_breakdown(m, p, e, kk, kj)
+                        if out_i
+                        else edge_breakdown(m, p, e, kj, kk)
+                    )
+
+                if m.graph.node(m.names[j]).is_source and len(m.adj[j]) == 1:
+                    opts = [node_breakdown(m, p, j, kj, scale=False) + pair(kj)
+                            for kj in range(len(m.nodes[j].strategies))]  # fmt: skip
+                    bd = bd + min(opts, key=lambda b: b.total)
+                else:
+                    bd = bd + pair(self._choice[j])
+            alts.append((kk, s, bd))
+        chosen_k = self._choice[i]
+        chosen = next(a for a in alts if a[0] == chosen_k)
+        rest = sorted((a for a in alts if a[0] != chosen_k), key=lambda a: a[2].total)[:k]
+        mk = lambda a: Alternative(a[1], a[2], a[2] - chosen[2])  # noqa: E731
+        return Explanation(node, mk(chosen), tuple(mk(a) for a in rest))
+
+    def top_k(self, k: int) -> tuple[ShardingPlan, ...]:
+        """The ``k`` best whole plans found (exhaustive and ILP searches keep them)."""
+        plans = (self,) + self._others
+        if k > 1 and not self._others:
+            raise SearchError(
+                f"method {self.method!r} keeps one plan; search with top_k={k} and "
+                "method='ilp' or 'exhaustive' to rank whole plans"
+            )
+        return plans[:k]
