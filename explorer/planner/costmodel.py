@@ -15,6 +15,7 @@ import numpy as np
 from ..hardware import CollectiveKind, Mesh
 from ..ir import Graph, OpGroup
 from ..sharding import Layout, Strategy, redistribute, strategies
+from ..sharding.redistribute import _shortest_from
 from .params import CostParams
 
 __all__ = ["CostModel", "NodeTable", "EdgeTable", "Weighted", "KINDS"]
@@ -55,6 +56,7 @@ class EdgeTable:
     grad_time: np.ndarray  # [ku, kv]
     grad_bytes: np.ndarray  # [ku, kv]
     multiplicity: int = 1
+    allowed: np.ndarray | None = None  # [ku, kv] False where a follower may not go
 
 
 @dataclass
@@ -146,18 +148,37 @@ class CostModel:
         used = (
             tuple(tuple(a for _, axes in s.dim_axes for a in axes) for s in sv) if is_param else ()
         )
-        key = (src, dst, ttype, used)
+        # A weight (or input) read by one op only follows that op: it is laid out exactly
+        # as the op needs it (MindSpore gives parameters their consumer's layout), so only
+        # matching pairs are priced. This keeps tables small on meshes with many axes.
+        follower = g.node(u).is_source and len(g.consumers(u)) == 1 and u not in g.outputs
+        key = (src, dst, ttype, used, follower)
         if key not in cache:
-            cache[key] = self._pair_arrays(src, dst, ttype, used)
-        t, b, k, gt, gb = cache[key]
-        return EdgeTable(u, v, pos, t, b, k, gt, gb, mult)
+            cache[key] = self._pair_arrays(src, dst, ttype, used, follower)
+        t, b, k, gt, gb, ok = cache[key]
+        return EdgeTable(u, v, pos, t, b, k, gt, gb, mult, ok)
 
-    def _pair_arrays(self, src, dst, ttype, used):
+    def _pair_arrays(self, src, dst, ttype, used, follower=False):
         mesh = self.mesh
         plans = {}
-        for a in set(src):
-            for b in set(dst):
-                plans[a, b] = redistribute(a, b, ttype, mesh).steps
+        ok = None
+        if follower:
+            ok = np.array([[a == b for b in dst] for a in src], dtype=bool)
+            for j in range(len(dst)):  # a required layout no source strategy has: price it
+                if not ok[:, j].any():
+                    ok[:, j] = True
+            pairs = {(src[i], dst[j]) for i, j in zip(*np.nonzero(ok), strict=True)}
+        else:
+            pairs = {(a, b) for a in set(src) for b in set(dst)}
+        for a, b in pairs:
+            if a == b:
+                plans[a, b] = ()
+            elif not (set(b.partial) - set(a.partial)):
+                # one Dijkstra from ``a`` serves every target (redistribute's own search)
+                best = _shortest_from(a, ttype, mesh, frozenset(b.partial))
+                plans[a, b] = tuple(m.collective for m in best[b] if m.collective is not None)
+            else:
+                plans[a, b] = redistribute(a, b, ttype, mesh).steps  # raises: explains why
         steps = max((len(p) for p in plans.values()), default=0)
         ku, kv = len(src), len(dst)
         t, nb = np.zeros((ku, kv, steps)), np.zeros((ku, kv, steps))
@@ -165,6 +186,8 @@ class CostModel:
         gt, gb = np.zeros((ku, kv)), np.zeros((ku, kv))
         for i, a in enumerate(src):
             for j, b in enumerate(dst):
+                if (a, b) not in plans:
+                    continue
                 for s, c in enumerate(plans[a, b]):
                     t[i, j, s], nb[i, j, s], kd[i, j, s] = (
                         c.time_s,
@@ -180,7 +203,7 @@ class CostModel:
                         gb[i, j] = mesh.collective_bytes("all-reduce", size, axes)
                         if mesh.hardware is not None:
                             gt[i, j] = mesh.collective_time("all-reduce", size, axes)
-        return t, nb, kd, gt, gb
+        return t, nb, kd, gt, gb, ok
 
     # --- weights ----------------------------------------------------------------------
     def weigh(self, params: CostParams) -> Weighted:
@@ -220,9 +243,10 @@ class CostModel:
             else:
                 comm = self._adjust(et.nbytes, p).sum(axis=2)
                 grad = self._adjust(et.grad_bytes, p)
-            edge_cost.append(
-                (p.beta_communication * comm_x * comm + grad_w * grad) * et.multiplicity
-            )
+            c = (p.beta_communication * comm_x * comm + grad_w * grad) * et.multiplicity
+            if et.allowed is not None:
+                c = np.where(et.allowed, c, np.inf)
+            edge_cost.append(c)
         cap = p.device_memory_cap_bytes
         return Weighted(p, node_cost, edge_cost, mem, cap, tie)
 

@@ -39,29 +39,37 @@ def solve_recursive(p: Problem) -> dict[int, int]:
     """
     model = p.model
     axes = tuple(a for a in model.mesh.axis_names if model.mesh.axis_size(a) > 1)
+    # Which strategy cuts which dim on each axis depends on the tables only: cached on them.
+    cache = model.__dict__.setdefault("_rp_keys", {})
     keys: dict[int, dict[tuple, int]] = {}
     for i in p.active:
-        keys[i] = {}
-        for k, s in enumerate(model.nodes[i].strategies):
-            keys[i].setdefault(_axis_letters(s, axes), k)
+        if i not in cache:
+            found: dict[tuple, int] = {}
+            for k, s in enumerate(model.nodes[i].strategies):
+                found.setdefault(_axis_letters(s, axes), k)
+            cache[i] = found
+        keys[i] = cache[i]
     nb = _neighbours(p)
     decided: dict[int, tuple] = {i: (None,) * len(axes) for i in p.active}
     current = {i: keys[i][decided[i]] for i in p.active}
     order = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
+    cand_cache = model.__dict__.setdefault("_rp_cands", {})
 
-    def round_cands(r: int, i: int) -> np.ndarray:
-        return np.array([k for key, k in keys[i].items()
-                         if key[:r] == decided[i][:r] and all(x is None for x in key[r + 1:])])  # fmt: skip
+    def round_cands(r: int, i: int) -> tuple[tuple[tuple, ...], np.ndarray]:
+        """Candidates: earlier rounds' cuts kept, this round's axis free, later ones unset."""
+        ck = (i, r, decided[i][:r])
+        if ck not in cand_cache:
+            cand = [(key, k) for key, k in keys[i].items()
+                    if key[:r] == decided[i][:r] and all(x is None for x in key[r + 1:])]  # fmt: skip
+            cand_cache[ck] = (tuple(key for key, _ in cand), np.array([k for _, k in cand]))
+        return cand_cache[ck]
 
     cands: dict[int, dict[int, np.ndarray]] = {}
     for r in range(len(axes)):
-        cands[r] = {i: round_cands(r, i) for i in p.active}
+        cands[r] = {i: round_cands(r, i)[1] for i in p.active}
         visited: set[int] = set()
         for i in order:
-            # candidates: earlier rounds' cuts kept, this round's axis free, later ones unset
-            cand = [(key, k) for key, k in keys[i].items()
-                    if key[:r] == decided[i][:r] and all(x is None for x in key[r + 1:])]  # fmt: skip
-            ks = np.array([k for _, k in cand])
+            cand_keys, ks = round_cands(r, i)
             c = p.cost[i][ks] + p.eps * p.tie[i][ks]
             for j, m in nb[i]:
                 if j in visited:  # neighbours that already cut this round: their cut
@@ -70,7 +78,7 @@ def solve_recursive(p: Problem) -> dict[int, int]:
                     kj = cands[r][j]
                     c = c + (m[np.ix_(ks, kj)] + p.cost[j][kj][None, :]).min(axis=1)
             best = int(np.argmin(c))
-            decided[i] = cand[best][0]
+            decided[i] = cand_keys[best]
             current[i] = int(ks[best])
             visited.add(i)
     # Rounds are myopic where latency dominates (tiny tensors): refine the rounds' plan and

@@ -144,8 +144,10 @@ class ShardingPlan:
                     )
 
                 if m.graph.node(m.names[j]).is_source and len(m.adj[j]) == 1:
+                    ok = et.allowed  # a weight that follows its op: matching layouts only
                     opts = [node_breakdown(m, p, j, kj, scale=False) + pair(kj)
-                            for kj in range(len(m.nodes[j].strategies))]  # fmt: skip
+                            for kj in range(len(m.nodes[j].strategies))
+                            if ok is None or ok[kj, kk]]  # fmt: skip
                     bd = bd + min(opts, key=lambda b: b.total)
                 else:
                     bd = bd + pair(self._choice[j])

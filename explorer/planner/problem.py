@@ -9,6 +9,7 @@ column plus the source's own cost), which removes most variables without losing 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -70,7 +71,7 @@ class Problem:
         c = sum(float(self.cost[i][k]) for i, k in choice.items())
         return c + sum(float(m[choice[i], choice[j]]) for i, j, m in self.edges)
 
-    @property
+    @cached_property
     def eps(self) -> float:
         """Tie-break weight: a billionth of the largest cost, so that ties prefer data
         parallelism without ever outweighing a real difference."""

@@ -110,17 +110,16 @@ def find_repeats(graph: Graph, min_run: int = 3) -> Repeats | None:
     mult = {n.name: b - a for n in layers[rep]}
     r = Repeats(reduced, mult, a, b, rep)
 
+    reps = {n.name: r.rep(n.name) for n in graph.nodes}
+    reps = {k: v for k, v in reps.items() if k != v}
+    names = [n.name for n in graph.nodes]
+
     def expand(assignment: dict[str, Strategy]):
         full: dict[str, Strategy] = {}
-        reps: dict[str, str] = {}
-        for n in graph.nodes:
-            src = r.rep(n.name)
-            s = assignment[src]
-            if src != n.name:
-                reps[n.name] = src
-                s = s._renamed(n.name)
-            full[n.name] = s
-        return full, reps
+        for name in names:
+            src = reps.get(name)
+            full[name] = assignment[name] if src is None else assignment[src]._renamed(name)
+        return full, dict(reps)
 
     r.expand = expand  # type: ignore[method-assign]
     return r

@@ -149,14 +149,15 @@ class Layout:
     def validate(self, ttype: TensorType, mesh: Mesh, tensor: str = "") -> Layout:
         """Raise `ShardingError` unless this layout fits ``ttype`` on ``mesh``; return self."""
         what = f"tensor %{tensor} " if tensor else "tensor "
-        shown = f"{what}{ttype} with layout {self.format(ttype)}"
         if len(self.dims) != ttype.rank:
             raise ShardingError(
                 f"{what}{ttype} has rank {ttype.rank} but the layout gives {len(self.dims)} "
                 f"dims {self.dims}; give one tuple of axes per dim"
             )
+        shown = ""  # built only when a message needs it
         for a in self.axes + self.partial:
             if a not in mesh.axis_names:
+                shown = f"{what}{ttype} with layout {self.format(ttype)}"
                 raise ShardingError(
                     f"{shown}: unknown mesh axis {a!r}; the mesh has axes "
                     f"{', '.join(mesh.axis_names)}"
@@ -164,6 +165,7 @@ class Layout:
         for i, (size, axes) in enumerate(zip(ttype.shape, self.dims, strict=True)):
             n = math.prod(mesh.axis_size(a) for a in axes)
             if size % n:
+                shown = f"{what}{ttype} with layout {self.format(ttype)}"
                 sizes = " x ".join(f"{a}={mesh.axis_size(a)}" for a in axes)
                 raise ShardingError(
                     f"{shown}: dim {i} of size {size} is not divisible by the {n} shards of "

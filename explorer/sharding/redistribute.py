@@ -140,29 +140,44 @@ def _plan(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh) -> Redistribu
         )
     if src == dst:
         return RedistributePlan(src, dst, ttype, ())
-    keep = frozenset(dst.partial)
-    # Dijkstra; entries: (time, bytes, steps, text, counter, layout, moves)
+    best = _shortest_from(src, ttype, mesh, frozenset(dst.partial))
+    if dst not in best:  # unreachable for valid layouts: gather all, then slice
+        raise ShardingError(f"no redistribution from {src.format(ttype)} to {dst.format(ttype)}")
+    return RedistributePlan(src, dst, ttype, best[dst])
+
+
+@lru_cache(maxsize=2048)
+def _shortest_from(
+    src: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]
+) -> dict[Layout, tuple[Move, ...]]:
+    """Dijkstra from ``src`` to every reachable layout at once (one search serves every
+    target with the same kept partial axes). Entries are ordered by (time, bytes, steps,
+    text), so ties break deterministically and each target gets the path an early-stopping
+    search to it would return."""
     count = itertools.count()
-    heap = [(0.0, 0.0, 0, "", next(count), src, ())]
-    done: set[Layout] = set()
+    # a path is a linked list (parent path, move): pushing is O(1), not a tuple copy
+    heap = [(0.0, 0.0, 0, "", next(count), src, None)]
+    best: dict[Layout, tuple[Move, ...]] = {}
     while heap:
-        time, nbytes, nsteps, text, _, lay, moves = heapq.heappop(heap)
-        if lay == dst:
-            return RedistributePlan(src, dst, ttype, moves)
-        if lay in done:
+        time, nbytes, nsteps, text, _, lay, path = heapq.heappop(heap)
+        if lay in best:
             continue
-        done.add(lay)
-        for mv in _moves(lay, ttype, mesh, keep):
-            if mv.after in done:
+        best[lay] = path
+        for mv, key in _moves(lay, ttype, mesh, keep):
+            if mv.after in best:
                 continue
             c = mv.collective
             t = time + (c.time_s if c else 0.0)
             b = nbytes + (c.bytes_per_device if c else 0.0)
-            heapq.heappush(heap, (t, b, nsteps + 1, text + " " + _key(mv), next(count),
-                                  mv.after, moves + (mv,)))  # fmt: skip
-    raise ShardingError(  # unreachable for valid layouts: gather all, then slice
-        f"no redistribution from {src.format(ttype)} to {dst.format(ttype)}"
-    )
+            heapq.heappush(heap, (t, b, nsteps + 1, text + " " + key, next(count),
+                                  mv.after, (path, mv)))  # fmt: skip
+    for lay, path in best.items():
+        moves = []
+        while path is not None:
+            path, mv = path
+            moves.append(mv)
+        best[lay] = tuple(reversed(moves))
+    return best
 
 
 def _key(mv: Move) -> str:
@@ -182,7 +197,14 @@ def _with_dim(dims, dim: int, axes: tuple[str, ...]):
     return dims[:dim] + (axes,) + dims[dim + 1 :]
 
 
-def _moves(lay: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]):
+@lru_cache(maxsize=65536)
+def _moves(
+    lay: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]
+) -> tuple[tuple[Move, str], ...]:
+    return tuple((mv, _key(mv)) for mv in _gen_moves(lay, ttype, mesh, keep))
+
+
+def _gen_moves(lay: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]):
     dims, rank = lay.dims, lay.rank
     here = _nbytes(lay, ttype, mesh)
     used = set(lay.axes) | set(lay.partial)
