@@ -11,6 +11,7 @@ array([2., 4.], dtype=float32)
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -376,7 +377,17 @@ def value_and_grad(fn: Callable[..., Tensor], argnums: int | Sequence[int] = 0):
 
     wrapped.__name__ = f"value_and_grad({getattr(fn, '__name__', 'fn')})"
     wrapped.__explorer_wraps__ = fn
+    _keep_signature(wrapped, fn)
     return wrapped
+
+
+def _keep_signature(wrapped: Callable, fn: Callable) -> None:
+    """Give ``wrapped(*args)`` ``fn``'s signature, so that ``jit`` binds tensor arguments
+    by name and captures them as graph inputs (not as constants of one call)."""
+    try:
+        wrapped.__signature__ = inspect.signature(fn)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        pass
 
 
 def grad(fn: Callable[..., Tensor], argnums: int | Sequence[int] = 0):
@@ -389,4 +400,5 @@ def grad(fn: Callable[..., Tensor], argnums: int | Sequence[int] = 0):
 
     wrapped.__name__ = f"grad({getattr(fn, '__name__', 'fn')})"
     wrapped.__explorer_wraps__ = fn
+    _keep_signature(wrapped, fn)
     return wrapped

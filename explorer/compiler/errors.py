@@ -87,7 +87,8 @@ class ShapeError(CompilerError, ValueError):
 class GraphBreak(CompilerError):
     """Raised during capture where the graph cannot continue (a ``.numpy()`` call, ``bool()``
     of a tensor outside a converted ``if``). Strict mode turns it into a ``JitSyntaxError``;
-    lax mode runs the function eagerly and records the break in the trace."""
+    lax mode compiles the function up to the statement that broke, runs the rest eagerly
+    and records the break in the trace."""
 
     def __init__(self, construct: str, hint: str, location: SourceLocation | None = None):
         self.construct = construct

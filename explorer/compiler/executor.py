@@ -68,7 +68,7 @@ class Program:
                 out = views.get(n.name)
                 fn = k if out is None else _bind_out(k, out)
             self.steps.append((fn, ins, s))
-            replaced = n.attr("ops", ()) if n.op == "fused" else ()
+            replaced = n.attr("ops", ()) if n.op in ("fused", "masked_softmax") else ()
             nbytes = 0 if n.name in views else n.type.nbytes
             self.meta.append((n.name, n.op, tuple(t.shape for t in in_types) + (n.type.shape,),
                               graph.node_flops(n.name), nbytes, tuple(replaced)))  # fmt: skip

@@ -9,13 +9,13 @@ what memory planning asks.
 from __future__ import annotations
 
 import math
-import string
 from collections.abc import Callable
 
 import numpy as np
 
 from ..ir import Node, TensorType, opdef
 from ..ir.ops_tensor import GELU_C, GELU_K, index_tuple
+from .ufunc_program import UnsupportedExpr, compile_expr
 
 __all__ = ["make_kernel", "WRITES_OUT", "IN_PLACE", "ALIASES", "einsum_as_matmul"]
 
@@ -29,10 +29,14 @@ _UFUNC = {
     "ne": np.not_equal, "logical_not": np.logical_not,
 }  # fmt: skip
 
-IN_PLACE = frozenset(_UFUNC) | {"fused", "scale", "relu", "softmax", "causal_mask"}
+IN_PLACE = frozenset(_UFUNC) | {"fused", "scale", "relu", "softmax", "causal_mask",
+                                "masked_softmax"}  # fmt: skip
 WRITES_OUT = IN_PLACE | {"gelu", "silu", "matmul", "bmm", "einsum", "layernorm", "rmsnorm",
                          "sum", "mean", "max", "embedding", "where"}  # fmt: skip
 ALIASES = frozenset({"reshape", "transpose", "broadcast_to", "getitem", "dropout"})
+# A fused kernel up to this many elements runs as numpy ufunc calls (``ufunc_program``):
+# numexpr's per-call cost (tens of us) and scalar exp lose to numpy on small arrays.
+UFUNC_MAX_NUMEL = 1 << 17
 
 
 def _alloc(t: TensorType):
@@ -153,49 +157,21 @@ def make_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
         dummies = [np.empty(s.shape, np.float32) for s in in_types]
         path = np.einsum_path(eq, *dummies, optimize="greedy")[0]
         return lambda *xs, out=None: np.einsum(eq, *xs, optimize=path, out=out)
-    if op == "softmax":
-
-        def k_softmax(x, out=None):
-            o = alloc() if out is None else out
-            m = x.max(axis=-1, keepdims=True)
-            np.subtract(x, m, out=o)
-            np.exp(o, out=o)
-            o /= o.sum(axis=-1, keepdims=True)
-            return o
-
-        return k_softmax
+    if op in ("softmax", "masked_softmax"):
+        return _softmax_kernel(t, attrs)
     if op == "causal_mask":
-        s, tt = t.shape[-2], t.shape[-1]
-        drop = ~(np.arange(tt)[None, :] <= (np.arange(s)[:, None] + attrs["offset"]))
+        drop = ~_causal_keep(t.shape, attrs["offset"])
+        ninf = np.asarray(-np.inf, t.dtype.numpy)
 
         def k_mask(x, out=None):
             o = alloc() if out is None else out
-            if o is not x:
-                np.copyto(o, x)
-            o[..., drop] = -np.inf
+            np.copyto(o, x)
+            np.copyto(o, ninf, where=drop)
             return o
 
         return k_mask
     if op in ("layernorm", "rmsnorm"):
-        d = t.shape[-1]
-        eps = np.float32(attrs["eps"])
-        sub = string.ascii_lowercase[: t.rank - 1]
-        dot = f"{sub}z,{sub}z->{sub}"
-
-        def k_norm(x, g, b=None, out=None):
-            o = alloc() if out is None else out
-            if op == "layernorm":
-                np.subtract(x, x.mean(axis=-1, keepdims=True), out=o)
-            elif o is not x:
-                np.copyto(o, x)
-            var = np.einsum(dot, o, o)[..., None] / np.float32(d)
-            o *= 1.0 / np.sqrt(var + eps)
-            o *= g
-            if b is not None:
-                o += b
-            return o
-
-        return k_norm
+        return _norm_kernel(op, t, attrs)
     if op in ("sum", "mean", "max"):
         fn = {"sum": np.sum, "mean": np.mean, "max": np.max}[op]
         axes = None if attrs["axes"] is None else tuple(attrs["axes"])
@@ -230,6 +206,13 @@ def _fused_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
     from numexpr.necompiler import getType
 
     attrs = dict(node.attrs)
+    if node.type.numel <= UFUNC_MAX_NUMEL:
+        try:
+            return compile_expr(attrs["expr"], [t.dtype.numpy for t in in_types],
+                                attrs.get("consts", ()), node.type.shape,
+                                node.type.dtype.numpy)  # fmt: skip
+        except UnsupportedExpr:
+            pass
     consts = [np.asarray(c, np.float32) for c in attrs.get("consts", ())]
     sig = [(f"in{i}", getType(np.empty(0, t.dtype.numpy))) for i, t in enumerate(in_types)]
     sig += [(f"k{i}", getType(c)) for i, c in enumerate(consts)]
@@ -243,3 +226,73 @@ def _fused_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
         return prog(*xs, *consts, out=out, **kw)
 
     return k_fused
+
+
+def _causal_keep(shape: tuple[int, ...], offset: int) -> np.ndarray:
+    s, t = shape[-2], shape[-1]
+    return np.arange(t)[None, :] <= (np.arange(s)[:, None] + offset)
+
+
+def _softmax_kernel(t: TensorType, attrs: dict) -> Kernel:
+    """Softmax over the last dim, optionally after a scale and a causal mask (the fused
+    ``masked_softmax``); the row maxima and sums go to scratch buffers allocated once."""
+    alloc = _alloc(t)
+    dt = t.dtype.numpy.type
+    rows = t.shape[:-1] + (1,)
+    peak, total = np.empty(rows, dt), np.empty(rows, dt)
+    d, total_flat = t.shape[-1], total.reshape(-1)
+    ones = np.ones(d, dt)  # row sums as one BLAS matrix-vector product
+    scale = attrs.get("scale", 1.0)
+    factor = None if scale == 1.0 else dt(scale)
+    drop = ~_causal_keep(t.shape, attrs["offset"]) if attrs.get("causal") else None
+    ninf = dt(-np.inf)
+
+    def k_softmax(x, out=None):
+        o = alloc() if out is None else out
+        if factor is not None:
+            np.multiply(x, factor, out=o)
+        elif o is not x:
+            np.copyto(o, x)
+        if drop is not None:
+            np.copyto(o, ninf, where=drop)
+        np.maximum.reduce(o, axis=-1, keepdims=True, out=peak)
+        o -= peak
+        np.exp(o, out=o)
+        np.matmul(o.reshape(-1, d), ones, out=total_flat)
+        o /= total
+        return o
+
+    return k_softmax
+
+
+def _norm_kernel(op: str, t: TensorType, attrs: dict) -> Kernel:
+    """Layer norm or RMS norm over the last dim, with row statistics in scratch buffers."""
+    alloc = _alloc(t)
+    dt = t.dtype.numpy.type
+    rows = t.shape[:-1] + (1,)
+    mean, var = np.empty(rows, dt), np.empty(rows, dt)
+    d = t.shape[-1]
+    mean_flat, var_flat = mean.reshape(-1), var.reshape(-1)
+    inv_d, eps = dt(1.0 / d), dt(attrs["eps"])
+    averager = np.full(d, inv_d, dt)  # row means as one BLAS matrix-vector product
+    center = op == "layernorm"
+
+    def k_norm(x, g, b=None, out=None):
+        o = alloc() if out is None else out
+        if center:
+            np.matmul(x.reshape(-1, d), averager, out=mean_flat)
+            np.subtract(x, mean, out=o)
+        elif o is not x:
+            np.copyto(o, x)
+        o2 = o.reshape(-1, d)
+        np.einsum("ij,ij->i", o2, o2, out=var_flat)  # row sums of squares, no temporary
+        np.multiply(var, inv_d, out=var)
+        np.add(var, eps, out=var)
+        np.sqrt(var, out=var)
+        o /= var
+        o *= g
+        if b is not None:
+            o += b
+        return o
+
+    return k_norm

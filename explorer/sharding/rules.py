@@ -46,8 +46,10 @@ LINEAR_CONTRACTION = frozenset({
     "matmul", "bmm", "einsum", "sum", "mean", "embedding", "embedding_grad", "moe_combine",
 })  # fmt: skip
 
-# Ops whose attributes name global shapes or hold subgraphs: only the replicated strategy.
-REPLICATED_ONLY = frozenset({"broadcast_to", "getitem", "getitem_grad", "cond", "loop", "fused"})
+# Ops whose attributes name global shapes or hold subgraphs, and the compiler's fused
+# kernels (O2 only, never planned): only the replicated strategy.
+REPLICATED_ONLY = frozenset({"broadcast_to", "getitem", "getitem_grad", "cond", "loop", "fused",
+                             "masked_softmax"})  # fmt: skip
 
 # Backward ops whose last (normalised) letter needs statistics we do not split.
 _LAST_FIXED = frozenset({"softmax_grad", "layernorm_grad", "rmsnorm_grad", "cross_entropy_grad"})

@@ -39,6 +39,7 @@ from ..passes.memory_plan import plan_memory
 from ..tensor import STATE, Tensor, tensor
 from . import runtime, transform
 from .capture import Tracer, tracing
+from .split import Split, plan_split
 from .symbolic import PRIMES, rebind
 
 __all__ = ["jit", "JitFunction", "capture", "CacheEntry"]
@@ -61,6 +62,7 @@ class CacheEntry:
     out_tree: Any
     compile_ms: float
     fallback: GraphBreak | None = None
+    split: Split | None = None
     symbols: dict[str, int] = field(default_factory=dict)
     programs: dict[tuple, Program] = field(default_factory=dict)
 
@@ -192,7 +194,7 @@ class JitFunction:
         rec = _trace.active()
         if entry is None:
             entry = self._compile(bound, key)
-        if entry.fallback is not None:
+        if entry.fallback is not None and entry.split is None:
             if rec is not None:
                 rec.note("graph_break", entry.fallback.construct,
                          f"{entry.fallback.construct} at {entry.fallback.location}; "
@@ -207,11 +209,18 @@ class JitFunction:
         feeds = [_array(v) for v in _leaves(bound)]
         feeds += [p.data for _, p in entry.params]
         outs = prog.run(feeds)
-        return _unflatten(entry.out_tree, iter(outs))
+        result = _unflatten(entry.out_tree, iter(outs))
+        if entry.split is None:
+            return result
+        sp, gb = entry.split, entry.fallback
+        if rec is not None:
+            rec.note("graph_break", gb.construct,
+                     f"{gb.construct} at {gb.location}; compiled up to line {sp.line - 1}, "
+                     f"eager from line {sp.line}")  # fmt: skip
+        return sp.tail(*sp.tail_args(bound.arguments, result))
 
     def _compile(self, bound: inspect.BoundArguments, key: tuple) -> CacheEntry:
         t0 = time.perf_counter()
-        rec = _trace.active()
         reason = _diff(self._last_key, key)
         symbols: dict[str, int] = {}
         try:
@@ -219,24 +228,51 @@ class JitFunction:
         except GraphBreak as gb:
             if self.syntax == "strict":
                 raise JitSyntaxError(gb.construct, gb.location, gb.hint) from None
-            entry = CacheEntry(key, None, None, [], None, [], None, 0.0, gb)
-            self.cache[key] = entry
-            self._last_key = key
-            return entry
+            symbols = {}
+            split, head = self._split(gb, bound, symbols)
+            if split is None:
+                entry = CacheEntry(key, None, None, [], None, [], None, 0.0, gb)
+                self.cache[key] = entry
+                self._last_key = key
+                return entry
+            captured, params, tree = head
+            graph, steps, plan = optimize(captured, self.level)
+            ms = (time.perf_counter() - t0) * 1e3
+            entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms, gb, split,
+                               symbols)  # fmt: skip
+            return self._store(entry, reason)
         graph, steps, plan = optimize(captured, self.level)
         ms = (time.perf_counter() - t0) * 1e3
         entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms,
                            symbols=symbols)  # fmt: skip
-        self.cache[key] = entry
+        return self._store(entry, reason)
+
+    def _store(self, entry: CacheEntry, reason: str) -> CacheEntry:
+        self.cache[entry.key] = entry
+        rec = _trace.active()
         if rec is not None:
             kind = "compile" if self._last_key is None else "recompile"
-            rec.note(kind, self.fn.__name__, reason, dur_us=ms * 1e3)
-        self._last_key = key
+            rec.note(kind, self.fn.__name__, reason, dur_us=entry.compile_ms * 1e3)
+        self._last_key = entry.key
         return entry
 
-    def _capture(self, bound, symbols: dict[str, int]):
+    def _split(self, gb: GraphBreak, bound, symbols: dict[str, int]) -> tuple[Split | None, Any]:
+        """Lax mode: where to cut the function at ``gb`` and the captured head; (None,
+        None) when it cannot be cut (the whole function then runs eagerly)."""
+        split = plan_split(self.fn, gb, runtime) if self.capture == "ast" else None
+        if split is None:
+            return None, None
+        try:
+            return split, self._capture(bound, symbols, split.upto)
+        except GraphBreak:
+            return None, None
+
+    def _capture(self, bound, symbols: dict[str, int], upto: int | None = None):
         if self.capture == "ast":
             issues = transform.check(self.fn)
+            if upto is not None:  # only the head is compiled: later issues run eagerly
+                first = transform._source(self.fn)[0].body[upto].lineno
+                issues = [i for i in issues if i.location.lineno < first]
             if issues:
                 i = issues[0]
                 raise GraphBreak(i.construct, i.hint, i.location)
@@ -255,7 +291,11 @@ class JitFunction:
         fn = self.fn
         if self.capture == "ast":
             with tracing(tracer):
-                fn = runtime.maybe_convert(fn)
+                fn = (
+                    runtime.maybe_convert(fn)
+                    if upto is None
+                    else transform.convert(fn, runtime, upto)
+                )
         with tracing(tracer):
             out = fn(*call.args, **call.kwargs)
         flat, tree = _flatten(out)
@@ -311,7 +351,9 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
         level: ``"O0"`` (no passes), ``"O1"`` (fold, CSE, DCE, simplify), ``"O2"`` (O1 +
             elementwise fusion + memory planning).
         syntax: ``"strict"`` raises ``JitSyntaxError`` at an unsupported construct;
-            ``"lax"`` runs the function eagerly there (a graph break, in the trace).
+            ``"lax"`` splits the function there (a graph break, in the trace): the
+            top-level statements before it are compiled, the rest runs eagerly (all of it
+            when the break is in the first statement or a ``return`` precedes it).
         capture: ``"ast"`` converts the source (tensor ``if``/``while`` become cond/loop
             nodes); ``"trace"`` records one run (a tensor branch is frozen to this run's).
         dynamic: symbolic dims, ``{"x": {0: "B"}}``: one compilation serves every size of

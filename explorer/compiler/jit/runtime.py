@@ -4,7 +4,8 @@ A test that is a Python value runs as plain Python (so branches on Python values
 ``for`` over ``range`` are resolved at compile time); a test that is a traced tensor
 becomes ``cond`` or ``loop`` nodes whose bodies are traced into subgraphs. While a
 gradient tape is recording, a tensor ``if`` is lowered to a select (both branches and
-``where``) so that it stays differentiable.
+``where``) so that it stays differentiable, and a tensor ``while`` gets a gradient loop
+(``loop_grad``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..errors import JitSyntaxError, ShapeError, SourceLocation, user_location
 from ..tensor import STATE, Tensor
 from .capture import Tracer, tracing
 
-__all__ = ["ld", "if_", "while_", "call", "maybe_convert", "UNDEFINED"]
+__all__ = ["ld", "if_", "while_", "loop", "call", "maybe_convert", "UNDEFINED"]
 
 _IDS = itertools.count(1)
 _INTERNAL = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -151,7 +152,8 @@ def if_(test: Any, then_fn, else_fn, init: tuple, names: tuple[str, ...], line: 
 
 def while_(cond_fn, body_fn, init: tuple, names: tuple[str, ...], line: int):
     """A converted ``while``: Python loop while the test is a Python value; a ``loop``
-    node from the first iteration whose test is a tensor."""
+    node from the first iteration whose test is a tensor (differentiable while a gradient
+    tape records: ``loop_grad``)."""
     vals = tuple(init)
     c = cond_fn(*vals)
     while not _sym(c):
@@ -160,10 +162,15 @@ def while_(cond_fn, body_fn, init: tuple, names: tuple[str, ...], line: int):
         vals = tuple(body_fn(*vals))
         c = cond_fn(*vals)
     if STATE.tapes:
-        raise JitSyntaxError(
-            "a gradient through a while loop on a tensor", _loc(line),
-            "use a Python-bounded for loop (unrolled), or take the gradient eagerly",
-        )  # fmt: skip
+        from .loop_grad import differentiable_loop
+
+        return differentiable_loop(cond_fn, body_fn, vals, names, line)
+    return loop(cond_fn, body_fn, vals, names, line)[0]
+
+
+def loop(cond_fn, body_fn, vals: tuple, names: tuple[str, ...], line: int):
+    """A ``loop`` node for a while whose test is a tensor: (the values after the loop, the
+    state positions, the outer tensors the bodies capture)."""
     tracer = STATE.tracer
     state_idx = [k for k, v in enumerate(vals) if v is not UNDEFINED and (
         isinstance(v, Tensor) or (isinstance(v, numbers.Number) and not isinstance(v, bool)))]  # fmt: skip
@@ -213,7 +220,7 @@ def while_(cond_fn, body_fn, init: tuple, names: tuple[str, ...], line: int):
     result = list(vals)
     for i, k in enumerate(state_idx):
         result[k] = tracer.add_node("loop", inputs, dict(attrs, index=i), f"loop.{names[k]}")
-    return tuple(result)
+    return tuple(result), state_idx, [*cc, *bc]
 
 
 def _user_function(f: Any) -> bool:

@@ -242,16 +242,28 @@ def check(fn) -> list[Issue]:
     return issues
 
 
-_CACHE: dict[types.CodeType, Any] = {}
+_CACHE: dict[tuple[types.CodeType, int | None], Any] = {}
 
 
-def convert(fn, runtime: Any) -> types.FunctionType:
-    """The converted function (cached per code object; closures re-bound on every call)."""
+def convert(fn, runtime: Any, upto: int | None = None) -> types.FunctionType:
+    """The converted function (cached per code object; closures re-bound on every call).
+
+    ``upto``: keep only the first ``upto`` top-level statements and return the values of
+    the names they assign, in ``_stored_names`` order (the compiled head of a function split
+    at a graph break; see ``split``)."""
     code = fn.__code__
-    factory = _CACHE.get(code)
+    factory = _CACHE.get((code, upto))
     if factory is None:
         fdef, filename, _ = _source(fn)
+        ret = None
+        if upto is not None:
+            head = fdef.body[:upto]
+            ret = ast.Tuple([_ld(n) for n in _stored_names(head)], ast.Load())
+            ret = ast.copy_location(ast.Return(ret), head[-1])
+            fdef.body = head
         fdef = _Converter().visit(fdef)
+        if ret is not None:
+            fdef.body.append(ret)
         freevars = list(code.co_freevars)
         args = ast.arguments([], [ast.arg(v) for v in freevars], None, [], [], None, [])
         wrapper = ast.FunctionDef("__jit_factory", args, [fdef, ast.Return(
@@ -264,7 +276,7 @@ def convert(fn, runtime: Any) -> types.FunctionType:
         ns: dict[str, Any] = {}
         exec(compiled, fn.__globals__, ns)  # noqa: S102  (our own transformed source)
         factory = ns["__jit_factory"]
-        _CACHE[code] = factory
+        _CACHE[(code, upto)] = factory
     cells = [c.cell_contents for c in (fn.__closure__ or ())]
     new = factory(*cells)
     new.__defaults__ = fn.__defaults__

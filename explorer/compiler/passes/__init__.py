@@ -5,12 +5,13 @@ from .dce import dce
 from .driver import LEVELS, PASSES, Level, optimize
 from .fold import fold
 from .fuse import fuse
+from .fuse_softmax import fuse_softmax
 from .memory_plan import MemoryPlan, memory_plan, plan_memory
 from .rewrite import PassDidNotConverge, Rewrite, RewriteStep, Rule, run_rules
 from .simplify import simplify
 
 __all__ = [
-    "fold", "cse", "dce", "simplify", "fuse", "memory_plan", "plan_memory", "MemoryPlan",
+    "fold", "cse", "dce", "simplify", "fuse", "fuse_softmax", "memory_plan", "plan_memory", "MemoryPlan",
     "optimize", "LEVELS", "PASSES", "Level", "RewriteStep", "Rule", "Rewrite", "run_rules",
     "PassDidNotConverge",
 ]  # fmt: skip

@@ -1,5 +1,5 @@
-"""Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, fusion, memory
-planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level."""
+"""Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, attention-score
+fusion, elementwise fusion, memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from .cse import cse
 from .dce import dce
 from .fold import fold
 from .fuse import fuse
+from .fuse_softmax import fuse_softmax
 from .memory_plan import MemoryPlan, memory_plan
 from .rewrite import RewriteStep
 from .simplify import simplify
@@ -21,12 +22,13 @@ __all__ = ["Level", "LEVELS", "optimize", "PASSES"]
 
 Level = Literal["O0", "O1", "O2"]
 PASSES: dict[str, Callable[[Graph], tuple[Graph, list[RewriteStep]]]] = {
-    "fold": fold, "cse": cse, "simplify": simplify, "dce": dce, "fuse": fuse,
+    "fold": fold, "cse": cse, "simplify": simplify, "dce": dce, "fuse_softmax": fuse_softmax,
+    "fuse": fuse,
 }  # fmt: skip
 LEVELS: dict[str, tuple[str, ...]] = {
     "O0": (),
     "O1": ("fold", "simplify", "cse", "dce"),
-    "O2": ("fold", "simplify", "cse", "dce", "fuse"),
+    "O2": ("fold", "simplify", "cse", "dce", "fuse_softmax", "fuse"),
 }
 
 

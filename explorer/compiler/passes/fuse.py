@@ -1,5 +1,7 @@
 """Elementwise fusion: a chain of elementwise ops becomes one ``fused`` node whose numexpr
-expression makes a single pass over memory (no temporaries between the ops).
+expression makes a single pass over memory (no temporaries between the ops). The executor
+runs small fused kernels as numpy ufunc calls instead (``ufunc_program``: faster below
+~10^5 elements, where numexpr's per-call cost dominates).
 
 A producer joins its consumer's kernel when it is fusible, has that single use, is not a
 graph output and has the consumer's shape (so nothing is recomputed per element of a
