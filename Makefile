@@ -15,11 +15,15 @@ explore: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[notebook]'
 	$(BIN)/jupyter lab notebooks/
 
-test: $(BIN)/python
+test: $(BIN)/python /usr/bin/chromium
 	$(BIN)/python -m pip install --quiet -e '.[dev,notebook]'
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
+
+# The browser test drives Debian's Chromium (Playwright's own browser download is not used).
+/usr/bin/chromium:
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 bench: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,notebook]'

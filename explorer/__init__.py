@@ -11,7 +11,17 @@ from . import compiler, hardware, ir, models, planner, sharding, trace
 from .compiler import F, Tensor, grad, jit, nn, tensor
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
-from .planner import CostBreakdown, CostParams, ShardingPlan, search
+from .planner import (
+    CostBreakdown,
+    CostParams,
+    ParallelConfig,
+    ShardingPlan,
+    TrainingPlan,
+    plan_training,
+    scaling_curve,
+    search,
+    simulate,
+)
 
 __version__ = "0.1.0"
 
@@ -19,4 +29,5 @@ __all__ = [
     "ir", "models", "hardware", "sharding", "planner", "Mesh", "Graph", "GraphBuilder",
     "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
     "compiler", "trace", "jit", "tensor", "Tensor", "grad", "F", "nn",
+    "ParallelConfig", "simulate", "plan_training", "TrainingPlan", "scaling_curve",
 ]  # fmt: skip

@@ -35,6 +35,17 @@ def _ir(args) -> int:
     return 0
 
 
+def _plan(args) -> int:
+    from .planner import plan_training
+
+    plan = plan_training(
+        args.model, devices=args.devices, hardware=args.hardware,
+        global_batch=args.global_batch, seq=args.seq, top_k=args.top,
+    )  # fmt: skip
+    print(plan.to_json() if args.json else plan.report())
+    return 0
+
+
 def _list(args) -> int:
     names = models.names() if args.what == "models" else hardware.names()
     print(json.dumps(list(names)) if args.json else "\n".join(names))
@@ -59,6 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             s.add_argument("--lines", type=int, default=40)
         s.set_defaults(func=func)
+    s = sub.add_parser("plan", help="the fastest DP x TP x PP x ZeRO x recompute plan that fits")
+    s.add_argument("model")
+    s.add_argument("--devices", type=int, required=True)
+    s.add_argument("--hardware", default="a100-80g")
+    s.add_argument("--global-batch", type=int, required=True)
+    s.add_argument("--seq", type=int, default=None)
+    s.add_argument("--top", type=int, default=5, help="alternatives to show")
+    s.add_argument("--json", action="store_true", help="write the TrainingPlan as JSON")
+    s.set_defaults(func=_plan)
     return p
 
 

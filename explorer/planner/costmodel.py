@@ -121,11 +121,19 @@ class CostModel:
             for j, c in enumerate(cs):
                 ct[i, j], cb[i, j], ck[i, j] = c.time_s, c.bytes_per_device, _KIND_INDEX[c.kind]
         node = g.node(name)
-        dtype = node.type.dtype.value if node.type.dtype.is_float else "fp32"
         peak = mem_bw = 0.0
         if mesh.hardware is not None:
             chip = mesh.hardware.chip
-            peak = chip.peak_flops(dtype if dtype in chip.dtypes else "fp32")
+            dtype = node.type.dtype.value
+            if dtype in chip.dtypes:
+                peak = chip.peak_flops(dtype)
+            elif not any(s.local_flops for s in strats) or g.group(name) is not OpGroup.CONTRACTION:
+                # Elementwise and reduction ops run on vector units, for which profiles list
+                # no peak (Ascend 910 lists only its fp16/int8 cube rates): they are costed
+                # as memory-bound, by bytes over bandwidth alone.
+                peak = float("inf")
+            else:
+                peak = chip.peak_flops(dtype)  # raises: names the chip and the dtypes it has
             mem_bw = chip.memory_bandwidth_bytes_per_s
         return NodeTable(
             name=name, strategies=strats,

@@ -13,6 +13,9 @@ from .solvers import SearchError
 __all__ = ["solve_recursive", "solve_propagation"]
 
 
+TOP_OPS, TOP_CUTS = 6, 8  # propagation starts of recursive programming: ops x their cuts
+
+
 def _neighbours(p: Problem) -> list[list[tuple[int, np.ndarray]]]:
     """For every node, (neighbour, matrix oriented [node k, neighbour k])."""
     nb: list[list[tuple[int, np.ndarray]]] = [[] for _ in p.model.names]
@@ -28,9 +31,42 @@ def _axis_letters(s: Strategy, axes: tuple[str, ...]) -> tuple[str | None, ...]:
 
 
 def solve_recursive(p: Problem) -> dict[int, int]:
-    """Recursive programming: one round per mesh axis (outermost first).
+    """Recursive programming (see ``_rounds``) from a few starts, each refined by local
+    descent; the cheapest wins. Starts: rounds over the mesh axes outermost first and
+    innermost first, ops by descending cost and in graph order, and the all-replicated plan
+    (rounds are myopic where latency dominates, on tiny tensors)."""
+    model = p.model
+    axes = tuple(a for a in model.mesh.axis_names if model.mesh.axis_size(a) > 1)
+    nb = _neighbours(p)
+    by_cost = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
+    by_graph = sorted(p.active)
+    starts = [{i: 0 for i in p.active}]
+    for ax in dict.fromkeys((axes, axes[::-1])):
+        for order in (by_cost, by_graph):
+            starts.append(_rounds(p, ax, order, nb))
+    # Coherent chains (heads split through a whole attention block) come from propagating
+    # each of the costliest op's cheapest cuts through the graph.
+    tops, scopes = [], set()
+    for i in by_cost:  # the costliest op of each scope (attention, MLP, experts, head)
+        scope = model.graph.node(model.names[i]).scope
+        if scope not in scopes:
+            scopes.add(scope)
+            tops.append(i)
+    for top in tops[:TOP_OPS]:
+        for k in np.argsort(p.cost[top], kind="stable")[:TOP_CUTS]:
+            starts.append(solve_propagation(p, {top: int(k)}))
+    best = None
+    for start in starts:
+        plan = _refine(p, dict(start), nb, by_cost)
+        if best is None or p.objective(plan) < p.objective(best):
+            best = plan
+    return best
 
-    In each round every op, visited by descending cost, picks which of its dims the round's
+
+def _rounds(p: Problem, axes: tuple[str, ...], order: list[int], nb) -> dict[int, int]:
+    """One pass of recursive programming: one round per mesh axis, in the order given.
+
+    In each round every op, visited in ``order``, picks which of its dims the round's
     axis cuts (or none): the cut with the lowest op cost plus the redistribution cost to
     every neighbour under the neighbour's current cut. Earlier rounds' cuts are kept, so
     the final strategy is built axis by axis as MindSpore builds it halving by halving
@@ -38,9 +74,8 @@ def solve_recursive(p: Problem) -> dict[int, int]:
     log2(devices) rounds).
     """
     model = p.model
-    axes = tuple(a for a in model.mesh.axis_names if model.mesh.axis_size(a) > 1)
     # Which strategy cuts which dim on each axis depends on the tables only: cached on them.
-    cache = model.__dict__.setdefault("_rp_keys", {})
+    cache = model.__dict__.setdefault("_rp_keys", {}).setdefault(axes, {})
     keys: dict[int, dict[tuple, int]] = {}
     for i in p.active:
         if i not in cache:
@@ -49,11 +84,9 @@ def solve_recursive(p: Problem) -> dict[int, int]:
                 found.setdefault(_axis_letters(s, axes), k)
             cache[i] = found
         keys[i] = cache[i]
-    nb = _neighbours(p)
     decided: dict[int, tuple] = {i: (None,) * len(axes) for i in p.active}
     current = {i: keys[i][decided[i]] for i in p.active}
-    order = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
-    cand_cache = model.__dict__.setdefault("_rp_cands", {})
+    cand_cache = model.__dict__.setdefault("_rp_cands", {}).setdefault(axes, {})
 
     def round_cands(r: int, i: int) -> tuple[tuple[tuple, ...], np.ndarray]:
         """Candidates: earlier rounds' cuts kept, this round's axis free, later ones unset."""
@@ -81,25 +114,39 @@ def solve_recursive(p: Problem) -> dict[int, int]:
             decided[i] = cand_keys[best]
             current[i] = int(ks[best])
             visited.add(i)
-    # Rounds are myopic where latency dominates (tiny tensors): refine the rounds' plan and
-    # the all-replicated plan by local descent and keep the cheaper.
-    best = _refine(p, current, nb, order)
-    other = _refine(p, {i: 0 for i in p.active}, nb, order)
-    return best if p.objective(best) <= p.objective(other) else other
+    return current
 
 
 def _refine(p: Problem, current: dict[int, int], nb, order, sweeps: int = 8) -> dict[int, int]:
-    """Local improvement after the rounds: each op in turn takes its best strategy given
-    its neighbours' (a descent: the total never grows), until a sweep changes nothing."""
+    """Local improvement after the rounds, a descent (the total never grows): each op takes
+    its best strategy given its neighbours'; then each edge re-picks both ends together
+    (which frees two ops locked to each other); repeated until a sweep changes nothing."""
+
+    def unary(i: int, skip: int = -1) -> np.ndarray:
+        c = p.cost[i] + p.eps * p.tie[i]
+        for j, m in nb[i]:
+            if j != skip:
+                c = c + m[:, current[j]]
+        return c
+
     for _ in range(sweeps):
         changed = False
         for i in order:
-            c = p.cost[i] + p.eps * p.tie[i]
-            for j, m in nb[i]:
-                c = c + m[:, current[j]]
+            c = unary(i)
             k = int(np.argmin(c))
             if c[k] < c[current[i]] - 1e-12 * abs(c[current[i]]):
                 current[i] = k
+                changed = True
+        for i, j, _m in p.edges:
+            if i == j:
+                continue
+            # the pair's cost with every other neighbour fixed; parallel edges between i
+            # and j are all in both unaries' skip, so m is added once per such edge below
+            both = [mm for jj, mm in nb[i] if jj == j]
+            c = unary(i, skip=j)[:, None] + unary(j, skip=i)[None, :] + sum(both)
+            a, b = np.unravel_index(int(np.argmin(c)), c.shape)
+            if c[a, b] < c[current[i], current[j]] - 1e-12 * abs(c[current[i], current[j]]):
+                current[i], current[j] = int(a), int(b)
                 changed = True
         if not changed:
             break

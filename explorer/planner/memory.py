@@ -1,0 +1,186 @@
+"""Memory per device of a training step: model states, activations and named allowances.
+
+Model states follow mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", section 3.1):
+2 bytes of 16-bit weights, 2 of 16-bit gradients and 12 of fp32 optimizer state (master
+weights, momentum, variance) per parameter; ZeRO stage 1 divides the optimizer states over
+the data-parallel group, stage 2 the gradients too, stage 3 the weights too.
+
+Activations per transformer layer and microbatch follow Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", equations (1)-(5), in bytes for
+sequence s, microbatch b, hidden h, heads a, tensor parallel t:
+
+======================== ==================================
+no parallelism           ``sbh (34 + 5as/h)``
+tensor parallel          ``sbh (10 + 24/t + 5as/(ht))``
+tensor + sequence par.   ``sbh (34/t + 5as/(ht))``
+selective recompute      the ``5as/(ht)`` term dropped
+full recompute           ``2sbh`` (``2sbh/t`` with sequence parallelism)
+======================== ==================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ActivationTerms",
+    "StateBytes",
+    "MemoryAllowances",
+    "MemoryBreakdown",
+    "activation_bytes_per_layer",
+    "model_state_bytes",
+]
+
+_GIB = 2**30
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of the model states (mixed-precision Adam).
+
+    Source: Rajbhandari et al. 2020 (ZeRO), section 3.1: 2 + 2 + 12 = 16 bytes.
+    """
+
+    weight_bytes: float = 2.0
+    gradient_bytes: float = 2.0
+    optimizer_bytes: float = 12.0
+    source: str = "Rajbhandari et al. 2020 (ZeRO) section 3.1, mixed-precision Adam"
+
+
+@dataclass(frozen=True)
+class ActivationTerms:
+    """The coefficients of Korthikanti et al. 2022's activation formulas (bytes per s*b*h).
+
+    Per layer: ``replicated_bytes`` are kept whole by tensor parallelism (norm inputs,
+    dropout masks), ``split_bytes`` are split by it (QKV, MLP activations), and
+    ``attention_bytes`` * a*s/h are the attention scores, softmax and its dropout mask;
+    full recompute keeps ``checkpoint_bytes`` (the layer input in 16 bits). The first stage
+    keeps ``embedding_dropout_bytes`` per microbatch in flight; the last stage keeps
+    ``head_bytes`` * (1 + V/h) / t for one microbatch (final norm, logits, fp32 loss),
+    section 4.3 of the paper.
+    """
+
+    replicated_bytes: float = 10.0
+    split_bytes: float = 24.0
+    attention_bytes: float = 5.0
+    checkpoint_bytes: float = 2.0
+    embedding_dropout_bytes: float = 1.0
+    head_bytes: float = 4.0
+    source: str = "Korthikanti et al. 2022, eqs. (1)-(5) and section 4.3"
+
+
+@dataclass(frozen=True)
+class MemoryAllowances:
+    """What activation and state estimators leave out, each its own row of the breakdown.
+
+    These are modelling assumptions, not measurements; set them to what your runtime shows
+    (e.g. ``torch.cuda.memory_reserved()`` of an empty job, NCCL's ``NCCL_BUFFSIZE``).
+
+    Args:
+        runtime_context_bytes: CUDA/CANN context, cuBLAS workspaces, framework runtime.
+        communication_buffer_bytes: collective-library buffers (NCCL/HCCL channels).
+        fragmentation_fraction: allocator fragmentation, a fraction of everything else.
+    """
+
+    runtime_context_bytes: float = 1.0 * _GIB
+    communication_buffer_bytes: float = 0.5 * _GIB
+    fragmentation_fraction: float = 0.05
+    source: str = "assumptions: typical CUDA context ~1 GiB, NCCL buffers ~0.5 GiB, 5% slack"
+
+    def __post_init__(self) -> None:
+        for k in ("runtime_context_bytes", "communication_buffer_bytes"):
+            if getattr(self, k) < 0:
+                raise ValueError(f"MemoryAllowances.{k}={getattr(self, k)}; expected >= 0")
+        if not 0 <= self.fragmentation_fraction < 1:
+            raise ValueError(
+                f"MemoryAllowances.fragmentation_fraction={self.fragmentation_fraction}; "
+                "expected 0 <= value < 1"
+            )
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per device, one row per kind; ``total`` is their sum.
+
+    >>> m = MemoryBreakdown(parameters=2e9, gradients=2e9, optimizer_states=12e9)
+    >>> m.total / 1e9
+    16.0
+    """
+
+    parameters: float = 0.0
+    gradients: float = 0.0
+    optimizer_states: float = 0.0
+    activations: float = 0.0
+    recompute_working_set: float = 0.0
+    zero_gather_buffer: float = 0.0
+    runtime_context: float = 0.0
+    communication_buffers: float = 0.0
+    fragmentation: float = 0.0
+    stage: int = 0
+
+    ROWS = (
+        "parameters", "gradients", "optimizer_states", "activations", "recompute_working_set",
+        "zero_gather_buffer", "runtime_context", "communication_buffers", "fragmentation",
+    )  # fmt: skip
+
+    @property
+    def total(self) -> float:
+        return sum(getattr(self, r) for r in self.ROWS)
+
+    def rows(self) -> tuple[tuple[str, float], ...]:
+        return tuple((r, float(getattr(self, r))) for r in self.ROWS)
+
+    def as_dict(self) -> dict[str, float]:
+        return {**dict(self.rows()), "total": self.total, "stage": self.stage}
+
+    def table(self, cap_bytes: float | None = None) -> str:
+        """One line per row in GiB, with the total (and the cap when given)."""
+        lines = [f"  {r:24s} {v / _GIB:9.2f} GiB" for r, v in self.rows()]
+        tail = f"  {'total':24s} {self.total / _GIB:9.2f} GiB"
+        if cap_bytes is not None:
+            tail += f"  of {cap_bytes / _GIB:.2f} GiB"
+        return "\n".join([f"memory per device (stage {self.stage}):", *lines, tail])
+
+    def __str__(self) -> str:
+        return f"{self.total / _GIB:.2f} GiB per device (stage {self.stage})"
+
+
+def activation_bytes_per_layer(
+    seq: int, microbatch: int, hidden: int, heads: int, tp: int = 1, sp: bool = False,
+    recompute: str = "none", terms: ActivationTerms = ActivationTerms(),
+) -> float:  # fmt: skip
+    """Activation bytes one transformer layer keeps for one microbatch until its backward.
+
+    Korthikanti et al. 2022 (see the module docstring); ``recompute`` is ``none``,
+    ``selective`` or ``full``.
+
+    >>> s, b, h, a = 2048, 1, 12288, 96
+    >>> activation_bytes_per_layer(s, b, h, a) == s * b * h * (34 + 5 * a * s / h)
+    True
+    >>> activation_bytes_per_layer(s, b, h, a, recompute="full") == 2 * s * b * h
+    True
+    """
+    sbh = seq * microbatch * hidden
+    if recompute == "full":
+        return sbh * terms.checkpoint_bytes / (tp if sp else 1)
+    attention = 0.0 if recompute == "selective" else terms.attention_bytes * heads * seq / hidden
+    if sp:
+        per = (terms.replicated_bytes + terms.split_bytes) / tp
+    else:
+        per = terms.replicated_bytes + terms.split_bytes / tp
+    return sbh * (per + attention / tp)
+
+
+def model_state_bytes(
+    params: float, dp: int, zero: int, state: StateBytes = StateBytes()
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) in bytes for ``params`` parameters on one
+    device, divided over the ``dp`` replicas according to the ZeRO stage.
+
+    >>> model_state_bytes(1e9, dp=8, zero=1)
+    (2000000000.0, 2000000000.0, 1500000000.0)
+    """
+    weights = params * state.weight_bytes / (dp if zero >= 3 else 1)
+    grads = params * state.gradient_bytes / (dp if zero >= 2 else 1)
+    opt = params * state.optimizer_bytes / (dp if zero >= 1 else 1)
+    return weights, grads, opt

@@ -1,0 +1,197 @@
+"""``ParallelConfig``: how one training step is split over devices (DP x TP x PP, ZeRO, ...)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+__all__ = [
+    "ParallelConfig",
+    "ParallelConfigError",
+    "ScheduleKind",
+    "SCHEDULES",
+    "RecomputePolicy",
+    "RECOMPUTE_POLICIES",
+    "ZeroStage",
+    "ZERO_STAGES",
+]
+
+ScheduleKind = Literal["gpipe", "1f1b", "interleaved_1f1b"]
+SCHEDULES: tuple[str, ...] = get_args(ScheduleKind)
+RecomputePolicy = Literal["none", "selective", "full", "per_layer"]
+RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
+ZeroStage = Literal[0, 1, 2, 3]
+ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
+
+
+class ParallelConfigError(ValueError):
+    """A parallel configuration is malformed or does not fit the model, batch or devices;
+    the message names the value, the reason and the fix."""
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    """One point of the training-parallelism space.
+
+    Args:
+        dp, tp, pp: data-, tensor- and pipeline-parallel degrees; devices = dp * tp * pp.
+        sp: sequence parallelism (Korthikanti et al. 2022): the activations that tensor
+            parallelism leaves replicated (norms, dropout) are split over ``tp`` too.
+        ep: expert parallelism for mixture-of-experts models: experts split over ``ep``
+            of the ``dp`` replicas (``ep`` divides ``dp`` and the expert count).
+        microbatch_size: sequences per microbatch on one pipeline.
+        num_microbatches: microbatches per step per pipeline; None derives it from the
+            global batch (``global_batch / (dp * microbatch_size)``).
+        schedule: ``gpipe`` (all forwards, then all backwards), ``1f1b`` (PipeDream-flush)
+            or ``interleaved_1f1b`` (Megatron-LM: ``virtual_stages`` chunks per device).
+        virtual_stages: model chunks per device, v (only ``interleaved_1f1b`` takes v > 1;
+            None: 2 for ``interleaved_1f1b``, else 1).
+        zero: ZeRO stage: 0 none; 1 optimizer states sharded over dp (MindSpore's
+            "optimizer parallel"); 2 also gradients; 3 also parameters (gathered per use).
+        recompute: ``none``; ``selective`` (recompute the attention core only); ``full``
+            (keep each layer's input only); ``per_layer`` (full recompute of
+            ``recompute_num_layers`` layers per stage, selective for the others; None picks
+            the fewest that fit in memory).
+        recompute_num_layers: layers per stage with full recomputation (``per_layer``).
+
+    >>> ParallelConfig(dp=8, tp=8, pp=16, schedule="interleaved_1f1b", virtual_stages=2).devices
+    1024
+    >>> print(ParallelConfig(dp=2, tp=4, recompute="full"))
+    dp2 x tp4 x pp1, mb1, 1f1b, zero0, recompute full
+    """
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    sp: bool = False
+    ep: int = 1
+    microbatch_size: int = 1
+    num_microbatches: int | None = None
+    schedule: ScheduleKind = "1f1b"
+    virtual_stages: int | None = None
+    zero: ZeroStage = 0
+    recompute: RecomputePolicy = "none"
+    recompute_num_layers: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.virtual_stages is None:  # Megatron-LM's usual two chunks when interleaving
+            v = 2 if self.schedule == "interleaved_1f1b" else 1
+            object.__setattr__(self, "virtual_stages", v)
+        for k in ("dp", "tp", "pp", "ep", "microbatch_size", "virtual_stages"):
+            _check_int(k, getattr(self, k))
+        if self.num_microbatches is not None:
+            _check_int("num_microbatches", self.num_microbatches)
+        if self.schedule not in SCHEDULES:
+            raise ParallelConfigError(
+                f"ParallelConfig.schedule={self.schedule!r} is unknown; expected one of "
+                f"{', '.join(repr(s) for s in SCHEDULES)}"
+            )
+        if self.recompute not in RECOMPUTE_POLICIES:
+            raise ParallelConfigError(
+                f"ParallelConfig.recompute={self.recompute!r} is unknown; expected one of "
+                f"{', '.join(repr(s) for s in RECOMPUTE_POLICIES)}"
+            )
+        if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
+            raise ParallelConfigError(
+                f"ParallelConfig.zero={self.zero!r}; expected a ZeRO stage 0, 1, 2 or 3"
+            )
+        if self.virtual_stages > 1 and self.schedule != "interleaved_1f1b":
+            raise ParallelConfigError(
+                f"virtual_stages={self.virtual_stages} needs schedule='interleaved_1f1b' "
+                f"(got {self.schedule!r}); set virtual_stages=1 or change the schedule"
+            )
+        if self.schedule == "interleaved_1f1b" and self.pp == 1:
+            raise ParallelConfigError(
+                "schedule='interleaved_1f1b' with pp=1 has nothing to interleave; "
+                "use pp > 1 or schedule='1f1b'"
+            )
+        if self.sp and self.tp == 1:
+            raise ParallelConfigError(
+                "sp=True splits the sequence over the tensor-parallel group, but tp=1; "
+                "set tp > 1 or sp=False"
+            )
+        if self.dp % self.ep:
+            raise ParallelConfigError(
+                f"ep={self.ep} does not divide dp={self.dp}; experts are split over data-"
+                "parallel replicas, so choose ep among the divisors of dp"
+            )
+        if self.recompute_num_layers is not None:
+            if self.recompute != "per_layer":
+                raise ParallelConfigError(
+                    f"recompute_num_layers={self.recompute_num_layers} needs "
+                    f"recompute='per_layer' (got {self.recompute!r})"
+                )
+            if isinstance(self.recompute_num_layers, bool) or self.recompute_num_layers < 0:
+                raise ParallelConfigError(
+                    f"recompute_num_layers={self.recompute_num_layers!r}; expected an int >= 0"
+                )
+
+    @property
+    def devices(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def stages(self) -> int:
+        """Model chunks in the whole pipeline: ``pp * virtual_stages``."""
+        return self.pp * self.virtual_stages
+
+    def microbatches(self, global_batch: int) -> int:
+        """Microbatches per pipeline for ``global_batch``; raises when it does not divide.
+
+        >>> ParallelConfig(dp=4, microbatch_size=2).microbatches(64)
+        8
+        """
+        _check_int("global_batch", global_batch)
+        per_replica, rest = divmod(global_batch, self.dp)
+        if rest:
+            raise ParallelConfigError(
+                f"global batch {global_batch} is not divisible by dp={self.dp}; use a batch "
+                f"that is a multiple of {self.dp} or another dp"
+            )
+        m, rest = divmod(per_replica, self.microbatch_size)
+        if rest:
+            raise ParallelConfigError(
+                f"the {per_replica} sequences per data-parallel replica (global batch "
+                f"{global_batch} / dp {self.dp}) are not divisible by microbatch_size="
+                f"{self.microbatch_size}; choose a microbatch size that divides {per_replica}"
+            )
+        if self.num_microbatches is not None and self.num_microbatches != m:
+            raise ParallelConfigError(
+                f"num_microbatches={self.num_microbatches} but global batch {global_batch} = "
+                f"dp {self.dp} x microbatch_size {self.microbatch_size} x {m}; "
+                f"set num_microbatches={m} or None"
+            )
+        if self.schedule == "interleaved_1f1b" and m % self.pp:
+            raise ParallelConfigError(
+                f"interleaved 1F1B needs the microbatch count ({m}) to be a multiple of "
+                f"pp={self.pp} (Megatron-LM's rule); change the batch, the microbatch size "
+                "or use schedule='1f1b'"
+            )
+        return m
+
+    def replace(self, **changes) -> ParallelConfig:
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+    def __str__(self) -> str:
+        extra = ""
+        if self.sp:
+            extra += " +sp"
+        if self.ep > 1:
+            extra += f" ep{self.ep}"
+        sched = self.schedule + (f"(v{self.virtual_stages})" if self.virtual_stages > 1 else "")
+        rec = self.recompute
+        if self.recompute_num_layers is not None:
+            rec += f"({self.recompute_num_layers})"
+        return (
+            f"dp{self.dp} x tp{self.tp} x pp{self.pp}{extra}, mb{self.microbatch_size}, "
+            f"{sched}, zero{self.zero}, recompute {rec}"
+        )
+
+
+def _check_int(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ParallelConfigError(f"{name}={v!r}; expected an int >= 1")

@@ -1,0 +1,194 @@
+"""``Timeline``: simulated per-device events of one training step, as plain data.
+
+`simulate_schedule` runs a `Schedule` with durations: each device executes its steps in
+order; a forward of stage g waits for the forward of stage g-1 (plus the point-to-point
+transfer), a backward waits for the backward of stage g+1 (the last stage's for its own
+forward). Gaps on a device are ``idle`` events, so every device's events cover the whole
+step and the bubble can be read off the data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, get_args
+
+from .schedule import Schedule
+
+__all__ = ["EventKind", "EVENT_KINDS", "TimelineEvent", "Timeline", "simulate_schedule"]
+
+EventKind = Literal[
+    "compute-forward", "compute-backward", "recompute", "tp-comm", "ep-comm", "dp-comm",
+    "pp-comm", "zero-gather", "optimizer", "idle",
+]  # fmt: skip
+EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
+Stream = Literal["compute", "comm"]
+
+Segments = Sequence[tuple[str, float]]
+Durations = float | Sequence[float | Segments]
+
+
+class TimelineEvent(NamedTuple):
+    """One interval on one device (an immutable named tuple: cheap to make by the
+    hundred thousand). ``stream`` is ``compute`` for work that occupies the device
+    (compute and blocking collectives) and ``comm`` for transfers that overlap it (pipeline
+    sends). ``stage``, ``chunk`` and ``microbatch`` are -1 where not applicable."""
+
+    device: int
+    kind: EventKind
+    start_s: float
+    end_s: float
+    stage: int = -1
+    chunk: int = -1
+    microbatch: int = -1
+    stream: Stream = "compute"
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+    def as_dict(self) -> dict[str, object]:
+        return self._asdict()
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Events of one step on the ``devices`` of one pipeline (one data-parallel replica;
+    the replicas run the same timeline).
+
+    >>> from explorer.planner.schedule import one_f_one_b
+    >>> tl = simulate_schedule(one_f_one_b(4, 8), forward_s=1.0, backward_s=2.0)
+    >>> tl.step_time_s, round(tl.bubble_fraction(), 4)  # (m+p-1)(f+b); (p-1)/(m+p-1)
+    (33.0, 0.2727)
+    """
+
+    devices: int
+    step_time_s: float
+    events: tuple[TimelineEvent, ...]
+
+    def for_device(self, device: int) -> tuple[TimelineEvent, ...]:
+        return tuple(e for e in self.events if e.device == device)
+
+    def time_by_kind(self, device: int | None = None) -> dict[str, float]:
+        """Seconds per event kind, summed over the devices (or one device)."""
+        out = dict.fromkeys(EVENT_KINDS, 0.0)
+        for e in self.events:
+            if device is None or e.device == device:
+                out[e.kind] += e.duration_s
+        return out
+
+    def bubble_fraction(self) -> float:
+        """Idle time over devices x step time (the pipeline bubble and any other waits)."""
+        if self.step_time_s == 0:
+            return 0.0
+        return self.time_by_kind()["idle"] / (self.devices * self.step_time_s)
+
+    def records(self) -> list[dict[str, object]]:
+        """Every event as a plain dict (what a plotting view draws)."""
+        return [e.as_dict() for e in self.events]
+
+    def __str__(self) -> str:
+        return (
+            f"Timeline: {self.devices} devices, step {self.step_time_s:.4g} s, "
+            f"{len(self.events)} events, bubble {self.bubble_fraction():.1%}"
+        )
+
+
+def _segments(d: float | Segments, default: str) -> tuple[tuple[str, float], ...]:
+    if isinstance(d, int | float):
+        return ((default, float(d)),)
+    return tuple((str(k), float(v)) for k, v in d)
+
+
+def _per_stage(d: Durations, stages: int, default: str) -> list[tuple[tuple[str, float], ...]]:
+    if isinstance(d, int | float):
+        return [_segments(d, default)] * stages
+    if len(d) != stages:
+        raise ValueError(
+            f"durations for {len(d)} stages given but the schedule has {stages} stages; "
+            "give one entry per stage (pp * virtual stages)"
+        )
+    return [_segments(x, default) for x in d]
+
+
+def simulate_schedule(
+    schedule: Schedule, forward_s: Durations, backward_s: Durations,
+    p2p_s: float = 0.0, tail: Sequence[Segments] | Segments = (),
+) -> Timeline:  # fmt: skip
+    """Run ``schedule`` with per-stage durations and return its `Timeline`.
+
+    Args:
+        schedule: the order of steps per device.
+        forward_s, backward_s: seconds per step, as one number for every stage, or per
+            stage either a number or ``(kind, seconds)`` segments run back to back (e.g.
+            ``[("zero-gather", g), ("compute-forward", f), ("tp-comm", c)]``).
+        p2p_s: transfer time of activations (or their gradients) between stages on
+            different devices; it delays the consumer and shows as ``pp-comm`` on the
+            sender's ``comm`` stream.
+        tail: segments each device runs after its last step (gradient reduction,
+            optimizer); one list for all devices or one per device.
+    """
+    p, S = schedule.pp, schedule.stages
+    fwd = [tuple(x for x in seg if x[1] > 0) for seg in _per_stage(forward_s, S, "compute-forward")]
+    bwd = [
+        tuple(x for x in seg if x[1] > 0) for seg in _per_stage(backward_s, S, "compute-backward")
+    ]
+    if tail and isinstance(tail[0], tuple) and isinstance(tail[0][0], str):
+        tails = [tuple(tail)] * p  # one list of segments for every device
+    else:
+        tails = [tuple(t) for t in tail] if tail else [()] * p
+    done_f: dict[tuple[int, int], float] = {}
+    done_b: dict[tuple[int, int], float] = {}
+    ptr, free = [0] * p, [0.0] * p
+    events: list[TimelineEvent] = []
+    add = events.append
+    remaining = sum(len(o) for o in schedule.order)
+    while remaining:
+        progressed = False
+        for d in range(p):
+            order = schedule.order[d]
+            while ptr[d] < len(order):
+                st = order[ptr[d]]
+                g, mb = st.chunk * p + d, st.microbatch
+                forward = st.phase == "F"
+                if forward:
+                    dep = 0.0 if g == 0 else done_f.get((g - 1, mb))
+                    hop = p2p_s if g > 0 and p > 1 else 0.0
+                else:
+                    dep = done_f.get((g, mb)) if g == S - 1 else done_b.get((g + 1, mb))
+                    hop = p2p_s if g < S - 1 and p > 1 else 0.0
+                if dep is None:
+                    break
+                start = max(free[d], dep + hop)
+                if start > free[d]:
+                    add(TimelineEvent(d, "idle", free[d], start))
+                t = start
+                for kind, dur in (fwd if forward else bwd)[g]:
+                    add(TimelineEvent(d, kind, t, t + dur, g, st.chunk, mb))  # type: ignore
+                    t += dur
+                (done_f if forward else done_b)[g, mb] = t
+                sends = (g < S - 1) if forward else (g > 0)
+                if sends and p > 1 and p2p_s > 0:
+                    add(TimelineEvent(d, "pp-comm", t, t + p2p_s, g, st.chunk, mb, "comm"))
+                free[d] = t
+                ptr[d] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(
+                f"schedule {schedule.kind} deadlocks: no device can run its next step "
+                f"(positions {ptr}); the step order violates a pipeline dependency"
+            )
+    for d in range(p):
+        t = free[d]
+        for kind, dur in tails[d]:
+            if dur > 0:
+                add(TimelineEvent(d, kind, t, t + dur))  # type: ignore[arg-type]
+                t += dur
+        free[d] = t
+    step = max(free) if free else 0.0
+    for d in range(p):
+        if free[d] < step:
+            add(TimelineEvent(d, "idle", free[d], step))
+    events.sort(key=lambda e: (e.device, e.start_s, e.stream))  # tuples of plain values
+    return Timeline(p, step, tuple(events))

@@ -1,0 +1,545 @@
+"""``plan_training``: the fastest ParallelConfig that fits, and why the others lost.
+
+The space: every factorisation of the device count into dp x tp x pp (tp among the
+divisors of the head count up to a node's chips, every stage with a layer), microbatch
+sizes, schedules (GPipe, 1F1B, interleaved with v chunks), ZeRO stages 0-3, sequence
+parallelism, expert parallelism (MoE) and recomputation. Each configuration is ranked by `estimate`; the best few
+are then simulated event by event (`simulate`) and re-ranked.
+
+Two rules keep the space small without losing the optimum of this cost model:
+
+- recomputation: time grows none < selective < per-layer < full while memory shrinks,
+  so per structure and ZeRO stage we take ``none`` if it fits, else ``per_layer`` with the
+  fewest fully recomputed layers that fit (0 layers is ``selective``, all is ``full``);
+- sequence parallelism costs no time here (its collectives are found by the operator
+  search either way) and saves memory, so it is on whenever tp > 1 unless the space
+  says otherwise;
+- dominated options are skipped when the space also holds what dominates them: GPipe has
+  1F1B's bubble but keeps all m microbatches in flight (1F1B: at most p), and ZeRO-0's
+  all-reduce moves the bytes of ZeRO-1's reduce-scatter + all-gather while ZeRO-1 keeps
+  1/dp of the optimizer states and updates 1/dp of the weights.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..hardware import Cluster, Mesh, resolve
+from ..ir import Graph
+from ..models import ModelConfig, build, load
+from .parallel_config import (
+    SCHEDULES,
+    ParallelConfig,
+    ParallelConfigError,
+    ScheduleKind,
+)
+from .simulate import SimResult, TrainingParams, estimate, simulate
+
+__all__ = [
+    "SearchSpace", "Candidate", "TrainingPlan", "TrainingPlanError", "plan_training",
+    "ProgressFn", "stage_of_scope",
+]  # fmt: skip
+
+# ``progress(done, total)``: called as the work advances (views draw a progress bar).
+ProgressFn = Callable[[int, int], None]
+
+_GIB = 2**30
+# Step times closer than this fraction are a tie (floating-point noise, not a cause).
+_TIE_FRACTION = 1e-9
+
+
+class TrainingPlanError(ValueError):
+    """No configuration can train the model as asked; the message says what would."""
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The configurations `plan_training` considers (None: all that are valid).
+
+    >>> SearchSpace(tp=(8,), pp=(8,), schedules=("interleaved_1f1b",)).tp
+    (8,)
+    """
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    microbatch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    schedules: tuple[ScheduleKind, ...] = SCHEDULES
+    virtual_stages: tuple[int, ...] = (2, 3, 4)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "per_layer")
+    sp: tuple[bool, ...] | None = None  # None: True when tp > 1
+    ep: tuple[int, ...] | None = None  # None: 1 for dense models; for MoE every divisor of
+    # gcd(dp, experts)
+
+    def __post_init__(self) -> None:
+        for s in self.schedules:
+            if s not in SCHEDULES:
+                raise TrainingPlanError(
+                    f"SearchSpace.schedules has {s!r}; expected among {', '.join(SCHEDULES)}"
+                )
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A configuration that lost, and why.
+
+    ``reason`` is "slower by X% (+Y s): where" or "over memory by Z GiB".
+    """
+
+    config: ParallelConfig
+    step_time_s: float
+    tflops_per_device: float
+    memory_bytes: float
+    fits: bool
+    simulated: bool
+    reason: str
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "config": self.config.as_dict(), "config_text": str(self.config),
+            "step_time_s": self.step_time_s, "tflops_per_device": self.tflops_per_device,
+            "memory_bytes": self.memory_bytes, "fits": self.fits,
+            "simulated": self.simulated, "reason": self.reason,
+        }  # fmt: skip
+
+    def __str__(self) -> str:
+        return f"{self.config}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    """The result of `plan_training`.
+
+    Attributes:
+        config: the chosen ParallelConfig; ``sim``: its simulated step (SimResult).
+        alternatives: the next best that fit, ranked, each with why it lost.
+        over_memory: the fastest configurations that did not fit, with by how much.
+        searched: configurations estimated; ``search_time_s``: wall time of the search.
+        model_config: the ModelConfig planned (not compared, not serialised; lets
+            ``sharding_plan`` rebuild the graph of a config that is not in the registry).
+    """
+
+    model: str
+    hardware: str
+    devices: int
+    global_batch: int
+    seq: int
+    config: ParallelConfig
+    sim: SimResult
+    alternatives: tuple[Candidate, ...]
+    over_memory: tuple[Candidate, ...]
+    searched: int
+    search_time_s: float = field(compare=False, default=0.0)
+    model_config: ModelConfig | None = field(compare=False, default=None, repr=False)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model": self.model, "hardware": self.hardware, "devices": self.devices,
+            "global_batch": self.global_batch, "seq": self.seq,
+            "config": self.config.as_dict(), "config_text": str(self.config),
+            "sim": self.sim.as_dict(),
+            "alternatives": [a.as_dict() for a in self.alternatives],
+            "over_memory": [a.as_dict() for a in self.over_memory],
+            "searched": self.searched, "search_time_s": self.search_time_s,
+        }  # fmt: skip
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), indent=2)
+
+    def report(self) -> str:
+        """The chosen plan, the alternatives and the memory breakdown, as text."""
+        s = self.sim
+        lines = [
+            f"{self.model} on {self.devices} x {self.hardware}, global batch "
+            f"{self.global_batch}, sequence {self.seq}",
+            f"chosen: {self.config}",
+            f"  step {s.step_time_s:.3f} s, {s.tokens_per_s:,.0f} tokens/s, "
+            f"{s.tflops_per_device:.1f} TFLOP/s per device (MFU {s.mfu:.1%}), "
+            f"bubble {s.bubble_fraction:.1%}",
+            f"  stages: {s.partition}",
+            f"  layer strategies (searched): {s.strategies}",
+            f"alternatives ({self.searched} configurations searched in "
+            f"{self.search_time_s:.2f} s):",
+        ]
+        lines += [f"  {a}" for a in self.alternatives] or ["  none"]
+        if self.over_memory:
+            lines.append("faster but over memory:")
+            lines += [f"  {a}" for a in self.over_memory]
+        lines.append(s.memory.table(s.memory_cap_bytes))
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return f"TrainingPlan({self.model}, {self.devices} devices): {self.sim}"
+
+    # --- links to the operator-level views (issue 7) ------------------------------------
+    def stage_of(self, name: str) -> int:
+        """The pipeline stage (0 .. pp * virtual_stages - 1) holding a scope such as
+        ``"embed"``, ``"layers.7"`` or ``"head"``, or a node name inside one
+        (``"layers.7.mlp.fc1"``). Stage g runs on pipeline device ``g % pp``.
+
+        >>> plan = plan_training("gpt2", devices=8, global_batch=64, seq=512,
+        ...                      space=SearchSpace(tp=(1,), pp=(2,)))
+        >>> plan.stage_of("embed"), plan.stage_of("layers.11.mlp.fc1")
+        (0, 1)
+        """
+        return stage_of_scope(self.sim.partition, name)
+
+    def stage_map(self, graph: Graph) -> dict[str, int]:
+        """``{node: pipeline stage}`` for every node of ``graph`` that belongs to a layer,
+        the embedding or the head (graph inputs are left out).
+
+        ``graph`` may be built with fewer layers than the model (drawing a 96-layer model
+        as 4 layers): layer k of an n-layer graph then stands for model layers
+        ``k*L/n .. (k+1)*L/n - 1`` and takes the stage of the first of them.
+        """
+        n = len(_graph_layers(graph)) or 1
+        total = self.sim.partition.num_layers
+        out = {}
+        for node in graph.nodes:
+            scope = node.scope
+            if not scope:
+                continue
+            head, _, rest = scope.partition(".")
+            if head == "layers" and n != total:
+                k = int(rest.split(".")[0])
+                scope = f"layers.{k * total // n}"
+            out[node.name] = stage_of_scope(self.sim.partition, scope)
+        return out
+
+    def sharding_plan(
+        self, layers: int = 2, method: str = "dynamic_programming", params=None
+    ):  # -> ShardingPlan
+        """The operator-level plan behind this configuration: ``explorer.search`` on a
+        ``layers``-layer graph of the model (a repeated block; layers are identical) with
+        one global microbatch (``dp * microbatch_size`` sequences) on a ``dp x tp`` mesh.
+
+        Cheap on purpose (two layers and the dynamic programme: ~0.1 s for a 1.3B model
+        on 32 x 2), so the widgets can show and link it after each re-plan.
+        """
+        from .search import search
+
+        cfg = self.model_config or load(self.model)
+        c = self.config
+        graph = build(
+            cfg.replace(num_layers=min(layers, cfg.num_layers)),
+            batch=c.dp * c.microbatch_size, seq=self.seq,
+        )  # fmt: skip
+        mesh = Mesh({"dp": c.dp, "tp": c.tp}, hardware=resolve(self.hardware))
+        return search(graph, mesh, method=method, params=params)
+
+
+def _graph_layers(graph: Graph) -> set[str]:
+    return {n.scope.split(".")[1] for n in graph.nodes if n.scope.startswith("layers.")}
+
+
+def stage_of_scope(partition, name: str) -> int:
+    """The stage of ``partition`` (a StagePartition) holding scope or node ``name``.
+
+    >>> from explorer.planner.partition import uniform_partition
+    >>> p = uniform_partition(8, 4)
+    >>> stage_of_scope(p, "embed.wte"), stage_of_scope(p, "layers.5"), stage_of_scope(p, "head")
+    (0, 2, 3)
+    """
+    head, _, rest = name.partition(".")
+    L = partition.num_layers
+    if head == "embed":
+        part = 0
+    elif head == "head":
+        part = L + 1
+    elif head == "layers" and rest.split(".")[0].isdigit():
+        i = int(rest.split(".")[0])
+        if i >= L:
+            raise ValueError(f"{name!r}: layer {i} but the model has {L} layers (0..{L - 1})")
+        part = i + 1
+    else:
+        raise ValueError(
+            f"{name!r} is not in a pipeline stage; expected 'embed...', 'layers.<i>...' or "
+            "'head...' (graph inputs such as 'tokens' belong to no stage)"
+        )
+    for g in range(partition.stages):
+        if partition.bounds[g] <= part < partition.bounds[g + 1]:
+            return g
+    raise AssertionError(f"part {part} outside {partition.bounds}")  # bounds cover all parts
+
+
+# ----- the space ---------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _structures(cfg: ModelConfig, devices: int, cluster: Cluster, gb: int, space: SearchSpace):
+    """(tp, pp, dp) triples valid for the model, devices and batch; and why others fail."""
+    tps = space.tp or [t for t in _divisors(cfg.num_heads) if t <= cluster.chips_per_node]
+    out, reasons = [], []
+    for tp in tps:
+        if devices % tp:
+            continue
+        for pp in space.pp or _divisors(devices // tp):
+            if (devices // tp) % pp:
+                continue
+            if pp > cfg.num_layers:
+                reasons.append(f"pp={pp} > {cfg.num_layers} layers")
+                continue
+            dp = devices // (tp * pp)
+            if gb % dp:
+                reasons.append(f"dp={dp} (tp={tp}, pp={pp}) does not divide the batch {gb}")
+                continue
+            out.append((tp, pp, dp))
+    return out, reasons
+
+
+def _configs(cfg, tp, pp, dp, gb, space: SearchSpace):
+    """Per structure, the configurations to estimate (before the recompute ladder)."""
+    if space.ep is not None:
+        eps = tuple(e for e in space.ep if dp % e == 0)
+    elif cfg.is_moe:
+        eps = tuple(_divisors(math.gcd(dp, cfg.num_experts)))
+    else:
+        eps = (1,)
+    for mbs in space.microbatch_sizes:
+        if (gb // dp) % mbs:
+            continue
+        m = gb // dp // mbs
+        for sched in space.schedules:
+            if pp == 1 and sched != "1f1b":
+                continue
+            if sched == "gpipe" and "1f1b" in space.schedules:
+                continue  # dominated by 1F1B (module docstring)
+            vs = space.virtual_stages if sched == "interleaved_1f1b" else (1,)
+            for v in vs:
+                if pp * v > cfg.num_layers or (sched == "interleaved_1f1b" and m % pp):
+                    continue
+                if v > 1 and cfg.num_layers % (pp * v):
+                    continue
+                zeros = space.zero if dp > 1 else (0,)
+                if dp > 1 and 0 in zeros and 1 in zeros:
+                    zeros = tuple(z for z in zeros if z != 0)  # dominated by ZeRO-1
+                for zero in zeros:
+                    sps = space.sp if space.sp is not None else (tp > 1,)
+                    for sp, ep in itertools.product(sps, eps):
+                        if sp and tp == 1:
+                            continue
+                        yield ParallelConfig(
+                            dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, microbatch_size=mbs,
+                            schedule=sched, virtual_stages=v, zero=zero,
+                        )  # fmt: skip
+
+
+def _normalize(r: SimResult) -> SimResult:
+    """per_layer with 0 fully recomputed layers is selective; with all of them, full."""
+    c = r.config
+    if c.recompute != "per_layer":
+        return r
+    k = c.recompute_num_layers or 0
+    most = max(r.partition.layer_counts())
+    if k == 0:
+        c = c.replace(recompute="selective", recompute_num_layers=None)
+    elif k >= most:
+        c = c.replace(recompute="full", recompute_num_layers=None)
+    return r if c is r.config else _replace_config(r, c)
+
+
+def _replace_config(r: SimResult, c: ParallelConfig) -> SimResult:
+    from dataclasses import replace
+
+    return replace(r, config=c)
+
+
+def _rank(r: SimResult) -> tuple[float, float]:
+    """Faster first; among equal times (to the nanosecond), less memory first."""
+    return (round(r.step_time_s / _TIE_FRACTION) * _TIE_FRACTION, r.memory.total)
+
+
+def _why(r: SimResult, best: SimResult) -> str:
+    if not r.fits:
+        return (
+            f"over memory by {r.over_memory_bytes / _GIB:.2f} GiB "
+            f"({r.memory.total / _GIB:.1f} of {r.memory_cap_bytes / _GIB:.0f} GiB, stage "
+            f"{r.memory.stage}: largest row {max(r.memory.rows(), key=lambda kv: kv[1])[0]})"
+        )
+    dt = r.step_time_s - best.step_time_s
+    tiny = _TIE_FRACTION * best.step_time_s
+    if dt <= tiny:
+        return (
+            f"as fast (within {_TIE_FRACTION:.0e} of the step); ranked after it on "
+            f"memory: {r.memory.total / _GIB:.1f} vs {best.memory.total / _GIB:.1f} GiB"
+        )
+    mine, theirs = dict(r.time_by_kind), dict(best.time_by_kind)
+    deltas = sorted(((mine.get(k, 0) - theirs.get(k, 0), k) for k in mine), reverse=True)
+    where = ", ".join(f"{k} +{d:.3g} s" for d, k in deltas[:2] if d > tiny) or "no single cause"
+    return f"slower by {dt / best.step_time_s:.1%} (+{dt:.3g} s): {where}"
+
+
+def _candidate(r: SimResult, best: SimResult, simulated: bool) -> Candidate:
+    return Candidate(
+        config=r.config, step_time_s=r.step_time_s, tflops_per_device=r.tflops_per_device,
+        memory_bytes=r.memory.total, fits=r.fits, simulated=simulated, reason=_why(r, best),
+    )  # fmt: skip
+
+
+def plan_training(
+    cfg: ModelConfig | str, devices: int, hardware: str | Cluster = "a100-80g",
+    global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
+    space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
+    progress: ProgressFn | None = None,
+) -> TrainingPlan:  # fmt: skip
+    """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
+
+    Args:
+        devices: chips in the job (all used: dp * tp * pp == devices).
+        global_batch, seq: sequences per step and their length.
+        params: the training cost model (`TrainingParams`).
+        space: restrict the search (`SearchSpace`), e.g. to a published configuration.
+        top_k: alternatives kept in the plan; ``simulate_top``: how many of the best
+            estimates are simulated event by event before the final ranking.
+        progress: ``progress(done, total)`` after each (tp, pp, dp) structure estimated
+            and each simulation (total = structures + simulations; the last call has
+            done == total).
+
+    Raises `TrainingPlanError` when no configuration is valid (device count, batch) or
+    none fits, naming the smallest memory any needs and the device count that would fit.
+
+    >>> import explorer as ex
+    >>> plan = ex.plan_training("gpt2", devices=8, hardware="a100-80g", global_batch=64,
+    ...                         seq=512)
+    >>> plan.sim.fits, plan.config.devices
+    (True, 8)
+    """
+    t0 = time.perf_counter()
+    cfg = load(cfg) if isinstance(cfg, str) else cfg
+    cluster = resolve(hardware)
+    seq = cfg.max_seq_len if seq is None else seq
+    tparams = params or TrainingParams()
+    space = space or SearchSpace()
+    _check_inputs(cfg, devices, cluster, global_batch)
+    structures, why_not = _structures(cfg, devices, cluster, global_batch, space)
+    if not structures:
+        why = "; ".join(why_not[:4]) or "tp must divide the heads and the device count"
+        raise TrainingPlanError(
+            f"no dp x tp x pp factorisation of {devices} devices is valid for {cfg.name!r} "
+            f"with global batch {global_batch}: {why}. "
+            f"Use a global batch divisible by the data-parallel degree (e.g. a multiple of "
+            f"{devices}) or another device count"
+        )
+    results: list[SimResult] = []
+    total = len(structures) + simulate_top
+    for done, (tp, pp, dp) in enumerate(structures, 1):
+        if progress is not None:
+            progress(done - 1, total)
+        for base in _configs(cfg, tp, pp, dp, global_batch, space):
+            for rec in space.recompute:
+                try:
+                    r = estimate(
+                        cfg, base.replace(recompute=rec), cluster, global_batch, seq, tparams
+                    )
+                except ParallelConfigError:
+                    break
+                results.append(r)
+                if r.fits:
+                    break  # the ladder: the cheapest recompute policy that fits
+    searched = len(results)
+    if not results:
+        raise TrainingPlanError(
+            f"no configuration in the search space is valid for {cfg.name!r} on {devices} "
+            f"devices with global batch {global_batch}; widen the SearchSpace"
+        )
+    fitting = sorted((r for r in results if r.fits), key=_rank)
+    if not fitting:
+        raise _no_fit(cfg, devices, cluster, global_batch, seq, tparams, results)
+    # Simulate the best few event by event, re-rank.
+    exact = []
+    for i, r in enumerate(fitting[:simulate_top]):
+        if progress is not None:
+            progress(len(structures) + i, total)
+        s = simulate(cfg, r.config, cluster, global_batch, seq, tparams)
+        exact.append(s)
+    if progress is not None:
+        progress(total, total)
+    ok = sorted((s for s in exact if s.fits), key=_rank)
+    if not ok:  # the exact split needed more memory than the estimate's; fall back
+        ok = sorted(exact, key=lambda s: s.over_memory_bytes)
+    best = _normalize(ok[0])
+    seen = {best.config}
+    alts = []
+    for r in ok[1:] + fitting[simulate_top:]:
+        r = _normalize(r)
+        if r.config in seen:
+            continue
+        seen.add(r.config)
+        alts.append(_candidate(r, best, r.timeline is not None))
+        if len(alts) >= top_k:
+            break
+    over = sorted(
+        (r for r in results if not r.fits and r.step_time_s < best.step_time_s),
+        key=lambda r: r.step_time_s,
+    )[: min(top_k, 3)]
+    return TrainingPlan(
+        model=cfg.name, hardware=cluster.name, devices=devices, global_batch=global_batch,
+        seq=seq, config=best.config, sim=best,
+        alternatives=tuple(alts), over_memory=tuple(_candidate(r, best, False) for r in over),
+        searched=searched, search_time_s=time.perf_counter() - t0, model_config=cfg,
+    )  # fmt: skip
+
+
+def _check_inputs(cfg: ModelConfig, devices: int, cluster: Cluster, gb: int) -> None:
+    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+        raise TrainingPlanError(f"devices={devices!r}; expected an int >= 1")
+    if devices > cluster.capacity:
+        raise TrainingPlanError(
+            f"devices={devices} exceeds the {cluster.capacity} chips of {cluster.name} "
+            f"({cluster.max_nodes} nodes x {cluster.chips_per_node}); use at most "
+            f"{cluster.capacity} or a larger cluster profile"
+        )
+    if isinstance(gb, bool) or not isinstance(gb, int) or gb < 1:
+        raise TrainingPlanError(f"global_batch={gb!r}; expected an int >= 1")
+    if cfg.arch == "mlp":
+        raise TrainingPlanError(
+            f"model {cfg.name!r} is an MLP; plan_training models transformer training"
+        )
+
+
+def _min_memory(cfg, devices, cluster, seq, tparams) -> tuple[float, ParallelConfig | None]:
+    """The least memory per device of any configuration on ``devices`` (batch ignored:
+    one microbatch of one sequence per pipeline stage), and that configuration."""
+    best: tuple[float, ParallelConfig | None] = (math.inf, None)
+    tps = [t for t in _divisors(cfg.num_heads) if t <= cluster.chips_per_node and devices % t == 0]
+    for tp in tps:
+        for pp in _divisors(devices // tp):
+            if pp > cfg.num_layers:
+                continue
+            dp = devices // (tp * pp)
+            par = ParallelConfig(
+                dp=dp, tp=tp, pp=pp, sp=tp > 1, microbatch_size=1, zero=3 if dp > 1 else 0,
+                recompute="full",
+            )  # fmt: skip
+            r = estimate(cfg, par, cluster, dp * pp, seq, tparams)
+            if r.memory.total < best[0]:
+                best = (r.memory.total, r.config)
+    return best
+
+
+def _no_fit(cfg, devices, cluster, gb, seq, tparams, results) -> TrainingPlanError:
+    least, least_cfg = _min_memory(cfg, devices, cluster, seq, tparams)
+    cap = results[0].memory_cap_bytes
+    need = None
+    n = devices * 2
+    while n <= cluster.capacity:
+        if _min_memory(cfg, n, cluster, seq, tparams)[0] <= cap:
+            need = n
+            break
+        n *= 2
+    where = (
+        f"the smallest device count that would fit is {need}"
+        if need
+        else f"not even the whole {cluster.name} ({cluster.capacity} devices) would fit"
+    )
+    return TrainingPlanError(
+        f"{cfg.name!r} fits no configuration on {devices} x {cluster.name}: the minimum "
+        f"memory per device any configuration needs is {least / _GIB:.1f} GiB ({least_cfg}), "
+        f"above the {cap / _GIB:.0f} GiB available; {where} (doubling the devices)"
+    )

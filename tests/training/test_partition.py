@@ -1,0 +1,64 @@
+"""The stage split: a DP over part times under per-stage memory caps."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from explorer.planner import PartitionError, partition_layers, uniform_partition
+
+
+def brute_force(times, static, acts, flight, caps):
+    n, S = len(times), len(caps)
+    best = None
+    for cuts in itertools.combinations(range(1, n), S - 1):
+        b = (0, *cuts, n)
+        ok, worst = True, 0.0
+        for g in range(S):
+            lo, hi = b[g], b[g + 1]
+            layers = (hi - lo) - (lo == 0) - (hi == n)
+            mem = sum(static[lo:hi]) + flight[g] * sum(acts[lo:hi])
+            if layers < 1 or mem > caps[g]:
+                ok = False
+                break
+            worst = max(worst, sum(times[lo:hi]))
+        if ok and (best is None or worst < best):
+            best = worst
+    return best
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None)
+def test_dp_equals_brute_force(data):
+    L = data.draw(st.integers(2, 7))
+    S = data.draw(st.integers(1, min(L, 4)))
+    times = data.draw(st.lists(st.integers(1, 9), min_size=L + 2, max_size=L + 2))
+    static = data.draw(st.lists(st.integers(0, 5), min_size=L + 2, max_size=L + 2))
+    acts = data.draw(st.lists(st.integers(0, 3), min_size=L + 2, max_size=L + 2))
+    flight = [S - g for g in range(S)]
+    caps = [data.draw(st.integers(5, 40))] * S
+    want = brute_force(times, static, acts, flight, caps)
+    if want is None:
+        with pytest.raises(PartitionError):
+            partition_layers(times, static, acts, flight, caps)
+        return
+    part = partition_layers(times, static, acts, flight, caps)
+    b = part.bounds
+    got = max(sum(times[b[g] : b[g + 1]]) for g in range(S))
+    assert got == want and min(part.layer_counts()) >= 1
+
+
+def test_memory_cap_moves_layers_off_the_first_stage():
+    # Stage 0 keeps 4 microbatches in flight: with one unit of activation per layer and
+    # a cap of 8 it can hold the embedding and one layer only.
+    p = partition_layers([0.1] + [1] * 8 + [0.5], [0] * 10, [1] * 10, [4, 3, 2, 1], [8] * 4)
+    assert p.layers(0) == 1 and sum(p.layer_counts()) == 8
+    assert str(uniform_partition(10, 4)) == "embed+3 | 3 | 2 | 2+head"
+
+
+def test_infeasible_split_says_by_how_much():
+    with pytest.raises(PartitionError, match="over by at least"):
+        partition_layers([1] * 6, [10 * 2**30] * 6, [0] * 6, [1, 1], [2**30] * 2)
+    with pytest.raises(PartitionError, match="without layers"):
+        uniform_partition(2, 3)

@@ -1,0 +1,90 @@
+"""Pipeline schedules as data, and the simulator that times them."""
+
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from explorer.planner import (
+    ParallelConfigError,
+    bubble_fraction,
+    build_schedule,
+    peak_in_flight,
+    simulate_schedule,
+)
+from explorer.planner import schedule as sched_mod
+
+
+@given(st.integers(1, 8), st.integers(1, 24), st.floats(0.1, 3), st.floats(0.1, 3))
+@settings(max_examples=60, deadline=None)
+def test_1f1b_bubble_is_p_minus_1_over_m_plus_p_minus_1(p, m, f, b):
+    tl = simulate_schedule(build_schedule("1f1b", p, m), forward_s=f, backward_s=b)
+    assert tl.step_time_s == pytest.approx((m + p - 1) * (f + b))
+    assert tl.bubble_fraction() == pytest.approx((p - 1) / (m + p - 1))
+    assert bubble_fraction("1f1b", p, m) == pytest.approx((p - 1) / (m + p - 1))
+
+
+@given(st.integers(2, 6), st.integers(1, 4), st.integers(2, 4), st.floats(0.2, 2))
+@settings(max_examples=40, deadline=None)
+def test_interleaving_divides_the_bubble_by_v(p, groups, v, f):
+    m = p * groups
+    tl = simulate_schedule(build_schedule("interleaved_1f1b", p, m, v), f / v, 2 * f / v)
+    bubble = (p - 1) / v
+    assert tl.bubble_fraction() == pytest.approx(bubble / (m + bubble))
+    assert bubble_fraction("interleaved_1f1b", p, m, v) == pytest.approx(bubble / (m + bubble))
+    one = simulate_schedule(build_schedule("1f1b", p, m), f, 2 * f)
+    idle_1f1b = one.bubble_fraction() * one.step_time_s
+    assert tl.bubble_fraction() * tl.step_time_s == pytest.approx(idle_1f1b / v)
+
+
+@given(st.sampled_from(["gpipe", "1f1b", "interleaved_1f1b"]), st.integers(1, 6),
+       st.integers(1, 5), st.integers(1, 3))  # fmt: skip
+def test_every_step_once_and_in_flight_formula(kind, p, groups, v):
+    if kind != "interleaved_1f1b":
+        v = 1
+    elif p == 1:
+        return
+    m = p * groups
+    s = build_schedule(kind, p, m, v)
+    for d in range(p):
+        counts = Counter((x.chunk, x.microbatch, x.phase) for x in s.order[d])
+        assert set(counts.values()) == {1} and len(counts) == 2 * m * v
+        assert s.in_flight(d) == peak_in_flight(kind, p, m, d, v)
+    if kind == "gpipe":
+        assert s.in_flight(0) == m
+
+
+@pytest.mark.parametrize("builder, args", [(sched_mod.gpipe, (3, 4)),
+                                           (sched_mod.one_f_one_b, (3, 4)),
+                                           (sched_mod.interleaved_1f1b, (2, 4, 2))])  # fmt: skip
+def test_docstring_pictures_are_the_schedules(builder, args):
+    table = builder(*args).table(width=4 if builder is sched_mod.interleaved_1f1b else 3)
+    doc = "\n".join(line.strip() for line in builder.__doc__.splitlines())
+    for row in table.splitlines():
+        assert row.strip() in doc
+
+
+def test_timeline_is_plain_data_and_compute_never_overlaps():
+    s = build_schedule("1f1b", 4, 8)
+    segs = [("compute-forward", 1.0), ("tp-comm", 0.25)]
+    tl = simulate_schedule(s, [segs] * 4, 2.0, p2p_s=0.1, tail=[("dp-comm", 0.5)])
+    rec = tl.records()[0]
+    assert set(rec) == {"device", "stage", "chunk", "microbatch", "kind", "start_s", "end_s",
+                        "stream"}  # fmt: skip
+    for d in range(4):
+        ev = [e for e in tl.for_device(d) if e.stream == "compute"]
+        for a, b in zip(ev, ev[1:], strict=False):
+            assert a.end_s <= b.start_s + 1e-12
+        assert ev[0].start_s == 0 and ev[-1].end_s == pytest.approx(tl.step_time_s)
+    kinds = tl.time_by_kind()
+    assert kinds["pp-comm"] > 0 and kinds["dp-comm"] == pytest.approx(4 * 0.5)
+
+
+def test_bad_schedules():
+    with pytest.raises(ParallelConfigError, match="divisible by pp=4"):
+        build_schedule("interleaved_1f1b", 4, 6, 2)
+    with pytest.raises(ParallelConfigError, match="unknown schedule"):
+        build_schedule("zigzag", 2, 2)
+    with pytest.raises(ValueError, match="durations for 3 stages"):
+        simulate_schedule(build_schedule("1f1b", 2, 2), [1.0, 1.0, 1.0], 1.0)
