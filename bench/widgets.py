@@ -1,0 +1,154 @@
+"""Widgets, Python side, measured side by side in one run; writes bench/results/widgets.json.
+
+(a) A CostTuner control change on gpt2-medium (24 layers, batch 8, seq 1024) on a 2x4 mesh,
+    from the slider value to the updated figure (re-plan included), against the bare core
+    re-plan (``Planner.search``) timed alternately; also with a linked GraphView and
+    MeshView (the dashboard case), and when the value was seen before (plan cache hit).
+(b) Building a GraphView of gpt2-xl (48 layers, ~2,030 nodes; starts collapsed, WebGL)
+    against the pure builder ``graph_figure``; also fully expanded.
+
+The first ``go.FigureWidget`` of a process loads plotly's JS bundle (~3 s, once per kernel)
+and the first cost tables of a transformer on a 2-axis mesh take seconds (once per mesh);
+both are reported on their own lines and kept out of the per-change figures.
+
+Run: ``.venv/bin/python bench/widgets.py [--quick]``. Never gates CI on absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import plotly  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
+
+import explorer as ex  # noqa: E402
+from widgets import CostTuner, GraphView, MeshView, link  # noqa: E402
+from widgets.figures import graph_figure, layer_scopes  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "widgets.json"
+TARGETS = {"tuner_change_ms": 150.0, "graph_view_2000_nodes_ms": 1000.0}
+
+
+def _ms(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def tuner_change(quick: bool) -> dict:
+    g = ex.models.build(ex.models.load("gpt2-medium"), batch=8, seq=1024)
+    mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g")
+    t0 = time.perf_counter()
+    tuner = CostTuner(g, mesh)
+    build_s = time.perf_counter() - t0
+    planner = tuner._planner(mesh)  # the same cached Planner the tuner re-weighs
+    slider = tuner.controls["beta_communication"]
+    n = 3 if quick else 7
+    bare, change, search, update = [], [], [], []
+    for i in range(n):  # alternate: machine noise hits both alike; new values miss the cache
+        beta = 1.0 + 0.37 * (i + 1)
+        params = tuner.params.replace(beta_communication=beta * 1.001)
+        bare.append(_ms(lambda p=params: planner.search("recursive_programming", p)))
+        change.append(_ms(lambda b=beta: setattr(slider, "value", b)))
+        search.append(tuner.search_s * 1e3)
+        update.append(tuner.update_s * 1e3)
+    hit = [_ms(lambda b=1.0 + 0.37 * (i + 1): setattr(slider, "value", b)) for i in range(n)]
+    # the dashboard case: the re-plan also re-colours a linked graph and mesh
+    graph_view = GraphView(g, collapsed=True)
+    mesh_view = MeshView(mesh)
+    link(tuner, graph_view, mesh_view)
+    graph_view.click("layers.3.mlp.fc1")
+    linked, linked_update = [], []
+    for i in range(n):
+        beta = 50.0 + 3.1 * i
+        linked.append(_ms(lambda b=beta: setattr(slider, "value", b)))
+        linked_update.append(tuner.update_s * 1e3)
+    med = statistics.median
+    return {
+        "nodes": len(g), "mesh": str(mesh), "first_tuner_build_s": build_s,
+        "bare_search_ms": med(bare), "change_ms": med(change), "change_search_ms": med(search),
+        "change_widget_ms": med(update), "overhead_ratio": med(change) / med(bare),
+        "cache_hit_change_ms": med(hit), "linked_change_ms": med(linked),
+        "linked_widget_ms": med(linked_update), "changed_ops_last": len(tuner.changed),
+        "errors": tuner.errors.errors + graph_view.errors.errors + mesh_view.errors.errors,
+    }  # fmt: skip
+
+
+def graph_view(quick: bool) -> dict:
+    g = ex.models.build(ex.models.load("gpt2-xl"), batch=8, seq=1024)
+    n = 3 if quick else 7
+    builder, view, full_builder, full_view = [], [], [], []
+    scopes = layer_scopes(g)
+    for _ in range(n):
+        builder.append(_ms(lambda: graph_figure(g, collapsed=scopes)))
+        view.append(_ms(lambda: GraphView(g)))
+        full_builder.append(_ms(lambda: graph_figure(g)))
+        full_view.append(_ms(lambda: GraphView(g, collapsed=False)))
+    v = GraphView(g)
+    med = statistics.median
+    return {
+        "nodes": len(g), "drawn_units_collapsed": len(v.figure.data[1].x),
+        "trace_type": v.figure.data[1].type, "builder_ms": med(builder), "view_ms": med(view),
+        "view_ratio": med(view) / med(builder), "expanded_builder_ms": med(full_builder),
+        "expanded_view_ms": med(full_view),
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = ap.parse_args(argv)
+    first_fw = _ms(lambda: go.FigureWidget(go.Figure(go.Scatter(x=[0], y=[0]))))
+    warm_fw = _ms(lambda: go.FigureWidget(go.Figure(go.Scatter(x=[0], y=[0]))))
+    res = {
+        "first_figurewidget_ms": first_fw, "warm_figurewidget_ms": warm_fw,
+        "graph_view": graph_view(args.quick), "tuner": tuner_change(args.quick),
+        "machine": {"python": platform.python_version(), "plotly": plotly.__version__,
+                    "processor": platform.machine()},
+    }  # fmt: skip
+    t, gv = res["tuner"], res["graph_view"]
+    met = {
+        "tuner_change_ms": t["change_ms"] < TARGETS["tuner_change_ms"],
+        "graph_view_2000_nodes_ms": gv["view_ms"] < TARGETS["graph_view_2000_nodes_ms"],
+    }
+    res["targets"], res["met"] = TARGETS, met
+    rows = [
+        ("(a) tuner change gpt2-medium 2x4", f"{t['change_ms']:.0f} ms",
+         f"{t['bare_search_ms']:.0f} ms", f"{t['overhead_ratio']:.2f}x", "< 150 ms",
+         met["tuner_change_ms"]),
+        ("    of which core search", f"{t['change_search_ms']:.0f} ms", "", "", "", None),
+        ("    of which widget update", f"{t['change_widget_ms']:.1f} ms", "", "", "", None),
+        ("    value seen before (cache)", f"{t['cache_hit_change_ms']:.1f} ms", "", "", "", None),
+        ("    + linked graph and mesh", f"{t['linked_change_ms']:.0f} ms", "",
+         f"widgets {t['linked_widget_ms']:.0f} ms", "", None),
+        ("(b) GraphView gpt2-xl collapsed", f"{gv['view_ms']:.0f} ms",
+         f"{gv['builder_ms']:.0f} ms", f"{gv['view_ratio']:.2f}x", "< 1 s",
+         met["graph_view_2000_nodes_ms"]),
+        ("    expanded, all nodes", f"{gv['expanded_view_ms']:.0f} ms",
+         f"{gv['expanded_builder_ms']:.0f} ms",
+         f"{gv['expanded_view_ms'] / gv['expanded_builder_ms']:.2f}x", "(info)", None),
+    ]  # fmt: skip
+    print(f"{'workload':36s} {'widget':>10s} {'core/pure':>10s} {'ratio':>14s}  {'target':9s} met")
+    for name, a, b, r, tgt, ok in rows:
+        flag = "" if ok is None else ("yes" if ok else "NO")
+        print(f"{name:36s} {a:>10s} {b:>10s} {r:>14s}  {tgt:9s} {flag}")
+    print(f"one-time: first FigureWidget {first_fw:.0f} ms (warm {warm_fw:.0f} ms); "
+          f"first CostTuner on gpt2-medium 2x4 (cost tables) {t['first_tuner_build_s']:.1f} s")  # fmt: skip
+    print(f"GraphView draws {gv['drawn_units_collapsed']} units ({gv['trace_type']}) for "
+          f"{gv['nodes']} nodes; errors during the run: {t['errors'] or 'none'}")  # fmt: skip
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(res, indent=2, default=str))
+    print(f"wrote {RESULTS}")
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""``View``: what every widget of the package shares (selection link, error pane, progress).
+
+Subclasses build their ``go.Figure`` with a pure builder from ``widgets.figures``, wrap it
+once with ``go.FigureWidget`` (see RECIPES: traces added later are lost on page reload),
+and afterwards only update it inside ``figure.batch_update()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ipywidgets as ipw
+import traitlets as tl
+
+from .errors import ErrorPane
+from .progress import Progress
+from .selection import Selection
+
+__all__ = ["View", "replace_figure"]
+
+
+class View(ipw.VBox):
+    """Base class: ``.figure``, ``.controls``, ``.selection``, ``.errors``, ``.progress``."""
+
+    # --- linking ----------------------------------------------------------------------------
+    selection = tl.Instance(Selection)
+    selection_traits: tuple[str, ...] = ("node",)
+    name = "view"
+
+    def __init__(self, selection: Selection | None = None, **kwargs: Any) -> None:
+        self.errors = ErrorPane()
+        self.progress = Progress()
+        self.controls: dict[str, ipw.Widget] = {}
+        self._updating = False  # re-entrancy guard: our own writes to the selection
+        super().__init__(**kwargs)
+        self.link(selection or Selection())
+
+    def link(self, selection: Selection) -> None:
+        """Follow ``selection`` (and stop following the previous one)."""
+        old = self.selection if "selection" in self._trait_values else None
+        if old is not None:
+            old.unobserve(self._on_selection_guarded, names=list(self.selection_traits))
+        self.selection = selection
+        selection.observe(self._on_selection_guarded, names=list(self.selection_traits))
+        self._on_linked(selection)
+
+    def _on_linked(self, selection: Selection) -> None:
+        """Hook: adopt what the selection already holds (a late-linked view catches up)."""
+
+    def _on_selection_guarded(self, change: dict[str, Any]) -> None:
+        if self._updating:
+            return
+        try:
+            self.on_selection(change)
+        except Exception as e:  # noqa: BLE001  (shown in the pane, see errors.py)
+            self.errors.report(e, f"{self.name} on {change['name']}")
+
+    def on_selection(self, change: dict[str, Any]) -> None:
+        """Hook: react to a change of one of ``selection_traits``."""
+
+    def _select(self, **picked: Any) -> None:
+        """Write to the shared selection without reacting to our own write."""
+        self._updating = True
+        try:
+            self.selection.select(source=self.name, **picked)
+        finally:
+            self._updating = False
+
+    def _layout_children(self, *rows: ipw.Widget) -> None:
+        self.children = (*rows, self.progress, self.errors)
+
+
+def replace_figure(target, source) -> None:
+    """Copy every trace and the layout of ``source`` (a fresh ``go.Figure`` of the same
+    builder) into ``target`` (the FigureWidget on screen) as one message."""
+    with target.batch_update():
+        for old, new in zip(target.data, source.data, strict=True):
+            old.update(new.to_plotly_json(), overwrite=True)
+        layout = source.layout.to_plotly_json()
+        # The template is the same default on both sides and the costliest part to
+        # validate (~70 ms): copying it again would dominate every update.
+        layout.pop("template", None)
+        target.layout.update(layout, overwrite=True)
