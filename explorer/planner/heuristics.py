@@ -14,6 +14,7 @@ __all__ = ["solve_recursive", "solve_propagation"]
 
 
 TOP_OPS, TOP_CUTS = 6, 8  # propagation starts of recursive programming: ops x their cuts
+PAIR_ROUNDS = 3  # local descent: rounds of (single-op sweeps, then one sweep over edges)
 
 
 def _neighbours(p: Problem) -> list[list[tuple[int, np.ndarray]]]:
@@ -56,7 +57,12 @@ def solve_recursive(p: Problem) -> dict[int, int]:
         for k in np.argsort(p.cost[top], kind="stable")[:TOP_CUTS]:
             starts.append(solve_propagation(p, {top: int(k)}))
     best = None
+    seen: set[tuple] = set()
     for start in starts:
+        key = tuple(sorted(start.items()))
+        if key in seen:  # propagation from different cuts often lands on the same plan
+            continue
+        seen.add(key)
         plan = _refine(p, dict(start), nb, by_cost)
         if best is None or p.objective(plan) < p.objective(best):
             best = plan
@@ -118,9 +124,9 @@ def _rounds(p: Problem, axes: tuple[str, ...], order: list[int], nb) -> dict[int
 
 
 def _refine(p: Problem, current: dict[int, int], nb, order, sweeps: int = 8) -> dict[int, int]:
-    """Local improvement after the rounds, a descent (the total never grows): each op takes
-    its best strategy given its neighbours'; then each edge re-picks both ends together
-    (which frees two ops locked to each other); repeated until a sweep changes nothing."""
+    """Local improvement, a descent (the total never grows): each op takes its best
+    strategy given its neighbours'; then each edge re-picks both its ends together; until a
+    sweep changes nothing."""
 
     def unary(i: int, skip: int = -1) -> np.ndarray:
         c = p.cost[i] + p.eps * p.tie[i]
@@ -129,21 +135,28 @@ def _refine(p: Problem, current: dict[int, int], nb, order, sweeps: int = 8) -> 
                 c = c + m[:, current[j]]
         return c
 
-    for _ in range(sweeps):
+    def single_sweeps() -> None:
+        for _ in range(sweeps):
+            changed = False
+            for i in order:
+                c = unary(i)
+                k = int(np.argmin(c))
+                if c[k] < c[current[i]] - 1e-12 * abs(c[current[i]]):
+                    current[i] = k
+                    changed = True
+            if not changed:
+                return
+
+    for _ in range(PAIR_ROUNDS):
+        single_sweeps()
         changed = False
-        for i in order:
-            c = unary(i)
-            k = int(np.argmin(c))
-            if c[k] < c[current[i]] - 1e-12 * abs(c[current[i]]):
-                current[i] = k
-                changed = True
         for i, j, _m in p.edges:
             if i == j:
                 continue
-            # the pair's cost with every other neighbour fixed; parallel edges between i
-            # and j are all in both unaries' skip, so m is added once per such edge below
-            both = [mm for jj, mm in nb[i] if jj == j]
-            c = unary(i, skip=j)[:, None] + unary(j, skip=i)[None, :] + sum(both)
+            # both ends re-picked together, every other neighbour fixed (frees two ops that
+            # are locked to each other); parallel edges between them all count once
+            both = sum(mm for jj, mm in nb[i] if jj == j)
+            c = unary(i, skip=j)[:, None] + unary(j, skip=i)[None, :] + both
             a, b = np.unravel_index(int(np.argmin(c)), c.shape)
             if c[a, b] < c[current[i], current[j]] - 1e-12 * abs(c[current[i], current[j]]):
                 current[i], current[j] = int(a), int(b)
