@@ -14,8 +14,14 @@ CostTuner re-colours the graph and the mesh.
 >>> graph.click("layers.0.fc1"); devices.tensor
 'layers.0.fc1'
 
-PipelineView, MemoryView, ScalingView and the StrategyExplorer dashboard follow once the
-training planner (issue 5) lands; they join through the same ``Selection``.
+The training views study one ``ParallelConfig`` (PipelineView: the schedule as a Gantt;
+MemoryView: memory per stage against capacity; ScalingView: throughput vs devices), and the
+``StrategyExplorer`` dashboard runs ``plan_training`` and links them all:
+
+>>> dash = StrategyExplorer("gpt2", devices=8, global_batch=64, seq=512)  # doctest: +SKIP
+>>> dash.views["graph"].click("layers.0.mlp.fc1")  # doctest: +SKIP
+>>> dash.views["memory"].stage  # doctest: +SKIP
+0
 """
 
 from .base import View
@@ -23,12 +29,18 @@ from .coalesce import Coalescer
 from .cost_tuner import CostTuner
 from .errors import ErrorPane
 from .graph_view import GraphView
+from .memory_view import MemoryView
 from .mesh_view import MeshView
+from .pipeline_view import PipelineView
 from .progress import Progress
+from .scaling_view import ScalingView, Series
 from .selection import Selection, link
+from .strategy_explorer import StrategyExplorer
 from .trace_compare import TraceCompare
+from .training_view import TrainingView
 
 __all__ = [
-    "GraphView", "MeshView", "CostTuner", "TraceCompare", "Selection", "link", "View",
+    "StrategyExplorer", "GraphView", "MeshView", "CostTuner", "TraceCompare", "PipelineView",
+    "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
     "ErrorPane", "Coalescer", "Progress",
 ]  # fmt: skip

@@ -57,6 +57,7 @@ def group_color(group: str) -> str:
 def collective_color(kind: str) -> str:
     return COLLECTIVE_COLORS.get(kind, color_for(kind))
 
+
 BUBBLE = "#E8E8E8"
 
 # Timeline event kinds (explorer.planner.timeline.EVENT_KINDS): compute in blues and greens,

@@ -95,7 +95,7 @@ class CostTuner(View):
     graph = tl.Instance(Graph)
     mesh = tl.Instance(Mesh)
     params = tl.Instance(CostParams)
-    method = tl.Enum(METHODS, default_value="recursive_programming")
+    method = tl.Enum(METHODS, default_value="dynamic_programming")
     # --- results ------------------------------------------------------------------------
     plan = tl.Any(None, allow_none=True)
     previous = tl.Any(None, allow_none=True)
@@ -109,7 +109,7 @@ class CostTuner(View):
 
     def __init__(
         self, graph: Graph, mesh: Mesh, *, params: CostParams | None = None,
-        method: str = "recursive_programming", selection: Selection | None = None,
+        method: str = "dynamic_programming", selection: Selection | None = None,
         coalesce_s: float = 0.05,
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import ipywidgets as ipw
 
-__all__ = ["Progress", "SHOW_AFTER_S"]
+__all__ = ["Progress", "SHOW_AFTER_S", "MIN_UPDATE_S"]
 
 SHOW_AFTER_S = 0.5  # the issue's threshold: work longer than this shows progress
+MIN_UPDATE_S = 0.05  # progress messages closer than this are coalesced (the last is kept)
 
 
 class Progress(ipw.HBox):
@@ -34,6 +35,7 @@ class Progress(ipw.HBox):
         self.label = ipw.Label()
         self.last_s: dict[str, float] = {}
         self.shown: list[str] = []  # tasks that showed the bar (tests read it)
+        self.updates = 0  # bar updates sent by ``callback`` (bursts are coalesced)
         super().__init__([self.bar, self.label], layout=ipw.Layout(display="none"))
 
     def expected(self, name: str) -> float | None:
@@ -65,3 +67,31 @@ class Progress(ipw.HBox):
             self.last_s[name] = time.perf_counter() - t0
             self.bar.value = 1.0
             self.layout.display = "none"
+
+    def callback(
+        self, name: str = "", min_interval_s: float = MIN_UPDATE_S
+    ) -> Callable[[int, int], None]:
+        """A ``(done, total)`` callback for core functions (``plan_training(progress=...)``)
+        that moves the bar. A burst of calls sends one update per ``min_interval_s``; the
+        final call (done == total) is always sent. ``self.updates`` counts what was sent.
+
+        >>> p = Progress()
+        >>> cb = p.callback("planning")
+        >>> for i in range(1000):
+        ...     cb(i, 1000)
+        >>> cb(1000, 1000); p.bar.value, p.updates < 10
+        (1.0, True)
+        """
+        last = [-1.0]
+
+        def report(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if done < total and now - last[0] < min_interval_s:
+                return
+            last[0] = now
+            self.updates += 1
+            self.bar.value = min(done / max(total, 1), 1.0)
+            if self.layout.display != "none":
+                self.label.value = f"{name}: {done}/{total}" if name else f"{done}/{total}"
+
+        return report

@@ -26,7 +26,7 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..hardware import Cluster, Mesh, resolve

@@ -17,11 +17,18 @@ from explorer.planner.timeline import EVENT_KINDS
 
 from ..colors import EVENT_COLORS, SELECTED
 
-__all__ = ["pipeline_figure", "pipeline_title", "kind_arrays", "TRACE_SELECTED_MB", "row_labels"]
+__all__ = [
+    "pipeline_figure", "pipeline_title", "kind_arrays", "selected_arrays", "timeline_columns",
+    "TRACE_SELECTED_MB", "row_labels", "figure_height", "EVENT_KINDS",
+]  # fmt: skip
 
 TRACE_SELECTED_MB = len(EVENT_KINDS)  # after one trace per event kind
 _MS = 1e3
 _SHORT = {"compute-forward": "F", "compute-backward": "B", "recompute": "R"}
+
+
+def figure_height(pp: int) -> int:
+    return max(220, 110 + 42 * pp)
 
 
 def row_labels(pp: int, chunks: int) -> list[str]:
@@ -31,39 +38,47 @@ def row_labels(pp: int, chunks: int) -> list[str]:
     return [f"dev {d}: st " + ",".join(str(c * pp + d) for c in range(chunks)) for d in range(pp)]
 
 
-def kind_arrays(timeline: Timeline, kind: str) -> dict:
+def timeline_columns(timeline: Timeline) -> dict[str, np.ndarray]:
+    """The events as numpy columns (one pass; the figure never loops over events again):
+    kind, device, start/end (ms), stage, microbatch."""
+    ev = timeline.events
+    n = len(ev)
+    kind = np.array([e.kind for e in ev], dtype=object)
+    num = np.fromiter(
+        (x for e in ev for x in (e.device, e.start_s, e.end_s, e.stage, e.microbatch)),
+        dtype=float, count=5 * n,
+    ).reshape(n, 5)  # fmt: skip
+    return {
+        "kind": kind, "device": num[:, 0].astype(int), "start": num[:, 1] * _MS,
+        "end": num[:, 2] * _MS, "stage": num[:, 3].astype(int), "mb": num[:, 4].astype(int),
+    }  # fmt: skip
+
+
+def kind_arrays(cols: dict[str, np.ndarray], kind: str) -> dict:
     """The bar data of one event kind: y (device), base and x (start and length in ms),
-    text (microbatch label), customdata ([stage, microbatch]) and hover text."""
-    ev = [e for e in timeline.events if e.kind == kind]
-    if not ev:
-        return {"y": [], "base": [], "x": [], "text": [], "customdata": [], "hovertext": []}
-    arr = np.array([(e.device, e.start_s, e.end_s, e.stage, e.microbatch) for e in ev])
-    short = _SHORT.get(kind, "")
-    text = [f"{short}{int(mb)}" if short and mb >= 0 else "" for mb in arr[:, 4]]
-    hover = [
-        f"{kind}<br>device {int(d)}"
-        + (f", stage {int(g)}, microbatch {int(mb)}" if mb >= 0 else "")
-        + f"<br>{s * _MS:.3f} → {t * _MS:.3f} ms ({(t - s) * _MS:.3f} ms)"
-        for d, s, t, g, mb in arr
-    ]  # fmt: skip
-    return {
-        "y": arr[:, 0].astype(int), "base": arr[:, 1] * _MS,
-        "x": np.maximum(arr[:, 2] - arr[:, 1], 0.0) * _MS, "text": text,
-        "customdata": arr[:, 3:5].astype(int), "hovertext": hover,
-    }  # fmt: skip
+    customdata ([stage, microbatch, start, end]); labels and hover are per-trace templates
+    over customdata, so no per-event string is made in Python."""
+    m = cols["kind"] == kind
+    start, end = cols["start"][m], cols["end"][m]
+    custom = np.column_stack([cols["stage"][m], cols["mb"][m], start, end])
+    return {"y": cols["device"][m], "base": start, "x": np.maximum(end - start, 0.0),
+            "customdata": custom}  # fmt: skip
 
 
-def _selected_arrays(timeline: Timeline, microbatch: int | None, stage: int | None) -> dict:
-    ev = [
-        e for e in timeline.events
-        if e.kind in ("compute-forward", "compute-backward", "recompute")
-        and (microbatch is None or e.microbatch == microbatch)
-        and (stage is None or e.stage == stage)
-    ] if microbatch is not None or stage is not None else []  # fmt: skip
-    return {
-        "y": [e.device for e in ev], "base": [e.start_s * _MS for e in ev],
-        "x": [(e.end_s - e.start_s) * _MS for e in ev],
-    }  # fmt: skip
+def selected_arrays(
+    cols: dict[str, np.ndarray], microbatch: int | None, stage: int | None
+) -> dict[str, np.ndarray]:
+    """Outline bars: the compute steps of ``microbatch`` (on ``stage`` only, if given), or
+    of every microbatch on ``stage``; nothing when neither is given."""
+    if microbatch is None and stage is None:
+        return {"y": np.array([], int), "base": np.array([]), "x": np.array([])}
+    m = np.isin(cols["kind"], ("compute-forward", "compute-backward", "recompute"))
+    if microbatch is not None:
+        m &= cols["mb"] == microbatch
+    if stage is not None:
+        m &= cols["stage"] == stage
+    return {"y": cols["device"][m], "base": cols["start"][m],
+            "x": cols["end"][m] - cols["start"][m]}  # fmt: skip
 
 
 def pipeline_title(sim: SimResult | None, timeline: Timeline) -> str:
@@ -91,8 +106,8 @@ def pipeline_figure(
     >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4, microbatch_size=2),
     ...                   global_batch=32, seq=512)
     >>> fig = pipeline_figure(sim)
-    >>> fig.data[0].name, fig.data[0].text[:2]
-    ('compute-forward', ('F0', 'F1'))
+    >>> fig.data[0].name, fig.data[0].texttemplate, fig.data[0].customdata[0][:2].tolist()
+    ('compute-forward', 'F%{customdata[1]}', [0.0, 0.0])
     """
     sim = result if isinstance(result, SimResult) else None
     timeline = sim.timeline if sim is not None else result
@@ -102,21 +117,27 @@ def pipeline_figure(
             "estimate has none) or a Timeline"
         )
     chunks = sim.config.virtual_stages if sim is not None else 1
+    cols = timeline_columns(timeline)
     traces = []
     for kind in EVENT_KINDS:
-        a = kind_arrays(timeline, kind)
+        a = kind_arrays(cols, kind)
         thin = kind == "pp-comm"
         marker: dict = {"color": EVENT_COLORS[kind], "line": {"width": 0}}
         if kind == "idle":
             marker["pattern"] = {"shape": "/", "fgcolor": "#B0B0B0", "size": 6}
+        short = _SHORT.get(kind)
+        where = "stage %{customdata[0]}, microbatch %{customdata[1]}<br>" if short else ""
         traces.append(go.Bar(
-            orientation="h", name=kind, y=a["y"], base=a["base"], x=a["x"], text=a["text"],
-            customdata=a["customdata"], hovertext=a["hovertext"], hoverinfo="text",
-            textposition="inside", insidetextanchor="middle", textfont={"size": 9},
-            marker=marker, width=0.18 if thin else 0.8, offset=0.3 if thin else -0.4,
-            showlegend=True,
+            orientation="h", name=kind, y=a["y"], base=a["base"], x=a["x"],
+            customdata=a["customdata"],
+            texttemplate=f"{short}%{{customdata[1]}}" if short else None,
+            hovertemplate=f"{where}%{{customdata[2]:.3f}} → %{{customdata[3]:.3f}} ms "
+                          f"(%{{x:.3f}} ms)<extra>{kind}</extra>",
+            textposition="inside" if short else "none", insidetextanchor="middle",
+            textfont={"size": 9}, marker=marker, width=0.18 if thin else 0.8,
+            offset=0.3 if thin else -0.4,
         ))  # fmt: skip
-    sel = _selected_arrays(timeline, selected_microbatch, selected_stage)
+    sel = selected_arrays(cols, selected_microbatch, selected_stage)
     traces.append(go.Bar(
         orientation="h", name="selected", y=sel["y"], base=sel["base"], x=sel["x"],
         marker={"color": "rgba(0,0,0,0)", "line": {"width": 2.5, "color": SELECTED}},
@@ -126,7 +147,7 @@ def pipeline_figure(
     pp = timeline.devices
     fig.update_layout(
         title=title or pipeline_title(sim, timeline), barmode="overlay",
-        height=height or max(220, 70 + 42 * pp), bargap=0.15,
+        height=height or figure_height(pp), bargap=0.15,
         xaxis={"title": "time (ms)", "rangemode": "tozero"},
         yaxis={"tickmode": "array", "tickvals": list(range(pp)),
                "ticktext": row_labels(pp, chunks), "autorange": "reversed",

@@ -1,0 +1,109 @@
+"""``scaling_figure``: per-device throughput and linearity against the device count, several
+ScalingCurves overlaid (weak vs strong, several models or chips).
+
+Two panels side by side; each curve has a fixed pair of traces (throughput left, linearity
+right), and ``slots`` reserves empty pairs so that a view can add curves later by updating
+traces instead of adding them (added traces are lost when a page reconnects).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, get_args
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from explorer.planner import ScalingCurve
+
+from ..colors import PALETTE
+
+__all__ = ["scaling_figure", "curve_arrays", "curve_label", "Metric", "METRICS", "METRIC_TITLES"]
+
+Metric = Literal["tokens_per_s_per_device", "tflops_per_device", "mfu"]
+METRICS: tuple[str, ...] = get_args(Metric)
+METRIC_TITLES = {
+    "tokens_per_s_per_device": "tokens/s per device",
+    "tflops_per_device": "TFLOP/s per device",
+    "mfu": "MFU",
+}
+
+
+def curve_label(curve: ScalingCurve) -> str:
+    return f"{curve.model} on {curve.hardware}, {curve.mode}"
+
+
+def curve_arrays(curve: ScalingCurve | None, metric: Metric = "tokens_per_s_per_device") -> dict:
+    """x (devices), y (the metric), linearity and hover text; None where nothing fits."""
+    if curve is None:
+        return {"x": [], "y": [], "lin": [], "hover": []}
+    pts = curve.points
+    hover = [
+        f"{p.devices} devices, batch {p.global_batch}<br>{p.config}" if p.fits
+        else f"{p.devices} devices: {p.note[:120]}"
+        for p in pts
+    ]  # fmt: skip
+    return {
+        "x": [p.devices for p in pts],
+        "y": [getattr(p, metric) if p.fits else None for p in pts],
+        "lin": [p.linearity if p.fits else None for p in pts],
+        "hover": hover,
+    }
+
+
+def scaling_figure(
+    curves: Sequence[ScalingCurve | None], labels: Sequence[str] | None = None,
+    metric: Metric = "tokens_per_s_per_device", slots: int | None = None, title: str = "",
+) -> go.Figure:  # fmt: skip
+    """Throughput per device (left) and linearity (right, 1 = linear) vs device count.
+
+    Traces: for curve slot k, ``2k`` is its throughput and ``2k+1`` its linearity; the
+    last trace is the ideal linearity line. A ``None`` curve (or a slot past the curves)
+    is an empty, hidden pair.
+
+    >>> import explorer as ex
+    >>> c = ex.scaling_curve("gpt2", "a100-80g", [8, 16], global_batch=64, seq=512)
+    >>> fig = scaling_figure([c], slots=3)
+    >>> len(fig.data), fig.data[1].y[0]
+    (7, 1.0)
+    """
+    if metric not in METRICS:
+        raise ValueError(f"metric={metric!r}; expected one of {', '.join(METRICS)}")
+    slots = max(slots or len(curves), len(curves))
+    fig = make_subplots(
+        rows=1, cols=2, horizontal_spacing=0.1,
+        subplot_titles=(METRIC_TITLES[metric], "linearity (per-device throughput / first)"),
+    )  # fmt: skip
+    xs: list[int] = []
+    for k in range(slots):
+        curve = curves[k] if k < len(curves) else None
+        a = curve_arrays(curve, metric)
+        xs += a["x"]
+        label = (labels[k] if labels and k < len(labels) else None) or (
+            curve_label(curve) if curve is not None else f"slot {k}"
+        )
+        color = PALETTE[k % len(PALETTE)]
+        dash = "dash" if curve is not None and curve.mode == "strong" else "solid"
+        common = {"mode": "lines+markers", "hovertext": a["hover"], "legendgroup": f"c{k}",
+                  "visible": curve is not None, "line": {"color": color, "dash": dash}}  # fmt: skip
+        fig.add_trace(go.Scatter(x=a["x"], y=a["y"], name=label, **common,
+                                 hovertemplate="%{y:.4g}<br>%{hovertext}<extra>%{fullData.name}</extra>"),
+                      row=1, col=1)  # fmt: skip
+        fig.add_trace(go.Scatter(x=a["x"], y=a["lin"], name=label, showlegend=False, **common,
+                                 hovertemplate="linearity %{y:.3f}<br>%{hovertext}<extra></extra>"),
+                      row=1, col=2)  # fmt: skip
+    lo, hi = (min(xs), max(xs)) if xs else (8, 4096)
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[1.0, 1.0], mode="lines", name="linear",
+                             line={"color": "#999", "dash": "dot"}, hoverinfo="skip",
+                             showlegend=False), row=1, col=2)  # fmt: skip
+    ticks = sorted(set(xs)) or [8, 64, 512, 4096]
+    for col in (1, 2):
+        fig.update_xaxes(type="log", tickvals=ticks, title_text="devices", row=1, col=col)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(range=[0, 1.1], row=1, col=2)
+    fig.update_layout(
+        title=title or "scaling", height=380, hovermode="closest", plot_bgcolor="white",
+        legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top", "font": {"size": 10}},
+        margin={"l": 10, "r": 10, "t": 60, "b": 40},
+    )  # fmt: skip
+    return fig

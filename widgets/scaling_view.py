@@ -1,0 +1,248 @@
+"""``ScalingView``: per-device throughput and linearity against the device count, several
+configurations (model, hardware, weak or strong scaling) overlaid."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import ipywidgets as ipw
+import plotly.graph_objects as go
+import traitlets as tl
+
+import explorer as ex
+from explorer.planner import ScalingCurve
+
+from .base import View, replace_figure
+from .figures.scaling import METRIC_TITLES, METRICS, curve_label, scaling_figure
+from .selection import Selection
+
+__all__ = ["ScalingView", "Series", "DEVICE_COUNTS", "MAX_SERIES"]
+
+DEVICE_COUNTS: tuple[int, ...] = tuple(2**k for k in range(3, 13))  # 8 .. 4096
+MAX_SERIES = 6  # trace slots reserved in the figure (traces are updated, never added)
+_CURVES: OrderedDict[tuple, ScalingCurve] = OrderedDict()
+CURVE_CACHE_SIZE = 32
+
+
+@dataclass(frozen=True)
+class Series:
+    """One curve to draw: what ``ex.scaling_curve`` is called with."""
+
+    model: str
+    hardware: str = "a100-80g"
+    mode: str = "weak"
+    global_batch: int | None = None  # at the smallest count (weak) or at every count
+    seq: int | None = None
+    counts: tuple[int, ...] = DEVICE_COUNTS
+
+    @property
+    def label(self) -> str:
+        gb = f", batch {self.global_batch}" if self.global_batch else ""
+        return f"{self.model} on {self.hardware}, {self.mode}{gb}"
+
+
+class ScalingView(View):
+    """Planned throughput per device and linearity from 8 to 4096 devices.
+
+    Each series is a ``scaling_curve`` (every point is a ``plan_training`` result, so each
+    device count has its own best configuration; hover shows it). The controls edit the
+    last series; ``add`` keeps it and starts a new one (up to ``MAX_SERIES``).
+
+    Args:
+        series: the curves to draw (default: ``model`` weak and strong).
+        model, hardware, global_batch, seq: the default series' settings.
+        counts: device counts (powers of two from 8 to 4096 by default).
+        lazy: draw empty axes and compute on ``compute()`` (the dashboard computes when
+            its tab opens: a 1.3B model over 10 counts takes a few seconds).
+
+    Controls: ``model``, ``hardware``, ``mode``, ``global_batch``, ``counts`` (a range),
+    ``metric``, ``add``, ``clear``.
+
+    >>> view = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16))
+    >>> view.controls["mode"].value = "strong"
+    >>> [p.global_batch for p in view.curves[-1].points]
+    [64, 64]
+    """
+
+    series = tl.List(help="the Series drawn (the last one follows the controls)")
+    curves = tl.List(help="their ScalingCurves (None: not computed yet)")
+    metric = tl.Enum(METRICS, default_value="tokens_per_s_per_device")
+
+    selection_traits = ("training",)
+    name = "scaling"
+
+    def __init__(
+        self, series: list[Series] | None = None, *, model: str = "gpt2-medium",
+        hardware: str = "a100-80g", global_batch: int | None = None, seq: int | None = None,
+        counts: tuple[int, ...] = DEVICE_COUNTS, lazy: bool = False,
+        selection: Selection | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(selection=None)
+        base = Series(model, hardware, "weak", global_batch, seq, tuple(counts))
+        series = list(series or [base, _replace(base, mode="strong")])
+        if len(series) > MAX_SERIES:
+            raise ValueError(f"{len(series)} series; the view draws at most {MAX_SERIES}")
+        self.series = series
+        self.curves = [None] * len(series)
+        self.figure = go.FigureWidget(self._build())
+        self._bulk = False
+        last = series[-1]
+        pow2 = [n for n in DEVICE_COUNTS if n not in last.counts]
+        options = sorted({*last.counts, *pow2})
+        self.controls = {
+            "model": ipw.Dropdown(options=ex.models.names(), value=last.model,
+                                  description="model"),
+            "hardware": ipw.Dropdown(options=ex.hardware.names(), value=last.hardware,
+                                     description="hardware"),
+            "mode": ipw.ToggleButtons(options=("weak", "strong"), value=last.mode),
+            "global_batch": ipw.BoundedIntText(value=last.global_batch or 0, min=0,
+                                               max=10**7, description="batch (0: auto)"),
+            "counts": ipw.SelectionRangeSlider(options=options,
+                                               index=(options.index(min(last.counts)),
+                                                      options.index(max(last.counts))),
+                                               description="devices", continuous_update=False),
+            "metric": ipw.Dropdown(options=[(METRIC_TITLES[m], m) for m in METRICS],
+                                   value=self.metric, description="metric"),
+            "add": ipw.Button(description="add series", icon="plus"),
+            "clear": ipw.Button(description="clear"),
+        }  # fmt: skip
+        guard = self.errors.guard
+        for w in self.controls.values():
+            if isinstance(w, ipw.Button):
+                continue
+            w.observe(guard(self._on_control), names="value")
+        self.controls["add"].on_click(guard(lambda _: self.add_series()))
+        self.controls["clear"].on_click(guard(lambda _: self.clear()))
+        self.info = ipw.HTML()
+        c = self.controls
+        self._layout_children(
+            ipw.HBox([c["model"], c["hardware"], c["mode"]]),
+            ipw.HBox([c["global_batch"], c["counts"], c["metric"]]),
+            ipw.HBox([c["add"], c["clear"]]), self.figure, self.info,
+        )  # fmt: skip
+        self.auto = not lazy  # compute on every change (lazy: after the first compute())
+        if not lazy:
+            self.compute()
+        self.link(selection or Selection())
+
+    # --- computing ----------------------------------------------------------------------
+    def _curve(self, s: Series, report) -> ScalingCurve:
+        key = (s.model, s.hardware, s.mode, s.global_batch, s.seq, s.counts)
+        curve = _CURVES.get(key)
+        if curve is None:
+            curve = ex.scaling_curve(
+                s.model, s.hardware, list(s.counts), global_batch=s.global_batch, seq=s.seq,
+                mode=s.mode, progress=report,
+            )  # fmt: skip
+            _CURVES[key] = curve
+            if len(_CURVES) > CURVE_CACHE_SIZE:
+                _CURVES.popitem(last=False)
+        return curve
+
+    def compute(self) -> None:
+        """Compute every series not computed yet (with progress) and redraw."""
+        self.auto = True
+        todo = [i for i, c in enumerate(self.curves) if c is None]
+        curves = list(self.curves)
+        for i in todo:
+            s = self.series[i]
+            with self.progress.task(f"scaling {s.label}"):
+                report = self.errors.guard(self.progress.callback(f"scaling {s.model}"))
+                curves[i] = self._curve(s, report)
+        self.curves = curves
+        self._draw()
+
+    @property
+    def computed(self) -> bool:
+        return all(c is not None for c in self.curves)
+
+    # --- controls -----------------------------------------------------------------------
+    def _series_from_controls(self) -> Series:
+        c = self.controls
+        lo, hi = c["counts"].value
+        counts = tuple(n for n in c["counts"].options if lo <= n <= hi)
+        return Series(c["model"].value, c["hardware"].value, c["mode"].value,
+                      c["global_batch"].value or None, self.series[-1].seq, counts)  # fmt: skip
+
+    def _on_control(self, change: dict[str, Any]) -> None:
+        if self._bulk:
+            return
+        if change["owner"] is self.controls["metric"]:
+            self.metric = change["new"]
+            self._draw()
+            return
+        self.set_last(self._series_from_controls())
+
+    def set_last(self, series: Series) -> None:
+        """Replace the last series (what the controls do) and recompute it."""
+        self.series = [*self.series[:-1], series]
+        self.curves = [*self.curves[:-1], None]
+        self.compute()
+
+    def add_series(self, series: Series | None = None) -> None:
+        """Keep the curves drawn and add ``series`` (default: a copy of the last, which
+        the controls then edit)."""
+        if len(self.series) >= MAX_SERIES:
+            raise ValueError(
+                f"the view holds at most {MAX_SERIES} series; press clear or edit the last one"
+            )
+        series = series or self.series[-1]
+        self.series = [*self.series, series]
+        self.curves = [*self.curves, None]
+        self.compute()
+
+    def clear(self) -> None:
+        """Keep only the last series."""
+        self.series, self.curves = self.series[-1:], self.curves[-1:]
+        self._draw()
+
+    # --- drawing ------------------------------------------------------------------------
+    def _build(self) -> go.Figure:
+        labels = [s.label for s in self.series]
+        title = "per-device throughput and linearity vs devices"
+        return scaling_figure(self.curves, labels, self.metric, slots=MAX_SERIES, title=title)
+
+    def _draw(self) -> None:
+        replace_figure(self.figure, self._build())
+        lines = []
+        for c in self.curves:
+            if c is None:
+                continue
+            fits = [p for p in c.points if p.fits]
+            last = fits[-1] if fits else None
+            tail = (f"linearity {last.linearity:.2f} at {last.devices} devices"
+                    if last else "nothing fits")  # fmt: skip
+            lines.append(f"{curve_label(c)}: {tail}")
+        self.info.value = "<br>".join(lines)
+
+    # --- selection ----------------------------------------------------------------------
+    def on_selection(self, change: dict[str, Any]) -> None:
+        """A new TrainingPlan (dashboard): the last series follows its model and chip."""
+        plan = change["new"]
+        if plan is None or not hasattr(plan, "model"):
+            return
+        s = self.series[-1]
+        if (s.model, s.hardware) == (plan.model, plan.hardware):
+            return
+        self._bulk = True
+        try:
+            if plan.model in self.controls["model"].options:
+                self.controls["model"].value = plan.model
+            self.controls["hardware"].value = plan.hardware
+        finally:
+            self._bulk = False
+        self.series = [_replace(x, model=plan.model, hardware=plan.hardware, seq=plan.seq)
+                       for x in self.series]  # fmt: skip
+        self.curves = [None] * len(self.series)
+        if self.auto:
+            self.compute()
+        else:
+            self._draw()
+
+
+def _replace(s: Series, **kw) -> Series:
+    from dataclasses import replace
+
+    return replace(s, **kw)

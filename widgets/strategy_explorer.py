@@ -1,0 +1,291 @@
+"""``StrategyExplorer``: the dashboard. Choose a model, a chip, a device count, a global
+batch and a sequence length; ``plan_training`` finds the fastest configuration that fits
+(with a progress bar), and every view follows through one shared ``Selection``:
+
+* the operator level: GraphView (coloured by pipeline stage), MeshView and CostTuner on the
+  chosen dp x tp mesh, on a graph built with a few layers (``draw_layers``; layers repeat,
+  so their strategies are the same — the UI says so);
+* the step level: PipelineView and MemoryView of the chosen configuration;
+* ScalingView of the model on the chip; TraceCompare (eager vs @jit) as a last tab.
+
+Tabs other than the graph, pipeline and memory are built when first opened (the scaling
+curve plans ten device counts; the tuner builds cost tables), which keeps the first build
+to the plan itself plus ~1 s of drawing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+import ipywidgets as ipw
+import traitlets as tl
+
+import explorer as ex
+
+from .base import View
+from .coalesce import Coalescer
+from .colors import stage_color
+from .cost_tuner import CostTuner
+from .graph_view import GraphView
+from .memory_view import MemoryView
+from .mesh_view import MeshView
+from .pipeline_view import PipelineView
+from .scaling_view import ScalingView
+from .selection import Selection
+
+__all__ = ["StrategyExplorer", "TABS", "DEVICE_CHOICES", "SEQ_CHOICES"]
+
+TABS = ("graph", "mesh", "cost tuner", "pipeline", "memory", "scaling", "traces")
+DEVICE_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+SEQ_CHOICES = (512, 1024, 2048, 4096, 8192)
+_GIB = 2**30
+_SHARDING: OrderedDict[tuple, Any] = OrderedDict()
+
+
+class StrategyExplorer(View):
+    """One dashboard for a training job: the plan, why, and every view linked.
+
+    Args:
+        model: a name of ``ex.models.names()``; ``hardware``: of ``ex.hardware.names()``.
+        devices, global_batch, seq: the job.
+        draw_layers: layers in the operator-level graph (GraphView, MeshView, CostTuner,
+            explain panel); the model's layers are identical, so a few stand for all.
+        selection: a shared Selection (default: a new one).
+
+    Controls: ``model``, ``hardware``, ``devices``, ``global_batch``, ``seq`` (each change
+    re-plans, coalesced), ``plan`` (re-plan now).
+
+    >>> dash = StrategyExplorer("gpt2", devices=8, global_batch=64, seq=512)  # doctest: +SKIP
+    >>> dash.plan.config  # doctest: +SKIP
+    """
+
+    plan = tl.Any(None, allow_none=True, help="the current TrainingPlan")
+    sharding = tl.Any(None, allow_none=True, help="its ShardingPlan (draw_layers layers)")
+    plan_s = tl.Float(0.0, help="seconds of the last plan_training + sharding plan")
+
+    selection_traits = ("node",)
+    name = "dashboard"
+
+    def __init__(
+        self, model: str = "gpt2-medium", *, hardware: str = "a100-80g", devices: int = 64,
+        global_batch: int = 256, seq: int = 1024, draw_layers: int = 4,
+        selection: Selection | None = None, coalesce_s: float = 0.3,
+    ) -> None:  # fmt: skip
+        super().__init__(selection=selection)
+        self.draw_layers = draw_layers
+        self.stages: dict[str, int] = {}
+        self.views: dict[str, View] = {}
+        opt = {"style": {"description_width": "7em"}}
+        self.controls = {
+            "model": ipw.Dropdown(options=ex.models.names(), value=model, description="model",
+                                  **opt),
+            "hardware": ipw.Dropdown(options=ex.hardware.names(), value=hardware,
+                                     description="hardware", **opt),
+            "devices": ipw.Dropdown(options=sorted({*DEVICE_CHOICES, devices}), value=devices,
+                                    description="devices", **opt),
+            "global_batch": ipw.BoundedIntText(value=global_batch, min=1, max=10**7,
+                                               description="global batch", **opt),
+            "seq": ipw.Dropdown(options=sorted({*SEQ_CHOICES, seq}), value=seq,
+                                description="sequence", **opt),
+            "plan": ipw.Button(description="plan", button_style="primary", icon="play"),
+        }  # fmt: skip
+        self._replan_soon = Coalescer(self.errors.guard(self.replan), delay_s=coalesce_s)
+        for k, w in self.controls.items():
+            if k != "plan":
+                w.observe(self.errors.guard(lambda _: self._replan_soon.submit()), "value")
+        self.controls["plan"].on_click(self.errors.guard(lambda _: self.replan()))
+        self.summary = ipw.HTML()
+        self.report = ipw.HTML()
+        self.explain = ipw.HTML("<i>click an op in the graph to see why its strategy won</i>")
+        self.note = ipw.HTML()
+        self.tabs = ipw.Tab(children=[ipw.VBox() for _ in TABS])
+        for i, t in enumerate(TABS):
+            self.tabs.set_title(i, t)
+        self.tabs.observe(self.errors.guard(self._on_tab), names="selected_index")
+        self.replan()  # builds the graph, pipeline and memory views the first time
+        c = self.controls
+        self._layout_children(
+            ipw.HBox([ipw.VBox([c["model"], c["hardware"]]),
+                      ipw.VBox([c["devices"], c["global_batch"]]),
+                      ipw.VBox([c["seq"], c["plan"]])]),
+            self.summary,
+            ipw.Accordion(children=[self.report], titles=("full report",)),
+            ipw.HBox([self.tabs, ipw.VBox([ipw.HTML("<b>explain</b>"), self.explain],
+                                          layout=ipw.Layout(width="34em"))]),
+            self.note,
+        )  # fmt: skip
+
+    # --- planning -----------------------------------------------------------------------
+    def replan(self) -> None:
+        """Run ``plan_training`` for the controls' job (with progress), then publish the
+        plan and its operator-level plan to every linked view."""
+        import time
+
+        c = self.controls
+        model, hw = c["model"].value, c["hardware"].value
+        devices, gb, seq = c["devices"].value, c["global_batch"].value, c["seq"].value
+        t0 = time.perf_counter()
+        with self.progress.task(f"planning {model} on {devices} x {hw}", steps=2) as step:
+            report = self.errors.guard(self.progress.callback("configurations"))
+            plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
+                                    seq=seq, progress=report)  # fmt: skip
+            step("operator strategies of the chosen dp x tp mesh")
+            sharding = self._sharding_plan(plan)
+        self.plan_s = time.perf_counter() - t0
+        self.plan, self.sharding = plan, sharding
+        self.stages = plan.stage_map(sharding.graph)
+        self._ensure_views()
+        graph_view = self.views["graph"]
+        graph_view.stages = self.stages  # before the plan: GraphView redraws on the plan
+        self.selection.publish(graph=sharding.graph, plan=sharding, training=plan, highlight=())
+        self._stale_tuner()
+        self.summary.value = self._summary()
+        self.report.value = f"<pre style='font-size:11px'>{_escape(plan.report())}</pre>"
+        self.note.value = self._note()
+        self.explain.value = self._explain(self.selection.node)
+
+    def _sharding_plan(self, plan):
+        c, layers = plan.config, self.draw_layers
+        key = (plan.model, plan.hardware, plan.seq, c.dp, c.tp, c.microbatch_size, layers)
+        sp = _SHARDING.get(key)
+        if sp is None:
+            sp = plan.sharding_plan(layers=layers)
+            _SHARDING[key] = sp
+            if len(_SHARDING) > 16:
+                _SHARDING.popitem(last=False)
+        return sp
+
+    # --- views --------------------------------------------------------------------------
+    def _ensure_views(self) -> None:
+        """Build the always-visible views once (later plans reach them by the selection)."""
+        if "graph" in self.views:
+            return
+        sp, plan = self.sharding, self.plan
+        self.views["graph"] = GraphView(sp.graph, sp, color_by="stage", stages=self.stages,
+                                        selection=self.selection)  # fmt: skip
+        self.views["pipeline"] = PipelineView(
+            plan.model_config, plan.config, hardware=plan.hardware,
+            global_batch=plan.global_batch, seq=plan.seq, selection=self.selection,
+        )  # fmt: skip
+        self.views["memory"] = MemoryView(
+            plan.model_config, plan.config, hardware=plan.hardware,
+            global_batch=plan.global_batch, seq=plan.seq, selection=self.selection,
+        )  # fmt: skip
+        for name in ("graph", "pipeline", "memory"):
+            self._place(name)
+        self.tabs.selected_index = TABS.index("graph")
+
+    def _place(self, name: str) -> None:
+        children = list(self.tabs.children)
+        children[TABS.index(name)] = self.views[name]
+        self.tabs.children = children
+        for i, t in enumerate(TABS):
+            self.tabs.set_title(i, t)
+
+    def open_tab(self, name: str) -> View:
+        """Show tab ``name`` (building its view the first time); returns the view."""
+        if name not in TABS:
+            raise ValueError(f"unknown tab {name!r}; tabs: {', '.join(TABS)}")
+        self.tabs.selected_index = TABS.index(name)
+        self._build_tab(name)
+        return self.views[name]
+
+    def _on_tab(self, change: dict[str, Any]) -> None:
+        if change["new"] is not None:
+            self._build_tab(TABS[change["new"]])
+
+    def _build_tab(self, name: str) -> None:
+        if name in self.views:
+            return
+        sp, plan = self.sharding, self.plan
+        if name == "mesh":
+            view: View = MeshView(sp.mesh, sp, selection=self.selection)
+        elif name == "cost tuner":
+            view = CostTuner(sp.graph, sp.mesh, params=sp.params, method="dynamic_programming",
+                             selection=self.selection)  # fmt: skip
+        elif name == "scaling":
+            view = ScalingView(model=plan.model, hardware=plan.hardware, seq=plan.seq,
+                               counts=DEVICE_CHOICES, selection=self.selection)  # fmt: skip
+        elif name == "traces":
+            from .trace_compare import TraceCompare
+
+            view = TraceCompare(selection=self.selection)
+        else:  # graph, pipeline, memory exist from the first plan
+            return
+        self.views[name] = view
+        self._place(name)
+
+    def _stale_tuner(self) -> None:
+        """The tuner plans one graph; a new plan brings a new graph: rebuild it (now if its
+        tab is open, else when it is next opened)."""
+        tuner = self.views.get("cost tuner")
+        if tuner is None or tuner.graph is self.sharding.graph:
+            return
+        del self.views["cost tuner"]
+        children = list(self.tabs.children)
+        children[TABS.index("cost tuner")] = ipw.VBox()
+        self.tabs.children = children
+        if self.tabs.selected_index == TABS.index("cost tuner"):
+            self._build_tab("cost tuner")
+
+    # --- selection ----------------------------------------------------------------------
+    def on_selection(self, change: dict[str, Any]) -> None:
+        node = change["new"]
+        self.explain.value = self._explain(node)
+        stage = self.stages.get(node) if node else None
+        if stage is not None:  # the pipeline and memory views frame the node's stage
+            self._select(stage=stage, microbatch=None)
+
+    # --- text ---------------------------------------------------------------------------
+    def _explain(self, node: str | None) -> str:
+        sp = self.sharding
+        if not node or sp is None or node not in sp.assignment:
+            return "<i>click an op in the graph to see why its strategy won</i>"
+        stage = self.stages.get(node)
+        where = ""
+        if stage is not None:
+            pp = self.plan.config.pp
+            where = f"pipeline stage {stage} (device {stage % pp} of the pipeline)<br>"
+        return f"{where}<pre style='font-size:11px'>{_escape(str(sp.explain(node)))}</pre>"
+
+    def _summary(self) -> str:
+        p, s = self.plan, self.plan.sim
+        fits = "fits" if s.fits else "<b style='color:#E4002B'>over memory</b>"
+        return (
+            f"<b>{p.model}</b> on {p.devices} x {p.hardware}, global batch {p.global_batch}, "
+            f"sequence {p.seq}<br>chosen <b>{p.config}</b>: step {s.step_time_s:.3f} s, "
+            f"{s.tokens_per_s:,.0f} tokens/s, {s.tflops_per_device:.0f} TFLOP/s per device "
+            f"(MFU {s.mfu:.1%}), bubble {s.bubble_fraction:.1%}, memory "
+            f"{s.memory.total / _GIB:.1f} of {s.memory_cap_bytes / _GIB:.0f} GiB ({fits}); "
+            f"{p.searched} configurations in {p.search_time_s:.2f} s"
+        )
+
+    def _note(self) -> str:
+        return self._legend() + "<br>" + self._drawn()
+
+    def _legend(self) -> str:
+        """Swatches of the stage colours GraphView uses (``color_by="stage"``)."""
+        c = self.plan.config
+        cells = "".join(
+            f"<span style='background:{stage_color(g)};padding:0 6px;margin-right:3px'>{g}</span>"
+            for g in range(c.stages)
+        )
+        return f"pipeline stages ({c.pp} devices x {c.virtual_stages} chunks): {cells}"
+
+    def _drawn(self) -> str:
+        L = self.plan.model_config.num_layers
+        n = min(self.draw_layers, L)
+        if n == L:
+            return f"graph: all {L} layers"
+        return (
+            f"<i>graph, mesh, cost tuner and explain: the model drawn with {n} of its {L} "
+            f"layers (identical layers get identical strategies); stage colours map drawn "
+            f"layer k to model layer k·{L}/{n}. Graph batch: one global microbatch "
+            f"(dp x microbatch size = {self.plan.config.dp * self.plan.config.microbatch_size}"
+            f" sequences) on the dp x tp mesh.</i>"
+        )
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
