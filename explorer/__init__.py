@@ -7,7 +7,7 @@
 124.4
 """
 
-from . import compiler, hardware, ir, models, planner, sharding, trace
+from . import compiler, export, hardware, ir, models, planner, sharding, trace
 from .compiler import F, Tensor, grad, jit, nn, tensor
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
@@ -28,6 +28,6 @@ __version__ = "0.1.0"
 __all__ = [
     "ir", "models", "hardware", "sharding", "planner", "Mesh", "Graph", "GraphBuilder",
     "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
-    "compiler", "trace", "jit", "tensor", "Tensor", "grad", "F", "nn",
+    "compiler", "trace", "export", "jit", "tensor", "Tensor", "grad", "F", "nn",
     "ParallelConfig", "simulate", "plan_training", "TrainingPlan", "scaling_curve",
 ]  # fmt: skip

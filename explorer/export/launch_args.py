@@ -1,0 +1,159 @@
+"""Megatron-LM and DeepSpeed launch arguments for a `ParallelConfig`.
+
+>>> from explorer.planner import ParallelConfig
+>>> " ".join(megatron_args(ParallelConfig(dp=2, tp=4, pp=2, sp=True, zero=1)))
+'--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --sequence-parallel \
+--micro-batch-size 1 --use-distributed-optimizer'
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from ..models import ModelConfig, load
+from ..planner import ParallelConfig
+from .errors import ExportError
+
+__all__ = ["megatron_args", "deepspeed_config", "deepspeed_args", "launch_command"]
+
+
+def _config(plan) -> ParallelConfig:
+    config = getattr(plan, "config", plan)
+    if not isinstance(config, ParallelConfig):
+        raise ExportError(f"expected a ParallelConfig or a TrainingPlan, got {type(plan).__name__}")
+    return config
+
+
+def _model_args(cfg: ModelConfig, seq: int | None) -> list[str]:
+    args = ["--num-layers", str(cfg.num_layers), "--hidden-size", str(cfg.hidden_size),
+            "--num-attention-heads", str(cfg.num_heads),
+            "--ffn-hidden-size", str(cfg.ffn)]  # fmt: skip
+    if cfg.kv_heads != cfg.num_heads:
+        args += ["--group-query-attention", "--num-query-groups", str(cfg.kv_heads)]
+    seq = cfg.max_seq_len if seq is None else seq
+    args += ["--seq-length", str(seq), "--max-position-embeddings", str(max(seq, cfg.max_seq_len))]
+    if cfg.norm == "rmsnorm":
+        args += ["--normalization", "RMSNorm"]
+    if cfg.activation == "swiglu":
+        args.append("--swiglu")
+    if cfg.position == "rope":
+        args += ["--position-embedding-type", "rope"]
+    if not cfg.tied_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not cfg.bias:
+        args.append("--disable-bias-linear")
+    if cfg.is_moe:
+        args += ["--num-experts", str(cfg.num_experts), "--moe-router-topk",
+                 str(cfg.experts_top_k)]  # fmt: skip
+    if cfg.dtype == "bf16":
+        args.append("--bf16")
+    elif cfg.dtype == "fp16":
+        args.append("--fp16")
+    return args
+
+
+def megatron_args(plan, *, model: ModelConfig | str | None = None,
+                  global_batch: int | None = None, seq: int | None = None) -> tuple[str, ...]:  # fmt: skip
+    """Megatron-LM ``pretrain_gpt.py`` arguments for a ParallelConfig (or TrainingPlan).
+
+    ``model`` adds the architecture flags (and is needed for the interleaved schedule's
+    layers per virtual stage); ``global_batch`` adds ``--global-batch-size``. ZeRO 1 is
+    Megatron's distributed optimizer; ZeRO 2 and 3 are Megatron-FSDP's
+    ``optim_grads`` and ``optim_grads_params`` sharding. Megatron has no GPipe schedule.
+    """
+    c = _config(plan)
+    cfg = load(model) if model is not None else None
+    if c.schedule == "gpipe" and c.pp > 1:
+        raise ExportError(
+            "Megatron-LM has no GPipe schedule (it runs 1F1B); use schedule='1f1b' or "
+            "'interleaved_1f1b'"
+        )
+    args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
+    if c.sp:
+        args.append("--sequence-parallel")
+    if c.ep > 1:
+        args += ["--expert-model-parallel-size", str(c.ep)]
+    if c.schedule == "interleaved_1f1b":
+        if cfg is None:
+            raise ExportError("the interleaved schedule needs model=... to count layers per "
+                              "virtual stage")  # fmt: skip
+        chunks = c.pp * c.virtual_stages
+        if cfg.num_layers % chunks:
+            raise ExportError(
+                f"{cfg.num_layers} layers do not split into pp {c.pp} x v {c.virtual_stages} "
+                "chunks; choose virtual_stages dividing the layers per stage"
+            )
+        args += ["--num-layers-per-virtual-pipeline-stage", str(cfg.num_layers // chunks)]
+    args += ["--micro-batch-size", str(c.microbatch_size)]
+    if global_batch is not None:
+        c.microbatches(global_batch)  # raises when it does not divide
+        args += ["--global-batch-size", str(global_batch)]
+    if c.zero == 1:
+        args.append("--use-distributed-optimizer")
+    elif c.zero in (2, 3):
+        strategy = "optim_grads" if c.zero == 2 else "optim_grads_params"
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
+                 "--use-distributed-optimizer"]  # fmt: skip
+    if c.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]
+    elif c.recompute == "full":
+        args += ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                 "--recompute-num-layers", "1"]  # fmt: skip
+    elif c.recompute == "per_layer":
+        if c.recompute_num_layers is None:
+            raise ExportError("recompute='per_layer' needs recompute_num_layers (the plan's "
+                              "choice) to export; take it from TrainingPlan.config")  # fmt: skip
+        args += ["--recompute-granularity", "full", "--recompute-method", "block",
+                 "--recompute-num-layers", str(c.recompute_num_layers)]  # fmt: skip
+    if cfg is not None:
+        args += _model_args(cfg, seq)
+    return tuple(args)
+
+
+def deepspeed_config(plan, *, global_batch: int, dtype: str = "bf16") -> dict[str, object]:
+    """The DeepSpeed JSON config (batch sizes, ZeRO stage, precision, checkpointing)."""
+    c = _config(plan)
+    m = c.microbatches(global_batch)
+    if c.zero >= 2 and c.pp > 1:
+        raise ExportError(
+            f"DeepSpeed's pipeline engine supports ZeRO 0 or 1, not {c.zero}; use zero=1 or pp=1"
+        )
+    out: dict[str, object] = {
+        "train_batch_size": global_batch,
+        "train_micro_batch_size_per_gpu": c.microbatch_size,
+        "gradient_accumulation_steps": m,
+        "zero_optimization": {"stage": c.zero},
+    }
+    if dtype in ("bf16", "fp16"):
+        out[dtype] = {"enabled": True}
+    if c.recompute != "none":
+        ckpt: dict[str, object] = {"partition_activations": c.tp > 1,
+                                   "contiguous_memory_optimization": False}  # fmt: skip
+        if c.recompute_num_layers is not None:
+            ckpt["number_checkpoints"] = c.recompute_num_layers
+        out["activation_checkpointing"] = ckpt
+    return out
+
+
+def deepspeed_args(plan, *, config_path: str = "ds_config.json") -> tuple[str, ...]:
+    """Megatron-DeepSpeed arguments: the parallel degrees, ZeRO stage and the config file."""
+    c = _config(plan)
+    args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
+    if c.pp == 1:
+        args.append("--no-pipeline-parallel")
+    if c.sp:
+        args.append("--sequence-parallel")
+    args += ["--micro-batch-size", str(c.microbatch_size), "--zero-stage", str(c.zero),
+             "--deepspeed", "--deepspeed_config", config_path]  # fmt: skip
+    if c.recompute != "none":
+        args += ["--deepspeed-activation-checkpointing", "--checkpoint-activations"]
+    return tuple(args)
+
+
+def launch_command(plan, *, nodes: int = 1, script: str = "pretrain_gpt.py", **kwargs) -> str:
+    """A ``torchrun`` line for Megatron-LM on ``nodes`` hosts (devices split evenly)."""
+    c = _config(plan)
+    if c.devices % nodes:
+        raise ExportError(f"{c.devices} devices do not split evenly over {nodes} nodes")
+    head = ["torchrun", f"--nnodes={nodes}", f"--nproc_per_node={c.devices // nodes}", script]
+    return shlex.join(head + list(megatron_args(plan, **kwargs)))
