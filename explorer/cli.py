@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import hardware, models
 from .ir import format_flops, format_graph
@@ -46,6 +47,25 @@ def _plan(args) -> int:
     return 0
 
 
+def _report(args) -> int:
+    try:  # the report draws with plotly through widgets/; the core never imports either
+        from widgets.report import write_report
+    except ImportError as e:
+        print(f"error: the HTML report needs the notebook extra ({e.name or e} is missing); "
+              "install it with `pip install -e '.[notebook]'`", file=sys.stderr)  # fmt: skip
+        return 2
+    path = Path(args.model)
+    cfg = models.load_file(path) if path.suffix == ".json" else models.load(args.model)
+    report = write_report(
+        args.output, cfg, args.devices, hardware=args.hardware,
+        global_batch=args.global_batch, seq=args.seq, draw_layers=args.layers,
+    )  # fmt: skip
+    size = Path(args.output).stat().st_size
+    print(f"wrote {args.output} ({size / 2**20:.1f} MiB, {report.build_s:.1f} s): "
+          f"{report.plan.config}")  # fmt: skip
+    return 0
+
+
 def _list(args) -> int:
     names = models.names() if args.what == "models" else hardware.names()
     print(json.dumps(list(names)) if args.json else "\n".join(names))
@@ -79,6 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top", type=int, default=5, help="alternatives to show")
     s.add_argument("--json", action="store_true", help="write the TrainingPlan as JSON")
     s.set_defaults(func=_plan)
+    s = sub.add_parser("report", help="one standalone HTML page: the plan and its figures")
+    s.add_argument("model", help="a zoo name or a model JSON file")
+    s.add_argument("--devices", type=int, required=True)
+    s.add_argument("--hardware", default="a100-80g")
+    s.add_argument("--global-batch", type=int, default=None, help="default: one per device")
+    s.add_argument("--seq", type=int, default=None)
+    s.add_argument("--layers", type=int, default=2, help="layers drawn in the graph")
+    s.add_argument("-o", "--output", default="report.html")
+    s.set_defaults(func=_report)
     return p
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as ipw
+import numpy as np
 import traitlets as tl
 
 from .errors import ErrorPane
@@ -70,12 +71,30 @@ class View(ipw.VBox):
         self.children = (*rows, self.progress, self.errors)
 
 
+def _same(a, b) -> bool:
+    """Equal plotly property values (numpy arrays compared element by element)."""
+    try:
+        eq = a == b
+        if isinstance(eq, bool):
+            return eq
+        return np.shape(a) == np.shape(b) and bool(np.all(eq))
+    except (ValueError, TypeError):  # nested dicts holding arrays: treat as changed
+        return False
+
+
 def replace_figure(target, source) -> None:
     """Copy every trace and the layout of ``source`` (a fresh ``go.Figure`` of the same
     builder) into ``target`` (the FigureWidget on screen) as one message."""
     with target.batch_update():
         for old, new in zip(target.data, source.data, strict=True):
-            old.update(new.to_plotly_json(), overwrite=True)
+            # Only changed properties are set: ``update(overwrite=True)`` first clears a
+            # property, and when the new value equals the old one plotly sends just the
+            # clearing (a front-end then drew the ideal-linearity line with y=null).
+            was, now = old.to_plotly_json(), new.to_plotly_json()
+            changes = {k: v for k, v in now.items() if k != "type" and not _same(was.get(k), v)}
+            changes.update({k: None for k in was if k not in now and k != "type"})
+            if changes:
+                old.update(changes, overwrite=True)
         layout = source.layout.to_plotly_json()
         # The template is the same default on both sides and the costliest part to
         # validate (~70 ms): copying it again would dominate every update.

@@ -56,7 +56,7 @@ class MemoryView(TrainingView):
             t.on_click(self.errors.guard(self._on_click))
         self.controls = {
             "zero": ipw.ToggleButtons(options=[(f"ZeRO-{z}", z) for z in ZERO_STAGES],
-                                      description="ZeRO", style={"button_width": "5em"}),
+                                      description="ZeRO", style={"button_width": "auto"}),
             "recompute": ipw.Dropdown(options=RECOMPUTE_POLICIES, description="recompute"),
             "microbatch_size": ipw.Dropdown(options=[1], description="microbatch"),
         }  # fmt: skip

@@ -71,7 +71,8 @@ def cost_figure(
         legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
         yaxis={"title": f"cost ({u}, weighted)"}, margin={"l": 10, "r": 10, "t": 70, "b": 30},
         annotations=[{"text": memory_text(after),
-                      "xref": "paper", "yref": "paper", "x": 1, "y": 1.0, "showarrow": False,
-                      "xanchor": "right", "yanchor": "bottom", "font": {"size": 11}}],
+                      "xref": "paper", "yref": "paper", "x": 0.99, "y": 0.98, "showarrow": False,
+                      "xanchor": "right", "yanchor": "top", "font": {"size": 11},
+                      "bgcolor": "rgba(255,255,255,0.8)"}],
     )  # fmt: skip
     return fig
