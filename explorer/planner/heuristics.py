@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import re
 from collections import deque
 
 import numpy as np
@@ -13,8 +15,9 @@ from .solvers import SearchError
 __all__ = ["solve_recursive", "solve_propagation"]
 
 
-TOP_OPS, TOP_CUTS = 6, 8  # propagation starts of recursive programming: ops x their cuts
-PAIR_ROUNDS = 3  # local descent: rounds of (single-op sweeps, then one sweep over edges)
+_LAYER = re.compile(r"layers\.\d+\.")
+TOP_OPS, TOP_CUTS = 6, 4  # propagation starts of recursive programming: ops x their cuts
+CHAIN_STARTS = 4  # the cheapest distinct local optima refined further by chain moves
 
 
 def _neighbours(p: Problem) -> list[list[tuple[int, np.ndarray]]]:
@@ -32,44 +35,51 @@ def _axis_letters(s: Strategy, axes: tuple[str, ...]) -> tuple[str | None, ...]:
 
 
 def solve_recursive(p: Problem) -> dict[int, int]:
-    """Recursive programming (see ``_rounds``) from a few starts, each refined by local
-    descent; the cheapest wins. Starts: rounds over the mesh axes outermost first and
-    innermost first, ops by descending cost and in graph order, and the all-replicated plan
-    (rounds are myopic where latency dominates, on tiny tensors)."""
+    """Recursive programming (see ``_rounds``) from a few starts, refined by local descent;
+    the cheapest wins. Starts: rounds over the mesh axes outermost first, ops by descending
+    cost and in graph order; the all-replicated plan (rounds are myopic where latency
+    dominates, on tiny tensors); and propagation from the most promising cuts of each
+    scope's costliest op (coherent chains, e.g. heads split through a whole attention
+    block), cuts ranked by their own cost plus their neighbours' cheapest answer (own costs
+    tie often: every 8-way split computes the same).
+
+    All starts descend together, as rows of one array (``_Local.descend``), by single-op
+    and edge moves; the few cheapest distinct results descend further with chain moves,
+    which re-pick three ops in a row together (e.g. a value gathered once after a chain of
+    elementwise ops instead of at its start). No exact solver is called: every move is
+    local, and each start's result is a local optimum of these moves."""
     model = p.model
+    local = _Local(p)
     axes = tuple(a for a in model.mesh.axis_names if model.mesh.axis_size(a) > 1)
     nb = _neighbours(p)
     by_cost = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
     by_graph = sorted(p.active)
-    starts = [{i: 0 for i in p.active}]
-    for ax in dict.fromkeys((axes, axes[::-1])):
-        for order in (by_cost, by_graph):
-            starts.append(_rounds(p, ax, order, nb))
-    # Coherent chains (heads split through a whole attention block) come from propagating
-    # each of the costliest op's cheapest cuts through the graph.
+    starts = [np.zeros(local.n, dtype=np.intp)]
+    memo: dict = {}
+    for order in (by_cost, by_graph):
+        starts.append(local.array(_rounds(p, axes, order, nb, memo, local.base)))
     tops, scopes = [], set()
     for i in by_cost:  # the costliest op of each scope (attention, MLP, experts, head)
-        scope = model.graph.node(model.names[i]).scope
+        # copies of a layer propagate alike: one scope for all of them
+        scope = _LAYER.sub("layers.*.", model.graph.node(model.names[i]).scope + ".")
         if scope not in scopes:
             scopes.add(scope)
             tops.append(i)
     for top in tops[:TOP_OPS]:
-        for k in np.argsort(p.cost[top], kind="stable")[:TOP_CUTS]:
-            starts.append(solve_propagation(p, {top: int(k)}))
-    best = None
-    seen: set[tuple] = set()
-    for start in starts:
-        key = tuple(sorted(start.items()))
-        if key in seen:  # propagation from different cuts often lands on the same plan
-            continue
-        seen.add(key)
-        plan = _refine(p, dict(start), nb, by_cost)
-        if best is None or p.objective(plan) < p.objective(best):
-            best = plan
-    return best
+        cuts = np.argsort(local.ahead(top), kind="stable")[:TOP_CUTS]
+        starts.extend(local.propagate(top, cuts))
+    # propagation from different cuts often lands on one plan: each distinct start once
+    x = _unique_rows(np.stack(starts))
+    x = local.distinct(local.descend(x, by_cost, chains=False))
+    x = x[:CHAIN_STARTS]
+    x = local.distinct(local.descend(x, by_cost, chains=True, settled=True))
+    return {i: int(x[0, i]) for i in p.active}
 
 
-def _rounds(p: Problem, axes: tuple[str, ...], order: list[int], nb) -> dict[int, int]:
+def _rounds(
+    p: Problem, axes: tuple[str, ...], order: list[int], nb, memo: dict | None = None,
+    base: list | None = None,
+) -> dict[int, int]:  # fmt: skip
     """One pass of recursive programming: one round per mesh axis, in the order given.
 
     In each round every op, visited in ``order``, picks which of its dims the round's
@@ -77,8 +87,12 @@ def _rounds(p: Problem, axes: tuple[str, ...], order: list[int], nb) -> dict[int
     every neighbour under the neighbour's current cut. Earlier rounds' cuts are kept, so
     the final strategy is built axis by axis as MindSpore builds it halving by halving
     (a mesh written as binary axes, e.g. ``Mesh({"d0": 2, ..., "d9": 2})``, gets
-    log2(devices) rounds).
+    log2(devices) rounds). ``memo`` keeps look-aheads for other passes over the same
+    problem (they depend on the two ops' earlier cuts only); ``base``, each op's own cost
+    with the tie-break.
     """
+    memo = {} if memo is None else memo
+    base = {i: p.cost[i] + p.eps * p.tie[i] for i in p.active} if base is None else base
     model = p.model
     # Which strategy cuts which dim on each axis depends on the tables only: cached on them.
     cache = model.__dict__.setdefault("_rp_keys", {}).setdefault(axes, {})
@@ -109,61 +123,346 @@ def _rounds(p: Problem, axes: tuple[str, ...], order: list[int], nb) -> dict[int
         visited: set[int] = set()
         for i in order:
             cand_keys, ks = round_cands(r, i)
-            c = p.cost[i][ks] + p.eps * p.tie[i][ks]
-            for j, m in nb[i]:
+            c = base[i][ks]
+            for slot, (j, m) in enumerate(nb[i]):
                 if j in visited:  # neighbours that already cut this round: their cut
                     c = c + m[ks, current[j]]
-                else:  # the others: the cheapest cut they could still take (look-ahead)
+                    continue
+                # the others: the cheapest cut they could still take (look-ahead)
+                lk = (axes, i, slot, r, decided[i][:r], decided[j][:r])
+                ahead = memo.get(lk)
+                if ahead is None:
                     kj = cands[r][j]
-                    c = c + (m[np.ix_(ks, kj)] + p.cost[j][kj][None, :]).min(axis=1)
-            best = int(np.argmin(c))
+                    ahead = memo[lk] = np.minimum.reduce(m[ks[:, None], kj] + p.cost[j][kj], axis=1)
+                c = c + ahead
+            best = int(c.argmin())
             decided[i] = cand_keys[best]
             current[i] = int(ks[best])
             visited.add(i)
     return current
 
 
-def _refine(p: Problem, current: dict[int, int], nb, order, sweeps: int = 8) -> dict[int, int]:
-    """Local improvement, a descent (the total never grows): each op takes its best
-    strategy given its neighbours'; then each edge re-picks both its ends together; until a
-    sweep changes nothing."""
+def _unique_rows(x: np.ndarray) -> np.ndarray:
+    """The distinct rows of ``x``, first occurrences in order."""
+    return np.stack(list({row.tobytes(): row for row in x}.values()))
 
-    def unary(i: int, skip: int = -1) -> np.ndarray:
-        c = p.cost[i] + p.eps * p.tie[i]
-        for j, m in nb[i]:
-            if j != skip:
-                c = c + m[:, current[j]]
+
+# A move must gain a relative 1e-12 (more than rounding): it must cost below now * _KEEP.
+# Costs are never negative (CostParams rejects negative weights); an infinite cost (a
+# forbidden pair) is left for any finite one.
+_KEEP = 1 - 1e-12
+
+
+class _Structure:
+    """What local moves need of a problem's graph, independent of the weights (cached on
+    the CostModel): per op its neighbour slots (one per edge end, parallel edges apart),
+    the moves over two and three ops, and the propagation orders."""
+
+    def __init__(self, p: Problem) -> None:
+        n = len(p.model.names)
+        self.n = n
+        slots: list[list[tuple[int, int, bool]]] = [[] for _ in range(n)]  # (nbr, edge, T)
+        between: dict[tuple[int, int], list[int]] = {}
+        for e, (i, j, _m) in enumerate(p.edges):
+            slots[i].append((j, e, False))
+            slots[j].append((i, e, True))
+            if i != j:
+                between.setdefault((min(i, j), max(i, j)), []).append(e)
+        self.slots = slots
+        self.nbs = [np.array([j for j, _, _ in sl], dtype=np.intp) for sl in slots]
+        self.adj = [sorted(set(self.nbs[i].tolist()) - {i}) for i in range(n)]
+        # where each slot's columns start in the op's stacked edge matrices
+        self.off = [np.cumsum([0, *(len(p.cost[j]) for j in self.nbs[i][:-1])]).astype(np.intp)
+                    for i in range(n)]  # fmt: skip
+        self.between = between
+        act = set(p.active)
+        self.pairs = [(i, j) for i, j in sorted(between) if i in act and j in act]
+        self.chains = []
+        for b in sorted(act):
+            if len(self.adj[b]) != 2:  # through ops that link two others only (elementwise)
+                continue
+            for x, a in enumerate(self.adj[b]):
+                for c in self.adj[b][x + 1 :]:
+                    if a in act and c in act and c not in self.adj[a]:  # an induced path
+                        self.chains.append((a, b, c))
+        self.prop: dict[int, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+        self.paths = {False: [self._path(m) for m in self.pairs]}
+        self.paths[True] = self.paths[False] + [self._path(m) for m in self.chains]
+
+    def _path(self, nodes: tuple[int, ...]):
+        """A move: its ops, per op its slots outside the move, and the ops whose change
+        makes it worth re-trying."""
+        inside = set(nodes)
+        keep = []
+        for v in nodes:
+            kp = np.array([s for s, j in enumerate(self.nbs[v]) if j not in inside], dtype=np.intp)
+            keep.append((self.off[v][kp], self.nbs[v][kp]))
+        watch = sorted(inside.union(*(self.adj[v] for v in nodes)))
+        return nodes, keep, np.array(watch, dtype=np.intp)
+
+    def propagation_order(self, p: Problem, top: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+        """``solve_propagation``'s visiting order from ``top``: each op with the slots of
+        the neighbours already fixed when it settles (the same for every cut of ``top``)."""
+        if top not in self.prop:
+            done: set[int] = set()
+            order = []
+            queue = deque([top])
+
+            def settle(v: int) -> None:
+                fixed = np.array([s for s, j in enumerate(self.nbs[v]) if j in done], dtype=np.intp)
+                order.append((v, self.off[v][fixed], self.nbs[v][fixed]))
+                done.add(v)
+                queue.append(v)
+
+            for root in [top, *p.active]:
+                if root not in done:
+                    settle(root)
+                while queue:
+                    u = queue.popleft()
+                    for v in self.nbs[u].tolist():
+                        if v not in done:
+                            settle(v)
+            self.prop[top] = order
+        return self.prop[top]
+
+
+class _Local:
+    """Local moves over a Problem for many plans at once (rows of an int array). Each op's
+    edge matrices are stacked side by side, so that its cost given its neighbours, for
+    every plan, is one gather (``unary``)."""
+
+    def __init__(self, p: Problem) -> None:
+        # cached on the CostModel, per problem shape (which sources were folded away)
+        cache = p.model.__dict__.setdefault("_rp_structure", {})
+        shape = (tuple(p.active), len(p.edges))
+        st = cache.get(shape)
+        if st is None:
+            st = cache[shape] = _Structure(p)
+        self.p, self.st, self.n = p, st, st.n
+        self.off = st.off
+        self.stack: list[np.ndarray | None] = []
+        for i in range(self.n):
+            mats = [p.edges[e][2].T if t else p.edges[e][2] for _, e, t in st.slots[i]]
+            self.stack.append(np.hstack(mats) if mats else None)
+        self.base: list[np.ndarray | None] = [None] * self.n
+        for i in p.active:
+            self.base[i] = p.cost[i] + p.eps * p.tie[i]
+        self.link: dict[tuple[int, int], np.ndarray] = {}
+        for (i, j), es in st.between.items():
+            m = sum((p.edges[e][2] for e in es[1:]), p.edges[es[0]][2])
+            self.link[i, j], self.link[j, i] = m, m.T
+        self.moves = {}
+        for chains, paths in st.paths.items():
+            self.moves[chains] = []
+            for nodes, keep, watch in paths:
+                links = [self.link[a, b] for a, b in zip(nodes, nodes[1:], strict=False)]
+                # per op: its base cost and the slots outside the move (None: no slot)
+                ops = [(self.base[v][:, None], *self._slots(v, cols, js))
+                       for v, (cols, js) in zip(nodes, keep, strict=True)]  # fmt: skip
+                self.moves[chains].append((nodes, ops, links, watch, watch.tolist()))
+        self.whole = [None if self.base[i] is None else
+                      (self.base[i][:, None], *self._slots(i, st.off[i], st.nbs[i]))
+                      for i in range(self.n)]  # fmt: skip
+
+    def _slots(self, i: int, cols: np.ndarray, js: np.ndarray) -> tuple:
+        """(stack, cols, js) of a gather over the slots ``cols``/``js`` of op ``i``; no
+        stack where it has no slot."""
+        return (self.stack[i] if len(js) else None), cols, js
+
+    def ahead(self, i: int) -> np.ndarray:
+        """Op ``i``'s cost under each strategy plus, for every neighbour, its cheapest
+        strategy given that one (ranks cuts whose own costs tie, e.g. equal-size splits)."""
+        c = self.base[i].copy()
+        for s, j in enumerate(self.st.nbs[i]):
+            cols = slice(self.off[i][s], self.off[i][s] + len(self.p.cost[j]))
+            c += np.minimum.reduce(self.stack[i][:, cols] + self.p.cost[j], axis=1)
         return c
 
-    def single_sweeps() -> None:
-        for _ in range(sweeps):
-            changed = False
-            for i in order:
-                c = unary(i)
-                k = int(np.argmin(c))
-                if c[k] < c[current[i]] - 1e-12 * abs(c[current[i]]):
-                    current[i] = k
-                    changed = True
-            if not changed:
-                return
+    def array(self, choice: dict[int, int]) -> np.ndarray:
+        cur = np.zeros(self.n, dtype=np.intp)
+        for i, k in choice.items():
+            cur[i] = k
+        return cur
 
-    for _ in range(PAIR_ROUNDS):
-        single_sweeps()
-        changed = False
-        for i, j, _m in p.edges:
-            if i == j:
-                continue
-            # both ends re-picked together, every other neighbour fixed (frees two ops that
-            # are locked to each other); parallel edges between them all count once
-            both = sum(mm for jj, mm in nb[i] if jj == j)
-            c = unary(i, skip=j)[:, None] + unary(j, skip=i)[None, :] + both
-            a, b = np.unravel_index(int(np.argmin(c)), c.shape)
-            if c[a, b] < c[current[i], current[j]] - 1e-12 * abs(c[current[i], current[j]]):
-                current[i], current[j] = int(a), int(b)
-                changed = True
-        if not changed:
-            break
-    return current
+    def unary(self, i: int, x: np.ndarray, cols=None, js=None) -> np.ndarray:
+        """[k, plan]: op ``i``'s cost under each of its strategies given its neighbours
+        in each plan of ``x`` (only the slots ``cols``/``js`` when given)."""
+        if js is None:
+            cols, js = self.off[i], self.st.nbs[i]
+        if not len(js):
+            return np.repeat(self.base[i][:, None], len(x), axis=1)
+        return self.base[i][:, None] + np.add.reduce(self.stack[i][:, cols + x[:, js]], axis=2)
+
+    def propagate(self, top: int, cuts: np.ndarray) -> list[np.ndarray]:
+        """``solve_propagation(p, {top: k})`` for every ``k`` in ``cuts`` at once."""
+        x = np.zeros((len(cuts), self.n), dtype=np.intp)
+        for v, cols, js in self.st.propagation_order(self.p, top):
+            x[:, v] = cuts if v == top else self.unary(v, x, cols, js).argmin(axis=0)
+        return list(x)
+
+    def objective(self, x: np.ndarray) -> np.ndarray:
+        p = self.p
+        total = np.zeros(len(x))
+        for i in p.active:
+            total += p.cost[i][x[:, i]]
+        for i, j, m in p.edges:
+            total += m[x[:, i], x[:, j]]
+        return total
+
+    def distinct(self, x: np.ndarray) -> np.ndarray:
+        """The distinct plans of ``x``, cheapest first (ties by plan, for determinism)."""
+        x = _unique_rows(x)
+        obj = self.objective(x)
+        return x[np.lexsort((*x.T[::-1], obj))]
+
+    def descend(self, x: np.ndarray, order: list[int], chains: bool, settled: bool = False,
+                max_sweeps: int = 64) -> np.ndarray:  # fmt: skip
+        """Local descent of every plan (row) of ``x``; the total never grows. Each op takes
+        its best strategy given its neighbours'; then each edge (and, with ``chains``, each
+        path of three ops) re-picks its ops together, all other neighbours fixed. A move is
+        re-tried in a plan only after something near it changed; stops when none gains.
+        ``settled``: no single-op or edge move gains in ``x`` yet (a descent's result)."""
+        x = x.copy()
+        n, adj = self.n, self.st.adj
+        add = np.add.reduce
+        whole = self.whole
+        pos = dict(zip(order, range(len(order)), strict=True))
+        # Ops whose neighbours changed (in some plan), visited in sweeps over ``order``: a
+        # heap of (sweep, position); an op marked behind the sweep's position waits for the
+        # next sweep. ``key`` drops the stale entries of ops unmarked or marked again.
+        pending = [False] * n
+        key: list[tuple[int, int] | None] = [None] * n
+        heap: list[tuple[int, int, int]] = []
+        at = [0, -1]  # the sweep and position being visited
+        changed_at = np.zeros((len(x), n), dtype=np.int64)
+        last = [0] * n  # per op, when it last changed in any plan
+        clock = [1]
+
+        def mark(j: int) -> None:
+            if not pending[j]:
+                pending[j] = True
+                key[j] = (at[0] + (pos[j] <= at[1]), pos[j])
+                heapq.heappush(heap, (*key[j], j))
+
+        def move(rows: np.ndarray, i: int, k: np.ndarray) -> None:
+            x[rows, i] = k
+            changed_at[rows, i] = last[i] = clock[0]
+            clock[0] += 1
+            for j in adj[i]:
+                mark(j)
+
+        def singles() -> None:
+            # every plan is looked at: cheaper than tracking which ones changed, and a plan
+            # whose neighbours did not change keeps its strategy (only a strict gain moves)
+            while heap:
+                sweep, q, i = heapq.heappop(heap)
+                if not pending[i] or key[i] != (sweep, q):
+                    continue
+                if sweep >= max_sweeps:
+                    break
+                at[0], at[1] = sweep, q
+                pending[i] = False
+                base, stack, off, nbs = whole[i]
+                if stack is None:
+                    u = np.broadcast_to(base, (len(base), len(x)))
+                else:
+                    u = base + add(stack[:, off + x[:, nbs]], axis=2)
+                now = u[x[:, i], rows_all]
+                k = u.argmin(axis=0)
+                gain = (u[k, rows_all] < now * _KEEP).nonzero()[0]
+                if gain.size:
+                    move(gain, i, k[gain])
+            heap.clear()
+            pending[:] = [False] * n
+            at[0], at[1] = 0, -1
+
+        if not settled:
+            for i in order:
+                mark(i)
+        rows_all = np.arange(len(x))
+        singles()
+        if not settled:  # plans that met under single moves descend alike from here
+            x = _unique_rows(x)
+            rows_all = np.arange(len(x))
+            changed_at = np.zeros((len(x), n), dtype=np.int64)
+
+        def try_path(path, rows: np.ndarray) -> np.ndarray:
+            """Re-pick the ops of ``path`` in the plans ``rows`` (a Viterbi pass along the
+            path, every other neighbour fixed); the rows that gained."""
+            nodes, keep, links, _, _ = path
+            xr = x[rows]
+            r = np.arange(len(rows))
+            cur = [xr[:, v] for v in nodes]
+            us = [np.broadcast_to(base, (len(base), len(rows))) if stack is None
+                  else base + add(stack[:, cols + xr[:, js]], axis=2)
+                  for base, stack, cols, js in keep]  # fmt: skip
+            if len(nodes) == 2:  # both ends at once: the whole [k0, k1, plan] table
+                tot = us[0][:, None, :] + links[0][:, :, None]
+                tot += us[1][None, :, :]
+                k1 = tot.shape[1]
+                flat = tot.reshape(-1, len(rows))
+                best = flat.argmin(axis=0)
+                sel = (flat[best, r] < flat[cur[0] * k1 + cur[1], r] * _KEEP).nonzero()[0]
+                if not sel.size:
+                    return sel
+                ks = [best[sel] % k1, best[sel] // k1]
+            else:
+                sel, ks = viterbi(us, links, cur, r)
+                if not sel.size:
+                    return sel
+            for v, kv in zip(nodes, reversed(ks), strict=True):
+                diff = kv != xr[sel, v]
+                if diff.any():
+                    move(rows[sel][diff], v, kv[diff])
+            for v in nodes:  # re-picked together: no single move of one of them gains
+                pending[v] = False
+            return sel
+
+        def viterbi(us, links, cur, r):
+            """The plans (of ``r``) where a path gains, and its ops' new strategies, last op
+            first."""
+            f, back = us[0], []
+            now = f[cur[0], r]
+            for t in range(1, len(us)):
+                tot = f[:, None, :] + links[t - 1][:, :, None]
+                back.append(tot.argmin(axis=0))
+                f = np.minimum.reduce(tot, axis=0) + us[t]
+                now = now + links[t - 1][cur[t - 1], cur[t]] + us[t][cur[t], r]
+            k = f.argmin(axis=0)
+            sel = (f[k, r] < now * _KEEP).nonzero()[0]
+            ks = [k[sel]]
+            if sel.size:
+                for arg in reversed(back):
+                    ks.append(arg[ks[-1], sel])
+            return sel, ks
+
+        moves = self.moves[chains]
+        tried = np.zeros((len(x), len(moves)), dtype=np.int64)
+        low = [0] * len(moves)  # per move, its earliest failure over the plans (0: none)
+        if settled:  # edge moves failed everywhere: re-tried only after a change near them
+            tried[:, : len(self.moves[False])] = 1  # clock when it last failed
+            low[: len(self.moves[False])] = [1] * len(self.moves[False])
+        for _ in range(max_sweeps):
+            singles()
+            improved = False
+            for mx, path in enumerate(moves):
+                if 0 < low[mx] > max(map(last.__getitem__, path[4])):
+                    continue  # nothing it depends on changed, in any plan, since it failed
+                t = tried[:, mx]
+                rows = rows_all[(t == 0) | (np.maximum.reduce(changed_at[:, path[3]], axis=1) >= t)]
+                if not rows.size:
+                    continue  # nothing it depends on changed since it last failed
+                stamp = clock[0]
+                gained = try_path(path, rows)
+                tried[rows, mx] = stamp
+                if gained.size:
+                    tried[rows[gained], mx] = 0
+                    improved = True
+                    singles()
+                low[mx] = int(t.min())
+            if not improved:
+                break
+        return x
 
 
 def solve_propagation(p: Problem, fixed: dict[int, int]) -> dict[int, int]:
