@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from . import hardware, models
 from .ir import format_flops, format_graph
@@ -48,22 +47,22 @@ def _plan(args) -> int:
 
 
 def _report(args) -> int:
-    try:  # the report draws with plotly through widgets/; the core never imports either
-        from widgets.report import write_report
+    """Drawn with plotly by the widgets package, which the core must not import: the command
+    is found through the ``explorer.commands`` entry point that package declares."""
+    from importlib.metadata import entry_points
+
+    found = entry_points(group="explorer.commands", name="report")
+    if not found:
+        print("error: no 'report' command is installed; install the project with its notebook "
+              "extra: `pip install -e '.[notebook]'`", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        run = next(iter(found)).load()
     except ImportError as e:
         print(f"error: the HTML report needs the notebook extra ({e.name or e} is missing); "
               "install it with `pip install -e '.[notebook]'`", file=sys.stderr)  # fmt: skip
         return 2
-    path = Path(args.model)
-    cfg = models.load_file(path) if path.suffix == ".json" else models.load(args.model)
-    report = write_report(
-        args.output, cfg, args.devices, hardware=args.hardware,
-        global_batch=args.global_batch, seq=args.seq, draw_layers=args.layers,
-    )  # fmt: skip
-    size = Path(args.output).stat().st_size
-    print(f"wrote {args.output} ({size / 2**20:.1f} MiB, {report.build_s:.1f} s): "
-          f"{report.plan.config}")  # fmt: skip
-    return 0
+    return run(args)
 
 
 def _list(args) -> int:

@@ -185,3 +185,18 @@ def write_report(path: str | Path, model: str | ModelConfig, devices: int, **kwa
     report = build_report(model, devices, **kwargs)
     Path(path).write_text(report.html, encoding="utf-8")
     return report
+
+
+def run_cli(args) -> int:
+    """``python -m explorer report``: the core's command line finds this through the
+    ``explorer.commands`` entry point (the core never imports widgets)."""
+    path = Path(args.model)
+    cfg = ex.models.load_file(path) if path.suffix == ".json" else ex.models.load(args.model)
+    report = write_report(
+        args.output, cfg, args.devices, hardware=args.hardware,
+        global_batch=args.global_batch, seq=args.seq, draw_layers=args.layers,
+    )  # fmt: skip
+    size = Path(args.output).stat().st_size
+    print(f"wrote {args.output} ({size / 2**20:.1f} MiB, {report.build_s:.1f} s): "
+          f"{report.plan.config}")  # fmt: skip
+    return 0
