@@ -16,7 +16,7 @@ import explorer as ex
 from explorer.ir import GraphBuilder
 from explorer.models import ModelConfig
 from explorer.models.layers import attention
-from explorer.planner import METHODS, CostParams, Planner, SearchError
+from explorer.search import METHODS, CostParams, Planner, SearchError
 
 HW = "a100-80g"
 # Forward graphs this big need more memory than a device has without recomputation or

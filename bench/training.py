@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import explorer as ex
-from explorer.planner import compare_megatron, megatron_flops_per_iteration
-from explorer.planner import stage_costs as _costs_mod
-from explorer.planner.published import MEGATRON_PARAMS
+from explorer.training import compare_megatron, megatron_flops_per_iteration
+from explorer.training import stage_costs as _costs_mod
+from explorer.training.published import MEGATRON_PARAMS
 
 HW = "a100-80g"
 
@@ -25,8 +25,8 @@ def clear_caches() -> None:
     import sys
 
     _costs_mod._CACHE.clear()
-    sys.modules["explorer.planner.step_model"]._COLLECTIVES.clear()
-    sys.modules["explorer.planner.simulate"]._TIME_SPLITS.clear()
+    sys.modules["explorer.training.step_model"]._COLLECTIVES.clear()
+    sys.modules["explorer.training.simulate"]._TIME_SPLITS.clear()
 
 
 def timed(fn):

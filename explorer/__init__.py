@@ -7,26 +7,17 @@
 124.4
 """
 
-from . import compiler, export, hardware, ir, models, planner, sharding, trace
+from . import compiler, export, hardware, ir, models, search, sharding, trace, training
 from .compiler import F, Tensor, grad, jit, nn, tensor
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
-from .planner import (
-    CostBreakdown,
-    CostParams,
-    ParallelConfig,
-    ShardingPlan,
-    TrainingPlan,
-    plan_training,
-    scaling_curve,
-    search,
-    simulate,
-)
+from .search import CostBreakdown, CostParams, ShardingPlan
+from .training import ParallelConfig, TrainingPlan, plan_training, scaling_curve, simulate
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "ir", "models", "hardware", "sharding", "planner", "Mesh", "Graph", "GraphBuilder",
+    "ir", "models", "hardware", "sharding", "training", "Mesh", "Graph", "GraphBuilder",
     "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
     "compiler", "trace", "export", "jit", "tensor", "Tensor", "grad", "F", "nn",
     "ParallelConfig", "simulate", "plan_training", "TrainingPlan", "scaling_curve",

@@ -36,7 +36,7 @@ def _ir(args) -> int:
 
 
 def _plan(args) -> int:
-    from .planner import plan_training
+    from .training import plan_training
 
     plan = plan_training(
         args.model, devices=args.devices, hardware=args.hardware,

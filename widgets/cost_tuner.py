@@ -13,7 +13,7 @@ import traitlets as tl
 
 from explorer.hardware import Mesh
 from explorer.ir import Graph
-from explorer.planner import METHODS, CostParams, Planner
+from explorer.search import METHODS, CostParams, Planner
 
 from .base import View
 from .coalesce import Coalescer
@@ -77,7 +77,7 @@ class CostTuner(View):
         graph: the graph to plan.
         mesh: the starting mesh; the ``mesh_shape`` control re-factors its device count.
         params: starting CostParams (default: the planner's default for the mesh).
-        method: one of ``explorer.planner.METHODS``.
+        method: one of ``explorer.search.METHODS``.
         selection: a shared ``Selection``; each plan is published as ``selection.plan``
             and the ops whose strategy changed as ``selection.highlight``.
 

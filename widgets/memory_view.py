@@ -8,8 +8,8 @@ import ipywidgets as ipw
 import plotly.graph_objects as go
 
 from explorer.models import ModelConfig
-from explorer.planner import ParallelConfig
-from explorer.planner.parallel_config import RECOMPUTE_POLICIES, ZERO_STAGES
+from explorer.training import ParallelConfig
+from explorer.training.config import RECOMPUTE_POLICIES, ZERO_STAGES
 
 from .base import replace_figure
 from .figures.memory import ROWS, memory_figure

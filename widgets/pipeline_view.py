@@ -8,8 +8,8 @@ import ipywidgets as ipw
 import plotly.graph_objects as go
 
 from explorer.models import ModelConfig
-from explorer.planner import ParallelConfig, bubble_fraction
-from explorer.planner.parallel_config import SCHEDULES
+from explorer.training import ParallelConfig, bubble_fraction
+from explorer.training.config import SCHEDULES
 
 from .figures.pipeline import (
     EVENT_KINDS,
@@ -199,7 +199,7 @@ class PipelineView(TrainingView):
 
 
 def _in_flight(sim, device: int) -> int:
-    from explorer.planner import peak_in_flight
+    from explorer.training import peak_in_flight
 
     c = sim.config
     return peak_in_flight(c.schedule, c.pp, c.num_microbatches, device, c.virtual_stages)

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import traitlets as tl
 
 import explorer as ex
-from explorer.planner import ScalingCurve
+from explorer.training import ScalingCurve
 
 from .base import View, replace_figure
 from .figures.scaling import METRIC_TITLES, METRICS, curve_label, scaling_figure

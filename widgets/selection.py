@@ -39,7 +39,7 @@ class Selection(tl.HasTraits):
 
     # --- what the core produced (published by the view that ran it) -----------------------
     graph = tl.Any(None, help="the explorer.ir.Graph the node names refer to")
-    plan = tl.Any(None, help="the current explorer.planner.ShardingPlan")
+    plan = tl.Any(None, help="the current explorer.search.ShardingPlan")
     training = tl.Any(None, help="the current TrainingPlan / SimResult (part 2)")
     highlight = tl.Tuple(help="node names to emphasise, e.g. ops whose strategy changed")
 

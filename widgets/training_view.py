@@ -17,7 +17,7 @@ import traitlets as tl
 
 import explorer as ex
 from explorer.models import ModelConfig
-from explorer.planner import ParallelConfig, SimResult
+from explorer.training import ParallelConfig, SimResult
 
 from .base import View
 from .selection import Selection

@@ -1,6 +1,6 @@
 """Megatron-LM and DeepSpeed launch arguments for a `ParallelConfig`.
 
->>> from explorer.planner import ParallelConfig
+>>> from explorer.training import ParallelConfig
 >>> " ".join(megatron_args(ParallelConfig(dp=2, tp=4, pp=2, sp=True, zero=1)))
 '--tensor-model-parallel-size 4 --pipeline-model-parallel-size 2 --sequence-parallel \
 --micro-batch-size 1 --use-distributed-optimizer'
@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 
 from ..models import ModelConfig, load
-from ..planner import ParallelConfig
+from ..training import ParallelConfig
 from .errors import ExportError
 
 __all__ = ["megatron_args", "deepspeed_config", "deepspeed_args", "launch_command"]

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from explorer.planner import (
+from explorer.training import (
     MemoryAllowances,
     MemoryBreakdown,
     ParallelConfig,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explorer.planner import PartitionError, partition_layers, uniform_partition
+from explorer.training import PartitionError, partition_layers, uniform_partition
 
 
 def brute_force(times, static, acts, flight, caps):

@@ -3,8 +3,8 @@
 import pytest
 
 import explorer as ex
-from explorer.planner import compare_megatron, load_published, megatron_flops_per_iteration
-from explorer.planner.published import MEGATRON_PARAMS
+from explorer.training import compare_megatron, load_published, megatron_flops_per_iteration
+from explorer.training.published import MEGATRON_PARAMS
 
 TOLERANCE = 0.15  # the bar; the measured worst row is about 5% (bench/training.py)
 

@@ -6,14 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from explorer.planner import (
+from explorer.training import (
     ParallelConfigError,
     bubble_fraction,
     build_schedule,
     peak_in_flight,
     simulate_schedule,
 )
-from explorer.planner import schedule as sched_mod
+from explorer.training.pipeline import schedule as sched_mod
 
 
 @given(st.integers(1, 8), st.integers(1, 24), st.floats(0.1, 3), st.floats(0.1, 3))

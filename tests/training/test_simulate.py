@@ -3,7 +3,7 @@
 import pytest
 
 import explorer as ex
-from explorer.planner import ParallelConfigError, estimate
+from explorer.training import ParallelConfigError, estimate
 
 HW = "a100-80g"
 

@@ -6,7 +6,7 @@ import pytest
 
 import explorer as ex
 from explorer.cli import main
-from explorer.planner import SearchSpace, TrainingPlanError
+from explorer.training import SearchSpace, TrainingPlanError
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ operator-level plan of the chosen configuration, progress callbacks."""
 import pytest
 
 import explorer as ex
-from explorer.planner import SearchSpace, uniform_partition
-from explorer.planner.training import stage_of_scope
+from explorer.training import SearchSpace, uniform_partition
+from explorer.training.plan import stage_of_scope
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 
 import explorer as ex
 from explorer.ir import TensorType
-from explorer.planner import CostBreakdown
+from explorer.search import CostBreakdown
 from explorer.sharding import Layout
 from widgets.colors import color_for, group_color
 from widgets.figures import (

@@ -58,7 +58,7 @@ def test_pipeline_figure_has_a_bar_per_step_and_the_bubble(sim):
     assert d["layout"]["yaxis"]["ticktext"] == ["stage 0", "stage 1", "stage 2", "stage 3"]
     assert "bubble" in d["layout"]["title"]["text"]
     with pytest.raises(ValueError, match="timeline"):
-        pipeline_figure(ex.planner.estimate("gpt2", sim.config, global_batch=32, seq=512))
+        pipeline_figure(ex.training.estimate("gpt2", sim.config, global_batch=32, seq=512))
 
 
 def test_pipeline_figure_interleaved_rows(sim):

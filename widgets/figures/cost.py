@@ -5,7 +5,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 
 from explorer.ir import format_bytes
-from explorer.planner import CostBreakdown
+from explorer.search import CostBreakdown
 
 from ..colors import collective_color
 
@@ -48,7 +48,7 @@ def cost_figure(
 
     A ``before`` in another unit (seconds vs bytes, after a preset switch) is not drawn.
 
-    >>> from explorer.planner import CostBreakdown
+    >>> from explorer.search import CostBreakdown
     >>> fig = cost_figure(CostBreakdown(compute=2.0), CostBreakdown(compute=1.0), changed=3)
     >>> fig.data[1].y[0], fig.layout.title.text
     (2.0, 'total 1 s → 2 s (+100.0%), 3 ops changed strategy')

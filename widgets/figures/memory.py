@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
-from explorer.planner import MemoryBreakdown, SimResult
+from explorer.training import MemoryBreakdown, SimResult
 
 from ..colors import CHANGED, MEMORY_COLORS, SELECTED
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from explorer.planner import SimResult, Timeline
-from explorer.planner.timeline import EVENT_KINDS
+from explorer.training import SimResult, Timeline
+from explorer.training.pipeline.timeline import EVENT_KINDS
 
 from ..colors import EVENT_COLORS, SELECTED
 

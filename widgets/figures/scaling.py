@@ -14,7 +14,7 @@ from typing import Literal, get_args
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.planner import ScalingCurve
+from explorer.training import ScalingCurve
 
 from ..colors import PALETTE
 

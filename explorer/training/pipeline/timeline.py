@@ -56,7 +56,7 @@ class Timeline:
     """Events of one step on the ``devices`` of one pipeline (one data-parallel replica;
     the replicas run the same timeline).
 
-    >>> from explorer.planner.schedule import one_f_one_b
+    >>> from explorer.training.pipeline.schedule import one_f_one_b
     >>> tl = simulate_schedule(one_f_one_b(4, 8), forward_s=1.0, backward_s=2.0)
     >>> tl.step_time_s, round(tl.bubble_fraction(), 4)  # (m+p-1)(f+b); (p-1)/(m+p-1)
     (33.0, 0.2727)

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 from ..hardware import Cluster, Mesh
 from ..models import ModelConfig, build
-from .breakdown import CostBreakdown
-from .params import CostParams
-from .search import Method, search
+from ..search.breakdown import CostBreakdown
+from ..search.params import CostParams
+from ..search.planner import Method, search
 
 __all__ = ["PartCost", "StageCosts", "stage_costs"]
 

@@ -4,8 +4,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from explorer.planner.heuristics import _Local
-from explorer.planner.problem import Problem
+from explorer.search.problem import Problem
+from explorer.search.solvers.heuristics import _Local
 
 
 def chain_problem() -> Problem:

@@ -11,13 +11,13 @@ from ..ir import Graph
 from ..sharding import Strategy
 from .breakdown import plan_breakdown
 from .costmodel import CostModel
-from .dynamic import solve_dynamic
-from .heuristics import solve_propagation, solve_recursive
 from .params import CostParams
 from .plan import ShardingPlan
 from .problem import Problem
 from .repeats import Repeats, find_repeats
-from .solvers import SearchError, solve_exhaustive, solve_ilp
+from .solvers.dynamic import solve_dynamic
+from .solvers.exact import SearchError, solve_exhaustive, solve_ilp
+from .solvers.heuristics import solve_propagation, solve_recursive
 
 __all__ = ["search", "Planner", "Method", "METHODS"]
 

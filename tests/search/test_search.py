@@ -5,7 +5,7 @@ import pytest
 
 import explorer as ex
 from explorer.ir import GraphBuilder
-from explorer.planner import CostParams, SearchError, search
+from explorer.search import CostParams, SearchError, search
 from explorer.sharding import verify
 
 A100 = "a100-80g"
@@ -180,7 +180,7 @@ def test_repeated_layers_are_planned_once_and_cost_is_exact():
         assert (tiled.assignment[f"layers.{k}.mlp.fc1"].name
                 == tiled.assignment["layers.1.mlp.fc1"].name)  # fmt: skip
     # the tiled cost equals the cost of the same assignment evaluated on the full graph
-    full = ex.planner.Planner(g, mesh, reuse_layers=False)
+    full = ex.search.Planner(g, mesh, reuse_layers=False)
     m = full.model
     w = m.weigh(tiled.params)
     choice = [m.nodes[i].strategies.index(

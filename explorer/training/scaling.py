@@ -14,9 +14,9 @@ from typing import Literal, get_args
 
 from ..hardware import Cluster, resolve
 from ..models import ModelConfig, load
-from .parallel_config import ParallelConfig
+from .config import ParallelConfig
+from .plan import ProgressFn, SearchSpace, TrainingPlanError, plan_training
 from .simulate import TrainingParams
-from .training import ProgressFn, SearchSpace, TrainingPlanError, plan_training
 
 __all__ = ["ScalingMode", "ScalingPoint", "ScalingCurve", "scaling_curve"]
 

@@ -11,7 +11,7 @@ from ..sharding import RedistributePlan, Strategy, redistribute
 from .breakdown import CostBreakdown, edge_breakdown, node_breakdown
 from .costmodel import CostModel
 from .params import CostParams
-from .solvers import SearchError
+from .solvers.exact import SearchError
 
 __all__ = ["ShardingPlan", "Alternative", "Explanation"]
 

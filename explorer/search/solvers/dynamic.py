@@ -18,8 +18,8 @@ import math
 
 import numpy as np
 
-from .problem import Problem
-from .solvers import EXHAUSTIVE_LIMIT, solve_ilp
+from ..problem import Problem
+from .exact import EXHAUSTIVE_LIMIT, solve_ilp
 
 __all__ = ["solve_dynamic"]
 

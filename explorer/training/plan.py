@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from ..hardware import Cluster, Mesh, resolve
 from ..ir import Graph
 from ..models import ModelConfig, build, load
-from .parallel_config import (
+from .config import (
     SCHEDULES,
     ParallelConfig,
     ParallelConfigError,
@@ -221,7 +221,7 @@ class TrainingPlan:
         Cheap on purpose (two layers and the dynamic programme: ~0.1 s for a 1.3B model
         on 32 x 2), so the widgets can show and link it after each re-plan.
         """
-        from .search import search
+        from ..search.planner import search
 
         cfg = self.model_config or load(self.model)
         c = self.config
@@ -240,7 +240,7 @@ def _graph_layers(graph: Graph) -> set[str]:
 def stage_of_scope(partition, name: str) -> int:
     """The stage of ``partition`` (a StagePartition) holding scope or node ``name``.
 
-    >>> from explorer.planner.partition import uniform_partition
+    >>> from explorer.training.pipeline.partition import uniform_partition
     >>> p = uniform_partition(8, 4)
     >>> stage_of_scope(p, "embed.wte"), stage_of_scope(p, "layers.5"), stage_of_scope(p, "head")
     (0, 2, 3)

@@ -1,14 +1,14 @@
-"""Cost model, automatic strategy search and plans.
+"""Training-step planning: parallel configs, memory per device, pipeline schedules, the step
+model, simulate(), plan_training(), scaling curves and the published runs they are checked on.
 
 >>> import explorer as ex
->>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
->>> plan = ex.search(g, ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g"), method="ilp")
->>> plan.status, ex.sharding.verify(g, plan, plan.mesh).ok
-('optimal', True)
+>>> sim = ex.simulate("gpt3-1.3b", ex.ParallelConfig(dp=8), hardware="a100-80g",
+...                   global_batch=64, seq=2048)
+>>> sim.fits
+True
 """
 
-from .breakdown import CostBreakdown
-from .costmodel import CostModel
+from .config import ParallelConfig, ParallelConfigError
 from .memory import (
     ActivationTerms,
     MemoryAllowances,
@@ -17,23 +17,26 @@ from .memory import (
     activation_bytes_per_layer,
     model_state_bytes,
 )
-from .parallel_config import ParallelConfig, ParallelConfigError
-from .params import CostParams
-from .partition import PartitionError, StagePartition, partition_layers, uniform_partition
-from .plan import Alternative, Explanation, ShardingPlan
+from .pipeline import (
+    PartitionError,
+    Schedule,
+    StagePartition,
+    Step,
+    Timeline,
+    TimelineEvent,
+    bubble_fraction,
+    build_schedule,
+    partition_layers,
+    peak_in_flight,
+    simulate_schedule,
+    uniform_partition,
+)
+from .plan import Candidate, SearchSpace, TrainingPlan, TrainingPlanError, plan_training
 from .published import compare_megatron, load_published, megatron_flops_per_iteration
 from .scaling import ScalingCurve, ScalingPoint, scaling_curve
-from .schedule import Schedule, Step, bubble_fraction, build_schedule, peak_in_flight
-from .search import METHODS, Method, Planner, search
 from .simulate import CALIBRATED_COST, SimResult, TrainingParams, estimate, simulate
-from .solvers import SearchError
-from .timeline import Timeline, TimelineEvent, simulate_schedule
-from .training import Candidate, SearchSpace, TrainingPlan, TrainingPlanError, plan_training
 
 __all__ = [
-    "CostParams", "CostBreakdown", "CostModel", "ShardingPlan", "Explanation", "Alternative",
-    "Planner", "search", "SearchError", "METHODS", "Method",
-    # training (issue 5)
     "ParallelConfig", "ParallelConfigError", "TrainingParams", "CALIBRATED_COST",
     "StateBytes", "ActivationTerms", "MemoryAllowances", "MemoryBreakdown",
     "activation_bytes_per_layer", "model_state_bytes", "StagePartition", "PartitionError",

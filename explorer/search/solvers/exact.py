@@ -9,7 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from .problem import Problem
+from ..problem import Problem
 
 __all__ = ["solve_exhaustive", "solve_ilp", "SearchError", "EXHAUSTIVE_LIMIT"]
 

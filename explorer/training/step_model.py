@@ -10,6 +10,9 @@ from dataclasses import dataclass, field, replace
 from ..hardware import Cluster, Mesh
 from ..ir import DType
 from ..models import ModelConfig
+from ..search.params import CostParams
+from ..search.planner import Method
+from .config import ParallelConfig, ParallelConfigError
 from .memory import (
     ActivationTerms,
     MemoryAllowances,
@@ -18,10 +21,7 @@ from .memory import (
     activation_bytes_per_layer,
     model_state_bytes,
 )
-from .parallel_config import ParallelConfig, ParallelConfigError
-from .params import CostParams
-from .partition import StagePartition
-from .search import Method
+from .pipeline.partition import StagePartition
 from .stage_costs import StageCosts, stage_costs
 
 __all__ = ["TrainingParams", "CALIBRATED_COST", "COMM_KINDS", "StepModel"]
@@ -33,7 +33,7 @@ _COLLECTIVES: dict[tuple, float] = {}  # (mesh, kind, bytes, axes) -> seconds
 # (a large bf16 GEMM on an A100 reaches 70-80%; the rest covers kernel launches and small
 # shapes) and 80% of link and HBM bandwidth. Chosen once so that the ten rows of
 # Narayanan et al. 2021, Table 1 are predicted within a few percent, the same values for
-# every row (explorer.planner.published; bench/training.py prints the table).
+# every row (explorer.training.published; bench/training.py prints the table).
 CALIBRATED_COST = CostParams(compute_efficiency=0.65, bandwidth_efficiency=0.8)
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 
 from ..hardware import Cluster, resolve
 from ..models import ModelConfig, load
+from .config import ParallelConfig
 from .memory import MemoryBreakdown, model_state_bytes
-from .parallel_config import ParallelConfig
-from .partition import PartitionError, StagePartition, partition_layers, uniform_partition
-from .schedule import build_schedule, peak_in_flight
+from .pipeline.partition import PartitionError, StagePartition, partition_layers, uniform_partition
+from .pipeline.schedule import build_schedule, peak_in_flight
+from .pipeline.timeline import Timeline, simulate_schedule
 from .stage_costs import PartCost
 from .step_model import CALIBRATED_COST, COMM_KINDS, StepModel, TrainingParams
-from .timeline import Timeline, simulate_schedule
 
 __all__ = ["TrainingParams", "SimResult", "simulate", "estimate", "COMM_KINDS", "CALIBRATED_COST"]
 

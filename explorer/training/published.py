@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from ..models import datasets_dir, load
 from ..models.config import ModelConfig
+from .plan import SearchSpace, TrainingPlan, plan_training
 from .simulate import TrainingParams
-from .training import SearchSpace, TrainingPlan, plan_training
 
 __all__ = [
     "PublishedRun",

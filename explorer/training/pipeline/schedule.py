@@ -1,6 +1,6 @@
 """Pipeline schedules as data: the order in which each device runs (chunk, microbatch, phase).
 
-A `Schedule` only orders work; `explorer.planner.timeline.simulate_schedule` gives it
+A `Schedule` only orders work; `explorer.training.pipeline.timeline.simulate_schedule` gives it
 durations and dependencies and produces a `Timeline`. Stage ``g`` of the whole pipeline
 is chunk ``g // pp`` on device ``g % pp`` (Megatron-LM's interleaved placement; with one
 chunk per device, stage = device).
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .parallel_config import SCHEDULES, ParallelConfigError, ScheduleKind
+from ..config import SCHEDULES, ParallelConfigError, ScheduleKind
 
 __all__ = [
     "Phase",

@@ -8,9 +8,9 @@ from collections import deque
 
 import numpy as np
 
-from ..sharding import Strategy
-from .problem import Problem
-from .solvers import SearchError
+from ...sharding import Strategy
+from ..problem import Problem
+from .exact import SearchError
 
 __all__ = ["solve_recursive", "solve_propagation"]
 
