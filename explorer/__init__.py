@@ -9,6 +9,7 @@
 
 from . import compiler, export, hardware, ir, models, search, sharding, trace, training
 from .compiler import F, Tensor, grad, jit, nn, tensor
+from .errors import ExplorerError
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
 from .search import CostBreakdown, CostParams, ShardingPlan
@@ -17,7 +18,7 @@ from .training import ParallelConfig, TrainingPlan, plan_training, scaling_curve
 __version__ = "0.1.0"
 
 __all__ = [
-    "ir", "models", "hardware", "sharding", "training", "Mesh", "Graph", "GraphBuilder",
+    "ExplorerError", "ir", "models", "hardware", "sharding", "training", "Mesh", "Graph", "GraphBuilder",
     "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
     "compiler", "trace", "export", "jit", "tensor", "Tensor", "grad", "F", "nn",
     "ParallelConfig", "simulate", "plan_training", "TrainingPlan", "scaling_curve",

@@ -7,6 +7,8 @@ import os
 import sys
 from dataclasses import dataclass
 
+from ..errors import ExplorerError
+
 __all__ = [
     "CompilerError", "JitSyntaxError", "ShapeError", "GraphBreak", "SourceLocation",
     "user_location",
@@ -54,7 +56,7 @@ def location_from_traceback(tb) -> SourceLocation | None:
     return found
 
 
-class CompilerError(Exception):
+class CompilerError(ExplorerError):
     """Base of the compiler's errors."""
 
 

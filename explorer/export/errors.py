@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from ..errors import ExplorerError
+
 __all__ = ["ExportError", "require"]
 
 
-class ExportError(ValueError):
+class ExportError(ExplorerError, ValueError):
     """A plan cannot be exported as asked; the message names the value, the reason and the fix."""
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from ..errors import ExplorerError
+
 __all__ = ["HardwareError", "MeshError"]
 
 
-class HardwareError(ValueError):
+class HardwareError(ExplorerError, ValueError):
     """A hardware profile is unknown, malformed, or lacks what a query asks of it."""
 
 
-class MeshError(ValueError):
+class MeshError(ExplorerError, ValueError):
     """A device mesh is ill-formed or does not fit the hardware it is placed on."""

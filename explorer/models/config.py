@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..errors import ExplorerError
+
 __all__ = ["ModelConfig", "ModelConfigError", "Arch", "Norm", "Activation", "Position"]
 
 Arch = Literal["decoder", "encoder", "mlp"]
@@ -15,7 +17,7 @@ Activation = Literal["gelu", "swiglu", "relu"]
 Position = Literal["learned", "rope", "alibi", "none"]
 
 
-class ModelConfigError(ValueError):
+class ModelConfigError(ExplorerError, ValueError):
     """A model config is malformed; the message names the file or field and what is expected."""
 
 

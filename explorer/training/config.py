@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..errors import ExplorerError
+
 __all__ = [
     "ParallelConfig",
     "ParallelConfigError",
@@ -25,7 +27,7 @@ ZeroStage = Literal[0, 1, 2, 3]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 
 
-class ParallelConfigError(ValueError):
+class ParallelConfigError(ExplorerError, ValueError):
     """A parallel configuration is malformed or does not fit the model, batch or devices;
     the message names the value, the reason and the fix."""
 

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..errors import ExplorerError
 from ..hardware import Cluster, Mesh, resolve
 from ..ir import Graph
 from ..models import ModelConfig, build, load
@@ -53,7 +54,7 @@ _GIB = 2**30
 _TIE_FRACTION = 1e-9
 
 
-class TrainingPlanError(ValueError):
+class TrainingPlanError(ExplorerError, ValueError):
     """No configuration can train the model as asked; the message says what would."""
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
+from ...errors import ExplorerError
 from ..problem import Problem
 
 __all__ = ["solve_exhaustive", "solve_ilp", "SearchError", "EXHAUSTIVE_LIMIT"]
@@ -16,7 +17,7 @@ __all__ = ["solve_exhaustive", "solve_ilp", "SearchError", "EXHAUSTIVE_LIMIT"]
 EXHAUSTIVE_LIMIT = 200_000
 
 
-class SearchError(ValueError):
+class SearchError(ExplorerError, ValueError):
     """A search cannot run or has no solution; the message says why and what to do."""
 
 

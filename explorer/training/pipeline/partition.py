@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...errors import ExplorerError
+
 __all__ = ["StagePartition", "PartitionError", "partition_layers", "uniform_partition"]
 
 
-class PartitionError(ValueError):
+class PartitionError(ExplorerError, ValueError):
     """No split of the parts into stages satisfies the memory caps."""
 
 
