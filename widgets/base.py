@@ -31,6 +31,11 @@ class View(ipw.VBox):
     def __init__(self, selection: Selection | None = None, **kwargs: Any) -> None:
         self.errors = ErrorPane()
         self.progress = Progress()
+        # Shown above the results while they no longer match the controls (a bad value was
+        # entered): the last valid results stay visible, marked, until a valid re-plan.
+        self.stale_banner = ipw.HTML(layout=ipw.Layout(display="none", width="auto"))
+        self.stale_banner.add_class("explorer-stale")
+        self.stale = False
         self.controls: dict[str, ipw.Widget] = {}
         self._updating = False  # re-entrancy guard: our own writes to the selection
         super().__init__(**kwargs)
@@ -67,8 +72,26 @@ class View(ipw.VBox):
         finally:
             self._updating = False
 
+    def mark_stale(self, reason: str) -> None:
+        """Mark the results shown as stale (they are the last valid ones) and say why."""
+        self.stale = True
+        self.stale_banner.value = (
+            "<div style='background:#FFF4E5;border-left:3px solid #E8A317;padding:2px 8px'>"
+            f"<b>stale</b>: showing the last valid result; {_escape(reason)}</div>"
+        )
+        self.stale_banner.layout.display = "block"
+
+    def clear_stale(self) -> None:
+        self.stale = False
+        self.stale_banner.value = ""
+        self.stale_banner.layout.display = "none"
+
     def _layout_children(self, *rows: ipw.Widget) -> None:
-        self.children = (*rows, self.progress, self.errors)
+        self.children = (self.stale_banner, *rows, self.progress, self.errors)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _same(a, b) -> bool:
