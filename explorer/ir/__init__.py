@@ -17,6 +17,7 @@ from .builder import GraphBuilder
 from .dtype import DType
 from .errors import IRError
 from .graph import Graph
+from .interpreter import Interpreter
 from .node import Node
 from .opdef import ELEMENTWISE, REGISTRY, OpDef, OpGroup, get, names, register
 from .ops import moe_slots, reshape_groups
@@ -25,6 +26,7 @@ from .tensor_type import TensorType
 
 __all__ = [
     "DType", "TensorType", "OpDef", "OpGroup", "Node", "Graph", "GraphBuilder", "IRError",
+    "Interpreter",
     "REGISTRY", "ELEMENTWISE", "get", "names", "register", "format_graph", "format_node",
     "format_flops", "format_bytes", "moe_slots", "reshape_groups",
 ]  # fmt: skip

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from . import opdef
 from .errors import IRError
+from .interpreter import Interpreter
 from .node import Node
 from .opdef import OpGroup
 from .tensor_type import TensorType
@@ -196,6 +199,23 @@ class Graph:
             "inputs": [f"%{n.name}: {n.type}" for n in self.inputs],
             "outputs": [f"%{o}: {self.node(o).type}" for o in self.outputs],
         }
+
+    # --- reference implementation -------------------------------------------------------
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The reference numpy evaluation: graph output name -> value.
+
+        Every node runs its registry ``impl`` through `explorer.ir.Interpreter` (values are
+        freed after their last use). ``inputs`` holds one array per input and param node.
+
+        >>> import numpy as np
+        >>> from explorer.ir import GraphBuilder
+        >>> b = GraphBuilder("tiny")
+        >>> x = b.input("x", (1, 2)); w = b.param("w", (2, 1))
+        >>> g = b.build([b.op("matmul", x, w, name="y")])
+        >>> g.run({"x": np.array([[1.0, 2.0]]), "w": np.array([[3.0], [4.0]])})["y"]
+        array([[11.]])
+        """
+        return Interpreter(self, free_dead=True).run(inputs)
 
     # --- views ----------------------------------------------------------------------------
     def __str__(self) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import string
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -89,22 +89,8 @@ class Subgraph:
 
 def run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     """Reference interpreter: execute every node with its numpy impl (no buffers, no fusion)."""
-    from .opdef import get
-
-    env: dict[str, Any] = {}
-    for n in graph.nodes:
-        if n.op in ("input", "param"):
-            if n.name not in feeds:
-                raise IRError(f"run_graph: no value fed for %{n.name} of graph {graph.name!r}")
-            env[n.name] = feeds[n.name]
-        elif n.op == "constant":
-            env[n.name] = n.attr("value").array
-        else:
-            op = get(n.op)
-            env[n.name] = np.asarray(
-                op.impl(*(env[a] for a in n.inputs), **op.full_attrs(dict(n.attrs)))
-            )
-    return [env[o] for o in graph.outputs]
+    out = graph.run(feeds)
+    return [out[o] for o in graph.outputs]
 
 
 # --- constants ----------------------------------------------------------------------------
