@@ -15,7 +15,6 @@ from .memory import (
     MemoryBreakdown,
     StateBytes,
     activation_bytes_per_layer,
-    model_state_bytes,
 )
 from .pipeline import (
     PartitionError,
@@ -35,6 +34,7 @@ from .plan import Candidate, SearchSpace, TrainingPlan, TrainingPlanError, plan_
 from .published import compare_megatron, load_published, megatron_flops_per_iteration
 from .scaling import ScalingCurve, ScalingPoint, scaling_curve
 from .simulate import CALIBRATED_COST, SimResult, TrainingParams, estimate, simulate
+from .terms.zero import model_state_bytes
 
 __all__ = [
     "ParallelConfig", "ParallelConfigError", "TrainingParams", "CALIBRATED_COST",

@@ -2,8 +2,8 @@
 
 Model states follow mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", section 3.1):
 2 bytes of 16-bit weights, 2 of 16-bit gradients and 12 of fp32 optimizer state (master
-weights, momentum, variance) per parameter; ZeRO stage 1 divides the optimizer states over
-the data-parallel group, stage 2 the gradients too, stage 3 the weights too.
+weights, momentum, variance) per parameter; what ZeRO divides over the data-parallel group
+is ``terms/zero.py`` (`model_state_bytes`).
 
 Activations per transformer layer and microbatch follow Korthikanti et al. 2022, "Reducing
 Activation Recomputation in Large Transformer Models", equations (1)-(5), in bytes for
@@ -28,7 +28,6 @@ __all__ = [
     "MemoryAllowances",
     "MemoryBreakdown",
     "activation_bytes_per_layer",
-    "model_state_bytes",
 ]
 
 _GIB = 2**30
@@ -169,18 +168,3 @@ def activation_bytes_per_layer(
     else:
         per = terms.replicated_bytes + terms.split_bytes / tp
     return sbh * (per + attention / tp)
-
-
-def model_state_bytes(
-    params: float, dp: int, zero: int, state: StateBytes = StateBytes()
-) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer states) in bytes for ``params`` parameters on one
-    device, divided over the ``dp`` replicas according to the ZeRO stage.
-
-    >>> model_state_bytes(1e9, dp=8, zero=1)
-    (2000000000.0, 2000000000.0, 1500000000.0)
-    """
-    weights = params * state.weight_bytes / (dp if zero >= 3 else 1)
-    grads = params * state.gradient_bytes / (dp if zero >= 2 else 1)
-    opt = params * state.optimizer_bytes / (dp if zero >= 1 else 1)
-    return weights, grads, opt

@@ -12,18 +12,47 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..hardware import Cluster, resolve
+from ..memo import memoize
 from ..models import ModelConfig, load
 from .config import ParallelConfig
-from .memory import MemoryBreakdown, model_state_bytes
+from .memory import MemoryBreakdown
 from .pipeline.partition import PartitionError, StagePartition, partition_layers, uniform_partition
 from .pipeline.schedule import build_schedule, peak_in_flight
 from .pipeline.timeline import Timeline, simulate_schedule
 from .stage_costs import PartCost
 from .step_model import CALIBRATED_COST, COMM_KINDS, StepModel, TrainingParams
+from .terms import ep, recompute, zero
 
-__all__ = ["TrainingParams", "SimResult", "simulate", "estimate", "COMM_KINDS", "CALIBRATED_COST"]
+__all__ = [
+    "TrainingParams", "SimResult", "PartitionChoice", "PartitionMethod", "simulate", "estimate",
+    "COMM_KINDS", "CALIBRATED_COST",
+]  # fmt: skip
+
+PartitionMethod = Literal["uniform", "time_balanced", "memory_capped"]
+
+
+@dataclass(frozen=True)
+class PartitionChoice:
+    """Which stage split a result used, and why (never chosen silently).
+
+    Attributes:
+        method: ``uniform`` (Megatron-LM's even split), ``time_balanced`` (the dynamic
+            programme over the parts' times) or ``memory_capped`` (the same programme
+            under each stage's memory cap).
+        reason: one sentence: why this split, and what was tried before it.
+
+    >>> print(PartitionChoice("uniform", "one pipeline stage"))
+    uniform: one pipeline stage
+    """
+
+    method: PartitionMethod
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.method}: {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -42,7 +71,8 @@ class SimResult:
             stage shape, the others need no more); ``memory_cap_bytes``, ``fits``.
         comm_bytes: bytes each device sends per step, by kind (tp, pp, dp, zero, ep).
         time_by_kind: seconds per event kind, averaged over the pipeline's devices.
-        partition: the stage split; ``timeline``: the simulated events (None for an
+        partition: the stage split; ``partition_choice``: which split and why (a split
+            that could not meet the memory cap says so here and in ``fits``); ``timeline``: the simulated events (None for an
             estimate); ``strategies``: the searched layouts of the layer's matmuls.
     """
 
@@ -63,6 +93,7 @@ class SimResult:
     time_by_kind: tuple[tuple[str, float], ...]
     bubble_fraction: float
     partition: StagePartition
+    partition_choice: PartitionChoice
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
     strategies: str = ""
 
@@ -85,7 +116,9 @@ class SimResult:
             "memory": self.memory.as_dict(), "memory_cap_bytes": self.memory_cap_bytes,
             "fits": self.fits, "comm_bytes": dict(self.comm_bytes),
             "time_by_kind": dict(self.time_by_kind), "bubble_fraction": self.bubble_fraction,
-            "partition": str(self.partition), "strategies": self.strategies,
+            "partition": str(self.partition),
+            "partition_method": self.partition_choice.method,
+            "partition_reason": self.partition_choice.reason, "strategies": self.strategies,
         }  # fmt: skip
 
     def __str__(self) -> str:
@@ -132,8 +165,9 @@ def _n_full_candidates(step: StepModel) -> list[int | None]:
     return list(range(0, math.ceil(step.cfg.num_layers / par.stages) + 1))
 
 
-def _result(step: StepModel, part, n_full, step_time, mems, timeline, by_kind) -> SimResult:
+def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) -> SimResult:
     par = step.par
+    part, choice = split
     worst = max(range(len(mems)), key=lambda d: mems[d].total)
     model_f, hw_f = step.flops()
     devices = par.devices
@@ -151,7 +185,7 @@ def _result(step: StepModel, part, n_full, step_time, mems, timeline, by_kind) -
         mfu=tflops * 1e12 / peak, memory=mems[worst], memory_per_device=tuple(mems),
         memory_cap_bytes=step.cap, comm_bytes=step.comm_bytes(part, mems[worst].stage),
         time_by_kind=tuple(sorted(by_kind.items())), bubble_fraction=idle / step_time,
-        partition=part, timeline=timeline, strategies=step.costs.describe(),
+        partition=part, partition_choice=choice, timeline=timeline, strategies=step.costs.describe(),
     )  # fmt: skip
 
 
@@ -181,11 +215,13 @@ def simulate(
     in_flight = _in_flight(step)
 
     def evaluate(n_full):
-        part = _partition(step, n_full, in_flight)
+        split = _partition(step, n_full, in_flight)
+        part = split[0]
         live = _live_activations(step, part, schedule, n_full)
-        return part, [step.device_memory(part, d, n_full, live[d]) for d in range(par.pp)]
+        return split, [step.device_memory(part, d, n_full, live[d]) for d in range(par.pp)]
 
-    part, n_full, mems = _fewest_recompute(step, evaluate)
+    split, n_full, mems = _fewest_recompute(step, evaluate)
+    part = split[0]
     fwd, bwd = zip(*(step.stage_segments(part, g, n_full) for g in range(par.stages)), strict=True)
     tails = []
     for d in range(par.pp):
@@ -193,7 +229,7 @@ def simulate(
         tails.append(step.tail(sum(step.stage_params(part, g) for g in chunks)))
     tl = simulate_schedule(schedule, list(fwd), list(bwd), step.p2p_s, tails)
     by_kind = {k: v / par.pp for k, v in tl.time_by_kind().items()}
-    return _result(step, part, n_full, tl.step_time_s, mems, tl, by_kind)
+    return _result(step, split, n_full, tl.step_time_s, mems, tl, by_kind)
 
 
 def _busy(P: PartCost) -> float:
@@ -222,9 +258,6 @@ def _formula_memories(
     return out
 
 
-_TIME_SPLITS: dict[tuple, StagePartition] = {}
-
-
 def _fewest_recompute(step: StepModel, evaluate):
     """(split, recomputed layers, memories) for the fewest fully recomputed layers that
     fit (``per_layer``; one candidate otherwise). Memory falls as layers are added, so
@@ -247,8 +280,8 @@ def _fewest_recompute(step: StepModel, evaluate):
         else:
             lo = mid + 1
     fits(lo)
-    part, mems = done[lo]
-    return part, cands[lo], mems
+    split, mems = done[lo]
+    return split, cands[lo], mems
 
 
 def _fits_better(step, a: StagePartition, b: StagePartition, n_full, in_flight) -> bool:
@@ -256,54 +289,83 @@ def _fits_better(step, a: StagePartition, b: StagePartition, n_full, in_flight) 
     return need[0] <= need[1]
 
 
-def _partition(step: StepModel, n_full, in_flight, memory_capped: bool = True) -> StagePartition:
-    """The stage split: the time-balanced DP split if it fits, else (``memory_capped``)
-    the DP under the memory caps, else the uniform split (the memory check that follows
-    reports by how much it is over). Interleaved schedules use the uniform split: with
-    unequal chunks the per-device work is unbalanced (layers divide evenly, checked in
-    step_model._validate). `estimate` skips the capped DP to stay fast."""
-    par, c = step.par, step.costs
-    L = step.cfg.num_layers
-    uni = uniform_partition(L, par.stages)
-    if par.pp == 1 or par.virtual_stages > 1:
-        return uni
-    # Per-layer averages over a stage of the uniform size (per_layer mixes policies).
+def _layer_times(step: StepModel, n_full) -> list[float]:
+    """Seconds per part ``[embed, layers..., head]`` for one microbatch: compute and
+    tensor-parallel collectives, plus each layer's share of recomputation (averaged over a
+    stage of the uniform size: ``per_layer`` mixes policies) and its all-to-alls."""
+    c, L = step.costs, step.cfg.num_layers
+    n = math.ceil(L / step.par.stages)
+    rec = recompute.layers_s(step, n, n_full) / n
+    layer = _busy(c.layer) + rec + 2 * ep.stage_s(step, 1)  # all-to-alls forward + backward
+    return [_busy(c.embed)] + [layer] * L + [_busy(c.head)]
+
+
+@memoize(maxsize=4096, name="training.balanced_split")
+def _balanced_split(times: tuple[float, ...], stages: int) -> StagePartition:
+    """The split of the parts minimising the slowest stage's time, memory ignored."""
+    zeros = [0.0] * len(times)
+    return partition_layers(times, zeros, zeros, [1.0] * stages, [math.inf] * stages)
+
+
+def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> StagePartition:
+    """The time-balanced split under each stage's memory cap, with the step model's own
+    memory terms (model states by ZeRO, activations by recompute policy, the embedding's
+    dropout, the recompute working set, ZeRO-3's gather buffer); the head's logits and
+    the working set are reserved on every stage (the worst case). Raises `PartitionError`."""
+    par, L = step.par, step.cfg.num_layers
     n = math.ceil(L / par.stages)
-    none_, sel, full = step.layer_policies(n, n_full)
-    lay = c.layer
-    rec = (full * (lay.forward_s + lay.tp_forward_s) + sel * lay.recompute_selective_s) / n
-    ep = 2 * step.ep_s if step.cfg.is_moe else 0.0
-    times = [_busy(c.embed)] + [_busy(lay) + rec + ep] * L + [_busy(c.head)]
-    key = (tuple(times), par.stages)
-    balanced = _TIME_SPLITS.get(key)
-    if balanced is None:
-        zeros, ones = [0.0] * (L + 2), [1.0] * par.stages
-        balanced = partition_layers(times, zeros, zeros, ones, [math.inf] * par.stages)
-        if len(_TIME_SPLITS) > 4096:
-            _TIME_SPLITS.clear()
-        _TIME_SPLITS[key] = balanced
-    if max(m.total for m in _formula_memories(step, balanced, n_full, in_flight)) <= step.cap:
-        return balanced
-    if not memory_capped:
-        return balanced if _fits_better(step, balanced, uni, n_full, in_flight) else uni
-    act = none_ * step.layer_act("none") + sel * step.layer_act("selective")
-    act = (act + full * step.layer_act("full")) / n
-    w, gr, opt = model_state_bytes(1.0, par.dp, par.zero, step.tparams.state)
-    per_param = w + gr + opt
+    per_param = sum(zero.model_state_bytes(1.0, par.dp, par.zero, step.tparams.state))
     static = [step.embed_params * per_param] + [step.layer_params * per_param] * L
     static.append(step.head_params * per_param)
-    a = step.tparams.activations
-    sbh = step.seq * par.microbatch_size * step.cfg.hidden_size
-    embed_act = sbh * a.embedding_dropout_bytes / (par.tp if par.sp else 1)
-    acts = [embed_act] + [act] * L + [0.0]
+    acts = [step.embed_act()] + [recompute.layers_act(step, n, n_full) / n] * L + [0.0]
     al = step.tparams.allowances
     usable = step.cap / (1 + al.fragmentation_fraction)
     usable -= al.runtime_context_bytes + al.communication_buffer_bytes
-    usable -= step.layer_act("none") + step.head_act()  # working set and logits, worst case
+    usable -= recompute.working_set(step, [n], n_full) + step.head_act()
+    usable -= zero.gather_buffer_bytes(step)
+    return partition_layers(times, static, acts, in_flight, [usable] * par.stages)
+
+
+def _partition(
+    step: StepModel, n_full, in_flight, memory_capped: bool = True
+) -> tuple[StagePartition, PartitionChoice]:
+    """The stage split and why: the time-balanced split if it fits; else
+    (``memory_capped``) the time-balanced split under the memory caps; else the uniform
+    split, reported with why (the memory check that follows says by how much it is over).
+    Interleaved schedules use the uniform split: with unequal chunks the per-device work is
+    unbalanced (layers divide evenly, checked in step_model._validate). `estimate` skips
+    the capped split to stay fast and keeps whichever of the two needs less memory."""
+    par = step.par
+    L = step.cfg.num_layers
+    uni = uniform_partition(L, par.stages)
+    if par.pp == 1:
+        return uni, PartitionChoice("uniform", "one pipeline stage")
+    if par.virtual_stages > 1:
+        return uni, PartitionChoice(
+            "uniform", "interleaved 1F1B runs equal chunks (Megatron-LM's rule)"
+        )
+    times = _layer_times(step, n_full)
+    balanced = _balanced_split(tuple(times), par.stages)
+    need = max(m.total for m in _formula_memories(step, balanced, n_full, in_flight))
+    gib = 2**30
+    over = f"the time-balanced split needs {need / gib:.2f} GiB, over the {step.cap / gib:.2f}"
+    if need <= step.cap:
+        return balanced, PartitionChoice("time_balanced", "it fits the memory cap")
+    if not memory_capped:
+        if _fits_better(step, balanced, uni, n_full, in_flight):
+            return balanced, PartitionChoice(
+                "time_balanced", f"{over} GiB cap; the uniform split needs more (estimate)"
+            )
+        return uni, PartitionChoice(
+            "uniform", f"{over} GiB cap; the uniform split needs less (estimate)"
+        )
     try:
-        return partition_layers(times, static, acts, in_flight, [usable] * par.stages)
-    except PartitionError:
-        return uni
+        capped = _capped_split(step, times, n_full, in_flight)
+    except PartitionError as e:
+        return uni, PartitionChoice(
+            "uniform", f"{over} GiB cap and no split fits under it ({e}); uniform reported"
+        )
+    return capped, PartitionChoice("memory_capped", f"{over} GiB cap")
 
 
 def estimate(
@@ -327,10 +389,11 @@ def estimate(
     S, p, v = par.stages, par.pp, par.virtual_stages
 
     def evaluate(n_full):
-        part = _partition(step, n_full, flight, memory_capped=False)
-        return part, _formula_memories(step, part, n_full, flight)
+        split = _partition(step, n_full, flight, memory_capped=False)
+        return split, _formula_memories(step, split[0], n_full, flight)
 
-    part, n_full, mems = _fewest_recompute(step, evaluate)
+    split, n_full, mems = _fewest_recompute(step, evaluate)
+    part = split[0]
     memo: dict[tuple, tuple[float, list]] = {}
     t_stage = []
     kinds: dict[str, float] = {}
@@ -362,4 +425,4 @@ def estimate(
     total = pipe + tail
     busy = sum(kinds.values())
     kinds["idle"] = max(0.0, total - busy)
-    return _result(step, part, n_full, total, mems, None, kinds)
+    return _result(step, split, n_full, total, mems, None, kinds)

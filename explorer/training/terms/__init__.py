@@ -1,0 +1,18 @@
+"""The cost terms of each parallelism, one module each; `StepModel` composes them.
+
+Each module holds what its parallelism adds to a training step: communication (seconds and
+bytes sent per device), memory and compute. They read the `StepModel` they are given
+(``s.cfg``, ``s.par``, ``s.costs``, ``s.mesh``, ``s.tparams``, ``s.collective_s``) and never
+each other's private state, so a change to ZeRO is a change to ``zero.py`` alone.
+
+- ``tp``: tensor-parallel parameter split, the searched per-layer collectives, their bytes.
+- ``pp``: stage-to-stage transfers, the tied head copy on the last stage.
+- ``dp``: the data-parallel gradient reduction.
+- ``zero``: what ZeRO stages 1-3 shard (model states) and the collectives that costs.
+- ``recompute``: per-layer recompute policies, their activations, time and FLOPs.
+- ``ep``: expert parallelism: the expert-parameter split and the all-to-all.
+"""
+
+from . import dp, ep, pp, recompute, tp, zero
+
+__all__ = ["dp", "ep", "pp", "recompute", "tp", "zero"]

@@ -1,0 +1,47 @@
+"""Data parallelism: the gradient reduction over the replicas.
+
+ZeRO decides its kind and how often it runs (`zero.gradient_collective`,
+`zero.gradients_per_microbatch`); this module prices it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import zero
+
+if TYPE_CHECKING:
+    from ..step_model import StepModel
+
+__all__ = ["grad_sync_s", "microbatch_s", "tail_s", "comm_bytes"]
+
+
+def grad_sync_s(s: StepModel, kind: str, params: float) -> float:
+    """Seconds of one ``kind`` reduction of ``params`` parameters' gradients, less the part
+    hidden behind the backward (``CostParams.grad_comm_overlap``)."""
+    tp_ = s.tparams
+    size = params * tp_.state.gradient_bytes
+    t = s.collective_s(kind, size, zero.AXES) / tp_.cost.bandwidth_efficiency
+    return t * (1 - tp_.cost.grad_comm_overlap)
+
+
+def microbatch_s(s: StepModel, params: float) -> float:
+    """Seconds of the reduction after each microbatch's backward (ZeRO 2/3), else 0."""
+    if not zero.gradients_per_microbatch(s.par.zero) or s.par.dp == 1:
+        return 0.0
+    return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
+
+
+def tail_s(s: StepModel, params: float) -> float:
+    """Seconds of the reduction after the last microbatch (ZeRO 0/1), else 0."""
+    if s.par.dp == 1 or zero.gradients_per_microbatch(s.par.zero):
+        return 0.0
+    return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
+
+
+def comm_bytes(s: StepModel, params: float) -> float:
+    """Bytes a device holding ``params`` parameters sends per step for gradients."""
+    z = s.par.zero
+    grad = params * s.tparams.state.gradient_bytes
+    sent = s.mesh.collective_bytes(zero.gradient_collective(z), grad, zero.AXES)
+    return sent * s.m if zero.gradients_per_microbatch(z) else sent

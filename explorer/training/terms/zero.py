@@ -1,0 +1,112 @@
+"""ZeRO (Rajbhandari et al. 2020): what each stage shards over the data-parallel group and
+the collectives that costs. Everything ZeRO changes in the step model is decided here.
+
+=====  ===================  ==========================  =================================
+stage  sharded over dp      gradient reduction          weights
+=====  ===================  ==========================  =================================
+0      nothing              all-reduce after the step   whole on every device
+1      optimizer states     reduce-scatter after it     all-gather after the update
+2      + gradients          reduce-scatter per micro-   all-gather after the update
+                            batch (no full buffer)
+3      + weights            reduce-scatter per micro-   all-gather before each forward and
+                            batch                       backward; a prefetch buffer
+=====  ===================  ==========================  =================================
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..memory import StateBytes
+
+if TYPE_CHECKING:
+    from ..step_model import StepModel
+
+__all__ = [
+    "AXES",
+    "model_state_bytes",
+    "gradient_collective",
+    "gradients_per_microbatch",
+    "optimizer_params",
+    "gather_s",
+    "tail_gather_s",
+    "gather_buffer_bytes",
+    "comm_bytes",
+]
+
+_STATE = StateBytes()  # mixed-precision Adam, 16 bytes per parameter
+
+# The data-parallel group of a device: dp replicas, experts split over ep of them.
+AXES = ("dp", "ep")
+
+
+def model_state_bytes(
+    params: float, dp: int, zero: int, state: StateBytes = _STATE
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) in bytes for ``params`` parameters on one
+    device, divided over the ``dp`` replicas according to the ZeRO stage.
+
+    >>> model_state_bytes(1e9, dp=8, zero=1)
+    (2000000000.0, 2000000000.0, 1500000000.0)
+    """
+    weights = params * state.weight_bytes / (dp if zero >= 3 else 1)
+    grads = params * state.gradient_bytes / (dp if zero >= 2 else 1)
+    opt = params * state.optimizer_bytes / (dp if zero >= 1 else 1)
+    return weights, grads, opt
+
+
+def gradient_collective(zero: int) -> str:
+    """The gradient reduction: all-reduce without ZeRO, reduce-scatter with it (each device
+    updates its 1/dp shard)."""
+    return "all-reduce" if zero == 0 else "reduce-scatter"
+
+
+def gradients_per_microbatch(zero: int) -> bool:
+    """ZeRO 2/3 keep only a 1/dp shard of the gradients, so every microbatch's backward
+    reduce-scatters its gradients (no accumulation in a full buffer)."""
+    return zero >= 2
+
+
+def optimizer_params(params: float, dp: int, zero: int) -> float:
+    """Parameters a device updates in the optimizer step (its shard with ZeRO >= 1)."""
+    return params / (dp if zero >= 1 else 1)
+
+
+def gather_s(s: StepModel, params: float) -> float:
+    """ZeRO-3: seconds to all-gather ``params`` parameters' weights before one forward
+    (and again before one backward) of one microbatch."""
+    if s.par.zero < 3 or s.par.dp == 1:
+        return 0.0
+    size = params * s.tparams.state.weight_bytes
+    return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
+
+
+def tail_gather_s(s: StepModel, params: float) -> float:
+    """ZeRO 1/2: seconds to all-gather the updated weights after the optimizer step."""
+    if s.par.zero not in (1, 2) or s.par.dp == 1:
+        return 0.0
+    size = params * s.tparams.state.weight_bytes
+    return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
+
+
+def gather_buffer_bytes(s: StepModel) -> float:
+    """ZeRO-3: the full weights of the layers held at once (running and prefetched)."""
+    if s.par.zero < 3:
+        return 0.0
+    tp_ = s.tparams
+    return tp_.zero3_prefetch_layers * s.layer_params * tp_.state.weight_bytes
+
+
+def comm_bytes(s: StepModel, params: float) -> float:
+    """Bytes a device holding ``params`` parameters sends per step for weight gathers:
+    once after the step (ZeRO 1/2), forward and backward of every microbatch (ZeRO-3)."""
+    zero = s.par.zero
+    if zero in (1, 2):
+        return s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
+    if zero == 3:
+        return (
+            2
+            * s.m
+            * s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
+        )
+    return 0.0
