@@ -23,17 +23,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..hardware import Mesh
-from ..ir import Graph
+from ..ir import Graph, Interpreter, IRError, Node
 from .collective import Collective
 from .comm import apply_move
 from .errors import ShardingError
-from .kernels import KernelContext, reference_impl, run_kernel
+from .kernels import REFERENCE_KERNELS, KernelContext, run_kernel
 from .layout import Layout
 from .redistribute import redistribute
 from .slices import replica_groups, shard_slices
 from .strategy import Strategy, node_strategies
 
-__all__ = ["ExecutionResult", "execute", "assign", "random_inputs", "reference", "gather"]
+__all__ = [
+    "ExecutionResult", "execute", "assign", "random_inputs", "reference", "gather",
+    "SPMDInterpreter", "ReferenceInterpreter",
+]  # fmt: skip
 
 
 @dataclass
@@ -129,17 +132,25 @@ def _int_bound(graph: Graph, name: str) -> int:
     return bound
 
 
+class ReferenceInterpreter(Interpreter):
+    """The unsharded run in float64: float sources are widened, casts to a float stay in
+    float64 (`kernels.REFERENCE_KERNELS`), every other op runs its registry impl."""
+
+    kernels = REFERENCE_KERNELS
+
+    def placeholder(self, node: Node) -> np.ndarray:
+        val = np.asarray(self.inputs[node.name])
+        return val.astype(np.float64) if val.dtype.kind == "f" else val
+
+
 def reference(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The unsharded run in float64: node -> value."""
-    vals: dict[str, np.ndarray] = {}
-    for n in graph.nodes:
-        if n.is_source:
-            vals[n.name] = np.asarray(inputs[n.name])
-            if vals[n.name].dtype.kind == "f":
-                vals[n.name] = vals[n.name].astype(np.float64)
-        else:
-            vals[n.name] = reference_impl(n, [vals[a] for a in n.inputs])
-    return vals
+    """The unsharded run in float64: node -> value (every node, not only the outputs)."""
+    interp = ReferenceInterpreter(graph)
+    try:
+        interp.run(inputs)
+    except IRError as e:
+        raise ShardingError(f"reference run of graph {graph.name!r}: {e}") from e
+    return interp.env
 
 
 def gather(blocks: list[np.ndarray], shape: tuple[int, ...], layout: Layout,
@@ -193,6 +204,69 @@ def _check_assignment(graph: Graph, mesh: Mesh, assignment: Mapping[str, Strateg
             )
 
 
+class SPMDInterpreter(Interpreter):
+    """The IR interpreter on ``mesh.size`` virtual devices.
+
+    A value is the list of per-device blocks in the node's output layout (``layouts``).
+    ``run_node`` slices sources and constants to their layout, or fetches each input in
+    the layout the node's strategy requires (performing and logging the redistribution,
+    once per (producer, layout)); ``call_op`` runs the op's SPMD kernel (`kernels.KERNELS`,
+    default: the numpy impl on every device) with its internal collectives.
+    """
+
+    def __init__(self, graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy]) -> None:
+        super().__init__(graph)
+        self.mesh = mesh
+        self.assignment = assignment
+        self.layouts: dict[str, Layout] = {}
+        self.log: list[tuple[Collective, float]] = []
+        self._converted: dict[tuple[str, Layout], list[np.ndarray]] = {}
+
+    def run_node(self, node: Node, env: Mapping[str, list[np.ndarray]]) -> list[np.ndarray]:
+        s = self.assignment[node.name]
+        if node.is_source or node.op == "constant":
+            val = self.placeholder(node) if node.is_source else self.default_kernel(node, [])
+            if val.dtype.kind == "f":
+                val = val.astype(np.float64)
+            sl = shard_slices(node.type.shape, s.out_layout, self.mesh)
+            out = [val[sl[d]] for d in range(self.mesh.size)]
+        else:
+            args = [self.fetch(a, lay, node.name)
+                    for a, lay in zip(node.inputs, s.in_layouts, strict=True)]  # fmt: skip
+            out = self.call_op(node, args)
+        self.layouts[node.name] = s.out_layout
+        return out
+
+    def call_op(self, node: Node, args: list[list[np.ndarray]]) -> list[np.ndarray]:
+        s = self.assignment[node.name]
+        ctx = KernelContext(node, s, self.mesh, self.graph.input_types(node.name), self.log)
+        try:
+            return run_kernel(ctx, args)
+        except (ValueError, TypeError, IndexError, KeyError) as e:
+            if isinstance(e, ShardingError):
+                raise
+            raise ShardingError(
+                f"node %{node.name} ({node.op}) failed under strategy {s.name!r} on "
+                f"{self.mesh}: {type(e).__name__}: {e}"
+            ) from e
+
+    def fetch(self, name: str, want: Layout, user: str) -> list[np.ndarray]:
+        """The blocks of ``name`` in layout ``want``, redistributing (and logging) once."""
+        if self.layouts[name] == want:
+            return self.env[name]
+        key = (name, want)
+        if key not in self._converted:
+            t = self.graph.node(name).type
+            plan = redistribute(self.layouts[name], want, t, self.mesh)
+            blocks = self.env[name]
+            for mv in plan.moves:
+                blocks, sent = apply_move(mv, blocks, self.mesh, t.dtype.itemsize)
+                if mv.collective is not None:
+                    self.log.append((_tagged(mv.collective, f"{name}->{user}"), sent))
+            self._converted[key] = blocks
+        return self._converted[key]
+
+
 def execute(
     graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy],
     inputs: Mapping[str, np.ndarray] | None = None, seed: int = 0,
@@ -204,45 +278,14 @@ def execute(
     _check_inputs(graph, given)
     values = random_inputs(graph, seed)
     values.update({k: np.asarray(v) for k, v in given.items()})
-    arrays: dict[str, list[np.ndarray]] = {}
-    layouts: dict[str, Layout] = {}
-    converted: dict[tuple[str, Layout], list[np.ndarray]] = {}
-    log: list[tuple[Collective, float]] = []
-
-    def fetch(name: str, want: Layout, user: str) -> list[np.ndarray]:
-        if layouts[name] == want:
-            return arrays[name]
-        key = (name, want)
-        if key not in converted:
-            t = graph.node(name).type
-            plan = redistribute(layouts[name], want, t, mesh)
-            blocks = arrays[name]
-            for mv in plan.moves:
-                blocks, sent = apply_move(mv, blocks, mesh, t.dtype.itemsize)
-                if mv.collective is not None:
-                    log.append((_tagged(mv.collective, f"{name}->{user}"), sent))
-            converted[key] = blocks
-        return converted[key]
-
-    for n in graph.nodes:
-        s = assignment[n.name]
-        if n.is_source or n.op == "constant":
-            val = values[n.name] if n.is_source else reference_impl(n, [])
-            if val.dtype.kind == "f":
-                val = val.astype(np.float64)
-            sl = shard_slices(n.type.shape, s.out_layout, mesh)
-            arrays[n.name] = [val[sl[d]] for d in range(mesh.size)]
-        else:
-            ins = [fetch(a, lay, n.name) for a, lay in zip(n.inputs, s.in_layouts, strict=True)]
-            ctx = KernelContext(n, s, mesh, graph.input_types(n.name), log)
-            arrays[n.name] = run_kernel(ctx, ins)
-        layouts[n.name] = s.out_layout
+    spmd = SPMDInterpreter(graph, mesh, assignment)
+    spmd.run(values)
     outputs = {}
     for o in graph.outputs:
-        lay = layouts[o]
-        blocks = fetch(o, Layout(lay.dims), "output") if lay.partial else arrays[o]
+        lay = spmd.layouts[o]
+        blocks = spmd.fetch(o, Layout(lay.dims), "output") if lay.partial else spmd.env[o]
         outputs[o] = gather(blocks, graph.node(o).type.shape, Layout(lay.dims), mesh)
-    return ExecutionResult(arrays, layouts, outputs, log, values)
+    return ExecutionResult(spmd.env, spmd.layouts, outputs, spmd.log, values)
 
 
 def _tagged(c: Collective, tensor: str) -> Collective:

@@ -23,7 +23,7 @@ from .errors import ShardingError
 from .slices import shard_slices
 from .strategy import Strategy
 
-__all__ = ["KernelContext", "KERNELS", "run_kernel", "reference_impl"]
+__all__ = ["KernelContext", "KERNELS", "REFERENCE_KERNELS", "run_kernel"]
 
 Blocks = list[list[np.ndarray]]  # [input][device]
 
@@ -180,11 +180,13 @@ def run_kernel(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
     return out
 
 
-def reference_impl(node: Node, arrays: list[np.ndarray]) -> np.ndarray:
-    """The unsharded run of one node in float64."""
-    if node.op == "constant":
-        return np.asarray(node.attr("value").array)
-    if node.op == "cast":
-        dt = DType.parse(node.attr("dtype"))
-        return arrays[0].astype(np.float64 if dt.is_float else dt.numpy)
-    return np.asarray(get(node.op).impl(*arrays, **node.attr_dict))
+def _reference_cast(node: Node, args: list[np.ndarray]) -> np.ndarray:
+    dt = DType.parse(node.attr("dtype"))
+    return args[0].astype(np.float64 if dt.is_float else dt.numpy)  # floats stay fp64
+
+
+REFERENCE_KERNELS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
+    "cast": _reference_cast,
+}
+"""The unsharded float64 run's kernels (`executor.ReferenceInterpreter`); other ops run
+their registry impl."""
