@@ -33,7 +33,14 @@ from .pipeline import (
 from .plan import Candidate, SearchSpace, TrainingPlan, TrainingPlanError, plan_training
 from .published import compare_megatron, load_published, megatron_flops_per_iteration
 from .scaling import ScalingCurve, ScalingPoint, scaling_curve
-from .simulate import CALIBRATED_COST, SimResult, TrainingParams, estimate, simulate
+from .simulate import (
+    CALIBRATED_COST,
+    PartitionChoice,
+    SimResult,
+    TrainingParams,
+    estimate,
+    simulate,
+)
 from .terms.zero import model_state_bytes
 
 __all__ = [
@@ -42,7 +49,8 @@ __all__ = [
     "activation_bytes_per_layer", "model_state_bytes", "StagePartition", "PartitionError",
     "partition_layers", "uniform_partition", "Schedule", "Step", "build_schedule",
     "bubble_fraction", "peak_in_flight", "Timeline", "TimelineEvent", "simulate_schedule",
-    "SimResult", "simulate", "estimate", "SearchSpace", "Candidate", "TrainingPlan",
-    "TrainingPlanError", "plan_training", "ScalingCurve", "ScalingPoint", "scaling_curve",
+    "SimResult", "PartitionChoice", "simulate", "estimate", "SearchSpace", "Candidate",
+    "TrainingPlan", "TrainingPlanError", "plan_training", "ScalingCurve", "ScalingPoint",
+    "scaling_curve",
     "load_published", "megatron_flops_per_iteration", "compare_megatron",
 ]  # fmt: skip

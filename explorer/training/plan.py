@@ -3,8 +3,8 @@
 The space: every factorisation of the device count into dp x tp x pp (tp among the
 divisors of the head count up to a node's chips, every stage with a layer), microbatch
 sizes, schedules (GPipe, 1F1B, interleaved with v chunks), ZeRO stages 0-3, sequence
-parallelism, expert parallelism (MoE) and recomputation. Each configuration is ranked by `estimate`; the best few
-are then simulated event by event (`simulate`) and re-ranked.
+parallelism, expert parallelism (MoE) and recomputation. Each configuration is ranked by
+`estimate`; the best few are then simulated event by event (`simulate`) and re-ranked.
 
 Two rules keep the space small without losing the optimum of this cost model:
 

@@ -72,7 +72,8 @@ class SimResult:
         comm_bytes: bytes each device sends per step, by kind (tp, pp, dp, zero, ep).
         time_by_kind: seconds per event kind, averaged over the pipeline's devices.
         partition: the stage split; ``partition_choice``: which split and why (a split
-            that could not meet the memory cap says so here and in ``fits``); ``timeline``: the simulated events (None for an
+            that could not meet the memory cap says so here and in ``fits``);
+            ``timeline``: the simulated events (None for an
             estimate); ``strategies``: the searched layouts of the layer's matmuls.
     """
 
@@ -185,7 +186,8 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
         mfu=tflops * 1e12 / peak, memory=mems[worst], memory_per_device=tuple(mems),
         memory_cap_bytes=step.cap, comm_bytes=step.comm_bytes(part, mems[worst].stage),
         time_by_kind=tuple(sorted(by_kind.items())), bubble_fraction=idle / step_time,
-        partition=part, partition_choice=choice, timeline=timeline, strategies=step.costs.describe(),
+        partition=part, partition_choice=choice, timeline=timeline,
+        strategies=step.costs.describe(),
     )  # fmt: skip
 
 

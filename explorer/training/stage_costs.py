@@ -4,7 +4,8 @@ The tensor-parallel layout of every operator comes from ``explorer.search`` on t
 graph of a one-layer and a two-layer model over a ``{"tp": t}`` mesh (so Megatron-style
 column/row splits are found, not assumed); the layer's cost is the difference of the two
 plans' costs and the embedding + head cost is what remains of the one-layer plan. Costs are
-cached per (model, sequence, tp, microbatch size, hardware, cost parameters).
+memoized on every argument (model, sequence, tp, microbatch size, hardware, cost
+parameters, search method, fused ops): ``stage_costs.memo``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..hardware import Cluster, Mesh
+from ..memo import memoize
 from ..models import ModelConfig, build
 from ..search.breakdown import CostBreakdown
 from ..search.params import CostParams
@@ -78,9 +80,7 @@ def _part(cost: CostBreakdown, p: CostParams, **sizes) -> PartCost:
     return PartCost(forward_s=f, backward_s=b, tp_forward_s=tf, tp_backward_s=tb, **sizes)
 
 
-_CACHE: dict[tuple, StageCosts] = {}
-
-
+@memoize(maxsize=256, name="training.stage_costs")
 def stage_costs(
     cfg: ModelConfig, seq: int, tp: int, microbatch_size: int, cluster: Cluster,
     params: CostParams, method: Method = "dynamic_programming", fused: tuple[str, ...] = (),
@@ -97,10 +97,6 @@ def stage_costs(
     >>> c.layer.params
     7087872
     """
-    key = (cfg, seq, tp, microbatch_size, cluster, params, method, fused)
-    hit = _CACHE.get(key)
-    if hit is not None:
-        return hit
     p = params
     if p.device_memory_cap_bytes is None:
         # Memory is modelled per stage by the training simulator; the one-layer search
@@ -150,7 +146,4 @@ def stage_costs(
             if n.scope.startswith("layers.0") and g1.group(n.name).value == "contraction"
         ),
     )
-    if len(_CACHE) > 256:
-        _CACHE.clear()
-    _CACHE[key] = out
     return out

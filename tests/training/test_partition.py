@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import explorer as ex
 from explorer.training import PartitionError, partition_layers, uniform_partition
 
 
@@ -62,3 +63,42 @@ def test_infeasible_split_says_by_how_much():
         partition_layers([1] * 6, [10 * 2**30] * 6, [0] * 6, [1, 1], [2**30] * 2)
     with pytest.raises(PartitionError, match="without layers"):
         uniform_partition(2, 3)
+
+
+# ----- which split simulate() used, and why --------------------------------------------------
+def _sim175(**kw):
+    par = ex.ParallelConfig(dp=2, tp=4, pp=8, microbatch_size=1, zero=1).replace(**kw)
+    return ex.simulate("gpt3-175b", par, hardware="a100-80g", global_batch=128, seq=2048)
+
+
+def test_split_over_memory_is_capped_with_the_step_models_memory_terms():
+    """The time-balanced split of GPT-3 on 64 devices needs ~95 GiB on its first stage; the
+    capped split reserves exactly what the step model charges (recompute working set,
+    ZeRO buffers, embedding dropout), so the split it returns fits."""
+    r = _sim175(recompute="selective")
+    assert r.partition_choice.method == "memory_capped"
+    assert "GiB" in r.partition_choice.reason and "80.00 GiB cap" in r.partition_choice.reason
+    assert r.fits and max(m.total for m in r.memory_per_device) <= r.memory_cap_bytes
+    counts = r.partition.layer_counts()
+    assert counts[0] < counts[-1]  # the first stage keeps the most microbatches in flight
+    assert r.as_dict()["partition_method"] == "memory_capped"
+
+
+def test_split_that_cannot_fit_is_reported_not_silent():
+    r = _sim175(zero=3, recompute="none")
+    assert r.partition_choice.method == "uniform" and not r.fits
+    assert "no split fits under it" in r.partition_choice.reason
+    assert r.partition == uniform_partition(96, 8)
+
+
+@pytest.mark.parametrize("kw, method, words", [
+    (dict(dp=8, microbatch_size=4), "uniform", "one pipeline stage"),
+    (dict(pp=4, schedule="interleaved_1f1b", virtual_stages=3), "uniform", "equal chunks"),
+    (dict(dp=2, tp=2, pp=2, microbatch_size=2), "time_balanced", "fits"),
+])  # fmt: skip
+def test_every_result_names_its_split(kw, method, words):
+    r = ex.simulate("gpt2", ex.ParallelConfig(**kw), hardware="a100-80g", global_batch=32,
+                    seq=512)  # fmt: skip
+    assert r.partition_choice.method == method and words in r.partition_choice.reason
+    e = ex.training.estimate("gpt2", ex.ParallelConfig(**kw), "a100-80g", 32, 512)
+    assert e.partition_choice.method == method
