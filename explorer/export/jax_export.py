@@ -17,7 +17,6 @@ Needs the ``jax`` extra (``pip install .[jax]``); the CPU backend gives 8 device
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +25,7 @@ import numpy as np
 
 from ..hardware import Mesh
 from ..ir import Graph
+from ..ir.activations import GELU_C, GELU_K
 from ..models import ModelConfig, build, load
 from ..sharding import Layout, Strategy, assign, random_inputs
 from ..sharding.verify import predicted_bytes
@@ -102,7 +102,8 @@ def _cross_entropy(jnp, logits, labels):
 
 
 def _gelu(jnp, x):
-    return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    # explorer.ir.activations.gelu's constants; x*x*x keeps the input's dtype
+    return 0.5 * x * (1.0 + jnp.tanh(GELU_C * (x + GELU_K * x * x * x)))
 
 
 def _dropout(jnp, x, p=0.1, seed=0):

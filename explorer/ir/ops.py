@@ -8,6 +8,7 @@ import string
 import numpy as np
 
 from . import signature as sigmod
+from .activations import gelu
 from .dtype import DType
 from .errors import IRError
 from .opdef import REQUIRED, OpDef, OpGroup, register
@@ -60,10 +61,6 @@ register(OpDef("einsum", OpGroup.CONTRACTION, None, None, 2,
 # --- elementwise --------------------------------------------------------------------------
 
 
-def _gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
-
-
 def _silu(x):
     return x / (1.0 + np.exp(-x))
 
@@ -91,7 +88,7 @@ for _name, _fn in _BINARY.items():
     register(OpDef(_name, OpGroup.ELEMENTWISE, "...,...->...", 2, FLOPS[_name], _fn,
                    dtype_rule=_first_float, doc=f"broadcasting {_name}"))  # fmt: skip
 
-_UNARY = {"gelu": _gelu, "silu": _silu, "relu": lambda x: np.maximum(x, 0), "exp": np.exp,
+_UNARY = {"gelu": gelu, "silu": _silu, "relu": lambda x: np.maximum(x, 0), "exp": np.exp,
           "tanh": np.tanh}  # fmt: skip
 for _name, _fn in _UNARY.items():
     register(OpDef(_name, OpGroup.ELEMENTWISE, "...->...", 1, FLOPS[_name], _fn,
