@@ -14,19 +14,11 @@ import time
 from pathlib import Path
 
 import explorer as ex
+from explorer.memo import clear_all
 from explorer.training import compare_megatron, megatron_flops_per_iteration
-from explorer.training import stage_costs as _costs_mod
 from explorer.training.published import MEGATRON_PARAMS
 
 HW = "a100-80g"
-
-
-def clear_caches() -> None:
-    import sys
-
-    _costs_mod._CACHE.clear()
-    sys.modules["explorer.training.step_model"]._COLLECTIVES.clear()
-    sys.modules["explorer.training.simulate"]._TIME_SPLITS.clear()
 
 
 def timed(fn):
@@ -66,7 +58,7 @@ def main() -> None:
     print(f"free plan at least as fast as every published configuration: {ok}")
 
     # --- speed targets --------------------------------------------------------------------
-    clear_caches()
+    clear_all()
     gpt3 = ex.models.load("gpt3-175b")
     plan, cold_w, cold_c = timed(lambda: ex.plan_training(gpt3, 1024, HW, 1536, 2048))
     _, warm_w, warm_c = timed(lambda: ex.plan_training(gpt3, 1024, HW, 1536, 2048))
@@ -75,7 +67,7 @@ def main() -> None:
         f"  chosen {plan.config}: {plan.sim.tflops_per_device:.1f} TFLOP/s, MFU {plan.sim.mfu:.1%}"
     )
     counts = [8 * 2**k for k in range(10)]  # 8 .. 4096
-    clear_caches()
+    clear_all()
     curve, sc_w, sc_c = timed(
         lambda: ex.scaling_curve("gpt3-13b", HW, counts, global_batch=64, seq=2048)
     )
