@@ -9,6 +9,7 @@ import numpy as np
 
 from . import signature as sigmod
 from .activations import gelu
+from .contraction import einsum
 from .dtype import DType
 from .errors import IRError
 from .opdef import REQUIRED, OpDef, OpGroup, register
@@ -55,7 +56,7 @@ def _einsum_sig(in_types, attrs):
 
 
 register(OpDef("einsum", OpGroup.CONTRACTION, None, None, 2,
-               lambda *xs, eq: np.einsum(eq, *xs), attrs={"eq": REQUIRED},
+               einsum, attrs={"eq": REQUIRED},
                signature_rule=_einsum_sig, doc="general contraction, e.g. 'bsnd,btnd->bnst'"))  # fmt: skip
 
 # --- elementwise --------------------------------------------------------------------------
