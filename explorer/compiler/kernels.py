@@ -8,16 +8,17 @@ what memory planning asks.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import numpy as np
 
 from ..ir import Node, TensorType, opdef
-from ..ir.ops_tensor import GELU_C, GELU_K, index_tuple
+from ..ir.activations import gelu
+from ..ir.contraction import einsum_as_matmul
+from ..ir.ops_tensor import index_tuple
 from .ufunc_program import UnsupportedExpr, compile_expr
 
-__all__ = ["make_kernel", "WRITES_OUT", "IN_PLACE", "ALIASES", "einsum_as_matmul"]
+__all__ = ["make_kernel", "BUILDERS", "WRITES_OUT", "IN_PLACE", "ALIASES"]
 
 Kernel = Callable[..., np.ndarray]
 
@@ -48,157 +49,164 @@ def _alloc(t: TensorType):
     return alloc
 
 
-def einsum_as_matmul(eq: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...]):
-    """A two-operand einsum as transpose + batched matmul + transpose (BLAS instead of
-    numpy's generic einsum loop); None when a letter is summed within one operand."""
-    lhs, out = eq.replace(" ", "").split("->")
-    sa, sb = lhs.split(",")
-    if "." in eq or len(set(sa)) != len(sa) or len(set(sb)) != len(sb):
-        return None
-    if any(c not in sb and c not in out for c in sa) or any(
-        c not in sa and c not in out for c in sb
-    ):
-        return None
-    batch = [c for c in sa if c in sb and c in out]
-    contr = [c for c in sa if c in sb and c not in out]
-    lfree = [c for c in sa if c not in sb]
-    rfree = [c for c in sb if c not in sa]
-    size = dict(zip(sa, a_shape, strict=True)) | dict(zip(sb, b_shape, strict=True))
-    pa = tuple(sa.index(c) for c in batch + lfree + contr)
-    pb = tuple(sb.index(c) for c in batch + contr + rfree)
-    nb = math.prod(size[c] for c in batch)
-    L, K, R = (math.prod(size[c] for c in g) for g in (lfree, contr, rfree))
-    mid = batch + lfree + rfree
-    po = tuple(mid.index(c) for c in out)
-    mid_shape = tuple(size[c] for c in mid)
-    identity = po == tuple(range(len(po)))
+# --- kernel builders: (node, input types, full attrs) -> kernel(*arrays, out=None) --------
 
-    def run(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        a3 = a.transpose(pa).reshape(nb, L, K)
-        b3 = b.transpose(pb).reshape(nb, K, R)
-        if out is not None and identity:
-            np.matmul(a3, b3, out=out.reshape(nb, L, R))
-            return out
-        r = np.matmul(a3, b3).reshape(mid_shape).transpose(po)
-        if out is None:
-            return np.ascontiguousarray(r)
-        np.copyto(out, r)
-        return out
-
-    return run
+Builder = Callable[[Node, tuple[TensorType, ...], dict], Kernel]
 
 
-def make_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
-    """``kernel(*arrays, out=None)``: computes ``node``; fills ``out`` when given."""
-    op, t = node.op, node.type
-    attrs = opdef.get(op).full_attrs(dict(node.attrs))
-    alloc = _alloc(t)
-    if op in _UFUNC:
-        uf = _UFUNC[op]
-
+def _ufunc(uf) -> Builder:
+    def build(node, in_types, attrs) -> Kernel:
         def k_ufunc(*xs, out=None):
             return uf(*xs, out=out) if out is not None else uf(*xs)
 
         return k_ufunc
-    if op == "scale":
-        f = np.float32(attrs["factor"]) if t.dtype.is_float else attrs["factor"]
-        return lambda x, out=None: np.multiply(x, f, out=out) if out is not None else x * f
-    if op == "relu":
-        return lambda x, out=None: (
-            np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
-        )
-    if op == "where":
 
-        def k_where(c, a, b, out=None):
-            if out is None:
-                return np.where(c, a, b).astype(t.dtype.numpy, copy=False)
-            np.copyto(out, b)
-            np.copyto(out, a, where=c)
-            return out
+    return build
 
-        return k_where
-    if op == "fused":
-        return _fused_kernel(node, in_types)
-    if op == "gelu":
 
-        def k_gelu(x, out=None):
-            o = alloc() if out is None else out
-            np.multiply(x, x, out=o)
-            o *= x
-            o *= np.float32(GELU_K)
-            o += x
-            o *= np.float32(GELU_C)
-            np.tanh(o, out=o)
-            o += np.float32(1.0)
-            o *= x
-            o *= np.float32(0.5)
-            return o
+def _scale(node, in_types, attrs) -> Kernel:
+    f = np.float32(attrs["factor"]) if node.type.dtype.is_float else attrs["factor"]
+    return lambda x, out=None: np.multiply(x, f, out=out) if out is not None else x * f
 
-        return k_gelu
-    if op == "silu":
 
-        def k_silu(x, out=None):
-            o = alloc() if out is None else out
-            np.negative(x, out=o)
-            np.exp(o, out=o)
-            o += np.float32(1.0)
-            np.divide(x, o, out=o)
-            return o
+def _relu(node, in_types, attrs) -> Kernel:
+    return lambda x, out=None: np.maximum(x, 0, out=out) if out is not None else np.maximum(x, 0)
 
-        return k_silu
-    if op in ("matmul", "bmm"):
-        return lambda a, b, out=None: np.matmul(a, b, out=out) if out is not None else a @ b
-    if op == "einsum" and len(in_types) == 2:
-        fast = einsum_as_matmul(attrs["eq"], in_types[0].shape, in_types[1].shape)
+
+def _where(node, in_types, attrs) -> Kernel:
+    dt = node.type.dtype.numpy
+
+    def k_where(c, a, b, out=None):
+        if out is None:
+            return np.where(c, a, b).astype(dt, copy=False)
+        np.copyto(out, b)
+        np.copyto(out, a, where=c)
+        return out
+
+    return k_where
+
+
+def _gelu(node, in_types, attrs) -> Kernel:
+    return gelu  # explorer.ir's one GELU: the kernel eager runs too
+
+
+def _silu(node, in_types, attrs) -> Kernel:
+    alloc = _alloc(node.type)
+
+    def k_silu(x, out=None):
+        o = alloc() if out is None else out
+        np.negative(x, out=o)
+        np.exp(o, out=o)
+        o += np.float32(1.0)
+        np.divide(x, o, out=o)
+        return o
+
+    return k_silu
+
+
+def _matmul(node, in_types, attrs) -> Kernel:
+    return lambda a, b, out=None: np.matmul(a, b, out=out) if out is not None else a @ b
+
+
+def _einsum(node, in_types, attrs) -> Kernel:
+    """The matmul plan eager's einsum uses too (``explorer.ir.contraction``); more operands
+    get numpy's path, computed once here instead of at every call."""
+    eq = attrs["eq"]
+    if len(in_types) == 2:
+        fast = einsum_as_matmul(eq, in_types[0].shape, in_types[1].shape)
         if fast is not None:
             return fast
-    if op == "einsum":
-        eq = attrs["eq"]
-        dummies = [np.empty(s.shape, np.float32) for s in in_types]
-        path = np.einsum_path(eq, *dummies, optimize="greedy")[0]
-        return lambda *xs, out=None: np.einsum(eq, *xs, optimize=path, out=out)
-    if op in ("softmax", "masked_softmax"):
-        return _softmax_kernel(t, attrs)
-    if op == "causal_mask":
-        drop = ~_causal_keep(t.shape, attrs["offset"])
-        ninf = np.asarray(-np.inf, t.dtype.numpy)
+    dummies = [np.empty(s.shape, np.float32) for s in in_types]
+    path = np.einsum_path(eq, *dummies, optimize="greedy")[0]
+    return lambda *xs, out=None: np.einsum(eq, *xs, optimize=path, out=out)
 
-        def k_mask(x, out=None):
-            o = alloc() if out is None else out
-            np.copyto(o, x)
-            np.copyto(o, ninf, where=drop)
-            return o
 
-        return k_mask
-    if op in ("layernorm", "rmsnorm"):
-        return _norm_kernel(op, t, attrs)
-    if op in ("sum", "mean", "max"):
-        fn = {"sum": np.sum, "mean": np.mean, "max": np.max}[op]
+def _softmax(node, in_types, attrs) -> Kernel:
+    return _softmax_kernel(node.type, attrs)
+
+
+def _causal_mask(node, in_types, attrs) -> Kernel:
+    t = node.type
+    alloc = _alloc(t)
+    drop = ~_causal_keep(t.shape, attrs["offset"])
+    ninf = np.asarray(-np.inf, t.dtype.numpy)
+
+    def k_mask(x, out=None):
+        o = alloc() if out is None else out
+        np.copyto(o, x)
+        np.copyto(o, ninf, where=drop)
+        return o
+
+    return k_mask
+
+
+def _norm(node, in_types, attrs) -> Kernel:
+    return _norm_kernel(node.op, node.type, attrs)
+
+
+def _reduce(fn) -> Builder:
+    def build(node, in_types, attrs) -> Kernel:
         axes = None if attrs["axes"] is None else tuple(attrs["axes"])
 
         def k_reduce(x, out=None):
-            r = fn(x, axis=axes, out=out)
-            return np.asarray(r)
+            return np.asarray(fn(x, axis=axes, out=out))
 
         return k_reduce
-    if op == "embedding":
-        return lambda ids, table, out=None: np.take(table, ids, axis=0, out=out)
-    if op == "getitem":
-        idx = index_tuple(attrs["index"])
-        return lambda x, out=None: x[idx]
-    if op == "reshape":
-        shape = tuple(attrs["shape"])
-        return lambda x, out=None: x.reshape(shape)
-    if op == "transpose":
-        perm = tuple(attrs["perm"])
-        return lambda x, out=None: x.transpose(perm)
-    impl = opdef.get(op).impl
-    kw = {k: v for k, v in node.attrs}
+
+    return build
+
+
+def _embedding(node, in_types, attrs) -> Kernel:
+    return lambda ids, table, out=None: np.take(table, ids, axis=0, out=out)
+
+
+def _getitem(node, in_types, attrs) -> Kernel:
+    idx = index_tuple(attrs["index"])
+    return lambda x, out=None: x[idx]
+
+
+def _reshape(node, in_types, attrs) -> Kernel:
+    shape = tuple(attrs["shape"])
+    return lambda x, out=None: x.reshape(shape)
+
+
+def _transpose(node, in_types, attrs) -> Kernel:
+    perm = tuple(attrs["perm"])
+    return lambda x, out=None: x.transpose(perm)
+
+
+def _fused(node, in_types, attrs) -> Kernel:
+    return _fused_kernel(node, in_types)
+
+
+def _generic(node, in_types, attrs) -> Kernel:
+    """An op without a builder: its registry impl (it never fills ``out``)."""
+    impl = opdef.get(node.op).impl
+    kw = dict(node.attrs)
 
     def k_generic(*xs, out=None):
         return np.asarray(impl(*xs, **kw))
 
     return k_generic
+
+
+BUILDERS: dict[str, Builder] = {
+    **{op: _ufunc(uf) for op, uf in _UFUNC.items()},
+    "scale": _scale, "relu": _relu, "where": _where, "fused": _fused, "gelu": _gelu,
+    "silu": _silu, "matmul": _matmul, "bmm": _matmul, "einsum": _einsum,
+    "softmax": _softmax, "masked_softmax": _softmax, "causal_mask": _causal_mask,
+    "layernorm": _norm, "rmsnorm": _norm, "sum": _reduce(np.sum), "mean": _reduce(np.mean),
+    "max": _reduce(np.max), "embedding": _embedding, "getitem": _getitem,
+    "reshape": _reshape, "transpose": _transpose,
+}  # fmt: skip
+"""op name -> kernel builder (as ``explorer.sharding.kernels.KERNELS``); any other op runs
+its registry impl."""
+
+
+def make_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
+    """``kernel(*arrays, out=None)``: computes ``node``; fills ``out`` when given."""
+    attrs = opdef.get(node.op).full_attrs(dict(node.attrs))
+    return BUILDERS.get(node.op, _generic)(node, in_types, attrs)
 
 
 def _fused_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:

@@ -40,7 +40,7 @@ from ..tensor import STATE, Tensor, tensor
 from . import runtime, transform
 from .capture import Tracer, tracing
 from .split import Split, plan_split
-from .symbolic import PRIMES, rebind
+from .symbolic import rebind, sentinel
 
 __all__ = ["jit", "JitFunction", "capture", "CacheEntry"]
 
@@ -283,7 +283,7 @@ class JitFunction:
                 t = tensor(v) if not isinstance(v, Tensor) else v
                 dims = list(t.shape)
                 for axis, sym in self.dynamic.get(name, {}).items():
-                    symbols.setdefault(sym, PRIMES[len(symbols)])
+                    symbols.setdefault(sym, sentinel(len(symbols)))
                     dims[axis] = symbols[sym]
                 data = t.data if self.capture == "trace" else None
                 new[name] = tracer.input(name, TensorType(tuple(dims), t.dtype), data)

@@ -16,16 +16,52 @@ from ...ir import Graph, TensorType
 from ...ir.ops_tensor import Subgraph
 from ..errors import CompilerError
 
-__all__ = ["PRIMES", "rebind"]
+__all__ = ["PRIMES", "sentinel", "rebind"]
 
 PRIMES = (7919, 7927, 7933, 7937, 7949, 7951)  # sizes no real model dim is a multiple of
 
 
+def _is_prime(n: int) -> bool:
+    if n < 2:
+        return False
+    k = 2
+    while k * k <= n:
+        if n % k == 0:
+            return False
+        k += 1
+    return True
+
+
+def sentinel(index: int) -> int:
+    """The sentinel size of the ``index``-th symbolic dim: ``PRIMES`` first, then the next
+    primes after them (any number of symbols)."""
+    if index < 0:
+        raise ValueError(f"sentinel index {index} is negative; symbols are numbered from 0")
+    if index < len(PRIMES):
+        return PRIMES[index]
+    p, k = PRIMES[-1], len(PRIMES) - 1
+    while k < index:
+        p += 2
+        if _is_prime(p):
+            k += 1
+    return p
+
+
 def _sub(d: int, mapping: dict[int, int]) -> int:
+    """``d`` with every factor ``p`` of a sentinel replaced by its size ``mapping[p]``.
+
+    The multiplicity of each sentinel is counted in ``d`` as captured, before anything is
+    substituted, so a size that is itself a multiple of a sentinel (``_sub(7919, {7919:
+    7919})``) or of another sentinel is never substituted again.
+    """
+    if not d:
+        return d
+    rest, factor = d, 1
     for p, v in mapping.items():
-        while d and d % p == 0:
-            d = d // p * v
-    return d
+        while rest % p == 0:
+            rest //= p
+            factor *= v
+    return rest * factor
 
 
 def _attr(v: Any, mapping: dict[int, int]) -> Any:

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...ir import DType, Graph, Node
+from ...ir.activations import gelu_expression
 from ...ir.node import freeze_attrs
-from ...ir.ops_tensor import GELU_C, GELU_K
 from .rewrite import RewriteStep
 
 __all__ = ["fuse", "TEMPLATES", "MAX_EXPR_CHARS", "MAX_OPERANDS"]
@@ -53,11 +53,7 @@ TEMPLATES: dict[str, Callable[[list[str], K, Node], str]] = {
     "relu": lambda a, k, n: f"where({a[0]} > 0, {a[0]}, 0)",
     "scale": lambda a, k, n: f"({a[0]} * {k(n.attr('factor'))})",
     "silu": lambda a, k, n: f"({a[0]} / ({k(1.0)} + exp(-{a[0]})))",
-    # 0.5 x (1 + tanh(u)) == x / (1 + exp(-2u)), u = c (x + k x^3): one exp, no tanh
-    "gelu": lambda a, k, n: (
-        f"({a[0]} / ({k(1.0)} + exp({k(-2.0 * GELU_C)} * ({a[0]} + {k(GELU_K)} * "
-        f"{a[0]} * {a[0]} * {a[0]}))))"
-    ),
+    "gelu": lambda a, k, n: gelu_expression(a[0], k),  # explorer.ir's one GELU
 }
 _ARITH = set(TEMPLATES) - {"lt", "le", "gt", "ge", "eq", "ne", "where", "logical_not"}
 

@@ -1,6 +1,8 @@
 """Algebraic simplification: identities (``x+0``, ``x*1``, ``scale 1``, ``--x``), merged
 ``scale``/``reshape``/``transpose`` chains, and multiplication by a scalar constant
-written as ``scale``. Every rule keeps the value's type (no silent broadcasting change)."""
+written as ``scale``. Every rule keeps the value's type (no silent broadcasting change) and
+the value itself, bit for bit, for every input including inf and nan (a division becomes a
+``scale`` only by an exact reciprocal)."""
 
 from __future__ import annotations
 
@@ -69,6 +71,19 @@ def _merge_chain(n: Node, ctx: Context) -> Rewrite | None:
     return None
 
 
+def _exact_reciprocal(c: float) -> float | None:
+    """``1/c`` when multiplying by it rounds exactly like dividing by ``c`` (``c`` a finite
+    power of two whose reciprocal is finite), else None. Division by 0 stays a division:
+    it gives inf or nan as eager does, never a ZeroDivisionError at compile time."""
+    if c == 0.0 or not np.isfinite(c):
+        return None
+    mantissa, _ = np.frexp(c)
+    if abs(float(mantissa)) != 0.5:
+        return None
+    r = float(np.float32(1.0) / np.float32(c))
+    return r if np.isfinite(r) and r != 0.0 else None
+
+
 def _scalar_mul(n: Node, ctx: Context) -> Rewrite | None:
     if n.op not in ("mul", "div") or not n.type.dtype.is_float:
         return None
@@ -76,8 +91,9 @@ def _scalar_mul(n: Node, ctx: Context) -> Rewrite | None:
     for x, c in ((a, b), (b, a)) if n.op == "mul" else ((a, b),):
         v = ctx.const(c)
         if v is not None and v.size == 1 and v.dtype.kind == "f" and _same_type(ctx, x, n):
-            f = float(v.reshape(())) if n.op == "mul" else 1.0 / float(v.reshape(()))
-            if np.isfinite(f):
+            k = float(v.reshape(()))
+            f = k if n.op == "mul" else _exact_reciprocal(k)
+            if f is not None and np.isfinite(f):
                 return _replace(n, "scale", (x,), factor=f)
     return None
 
