@@ -14,6 +14,7 @@ from .memory import (
     MemoryAllowances,
     MemoryBreakdown,
     StateBytes,
+    TrainingParamsError,
     activation_bytes_per_layer,
 )
 from .pipeline import (
@@ -44,7 +45,8 @@ from .simulate import (
 from .terms.zero import model_state_bytes
 
 __all__ = [
-    "ParallelConfig", "ParallelConfigError", "TrainingParams", "CALIBRATED_COST",
+    "ParallelConfig", "ParallelConfigError", "TrainingParams", "TrainingParamsError",
+    "CALIBRATED_COST",
     "StateBytes", "ActivationTerms", "MemoryAllowances", "MemoryBreakdown",
     "activation_bytes_per_layer", "model_state_bytes", "StagePartition", "PartitionError",
     "partition_layers", "uniform_partition", "Schedule", "Step", "build_schedule",

@@ -20,9 +20,14 @@ full recompute           ``2sbh`` (``2sbh/t`` with sequence parallelism)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import numbers
+from dataclasses import dataclass, fields
+
+from ..errors import ExplorerError
 
 __all__ = [
+    "TrainingParamsError",
     "ActivationTerms",
     "StateBytes",
     "MemoryAllowances",
@@ -31,6 +36,26 @@ __all__ = [
 ]
 
 _GIB = 2**30
+
+
+class TrainingParamsError(ExplorerError, ValueError):
+    """A training-model knob (`TrainingParams`, `StateBytes`, `ActivationTerms`,
+    `MemoryAllowances`) is not a finite number in its range; the message names it."""
+
+
+def check_nonnegative(owner: object, names: tuple[str, ...] | None = None) -> None:
+    """Raise `TrainingParamsError` unless each numeric field of the dataclass ``owner``
+    (or those in ``names``) is a finite real number >= 0."""
+    cls = type(owner).__name__
+    for f in fields(owner):  # type: ignore[arg-type]
+        if (names is None and f.type in ("float", "int")) or (names and f.name in names):
+            v = getattr(owner, f.name)
+            ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
+            if not ok or not math.isfinite(v) or v < 0:
+                raise TrainingParamsError(
+                    f"{cls}.{f.name}={v!r}; expected a finite number >= 0 (bytes, counts "
+                    "and fractions of the training model cannot be negative, inf or nan)"
+                )
 
 
 @dataclass(frozen=True)
@@ -44,6 +69,9 @@ class StateBytes:
     gradient_bytes: float = 2.0
     optimizer_bytes: float = 12.0
     source: str = "Rajbhandari et al. 2020 (ZeRO) section 3.1, mixed-precision Adam"
+
+    def __post_init__(self) -> None:
+        check_nonnegative(self)
 
 
 @dataclass(frozen=True)
@@ -67,6 +95,9 @@ class ActivationTerms:
     head_bytes: float = 4.0
     source: str = "Korthikanti et al. 2022, eqs. (1)-(5) and section 4.3"
 
+    def __post_init__(self) -> None:
+        check_nonnegative(self)
+
 
 @dataclass(frozen=True)
 class MemoryAllowances:
@@ -87,11 +118,9 @@ class MemoryAllowances:
     source: str = "assumptions: typical CUDA context ~1 GiB, NCCL buffers ~0.5 GiB, 5% slack"
 
     def __post_init__(self) -> None:
-        for k in ("runtime_context_bytes", "communication_buffer_bytes"):
-            if getattr(self, k) < 0:
-                raise ValueError(f"MemoryAllowances.{k}={getattr(self, k)}; expected >= 0")
-        if not 0 <= self.fragmentation_fraction < 1:
-            raise ValueError(
+        check_nonnegative(self)
+        if not self.fragmentation_fraction < 1:
+            raise TrainingParamsError(
                 f"MemoryAllowances.fragmentation_fraction={self.fragmentation_fraction}; "
                 "expected 0 <= value < 1"
             )

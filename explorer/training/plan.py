@@ -34,12 +34,14 @@ from ..hardware import Cluster, Mesh, resolve
 from ..ir import Graph
 from ..models import ModelConfig, build, load
 from .config import (
+    RECOMPUTE_POLICIES,
     SCHEDULES,
+    ZERO_STAGES,
     ParallelConfig,
     ParallelConfigError,
     ScheduleKind,
 )
-from .simulate import SimResult, TrainingParams, estimate, simulate
+from .simulate import SimResult, TrainingParams, check_seq, estimate, simulate
 
 __all__ = [
     "SearchSpace", "Candidate", "TrainingPlan", "TrainingPlanError", "plan_training",
@@ -83,6 +85,37 @@ class SearchSpace:
                 raise TrainingPlanError(
                     f"SearchSpace.schedules has {s!r}; expected among {', '.join(SCHEDULES)}"
                 )
+        for name in ("tp", "pp", "microbatch_sizes", "virtual_stages", "ep"):
+            values = getattr(self, name)
+            if values is not None and not _positive_ints(values):
+                raise TrainingPlanError(
+                    f"SearchSpace.{name}={values!r}; expected a non-empty tuple of ints >= 1"
+                    + (" (or None: every valid value)" if name in ("tp", "pp", "ep") else "")
+                )
+        if any(v < 2 for v in self.virtual_stages):
+            raise TrainingPlanError(
+                f"SearchSpace.virtual_stages={self.virtual_stages!r}; interleaving needs at "
+                "least 2 chunks per device"
+            )
+        bad = [z for z in self.zero if isinstance(z, bool) or z not in ZERO_STAGES]
+        if bad or not self.zero:
+            raise TrainingPlanError(
+                f"SearchSpace.zero={self.zero!r}; expected ZeRO stages among 0, 1, 2, 3"
+            )
+        bad = [r for r in self.recompute if r not in RECOMPUTE_POLICIES]
+        if bad or not self.recompute:
+            raise TrainingPlanError(
+                f"SearchSpace.recompute={self.recompute!r}; expected policies among "
+                f"{', '.join(RECOMPUTE_POLICIES)}"
+            )
+
+
+def _positive_ints(values: object) -> bool:
+    return (
+        isinstance(values, tuple)
+        and len(values) > 0
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+    )
 
 
 @dataclass(frozen=True)
@@ -417,7 +450,7 @@ def plan_training(
     seq = cfg.max_seq_len if seq is None else seq
     tparams = params or TrainingParams()
     space = space or SearchSpace()
-    _check_inputs(cfg, devices, cluster, global_batch)
+    _check_inputs(cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top)
     structures, why_not = _structures(cfg, devices, cluster, global_batch, space)
     if not structures:
         why = "; ".join(why_not[:4]) or "tp must divide the heads and the device count"
@@ -487,7 +520,23 @@ def plan_training(
     )  # fmt: skip
 
 
-def _check_inputs(cfg: ModelConfig, devices: int, cluster: Cluster, gb: int) -> None:
+def _check_inputs(
+    cfg: ModelConfig, devices: int, cluster: Cluster, gb: int, seq: int,
+    tparams: TrainingParams, space: SearchSpace, top_k: int, simulate_top: int,
+) -> None:  # fmt: skip
+    for name, v in (("top_k", top_k), ("simulate_top", simulate_top)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise TrainingPlanError(
+                f"{name}={v!r}; expected an int >= 1 (the plan keeps at least the best one)"
+            )
+    if not isinstance(space, SearchSpace):
+        raise TrainingPlanError(f"space={space!r}; expected a SearchSpace or None")
+    if not isinstance(tparams, TrainingParams):
+        raise TrainingPlanError(f"params={tparams!r}; expected a TrainingParams or None")
+    try:
+        check_seq(seq)
+    except ParallelConfigError as e:
+        raise TrainingPlanError(str(e)) from None
     if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
         raise TrainingPlanError(f"devices={devices!r}; expected an int >= 1")
     if devices > cluster.capacity:

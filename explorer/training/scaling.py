@@ -135,7 +135,7 @@ def scaling_curve(
 
         try:
             plan = plan_training(
-                cfg, n, cluster, gb, seq, params, space=space, top_k=0, simulate_top=1,
+                cfg, n, cluster, gb, seq, params, space=space, top_k=1, simulate_top=1,
                 progress=inner,
             )  # fmt: skip
         except TrainingPlanError as e:

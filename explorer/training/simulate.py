@@ -17,7 +17,7 @@ from typing import Literal
 from ..hardware import Cluster, resolve
 from ..memo import memoize
 from ..models import ModelConfig, load
-from .config import ParallelConfig
+from .config import ParallelConfig, ParallelConfigError
 from .memory import MemoryBreakdown
 from .pipeline.partition import PartitionError, StagePartition, partition_layers, uniform_partition
 from .pipeline.schedule import build_schedule, peak_in_flight
@@ -133,8 +133,27 @@ class SimResult:
 
 
 # ----- the model of one configuration -----------------------------------------------------
-def _resolve(cfg, hardware) -> tuple[ModelConfig, Cluster]:
-    return (load(cfg) if isinstance(cfg, str) else cfg), resolve(hardware)
+def _setup(
+    cfg, parallel, hardware, seq, params
+) -> tuple[ModelConfig, Cluster, int, TrainingParams]:
+    """The model, cluster, sequence length and training params of a run, checked (the
+    global batch is checked by `ParallelConfig.microbatches`)."""
+    if not isinstance(parallel, ParallelConfig):
+        raise ParallelConfigError(
+            f"parallel={parallel!r}; expected a ParallelConfig, e.g. ParallelConfig(dp=8)"
+        )
+    if params is not None and not isinstance(params, TrainingParams):
+        raise ParallelConfigError(f"params={params!r}; expected a TrainingParams or None")
+    cfg = load(cfg) if isinstance(cfg, str) else cfg
+    seq = cfg.max_seq_len if seq is None else seq
+    check_seq(seq)
+    return cfg, resolve(hardware), seq, params or TrainingParams()
+
+
+def check_seq(seq: object) -> None:
+    """Raise `ParallelConfigError` unless ``seq`` is an int >= 1."""
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise ParallelConfigError(f"seq={seq!r}; expected a sequence length, an int >= 1")
 
 
 def _live_activations(step: StepModel, part: StagePartition, schedule, n_full) -> list[float]:
@@ -208,9 +227,7 @@ def simulate(
     >>> r.fits, r.config.num_microbatches, r.timeline.devices
     (True, 4, 2)
     """
-    cfg, cluster = _resolve(cfg, hardware)
-    seq = cfg.max_seq_len if seq is None else seq
-    tparams = params or TrainingParams()
+    cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params)
     step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
     par = step.par
     schedule = build_schedule(par.schedule, par.pp, step.m, par.virtual_stages)
@@ -382,9 +399,7 @@ def estimate(
     pipeline time ``sum_g t_g + (m-1) max_g t_g`` (``m max_d W_d + (p-1) max_g t_g``
     interleaved, W_d = a device's work) plus transfers and the tail. Exact for uniform
     stages without transfers; `plan_training` ranks with it."""
-    cfg, cluster = _resolve(cfg, hardware)
-    seq = cfg.max_seq_len if seq is None else seq
-    tparams = params or TrainingParams()
+    cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params)
     step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
     par, m = step.par, step.m
     flight = _in_flight(step)

@@ -12,9 +12,16 @@ from ..ir import DType
 from ..memo import memoize
 from ..models import ModelConfig
 from ..search.params import CostParams
-from ..search.planner import Method
+from ..search.planner import METHODS, Method
 from .config import ParallelConfig, ParallelConfigError
-from .memory import ActivationTerms, MemoryAllowances, MemoryBreakdown, StateBytes
+from .memory import (
+    ActivationTerms,
+    MemoryAllowances,
+    MemoryBreakdown,
+    StateBytes,
+    TrainingParamsError,
+    check_nonnegative,
+)
 from .pipeline.partition import StagePartition
 from .stage_costs import StageCosts, stage_costs
 from .terms import dp, ep, pp, recompute, tp, zero
@@ -65,6 +72,38 @@ class TrainingParams:
     zero3_prefetch_layers: int = 2
     search_method: Method = "dynamic_programming"
     fused_ops: tuple[str, ...] = ("scale", "mask", "fc1_bias", "o_bias", "fc2_bias")
+
+    def __post_init__(self) -> None:
+        kinds = (
+            ("cost", CostParams),
+            ("state", StateBytes),
+            ("activations", ActivationTerms),
+            ("allowances", MemoryAllowances),
+        )
+        for name, kind in kinds:
+            if not isinstance(getattr(self, name), kind):
+                raise TrainingParamsError(
+                    f"TrainingParams.{name}={getattr(self, name)!r}; expected a {kind.__name__}"
+                )
+        check_nonnegative(self, ("optimizer_step_bytes_per_param",))
+        k = self.zero3_prefetch_layers
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise TrainingParamsError(
+                f"TrainingParams.zero3_prefetch_layers={k!r}; expected an int >= 1 (the layer "
+                "running is always held)"
+            )
+        if self.search_method not in METHODS:
+            raise TrainingParamsError(
+                f"TrainingParams.search_method={self.search_method!r}; expected one of "
+                f"{', '.join(METHODS)}"
+            )
+        if not isinstance(self.fused_ops, tuple) or not all(
+            isinstance(x, str) for x in self.fused_ops
+        ):
+            raise TrainingParamsError(
+                f"TrainingParams.fused_ops={self.fused_ops!r}; expected a tuple of op names "
+                "such as ('scale', 'mask')"
+            )
 
     def replace(self, **changes) -> TrainingParams:
         return replace(self, **changes)

@@ -1,0 +1,106 @@
+"""Bad arguments to simulate / estimate / plan_training and the training knobs fail early
+with the training area's own errors, all under explorer.ExplorerError, each message naming
+the value and what to use instead."""
+
+import math
+
+import pytest
+
+import explorer as ex
+from explorer.training import (
+    ActivationTerms,
+    MemoryAllowances,
+    ParallelConfigError,
+    PartitionError,
+    SearchSpace,
+    StateBytes,
+    TrainingParams,
+    TrainingParamsError,
+    TrainingPlanError,
+    estimate,
+)
+
+HW = "a100-80g"
+PAR = ex.ParallelConfig(dp=2)
+
+
+def test_every_training_error_is_an_explorer_error():
+    for err in (ParallelConfigError, PartitionError, TrainingPlanError, TrainingParamsError):
+        assert issubclass(err, ex.ExplorerError) and issubclass(err, ValueError)
+
+
+@pytest.mark.parametrize("fn", [ex.simulate, estimate])
+@pytest.mark.parametrize("kw, words", [
+    (dict(global_batch=0), ["global_batch=0", "int >= 1"]),
+    (dict(global_batch=2.0), ["global_batch=2.0"]),
+    (dict(global_batch=9), ["global batch 9 is not divisible by dp=2"]),
+    (dict(global_batch=8, seq=0), ["seq=0", "int >= 1"]),
+    (dict(global_batch=8, seq=math.inf), ["seq=inf"]),
+    (dict(global_batch=8, parallel={"dp": 2}), ["parallel={'dp': 2}", "ParallelConfig"]),
+    (dict(global_batch=8, params=ex.CostParams()), ["expected a TrainingParams"]),
+])  # fmt: skip
+def test_simulate_arguments(fn, kw, words):
+    args = dict(parallel=PAR, hardware=HW, seq=256) | kw
+    with pytest.raises(ParallelConfigError) as e:
+        fn("gpt2", **args)
+    for w in words:
+        assert w in str(e.value)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(top_k=0), ["top_k=0", "int >= 1"]),
+    (dict(top_k=1.5), ["top_k=1.5"]),
+    (dict(simulate_top=0), ["simulate_top=0"]),
+    (dict(global_batch=0), ["global_batch=0"]),
+    (dict(global_batch=-8), ["global_batch=-8"]),
+    (dict(seq=-1), ["seq=-1"]),
+    (dict(seq=float("nan")), ["seq=nan"]),
+    (dict(devices=8.0), ["devices=8.0"]),
+    (dict(global_batch=7, space=SearchSpace(pp=(1,))),
+     ["global batch 7", "dp=8 (tp=1, pp=1) does not divide the batch 7"]),
+    (dict(space=(1, 2)), ["space=(1, 2)", "SearchSpace"]),
+    (dict(params=ex.CostParams()), ["expected a TrainingParams"]),
+])  # fmt: skip
+def test_plan_training_arguments(kw, words):
+    args = dict(devices=8, hardware=HW, global_batch=8, seq=256) | kw
+    with pytest.raises(TrainingPlanError) as e:
+        ex.plan_training("gpt2", **args)
+    for w in words:
+        assert w in str(e.value)
+
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(microbatch_sizes=()), ["microbatch_sizes=()", "non-empty"]),
+    (dict(microbatch_sizes=(0, 1)), ["microbatch_sizes=(0, 1)"]),
+    (dict(tp=(2.5,)), ["tp=(2.5,)", "or None"]),
+    (dict(virtual_stages=(1, 2)), ["at least 2 chunks"]),
+    (dict(zero=(4,)), ["zero=(4,)", "0, 1, 2, 3"]),
+    (dict(zero=(True,)), ["zero=(True,)"]),
+    (dict(recompute=("always",)), ["'always'", "selective"]),
+    (dict(schedules=("zb-v",)), ["'zb-v'"]),
+])  # fmt: skip
+def test_search_space_is_checked(kw, words):
+    with pytest.raises(TrainingPlanError) as e:
+        SearchSpace(**kw)
+    for w in words:
+        assert w in str(e.value)
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda: StateBytes(optimizer_bytes=-1.0), ["StateBytes.optimizer_bytes=-1.0"]),
+    (lambda: StateBytes(weight_bytes=math.nan), ["StateBytes.weight_bytes=nan", "finite"]),
+    (lambda: ActivationTerms(split_bytes=math.inf), ["ActivationTerms.split_bytes=inf"]),
+    (lambda: MemoryAllowances(runtime_context_bytes=-1.0), ["runtime_context_bytes=-1.0"]),
+    (lambda: MemoryAllowances(fragmentation_fraction=1.0), ["fragmentation_fraction=1.0"]),
+    (lambda: TrainingParams(optimizer_step_bytes_per_param=math.nan),
+     ["optimizer_step_bytes_per_param=nan"]),
+    (lambda: TrainingParams(zero3_prefetch_layers=0), ["zero3_prefetch_layers=0"]),
+    (lambda: TrainingParams(search_method="greedy"), ["'greedy'", "dynamic_programming"]),
+    (lambda: TrainingParams(fused_ops=["scale"]), ["fused_ops=['scale']", "tuple"]),
+    (lambda: TrainingParams(state={"weight_bytes": 2}), ["TrainingParams.state=", "StateBytes"]),
+])  # fmt: skip
+def test_training_knobs_are_checked(make, words):
+    with pytest.raises(TrainingParamsError) as e:
+        make()
+    for w in words:
+        assert w in str(e.value)
