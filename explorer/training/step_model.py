@@ -33,8 +33,8 @@ COMM_KINDS = ("tp", "pp", "dp", "zero", "ep")
 # The training model's default operator costs: 65% of peak for the searched contractions
 # (a large bf16 GEMM on an A100 reaches 70-80%; the rest covers kernel launches and small
 # shapes) and 80% of link and HBM bandwidth. Chosen once so that the ten rows of
-# Narayanan et al. 2021, Table 1 are predicted within a few percent, the same values for
-# every row (explorer.training.published; bench/training.py prints the table).
+# Narayanan et al. 2021, Table 1 are predicted within 6% (worst row 5.1%), the same values
+# for every row (explorer.training.published; bench/training.py prints the table).
 CALIBRATED_COST = CostParams(compute_efficiency=0.65, bandwidth_efficiency=0.8)
 
 

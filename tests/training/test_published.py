@@ -6,7 +6,9 @@ import explorer as ex
 from explorer.training import compare_megatron, load_published, megatron_flops_per_iteration
 from explorer.training.published import MEGATRON_PARAMS
 
-TOLERANCE = 0.15  # the bar; the measured worst row is about 5% (bench/training.py)
+# The claim README.md states for notebook 06: every row within 6% (worst measured 5.1%,
+# megatron-39.1b; bench/training.py prints the table).
+TOLERANCE = 0.06
 
 
 @pytest.fixture(scope="module")
