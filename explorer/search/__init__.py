@@ -16,10 +16,10 @@ import types
 
 from .breakdown import CostBreakdown
 from .costmodel import CostModel
+from .errors import SearchError
 from .params import CostParams
 from .plan import Alternative, Explanation, ShardingPlan
 from .planner import METHODS, Method, Planner, search
-from .solvers.exact import SearchError
 
 __all__ = [
     "CostParams", "CostBreakdown", "CostModel", "ShardingPlan", "Explanation", "Alternative",

@@ -8,6 +8,8 @@ re-weighs these arrays (fast re-planning for the cost tuner).
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -80,11 +82,15 @@ class CostModel:
         multiplicity: how many times each node (and each edge, keyed by consumer) stands
             for identical copies (repeated layers solved once).
         edge_multiplicity: per (src, dst) override of the edge count.
+        extra_edges: ``(src, dst, pos, count)`` edges priced beside the graph's own (the
+            layer-to-layer edges between copies of a repeated layer); ``src == dst`` is
+            allowed (a node reading its own previous copy).
     """
 
     def __init__(
         self, graph: Graph, mesh: Mesh, multiplicity: dict[str, int] | None = None,
         edge_multiplicity: dict[tuple[str, str], int] | None = None,
+        extra_edges: tuple[tuple[str, str, int, int], ...] = (),
     ) -> None:  # fmt: skip
         self.graph, self.mesh = graph, mesh
         self.strategies = strategies(graph, mesh)
@@ -98,10 +104,43 @@ class CostModel:
         for u, v, pos in graph.edges():
             m = emult.get((u, v), mult.get(v, 1))
             self.edges.append(self._edge_table(u, v, pos, m, cache))
+        self.n_graph_edges = len(self.edges)  # the extra edges follow
+        for u, v, pos, m in extra_edges:
+            self.edges.append(self._edge_table(u, v, pos, m, cache))
+        self._link()
+
+    def _link(self) -> None:
         self.adj: list[list[int]] = [[] for _ in self.names]
         for e, t in enumerate(self.edges):
             self.adj[self.index[t.src]].append(e)
             self.adj[self.index[t.dst]].append(e)
+
+    @classmethod
+    def expanded(cls, tiled: CostModel, graph: Graph, rep: Callable[[str], str]) -> CostModel:
+        """The tables of the full ``graph`` copied from ``tiled`` (built on its tiled graph,
+        where ``rep(name)`` stands for ``name``), every multiplicity one: no strategy or
+        redistribution is enumerated again. Layer ``k`` -> ``k+1`` edges of the tile copy
+        the tiled model's extra (wrap) edges."""
+        self = object.__new__(cls)
+        self.graph, self.mesh = graph, tiled.mesh
+        self.names = [n.name for n in graph.nodes]
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.strategies = {}
+        self.nodes = []
+        for n in self.names:
+            r = rep(n)
+            strats = tiled.strategies[r]
+            if r != n:
+                strats = tuple(s._renamed(n) for s in strats)
+            self.strategies[n] = strats
+            nt = tiled.nodes[tiled.index[r]]
+            self.nodes.append(dataclasses.replace(nt, name=n, strategies=strats, multiplicity=1))
+        by_key = {(et.src, et.dst, et.pos): et for et in tiled.edges}
+        self.edges = [dataclasses.replace(by_key[rep(u), rep(v), pos], src=u, dst=v, multiplicity=1)
+                      for u, v, pos in graph.edges()]  # fmt: skip
+        self.n_graph_edges = len(self.edges)
+        self._link()
+        return self
 
     # --- tables -----------------------------------------------------------------------
     def _node_table(self, name: str, multiplicity: int) -> NodeTable:

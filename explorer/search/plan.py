@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from ..hardware import Mesh
 from ..ir import Graph
 from ..sharding import RedistributePlan, Strategy, redistribute
 from .breakdown import CostBreakdown, edge_breakdown, node_breakdown
 from .costmodel import CostModel
+from .errors import SearchError
 from .params import CostParams
-from .solvers.exact import SearchError
 
-__all__ = ["ShardingPlan", "Alternative", "Explanation"]
+__all__ = ["ShardingPlan", "Alternative", "Explanation", "Status", "status_text"]
+
+Status = Literal["optimal", "time-limited", "heuristic"]
+
+
+def status_text(status: Status, gap: float | None) -> str:
+    """``optimal``, ``heuristic``, or ``time-limited (MIP gap 3.2%)``."""
+    if status == "time-limited":
+        known = gap is not None and gap == gap  # HiGHS may not report one (NaN)
+        return f"time-limited (MIP gap {100 * gap:.2g}%)" if known else "time-limited (gap unknown)"
+    return status
 
 
 @dataclass(frozen=True)
@@ -41,10 +51,11 @@ class Explanation:
     node: str
     chosen: Alternative
     runners_up: tuple[Alternative, ...]
+    status: str = "heuristic"  # the plan's status, with its gap (``status_text``)
 
     def __str__(self) -> str:
         lines = [f"%{self.node}: chose {self.chosen.strategy.name} "
-                 f"({self.chosen.cost.total:.4g})"]  # fmt: skip
+                 f"({self.chosen.cost.total:.4g}; plan {self.status})"]  # fmt: skip
         lines += [f"  vs {a}" for a in self.runners_up]
         return "\n".join(lines)
 
@@ -58,7 +69,9 @@ class ShardingPlan:
         redistributions: ``(producer, consumer, input position) -> RedistributePlan`` for
             every edge that needs communication.
         cost: the whole plan's CostBreakdown; ``node_costs`` per node.
-        status: ``optimal`` (exact method, solved), ``heuristic``, or the solver's word.
+        status: ``"optimal"`` (an exact method proved it), ``"time-limited"`` (the ILP
+            stopped at ``time_limit_s``; ``gap`` is its relative MIP gap) or
+            ``"heuristic"`` (recursive programming, propagation); ``status_text`` both.
         solve_time_s, diagnostics: how the search went (eliminations, tiled layers, ...).
     """
 
@@ -68,12 +81,12 @@ class ShardingPlan:
     params: CostParams
     assignment: dict[str, Strategy]
     cost: CostBreakdown
-    status: str
+    status: Status
     solve_time_s: float
     diagnostics: dict[str, Any] = field(default_factory=dict)
+    gap: float | None = None
     _model: CostModel | None = field(default=None, repr=False)
     _choice: tuple[int, ...] = field(default=(), repr=False)
-    _rep: dict[str, str] = field(default_factory=dict, repr=False)
     _others: tuple[ShardingPlan, ...] = field(default=(), repr=False)
 
     # --- reading ----------------------------------------------------------------------
@@ -92,11 +105,18 @@ class ShardingPlan:
                     out[u, v, pos] = plan
         return out
 
+    @property
+    def status_text(self) -> str:
+        """The status as shown: ``optimal``, ``heuristic`` or ``time-limited (MIP gap x%)``."""
+        return status_text(self.status, self.gap)
+
     def node_cost(self, node: str) -> CostBreakdown:
-        """One node's own cost (one copy for repeated layers)."""
+        """One node's own cost."""
         m = self._model
-        i = m.index[self._rep.get(node, node)]
-        return node_breakdown(m, self.params, i, self._choice[i], scale=False)
+        if node not in m.index:
+            raise SearchError(f"plan has no node %{node}; its nodes are the graph's")
+        i = m.index[node]
+        return node_breakdown(m, self.params, i, self._choice[i])
 
     def changed(self, other: ShardingPlan) -> tuple[str, ...]:
         """Nodes whose strategy differs from ``other`` (the cost tuner highlights them)."""
@@ -111,7 +131,7 @@ class ShardingPlan:
             counts[self.assignment[n.name].name] = counts.get(self.assignment[n.name].name, 0) + 1
         top = sorted(counts.items(), key=lambda kv: -kv[1])[:5]
         return (
-            f"{self.method} on {self.mesh}: {self.status}, {self.solve_time_s * 1e3:.0f} ms\n"
+            f"{self.method} on {self.mesh}: {self.status_text}, {self.solve_time_s * 1e3:.0f} ms\n"
             f"  {self.cost}\n  strategies: " + ", ".join(f"{k} x{v}" for k, v in top)
         )
 
@@ -125,12 +145,12 @@ class ShardingPlan:
         m = self._model
         if node not in self.assignment:
             raise SearchError(f"plan has no node %{node}")
-        name = self._rep.get(node, node)
+        name = node
         i = m.index[name]
         p = self.params
         alts = []
         for kk, s in enumerate(m.nodes[i].strategies):
-            bd = node_breakdown(m, p, i, kk, scale=False)
+            bd = node_breakdown(m, p, i, kk)
             for e in m.adj[i]:
                 et = m.edges[e]
                 j = m.index[et.dst if et.src == name else et.src]
@@ -145,7 +165,7 @@ class ShardingPlan:
 
                 if m.graph.node(m.names[j]).is_source and len(m.adj[j]) == 1:
                     ok = et.allowed  # a weight that follows its op: matching layouts only
-                    opts = [node_breakdown(m, p, j, kj, scale=False) + pair(kj)
+                    opts = [node_breakdown(m, p, j, kj) + pair(kj)
                             for kj in range(len(m.nodes[j].strategies))
                             if ok is None or ok[kj, kk]]  # fmt: skip
                     bd = bd + min(opts, key=lambda b: b.total)
@@ -156,10 +176,12 @@ class ShardingPlan:
         chosen = next(a for a in alts if a[0] == chosen_k)
         rest = sorted((a for a in alts if a[0] != chosen_k), key=lambda a: a[2].total)[:k]
         mk = lambda a: Alternative(a[1], a[2], a[2] - chosen[2])  # noqa: E731
-        return Explanation(node, mk(chosen), tuple(mk(a) for a in rest))
+        return Explanation(node, mk(chosen), tuple(mk(a) for a in rest), self.status_text)
 
     def top_k(self, k: int) -> tuple[ShardingPlan, ...]:
         """The ``k`` best whole plans found (exhaustive and ILP searches keep them)."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise SearchError(f"top_k({k!r}): expected an int >= 1")
         plans = (self,) + self._others
         if k > 1 and not self._others:
             raise SearchError(

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ..hardware import Mesh
 from ..ir import Graph
+from ..memo import Memo
 from ..sharding import Strategy
 from .breakdown import plan_breakdown
+from .chain import Chain, build_chain
 from .costmodel import CostModel
+from .errors import SearchError
 from .params import CostParams
-from .plan import ShardingPlan
+from .plan import ShardingPlan, Status
 from .problem import Problem
 from .repeats import Repeats, find_repeats
 from .solvers.dynamic import solve_dynamic
-from .solvers.exact import SearchError, solve_exhaustive, solve_ilp
-from .solvers.heuristics import solve_propagation, solve_recursive
+from .solvers.exhaustive import solve_exhaustive
+from .solvers.ilp import DEFAULT_TIME_LIMIT_S, solve_ilp
+from .solvers.propagation import solve_propagation
+from .solvers.recursive import solve_recursive
 
 __all__ = ["search", "Planner", "Method", "METHODS"]
 
@@ -25,6 +32,47 @@ Method = Literal[
     "exhaustive", "ilp", "dynamic_programming", "recursive_programming", "sharding_propagation"
 ]
 METHODS: tuple[str, ...] = get_args(Method)
+
+
+@dataclass(frozen=True)
+class _Solved:
+    choices: list[dict[int, int]]
+    status: Status
+    gap: float | None
+    diagnostics: dict[str, object]
+
+
+def _check(method, params, annotations, top_k, time_limit_s) -> None:
+    """Bad arguments fail here, each with the value, the reason and the fix."""
+    if method not in METHODS:
+        raise SearchError(f"unknown search method {method!r}; valid methods: {', '.join(METHODS)}")
+    if params is not None and not isinstance(params, CostParams):
+        raise SearchError(
+            f"params={params!r} is a {type(params).__name__}, not CostParams; pass "
+            "ex.CostParams(...) or None for the default"
+        )
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise SearchError(f"top_k={top_k!r}: expected an int >= 1 (the plans to keep)")
+    if top_k > 1 and method not in ("ilp", "exhaustive"):
+        raise SearchError(
+            f"top_k={top_k} ranks whole plans, which only method='ilp' or 'exhaustive' "
+            f"keeps; {method!r} finds one plan: pass top_k=1 or one of those methods"
+        )
+    if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float)
+            or not math.isfinite(time_limit_s) or time_limit_s <= 0):  # fmt: skip
+        raise SearchError(
+            f"time_limit_s={time_limit_s!r}: expected a finite number of seconds > 0 "
+            f"(default {DEFAULT_TIME_LIMIT_S})"
+        )
+    if annotations is not None and not isinstance(annotations, dict):
+        raise SearchError(
+            f"annotations={annotations!r}: expected a dict node name -> Strategy or its name"
+        )
+    if method != "sharding_propagation" and annotations:
+        raise SearchError(
+            f"annotations are used by method='sharding_propagation'; {method!r} ignores "
+            "them, so pass method='sharding_propagation'"
+        )
 
 
 class Planner:
@@ -41,8 +89,12 @@ class Planner:
         self.graph, self.mesh = graph, mesh
         self.repeats: Repeats | None = find_repeats(graph) if reuse_layers else None
         g = self.repeats.reduced if self.repeats else graph
-        mult = self.repeats.multiplicity if self.repeats else None
-        self.model = CostModel(g, mesh, mult)
+        r = self.repeats
+        self._full: CostModel | None = None
+        self.model = CostModel(
+            g, mesh, r.multiplicity if r else None, r.edge_multiplicity if r else None,
+            tuple((w.src, w.dst, w.pos, w.count) for w in r.wrap_edges) if r else (),
+        )  # fmt: skip
 
     def default_params(self) -> CostParams:
         return CostParams() if self.mesh.hardware is not None else CostParams.mindspore()
@@ -50,16 +102,10 @@ class Planner:
     def search(
         self, method: Method = "recursive_programming", params: CostParams | None = None,
         annotations: dict[str, Strategy | str] | None = None, top_k: int = 1,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     ) -> ShardingPlan:  # fmt: skip
-        if method not in METHODS:
-            raise SearchError(
-                f"unknown search method {method!r}; valid methods: {', '.join(METHODS)}"
-            )
-        if method != "sharding_propagation" and annotations:
-            raise SearchError(
-                f"annotations are used by method='sharding_propagation'; {method!r} ignores "
-                "them, so pass method='sharding_propagation'"
-            )
+        """One search; see :func:`search` for the arguments."""
+        _check(method, params, annotations, top_k, time_limit_s)
         params = params or self.default_params()
         t0 = time.perf_counter()
         m = self.model
@@ -73,44 +119,90 @@ class Planner:
                 f"{cap / 2**30:.2f} GiB; use more devices, a smaller batch, or raise "
                 "device_memory_cap_bytes"
             )
-        diag: dict[str, object] = {}
-        others: list[dict[int, int]] = []
-        status = "heuristic"
-        if method == "exhaustive":
-            found = solve_exhaustive(p, cap, top_k)
-            if not found:
-                raise SearchError("no assignment satisfies the memory cap")
-            choice, others = found[0][1], [c for _, c in found[1:]]
-            status = "optimal"
-        elif method == "ilp":
-            found = solve_ilp(p, cap, top_k)
-            choice, others = found[0][1], [c for _, c, _, _ in found[1:]]
-            status = "optimal" if found[0][2] else found[0][3]
-        elif method == "dynamic_programming":
-            choice, d = solve_dynamic(p)
-            diag.update(d)
-            status = "optimal" if d["reduced_fully"] or d["remainder_solver"] else "heuristic"
-        elif method == "recursive_programming":
-            choice = solve_recursive(p)
-        else:
-            choice = solve_propagation(p, self._fixed(annotations or {}))
+        fixed = self._fixed(annotations or {}) if method == "sharding_propagation" else {}
+        chain = None
+        if self.repeats is not None and method != "sharding_propagation":
+            chain = build_chain(p, self.repeats)
+        full = self.full_model
+        solved = self._solve(method, chain.outer if chain else p, cap, top_k, time_limit_s, fixed)
+        choices = [self._full_choice(p, chain, c) for c in solved.choices]
+        memory = self._memory(choices[0])
+        if chain is not None and cap is not None and memory > cap * (1 + 1e-9):
+            # the chain does not see the memory cap: every layer alike, under the cap
+            solved = self._solve(method, p, cap, top_k, time_limit_s, fixed)
+            choices = [self._full_choice(p, None, c) for c in solved.choices]
+            memory = self._memory(choices[0])
+            chain = None
         elapsed = time.perf_counter() - t0
-        full = p.expand(choice)
-        memory = m.memory(w, full)
         if cap is not None and memory > cap * (1 + 1e-9):
             raise SearchError(
                 f"the {method} plan needs {memory / 2**30:.2f} GiB per device, above the cap of "
                 f"{cap / 2**30:.2f} GiB; use method='ilp', which keeps the cap as a constraint"
             )
+        diag = dict(solved.diagnostics)
         diag["memory_bytes"] = memory
         if self.repeats:
-            diag["repeated_layers"] = self.repeats.describe()
-        plans = [self._plan(method, params, full, status, elapsed, diag)]
-        for c in others:
-            plans.append(self._plan(method, params, p.expand(c), status, elapsed, diag))
+            how = ("solved as a chain: layers may differ" if chain else
+                   "every layer alike (the chain does not apply)")  # fmt: skip
+            diag["repeated_layers"] = f"{self.repeats.describe()}; {how}"
+        plans = [
+            ShardingPlan(
+                graph=self.graph, mesh=self.mesh, method=method, params=params,
+                assignment={n: full.nodes[i].strategies[c[i]] for i, n in enumerate(full.names)},
+                cost=plan_breakdown(full, params, c), status=solved.status, gap=solved.gap,
+                solve_time_s=elapsed, diagnostics=dict(diag), _model=full, _choice=tuple(c),
+            )
+            for c in choices
+        ]  # fmt: skip
         if len(plans) > 1:
             return dataclasses.replace(plans[0], _others=tuple(plans[1:]))
         return plans[0]
+
+    @property
+    def full_model(self) -> CostModel:
+        """The tables of the whole graph (copied from the tile's where layers repeat)."""
+        if self._full is None:
+            r = self.repeats
+            self._full = CostModel.expanded(self.model, self.graph, r.rep) if r else self.model
+        return self._full
+
+    def _solve(self, method, p: Problem, cap, top_k, time_limit_s, fixed) -> _Solved:
+        if method == "exhaustive":
+            found = solve_exhaustive(p, cap, top_k)
+            if not found:
+                raise SearchError(
+                    f"no assignment of {self.graph.name!r} satisfies the memory cap of "
+                    f"{cap / 2**30:.2f} GiB; use more devices or raise device_memory_cap_bytes"
+                )
+            return _Solved([c for _, c in found], "optimal", 0.0, {})
+        if method == "ilp":
+            sols = solve_ilp(p, cap, top_k, time_limit_s)
+            best = sols[0]
+            status = "optimal" if best.optimal else "time-limited"
+            return _Solved([s.choice for s in sols], status, best.gap, {"ilp": best.message})
+        if method == "dynamic_programming":
+            choice, d = solve_dynamic(p, time_limit_s)
+            status = "optimal" if d["optimal"] else "time-limited"
+            return _Solved([choice], status, float(d["gap"]), d)
+        if method == "recursive_programming":
+            return _Solved([solve_recursive(p)], "heuristic", None, {})
+        return _Solved([solve_propagation(p, fixed)], "heuristic", None, {})
+
+    def _full_choice(self, p: Problem, chain: Chain | None, choice: dict[int, int]) -> list[int]:
+        """Strategy index of every node of the full graph."""
+        full = self.full_model
+        if chain is not None:
+            by_name = chain.expand(choice)
+            return [by_name[n] for n in full.names]
+        reduced = p.expand(choice)
+        if self.repeats is None:
+            return reduced
+        rep, index = self.repeats.rep, self.model.index
+        return [reduced[index[rep(n)]] for n in full.names]
+
+    def _memory(self, choice: list[int]) -> float:
+        return float(sum(nt.mem_bytes[k] for nt, k in zip(self.full_model.nodes, choice,
+                                                            strict=True)))  # fmt: skip
 
     def _fixed(self, annotations: dict[str, Strategy | str]) -> dict[int, int]:
         m = self.model
@@ -148,27 +240,15 @@ class Planner:
                     needs[et.dst] = lay
         return fixed
 
-    def _plan(self, method, params, full, status, elapsed, diag) -> ShardingPlan:
-        m = self.model
-        assignment = {n: m.nodes[i].strategies[full[i]] for i, n in enumerate(m.names)}
-        rep: dict[str, str] = {}
-        if self.repeats:
-            assignment, rep = self.repeats.expand(assignment)
-        cost = plan_breakdown(m, params, full)
-        return ShardingPlan(
-            graph=self.graph, mesh=self.mesh, method=method, params=params,
-            assignment=assignment, cost=cost, status=status, solve_time_s=elapsed,
-            diagnostics=dict(diag), _model=m, _choice=tuple(full), _rep=rep,
-        )  # fmt: skip
 
-
-_PLANNERS: dict[tuple, tuple[Graph, Planner]] = {}
+# Graphs compare by identity, so the key holds every input of a Planner.
+_PLANNERS: Memo[Planner] = Memo("search.planners", maxsize=16)
 
 
 def search(
     graph: Graph, mesh: Mesh, method: Method = "recursive_programming",
     params: CostParams | None = None, annotations: dict[str, Strategy | str] | None = None,
-    top_k: int = 1, reuse_layers: bool = True,
+    top_k: int = 1, reuse_layers: bool = True, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
 ) -> ShardingPlan:  # fmt: skip
     """Find a strategy for every node of ``graph`` on ``mesh``.
 
@@ -181,17 +261,31 @@ def search(
         annotations: node name -> Strategy (or its name, e.g. ``"a=dp,n=tp"``) fixed by the
             user, as MindSpore's ``shard()``.
         top_k: keep this many whole plans (exhaustive and ILP).
-        reuse_layers: solve identical transformer layers once (tables are built for two
-            copies; the others repeat the second copy's strategies).
+        reuse_layers: build tables for two copies of identical transformer layers only; the
+            run of layers is then solved exactly as a chain (layers may differ).
+        time_limit_s: the ILP's time limit (``ilp``, and the remainder ``dynamic_programming``
+            hands to the ILP); a plan found at the limit has status ``"time-limited"`` and
+            its relative MIP gap in ``plan.gap``.
+
+    Raises:
+        SearchError: an unknown method, ``top_k < 1``, ``time_limit_s`` not > 0, no plan
+            under the memory cap.
 
     Cost tables are cached per (graph, mesh), so a second search with other CostParams
     only re-weighs them.
+
+    >>> import explorer as ex
+    >>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
+    >>> plan = search(g, ex.Mesh({"tp": 4}, hardware="a100-80g"), "dynamic_programming")
+    >>> plan.status
+    'optimal'
     """
-    key = (id(graph), mesh, reuse_layers)
-    hit = _PLANNERS.get(key)
-    if hit is None or hit[0] is not graph:
-        if len(_PLANNERS) > 16:
-            _PLANNERS.clear()
-        hit = (graph, Planner(graph, mesh, reuse_layers))
-        _PLANNERS[key] = hit
-    return hit[1].search(method, params, annotations, top_k)
+    _check(method, params, annotations, top_k, time_limit_s)
+    if not isinstance(graph, Graph):
+        raise SearchError(f"graph={graph!r} is not an explorer.ir.Graph; build one with "
+                          "ex.models.build(...) or GraphBuilder")  # fmt: skip
+    if not isinstance(mesh, Mesh):
+        raise SearchError(f"mesh={mesh!r} is not an explorer Mesh; pass ex.Mesh({{...}})")
+    planner = _PLANNERS.get((graph, mesh, reuse_layers),
+                            lambda: Planner(graph, mesh, reuse_layers))  # fmt: skip
+    return planner.search(method, params, annotations, top_k, time_limit_s)

@@ -8,7 +8,7 @@ column plus the source's own cost), which removes most variables without losing 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -30,6 +30,7 @@ class Problem:
     edges: list[tuple[int, int, np.ndarray]]
     active: list[int]
     folded: dict[int, tuple[int, np.ndarray]]  # source -> (consumer, best source k per consumer k)
+    edge_ids: list[int] = field(default_factory=list)  # the CostModel edge of each edge
 
     @classmethod
     def build(cls, model: CostModel, w: Weighted, fold: bool = True) -> Problem:
@@ -51,12 +52,18 @@ class Problem:
                     mem[j] = mem[j] + mem[i][best]
                     folded[i] = (j, best)
         skip_edges = {model.adj[i][0] for i in folded}
-        edges = [
-            (model.index[et.src], model.index[et.dst], w.edge_cost[e])
-            for e, et in enumerate(model.edges) if e not in skip_edges
-        ]  # fmt: skip
+        edges, edge_ids = [], []
+        for e, et in enumerate(model.edges):
+            i, j = model.index[et.src], model.index[et.dst]
+            if e in skip_edges:
+                continue
+            if i == j:  # a node reading its own previous copy: both ends take one strategy
+                cost[i] = cost[i] + np.diagonal(w.edge_cost[e])
+            else:
+                edges.append((i, j, w.edge_cost[e]))
+                edge_ids.append(e)
         active = [i for i in range(n) if i not in folded]
-        return cls(model, w, cost, mem, tie, edges, active, folded)
+        return cls(model, w, cost, mem, tie, edges, active, folded, edge_ids)
 
     def expand(self, choice: dict[int, int]) -> list[int]:
         """Strategy index of every node, folded sources included."""

@@ -1,11 +1,19 @@
-"""Repeated structure: identical consecutive layers are planned once.
+"""Repeated structure: identical consecutive layers are planned as one tile.
 
 Layers are the ``layers.N`` scopes. Two layers are identical when their nodes match one
 for one (op, type, attributes, and inputs: inside the layer, from the previous layer, or
 the same outside value). For the longest run ``a..b`` of identical layers the planner keeps
-layers ``a`` and ``a+1`` (so the layer-to-layer edge is inside the problem), drops the rest,
-and counts layer ``a+1`` (its nodes and incoming edges) ``b - a`` times. The plan gives
-every dropped layer the strategies of layer ``a+1``; the cost is exact for such plans.
+layers ``a`` and ``a+1`` (the tile, standing for ``a+1..b``), drops the rest, and prices
+the expanded plan exactly:
+
+- the tile's nodes and the edges inside it (or from outside values) count ``b - a`` times;
+- the edges from layer ``a`` into the tile count once (layer ``a`` -> ``a+1``);
+- the layer-to-layer edges between two copies of the tile (``k -> k+1`` for
+  ``a+1 <= k < b``) are *wrap edges*: an edge from the tile's producer to the tile's
+  consumer, priced ``b - a - 1`` times.
+
+So the cost of a tiled plan is the cost of the expanded plan (every dropped layer takes the
+tile's strategies), and the tile is solved with its boundary in view.
 """
 
 from __future__ import annotations
@@ -17,18 +25,44 @@ from dataclasses import dataclass
 from ..ir import Graph
 from ..sharding import Strategy
 
-__all__ = ["Repeats", "find_repeats"]
+__all__ = ["Repeats", "WrapEdge", "find_repeats"]
 
 _LAYER = re.compile(r"^layers\.(\d+)(\.|$)")
 
 
-@dataclass
+@dataclass(frozen=True)
+class WrapEdge:
+    """A layer-to-layer edge between two copies of the tile, in the reduced graph's names:
+    ``src`` (in the tile, standing for layer k) feeds ``dst`` (in the tile, layer k+1) at
+    input ``pos``, ``count`` times."""
+
+    src: str
+    dst: str
+    pos: int
+    count: int
+
+
+@dataclass(frozen=True)
 class Repeats:
+    """The tiled graph of a run of identical layers and how to expand its plans.
+
+    Attributes:
+        reduced: the graph with layers ``first`` and ``rep_layer`` (= first + 1) kept.
+        multiplicity: tile node -> how many layers it stands for (``last - first``).
+        edge_multiplicity: (producer, consumer) -> count, where it differs from the
+            consumer's multiplicity (edges from layer ``first`` into the tile: once).
+        wrap_edges: the layer-to-layer edges between copies of the tile.
+    """
+
     reduced: Graph
     multiplicity: dict[str, int]
+    edge_multiplicity: dict[tuple[str, str], int]
+    wrap_edges: tuple[WrapEdge, ...]
     first: int
     last: int
     rep_layer: int
+    _reps: dict[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    _names: tuple[str, ...] = dataclasses.field(default=(), repr=False)
 
     def rep(self, name: str) -> str:
         """The node of the reduced graph that stands for ``name``."""
@@ -38,12 +72,20 @@ class Repeats:
         return name
 
     def expand(self, assignment: dict[str, Strategy]) -> tuple[dict[str, Strategy], dict[str, str]]:
-        raise NotImplementedError  # replaced in find_repeats (needs the full graph)
+        """The strategy of every node of the full graph (dropped layers repeat the tile's),
+        and the map dropped node -> its tile node."""
+        full: dict[str, Strategy] = {}
+        for name in self._names:
+            src = self._reps.get(name)
+            full[name] = assignment[name] if src is None else assignment[src]._renamed(name)
+        return full, dict(self._reps)
 
     def describe(self) -> str:
         n = self.last - self.first + 1
         return (f"layers {self.first}..{self.last} identical: {n} layers planned as 2 "
-                f"(layer {self.rep_layer} counted {self.last - self.first} times)")  # fmt: skip
+                f"(layer {self.rep_layer} counted {self.last - self.first} times, "
+                f"{len(self.wrap_edges)} layer-to-layer edge(s) priced "
+                f"{self.last - self.first - 1} times)")  # fmt: skip
 
 
 def _layer_of(name: str) -> int | None:
@@ -51,33 +93,25 @@ def _layer_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def find_repeats(graph: Graph, min_run: int = 3) -> Repeats | None:
-    layers: dict[int, list] = {}
-    for n in graph.nodes:
-        k = _layer_of(n.name)
-        if k is not None:
-            layers.setdefault(k, []).append(n)
-    if len(layers) < min_run:
-        return None
+def _signature(layers: dict[int, list], k: int) -> tuple:
+    prefix, prev = f"layers.{k}.", f"layers.{k - 1}."
+    out = []
+    for n in layers[k]:
+        refs = []
+        for a in n.inputs:
+            if a.startswith(prefix):
+                refs.append(("L", a[len(prefix) :]))
+            elif a.startswith(prev):
+                refs.append(("P", a[len(prev) :]))
+            else:
+                refs.append(("X", a))
+        out.append((n.name[len(prefix) :], n.op, n.type, n.attrs, tuple(refs)))
+    return tuple(out)
 
-    def sig(k: int):
-        prefix = f"layers.{k}."
-        prev = f"layers.{k - 1}."
-        out = []
-        for n in layers[k]:
-            refs = []
-            for a in n.inputs:
-                if a.startswith(prefix):
-                    refs.append(("L", a[len(prefix) :]))
-                elif a.startswith(prev):
-                    refs.append(("P", a[len(prev) :]))
-                else:
-                    refs.append(("X", a))
-            out.append((n.name[len(prefix) :], n.op, n.type, n.attrs, tuple(refs)))
-        return tuple(out)
 
+def _longest_run(layers: dict[int, list]) -> tuple[int, int]:
     ks = sorted(layers)
-    sigs = {k: sig(k) for k in ks}
+    sigs = {k: _signature(layers, k) for k in ks}
     best = (0, 0)
     start = ks[0]
     for i in range(1, len(ks) + 1):
@@ -86,7 +120,20 @@ def find_repeats(graph: Graph, min_run: int = 3) -> Repeats | None:
                 best = (start, ks[i - 1])
             if i < len(ks):
                 start = ks[i]
-    a, b = best
+    return best
+
+
+def find_repeats(graph: Graph, min_run: int = 3) -> Repeats | None:
+    """The longest run of at least ``min_run`` identical consecutive layers, tiled; None if
+    the graph has none."""
+    layers: dict[int, list] = {}
+    for n in graph.nodes:
+        k = _layer_of(n.name)
+        if k is not None:
+            layers.setdefault(k, []).append(n)
+    if len(layers) < min_run:
+        return None
+    a, b = _longest_run(layers)
     if b - a + 1 < min_run:
         return None
     rep = a + 1
@@ -108,18 +155,16 @@ def find_repeats(graph: Graph, min_run: int = 3) -> Repeats | None:
         nodes.append(n)
     reduced = Graph(tuple(nodes), tuple(remap(o) for o in graph.outputs), graph.name)
     mult = {n.name: b - a for n in layers[rep]}
-    r = Repeats(reduced, mult, a, b, rep)
-
-    reps = {n.name: r.rep(n.name) for n in graph.nodes}
-    reps = {k: v for k, v in reps.items() if k != v}
-    names = [n.name for n in graph.nodes]
-
-    def expand(assignment: dict[str, Strategy]):
-        full: dict[str, Strategy] = {}
-        for name in names:
-            src = reps.get(name)
-            full[name] = assignment[name] if src is None else assignment[src]._renamed(name)
-        return full, dict(reps)
-
-    r.expand = expand  # type: ignore[method-assign]
+    prev, here = f"layers.{a}.", f"layers.{rep}."
+    emult: dict[tuple[str, str], int] = {}
+    wraps: list[WrapEdge] = []
+    for n in layers[rep]:
+        for pos, x in enumerate(n.inputs):
+            if x.startswith(prev):  # layer a -> a+1 once; a+1 -> a+2 ... b-1 -> b: wraps
+                emult[x, n.name] = 1
+                wraps.append(WrapEdge(here + x[len(prev) :], n.name, pos, b - a - 1))
+    names = tuple(n.name for n in graph.nodes)
+    r = Repeats(reduced, mult, emult, tuple(wraps), a, b, rep, {}, names)
+    reps = {name: r.rep(name) for name in names}
+    r._reps.update({k: v for k, v in reps.items() if k != v})
     return r

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from explorer.search.problem import Problem
-from explorer.search.solvers.heuristics import _Local
+from explorer.search.solvers.recursive import _Local
 
 
 def chain_problem() -> Problem:

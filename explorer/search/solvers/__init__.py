@@ -1,2 +1,2 @@
-"""Solvers over a search Problem: exhaustive, ILP (HiGHS), dynamic programming, recursive
-programming and sharding propagation."""
+"""The solvers of a weighted search Problem: exhaustive, ilp, dynamic (graph elimination),
+recursive (recursive programming + local descent) and propagation (from annotations)."""

@@ -1,56 +1,37 @@
-"""Exact solvers over a ``Problem``: exhaustive enumeration and the ILP (scipy HiGHS)."""
+"""The exact optimum by integer programming (scipy.optimize.milp, HiGHS)."""
 
 from __future__ import annotations
 
-import itertools
-import math
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from ...errors import ExplorerError
+from ..errors import SearchError
 from ..problem import Problem
 
-__all__ = ["solve_exhaustive", "solve_ilp", "SearchError", "EXHAUSTIVE_LIMIT"]
+__all__ = ["solve_ilp", "ILPSolution", "DEFAULT_TIME_LIMIT_S"]
 
-EXHAUSTIVE_LIMIT = 200_000
-
-
-class SearchError(ExplorerError, ValueError):
-    """A search cannot run or has no solution; the message says why and what to do."""
+DEFAULT_TIME_LIMIT_S = 60.0
 
 
-def _tie_eps(p: Problem) -> float:
-    return p.eps
+@dataclass(frozen=True)
+class ILPSolution:
+    """One solution: its objective, the choice per active node, whether HiGHS proved it
+    optimal, and the relative MIP gap it stopped at (0 when proved)."""
+
+    objective: float
+    choice: dict[int, int]
+    optimal: bool
+    gap: float
+    message: str
 
 
-def solve_exhaustive(p: Problem, cap: float | None, k: int = 1) -> list[tuple[float, dict]]:
-    """Every assignment of the active nodes; the ``k`` best (ground truth for tiny graphs)."""
-    sizes = [len(p.cost[i]) for i in p.active]
-    count = math.prod(sizes)
-    if count > EXHAUSTIVE_LIMIT:
-        raise SearchError(
-            f"exhaustive search would visit {count:,} assignments (limit {EXHAUSTIVE_LIMIT:,}); "
-            "use method='ilp' or 'dynamic_programming' for graphs this size"
-        )
-    eps = _tie_eps(p)
-    found: list[tuple[float, dict]] = []
-    for combo in itertools.product(*(range(s) for s in sizes)):
-        choice = dict(zip(p.active, combo, strict=True))
-        if cap is not None and sum(p.mem[i][c] for i, c in choice.items()) > cap:
-            continue
-        obj = p.objective(choice) + eps * sum(p.tie[i][c] for i, c in choice.items())
-        found.append((obj, choice))
-        if len(found) > 4 * k + 64:
-            found.sort(key=lambda t: t[0])
-            del found[k:]
-    found.sort(key=lambda t: t[0])
-    return found[:k]
-
-
-def solve_ilp(p: Problem, cap: float | None, k: int = 1, time_limit_s: float = 60.0):
-    """The exact optimum by integer programming (scipy.optimize.milp, HiGHS).
+def solve_ilp(
+    p: Problem, cap: float | None, k: int = 1, time_limit_s: float = DEFAULT_TIME_LIMIT_S
+) -> list[ILPSolution]:
+    """The exact optimum by integer programming.
 
     Formulation (variables named as in the code):
         choose[i][a] in {0, 1}       node i takes strategy a;  sum_a choose[i][a] = 1
@@ -59,9 +40,10 @@ def solve_ilp(p: Problem, cap: float | None, k: int = 1, time_limit_s: float = 6
             (with one-hot choose these marginals force pair = choose[i] * choose[j])
         memory: sum_{i,a} mem[i][a] * choose[i][a] <= cap
         minimise sum cost[i][a] choose[i][a] + sum M_e[a, b] pair[e][a, b]
-    Returns up to ``k`` solutions, each further one excluded by a no-good cut.
+    Returns up to ``k`` solutions, each further one excluded by a no-good cut; a solution
+    found when HiGHS hit ``time_limit_s`` has ``optimal=False`` and its gap.
     """
-    eps = _tie_eps(p)
+    eps = p.eps
     off: dict[int, int] = {}
     n = 0
     for i in p.active:
@@ -105,13 +87,14 @@ def solve_ilp(p: Problem, cap: float | None, k: int = 1, time_limit_s: float = 6
     cvec = np.concatenate([c, np.array(pair_c)]) if pair_c else c
     # HiGHS's tolerances are absolute (~1e-7): costs in seconds can be far smaller, so the
     # objective is scaled to a largest coefficient of one, and the memory row to a cap of one.
-    scale = float(np.abs(cvec).max()) or 1.0
-    cvec = cvec / scale
+    finite = np.abs(cvec[np.isfinite(cvec)])
+    scale = float(finite.max()) if finite.size else 1.0
+    cvec = cvec / (scale or 1.0)
     if cap is not None:
         add_row([(off[i] + a, float(p.mem[i][a]) / cap) for i in p.active
                  for a in range(len(p.cost[i]))], -np.inf, 1.0)  # fmt: skip
     integrality = np.concatenate([np.ones(n), np.zeros(total - n)])
-    results = []
+    results: list[ILPSolution] = []
     cuts: list[list[int]] = []
     for _ in range(k):
         R, C, V, LO, HI = list(rows), list(cols), list(vals), list(lo), list(hi)
@@ -128,12 +111,17 @@ def solve_ilp(p: Problem, cap: float | None, k: int = 1, time_limit_s: float = 6
                    options={"time_limit": time_limit_s, "mip_rel_gap": 1e-9})  # fmt: skip
         if res.x is None:
             if not results:
-                raise SearchError(f"the ILP found no solution: {res.message}")
+                raise SearchError(
+                    f"the ILP found no solution within time_limit_s={time_limit_s}: "
+                    f"{res.message}; raise time_limit_s or use method='dynamic_programming'"
+                )
             break
         choice = {}
         for i in p.active:
             seg = res.x[off[i] : off[i] + len(p.cost[i])]
             choice[i] = int(np.argmax(seg))
-        results.append((p.objective(choice), choice, res.status == 0, res.message))
+        optimal = res.status == 0
+        gap = 0.0 if optimal else float(getattr(res, "mip_gap", None) or np.nan)
+        results.append(ILPSolution(p.objective(choice), choice, optimal, gap, res.message))
         cuts.append([off[i] + a for i, a in choice.items()])
     return results

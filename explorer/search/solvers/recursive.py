@@ -1,4 +1,4 @@
-"""Fast planners: MindSpore-style recursive programming and sharding propagation."""
+"""MindSpore-style recursive programming, refined by local descent over many plans at once."""
 
 from __future__ import annotations
 
@@ -10,23 +10,14 @@ import numpy as np
 
 from ...sharding import Strategy
 from ..problem import Problem
-from .exact import SearchError
+from .propagation import neighbours
 
-__all__ = ["solve_recursive", "solve_propagation"]
+__all__ = ["solve_recursive"]
 
 
 _LAYER = re.compile(r"layers\.\d+\.")
 TOP_OPS, TOP_CUTS = 6, 4  # propagation starts of recursive programming: ops x their cuts
 CHAIN_STARTS = 4  # the cheapest distinct local optima refined further by chain moves
-
-
-def _neighbours(p: Problem) -> list[list[tuple[int, np.ndarray]]]:
-    """For every node, (neighbour, matrix oriented [node k, neighbour k])."""
-    nb: list[list[tuple[int, np.ndarray]]] = [[] for _ in p.model.names]
-    for i, j, m in p.edges:
-        nb[i].append((j, m))
-        nb[j].append((i, m.T))
-    return nb
 
 
 def _axis_letters(s: Strategy, axes: tuple[str, ...]) -> tuple[str | None, ...]:
@@ -51,7 +42,7 @@ def solve_recursive(p: Problem) -> dict[int, int]:
     model = p.model
     local = _Local(p)
     axes = tuple(a for a in model.mesh.axis_names if model.mesh.axis_size(a) > 1)
-    nb = _neighbours(p)
+    nb = neighbours(p)
     by_cost = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
     by_graph = sorted(p.active)
     starts = [np.zeros(local.n, dtype=np.intp)]
@@ -463,44 +454,3 @@ class _Local:
             if not improved:
                 break
         return x
-
-
-def solve_propagation(p: Problem, fixed: dict[int, int]) -> dict[int, int]:
-    """Sharding propagation: annotated nodes keep their strategy; breadth-first from them,
-    each reached node takes the strategy with the cheapest own cost plus redistribution to
-    its already fixed neighbours. Nodes no annotation reaches follow in graph order."""
-    nb = _neighbours(p)
-    choice = dict(fixed)
-    queue = deque(sorted(fixed))
-
-    graph, names = p.model.graph, p.model.names
-
-    def settle(v: int) -> None:
-        costs = p.cost[v] + p.eps * p.tie[v]
-        for j, m in nb[v]:
-            if j in choice:
-                costs = costs + m[:, choice[j]]
-            elif graph.node(names[j]).is_source and len(nb[j]) == 1:
-                # a weight only this op reads will follow it: count its best layout now
-                costs = costs + (m + p.cost[j][None, :]).min(axis=1)
-        choice[v] = int(np.argmin(costs))
-
-    while queue:
-        u = queue.popleft()
-        for v, _ in nb[u]:
-            if v not in choice:
-                settle(v)
-                queue.append(v)
-    for v in p.active:
-        if v not in choice:
-            settle(v)
-            queue.append(v)
-            while queue:
-                u = queue.popleft()
-                for w, _ in nb[u]:
-                    if w not in choice:
-                        settle(w)
-                        queue.append(w)
-    if set(choice) != set(p.active):
-        raise SearchError("sharding propagation left nodes without a strategy")
-    return choice
