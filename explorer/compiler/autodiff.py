@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from . import functional as F
-from .tensor import STATE, Tensor, apply, tensor
+from .nn import Cell
+from .tensor import Tensor, tensor
+from .trace_stack import apply, current, taping
 
 __all__ = ["Tape", "grad", "value_and_grad", "VJP", "backward"]
 
@@ -30,6 +32,7 @@ class Tape:
         self.entries: list[tuple[str, tuple[Tensor, ...], dict[str, Any], Tensor]] = []
         self.watched: set[int] = set()
         self._keep: list[Tensor] = []  # keeps ids valid while the tape lives
+        self._active: list = []  # the trace_stack.taping blocks this tape is inside
 
     def watch(self, t: Tensor) -> None:
         self.watched.add(id(t))
@@ -41,11 +44,11 @@ class Tape:
             self.watch(out)
 
     def __enter__(self) -> Tape:
-        STATE.tapes.append(self)
-        return self
+        self._active.append(taping(self))
+        return self._active[-1].__enter__()
 
     def __exit__(self, *exc) -> None:
-        STATE.tapes.remove(self)
+        self._active.pop().__exit__(*exc)
 
 
 # --- vector-Jacobian rules ----------------------------------------------------------------
@@ -335,8 +338,6 @@ def backward(tape: Tape, out: Tensor, wrt: Sequence[Tensor]) -> list[Tensor]:
 
 def _targets(arg: Any) -> tuple[list[Tensor], Callable[[list[Tensor]], Any], Any]:
     """The tensors to differentiate for one argument, how to pack their grads, the arg."""
-    from .nn import Cell
-
     if isinstance(arg, Cell):
         params = arg.parameters()
         return list(params.values()), lambda gs: dict(zip(params, gs, strict=True)), arg
@@ -354,8 +355,6 @@ def value_and_grad(fn: Callable[..., Tensor], argnums: int | Sequence[int] = 0):
     nums = tuple(argnums) if many else (argnums,)
 
     def wrapped(*args: Any):
-        from .jit.runtime import maybe_convert
-
         args = list(args)
         packs = []
         tape = Tape()
@@ -366,7 +365,8 @@ def value_and_grad(fn: Callable[..., Tensor], argnums: int | Sequence[int] = 0):
                 tape.watch(t)
             packs.append((ts, pack))
         with tape:
-            out = maybe_convert(fn)(*args)
+            # under an AST capture the capture converts fn's control flow; eager: fn itself
+            out = current().convert(fn)(*args)
         flat = [t for ts, _ in packs for t in ts]
         gs = backward(tape, out, flat)
         res, i = [], 0

@@ -1,5 +1,11 @@
 """Eager (PyNative-style) execution: each op runs at once with its registry numpy impl.
 
+``EVAL`` (an ``EvalTrace``) is the base of the trace stack (``trace_stack``): with no
+capture active, every op reaches it. The registry impls are the kernels ``@jit`` runs too
+(GELU from ``explorer.ir.activations``, einsum on BLAS from ``explorer.ir.contraction``),
+so eager vs ``@jit`` measures what the compiler adds: fusion, memory planning and the
+removal of per-op overhead.
+
 When a ``trace.record()`` block is active every op also records a ``TraceEvent`` with its
 shapes, duration, FLOPs, the bytes it allocated and the bytes of tensors alive after it.
 """
@@ -8,7 +14,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,11 +23,9 @@ from ..ir import TensorType, opdef
 from ..ir.errors import IRError
 from ..ir.ops_tensor import dtype_of_array
 from .errors import ShapeError, user_location
+from .tensor import Tensor
 
-if TYPE_CHECKING:
-    from .tensor import Tensor
-
-__all__ = ["run"]
+__all__ = ["run", "EvalTrace", "EVAL"]
 
 
 def _shape_error(op: str, inputs, attrs, err: Exception) -> ShapeError:
@@ -35,8 +39,6 @@ def _release(rec, nbytes: int) -> None:
 
 def run(op: str, inputs: tuple[Tensor, ...], attrs: dict[str, Any]) -> Tensor:
     """Execute one op now and return the result as a concrete Tensor."""
-    from .tensor import Tensor
-
     d = opdef.REGISTRY.get(op) or opdef.get(op)
     rec = _trace.active()
     try:
@@ -69,3 +71,22 @@ def run(op: str, inputs: tuple[Tensor, ...], attrs: dict[str, Any]) -> Tensor:
             tuple(t.shape for t in inputs) + (out.shape,), nbytes, flops, rec.live_bytes,
         ))  # fmt: skip
     return result
+
+
+class EvalTrace:
+    """The base of the trace stack: runs each op at once (``run``)."""
+
+    def record(self, op: str, inputs: tuple[Tensor, ...], attrs: dict[str, Any]) -> Tensor:
+        return run(op, inputs, attrs)
+
+    def constant(self, array: np.ndarray) -> Tensor:
+        return Tensor.wrap(array)
+
+    def convert(self, fn: Any) -> Any:
+        return fn  # eager code runs as written
+
+    def __repr__(self) -> str:
+        return "EvalTrace()"
+
+
+EVAL = EvalTrace()

@@ -19,7 +19,7 @@ from .. import trace as _trace
 from ..ir import Graph
 from ..ir.ops_tensor import Subgraph
 from .kernels import make_kernel
-from .passes.memory_plan import MemoryPlan
+from .passes.memory_plan import MemoryPlan, plan_memory
 
 __all__ = ["Program"]
 
@@ -113,8 +113,6 @@ def _bind_out(k, out: np.ndarray):
 
 
 def _sub_program(sub: Subgraph) -> Program:
-    from .passes.memory_plan import plan_memory
-
     return Program(sub.graph, plan_memory(sub.graph))
 
 

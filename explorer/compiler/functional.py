@@ -1,5 +1,6 @@
 """``ex.F``: tensor functions. Each is one registry op (or a few), so eager runs, captured
-graphs and gradients all see the same ops as ``explorer.models`` builders.
+graphs and gradients all see the same ops as ``explorer.models`` builders. This module also
+installs ``Tensor``'s operators and methods (``x + y`` is ``F.add(x, y)``).
 
 >>> import explorer as ex, numpy as np
 >>> x = ex.tensor(np.array([[1.0, 2.0, 3.0]]))
@@ -15,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..ir import DType
-from .tensor import STATE, Tensor, apply
+from .tensor import Tensor
+from .trace_stack import apply, current
 
 __all__ = [
     "add", "sub", "mul", "div", "pow", "neg", "matmul", "einsum", "scale", "relu", "gelu",
@@ -33,9 +35,7 @@ def constant(value: Any, dtype: DType | str | None = None) -> Tensor:
         a = a.astype(DType.parse(dtype).numpy)
     elif a.dtype == np.float64:
         a = a.astype(np.float32)
-    if STATE.tracer is not None:
-        return STATE.tracer.constant(a)
-    return Tensor.wrap(a)
+    return current().constant(a)
 
 
 def _t(x: Any, like: Tensor | None = None) -> Tensor:
@@ -278,3 +278,40 @@ def zeros_like(x: Tensor) -> Tensor:
 
 def ones_like(x: Tensor) -> Tensor:
     return constant(np.ones(x.shape, x.dtype.numpy))
+
+
+def _install_methods() -> None:
+    """Give ``Tensor`` its operators and op methods, each one of the functions above."""
+
+    def _reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], tuple | list):
+            shape = tuple(shape[0])
+        return reshape(self, shape)
+
+    def _transpose(self, *perm):
+        if len(perm) == 1 and isinstance(perm[0], tuple | list):
+            perm = tuple(perm[0])
+        return transpose(self, perm or None)
+
+    methods = {
+        "__add__": lambda s, o: add(s, o), "__radd__": lambda s, o: add(o, s),
+        "__sub__": lambda s, o: sub(s, o), "__rsub__": lambda s, o: sub(o, s),
+        "__mul__": lambda s, o: mul(s, o), "__rmul__": lambda s, o: mul(o, s),
+        "__truediv__": lambda s, o: div(s, o), "__rtruediv__": lambda s, o: div(o, s),
+        "__pow__": lambda s, o: pow(s, o), "__matmul__": lambda s, o: matmul(s, o),
+        "__neg__": lambda s: neg(s),
+        "__lt__": lambda s, o: compare("lt", s, o), "__le__": lambda s, o: compare("le", s, o),
+        "__gt__": lambda s, o: compare("gt", s, o), "__ge__": lambda s, o: compare("ge", s, o),
+        "__eq__": lambda s, o: compare("eq", s, o), "__ne__": lambda s, o: compare("ne", s, o),
+        "__getitem__": lambda s, index: getitem(s, index),
+        "reshape": _reshape, "transpose": _transpose, "T": property(lambda s: transpose(s)),
+        "sum": lambda s, axis=None, keepdims=False: sum(s, axis, keepdims),
+        "mean": lambda s, axis=None, keepdims=False: mean(s, axis, keepdims),
+        "max": lambda s, axis=None, keepdims=False: max(s, axis, keepdims),
+        "astype": lambda s, dtype: cast(s, dtype),
+    }  # fmt: skip
+    for name, fn in methods.items():
+        setattr(Tensor, name, fn)
+
+
+_install_methods()

@@ -19,7 +19,8 @@ from typing import Any, Literal
 import numpy as np
 
 from . import functional as F
-from .tensor import STATE, Parameter, Tensor
+from .tensor import Parameter, Tensor
+from .trace_stack import capturing
 
 __all__ = [
     "Cell", "CellList", "Linear", "Embedding", "LayerNorm", "RMSNorm", "Attention", "MLP",
@@ -38,17 +39,22 @@ class Cell:
     """Base of all layers: ``cell(x)`` calls ``forward``; ``parameters()`` lists weights by
     dotted name in definition order; inside ``@jit`` each cell is a scope of the graph."""
 
-    _scope_name = ""
+    scope_name = ""  # the dotted scope of this cell in its model, set by parameters()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} has no forward()")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        tracer = STATE.tracer
-        if tracer is None or not self._scope_name:
-            return self.forward(*args, **kwargs)
-        with tracer.scope(self._scope_name):
-            return self.forward(*args, **kwargs)
+        return self.run_in_scope(self.forward, *args, **kwargs)
+
+    def run_in_scope(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` with the nodes it captures named in this cell's scope (no
+        scope when eager; ``@jit`` passes the cell's converted ``forward`` here)."""
+        tracer = capturing()
+        if tracer is None or not self.scope_name:
+            return fn(*args, **kwargs)
+        with tracer.scope(self.scope_name):
+            return fn(*args, **kwargs)
 
     def children(self) -> list[tuple[str, Cell]]:
         return [(k, v) for k, v in vars(self).items() if isinstance(v, Cell)]
@@ -62,10 +68,10 @@ class Cell:
                 v.name = name
                 out[name] = v
             elif isinstance(v, CellList):  # a list is iterated, not called: no scope of its own
-                v._scope_name = ""
+                v.scope_name = ""
                 out.update(v.parameters(name + ".", _scope=f"{_scope}{k}."))
             elif isinstance(v, Cell):
-                v._scope_name = f"{_scope}{k}"
+                v.scope_name = f"{_scope}{k}"
                 out.update(v.parameters(name + "."))
         return out
 

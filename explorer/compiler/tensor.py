@@ -1,8 +1,9 @@
 """``Tensor``: a numpy array (eager) or a value of a graph being captured (under ``@jit``).
 
-Every op goes through ``apply``: with no capture active it runs at once (``eager.run``);
-inside a capture it appends a node to the active ``Tracer``. An active gradient tape
-records the op either way, so ``grad`` works in both modes.
+This module is the bottom of the framework: it imports nothing above it. Ops reach a
+trace through ``trace_stack.apply`` (eager runs them at once, a capture records them);
+the operators and methods that apply ops (``+``, ``@``, ``reshape``, ``sum``...) are
+installed on ``Tensor`` by ``functional``, as JAX installs its array methods.
 
 >>> import explorer as ex, numpy as np
 >>> x = ex.tensor(np.arange(6.0).reshape(2, 3))
@@ -13,7 +14,7 @@ array([ 9., 27.], dtype=float32)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,22 +22,7 @@ from ..ir import DType, TensorType
 from ..ir.ops_tensor import dtype_of_array
 from .errors import GraphBreak
 
-if TYPE_CHECKING:
-    from .autodiff import Tape
-    from .jit.capture import Tracer
-
-__all__ = ["Tensor", "Parameter", "tensor", "spec", "apply", "STATE"]
-
-
-class _State:
-    """What is active: the innermost capture (``tracer``) and gradient tapes."""
-
-    def __init__(self) -> None:
-        self.tracer: Tracer | None = None
-        self.tapes: list[Tape] = []
-
-
-STATE = _State()
+__all__ = ["Tensor", "Parameter", "tensor", "spec"]
 
 
 def _as_array(data: Any, dtype: DType | str | None = None) -> np.ndarray:
@@ -53,15 +39,16 @@ def _as_array(data: Any, dtype: DType | str | None = None) -> np.ndarray:
 class Tensor:
     """A tensor value. ``data`` is its array (None while abstract), ``type`` its TensorType.
 
-    Operators: ``+ - * / ** @``, comparisons, unary ``-``, indexing with ints and slices.
-    Methods: ``reshape``, ``transpose``/``T``, ``sum``/``mean``/``max``, ``astype``,
-    ``numpy()``, ``item()``.
+    Operators (installed by ``functional``): ``+ - * / ** @``, comparisons, unary ``-``,
+    indexing with ints and slices; methods ``reshape``, ``transpose``/``T``,
+    ``sum``/``mean``/``max``, ``astype``. Here: ``numpy()``, ``item()``. ``tracer`` is the
+    capture the tensor belongs to (None for a concrete tensor).
     """
 
     __slots__ = ("data", "type", "tracer", "value", "__weakref__")
     __array_priority__ = 100  # numpy defers ``ndarray + Tensor`` to Tensor.__radd__
 
-    def __init__(self, data: np.ndarray | None, type: TensorType, tracer: Tracer | None = None,
+    def __init__(self, data: np.ndarray | None, type: TensorType, tracer: Any = None,
                  value: str = "") -> None:  # fmt: skip
         self.data = data
         self.type = type
@@ -140,88 +127,6 @@ class Tensor:
 
     __hash__ = object.__hash__
 
-    # --- operators ------------------------------------------------------------------------
-    def __add__(self, o):
-        return _F.add(self, o)
-
-    def __radd__(self, o):
-        return _F.add(o, self)
-
-    def __sub__(self, o):
-        return _F.sub(self, o)
-
-    def __rsub__(self, o):
-        return _F.sub(o, self)
-
-    def __mul__(self, o):
-        return _F.mul(self, o)
-
-    def __rmul__(self, o):
-        return _F.mul(o, self)
-
-    def __truediv__(self, o):
-        return _F.div(self, o)
-
-    def __rtruediv__(self, o):
-        return _F.div(o, self)
-
-    def __pow__(self, o):
-        return _F.pow(self, o)
-
-    def __matmul__(self, o):
-        return _F.matmul(self, o)
-
-    def __neg__(self):
-        return _F.neg(self)
-
-    def __lt__(self, o):
-        return _F.compare("lt", self, o)
-
-    def __le__(self, o):
-        return _F.compare("le", self, o)
-
-    def __gt__(self, o):
-        return _F.compare("gt", self, o)
-
-    def __ge__(self, o):
-        return _F.compare("ge", self, o)
-
-    def __eq__(self, o):  # type: ignore[override]
-        return _F.compare("eq", self, o)
-
-    def __ne__(self, o):  # type: ignore[override]
-        return _F.compare("ne", self, o)
-
-    def __getitem__(self, index):
-        return _F.getitem(self, index)
-
-    # --- methods --------------------------------------------------------------------------
-    def reshape(self, *shape) -> Tensor:
-        if len(shape) == 1 and isinstance(shape[0], tuple | list):
-            shape = tuple(shape[0])
-        return _F.reshape(self, shape)
-
-    def transpose(self, *perm) -> Tensor:
-        if len(perm) == 1 and isinstance(perm[0], tuple | list):
-            perm = tuple(perm[0])
-        return _F.transpose(self, perm or None)
-
-    @property
-    def T(self) -> Tensor:
-        return _F.transpose(self, None)
-
-    def sum(self, axis=None, keepdims: bool = False) -> Tensor:
-        return _F.sum(self, axis, keepdims)
-
-    def mean(self, axis=None, keepdims: bool = False) -> Tensor:
-        return _F.mean(self, axis, keepdims)
-
-    def max(self, axis=None, keepdims: bool = False) -> Tensor:
-        return _F.max(self, axis, keepdims)
-
-    def astype(self, dtype: DType | str) -> Tensor:
-        return _F.cast(self, dtype)
-
 
 class Parameter(Tensor):
     """A trained weight: a concrete tensor with a dotted ``name`` given by its cell.
@@ -263,20 +168,3 @@ def spec(shape: Sequence[int], dtype: DType | str = DType.FP32) -> Tensor:
     Tensor(<abstract>, int32[8, 1024])
     """
     return Tensor(None, TensorType(tuple(shape), DType.parse(dtype)))
-
-
-def apply(op: str, inputs: tuple[Tensor, ...], attrs: dict[str, Any]) -> Tensor:
-    """Run (eager) or record (capture) one op, and push it on every active tape."""
-    tracer = STATE.tracer
-    if tracer is not None:
-        out = tracer.record(op, inputs, attrs)
-    else:
-        out = _eager_run(op, inputs, attrs)
-    if STATE.tapes:
-        for tape in STATE.tapes:
-            tape.push(op, inputs, attrs, out)
-    return out
-
-
-from . import functional as _F  # noqa: E402  (operators delegate to ex.F)
-from .eager import run as _eager_run  # noqa: E402

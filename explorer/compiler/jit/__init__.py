@@ -1,6 +1,7 @@
 """``@jit``: source transformation, capture, cache (see ``api``)."""
 
-from .api import CacheEntry, JitFunction, capture, jit
+from .api import JitFunction, capture, jit
+from .cache import CacheEntry
 from .capture import Tracer
 from .transform import check
 

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -33,52 +33,22 @@ import numpy as np
 from ... import trace as _trace
 from ...ir import Graph, TensorType
 from ..errors import GraphBreak, JitSyntaxError
-from ..executor import Program
-from ..passes import Level, MemoryPlan, RewriteStep, optimize
-from ..passes.memory_plan import plan_memory
-from ..tensor import STATE, Tensor, tensor
+from ..nn import Cell
+from ..passes import Level, RewriteStep, optimize
+from ..tensor import Tensor, tensor
+from ..trace_stack import capturing, tracing
 from . import runtime, transform
-from .capture import Tracer, tracing
+from .cache import CacheEntry
+from .capture import Tracer
+from .guards import stale, tensor_guards
 from .split import Split, plan_split
-from .symbolic import rebind, sentinel
+from .symbolic import sentinel
 
 __all__ = ["jit", "JitFunction", "capture", "CacheEntry"]
 
 Syntax = Literal["strict", "lax"]
 Capture = Literal["ast", "trace"]
 Dynamic = Mapping[str, Mapping[int, str]]
-
-
-@dataclass
-class CacheEntry:
-    """One compilation: the captured graph, the optimised graph, what the passes did."""
-
-    key: tuple
-    captured: Graph | None
-    graph: Graph | None
-    steps: list[RewriteStep]
-    plan: MemoryPlan | None
-    params: list[tuple[str, Any]]
-    out_tree: Any
-    compile_ms: float
-    fallback: GraphBreak | None = None
-    split: Split | None = None
-    symbols: dict[str, int] = field(default_factory=dict)
-    programs: dict[tuple, Program] = field(default_factory=dict)
-
-    def program(self, sizes: tuple) -> Program:
-        prog = self.programs.get(sizes)
-        if prog is None:
-            g = self.graph
-            if self.symbols:
-                g = rebind(
-                    g,
-                    {self.symbols[s]: v for s, v in zip(sorted(self.symbols), sizes, strict=True)},
-                )
-            plan = plan_memory(g) if self.plan is not None else None
-            prog = Program(g, plan)
-            self.programs[sizes] = prog
-        return prog
 
 
 def _flatten(out: Any) -> tuple[list[Tensor], Any]:
@@ -136,6 +106,8 @@ class JitFunction:
         self.sig = inspect.signature(fn)
         self.cache: dict[tuple, CacheEntry] = {}
         self._last_key: tuple | None = None
+        # compiling and storing entries is one thread at a time; running is not
+        self._lock = threading.RLock()
         functools.update_wrapper(self, fn)
 
     def __get__(self, obj, objtype=None):
@@ -157,8 +129,6 @@ class JitFunction:
         return bound
 
     def _key(self, bound: inspect.BoundArguments) -> tuple[tuple, dict[str, int]]:
-        from ..nn import Cell
-
         key: list[Any] = []
         sizes: dict[str, int] = {}
         for name, v in bound.arguments.items():
@@ -186,14 +156,12 @@ class JitFunction:
 
     # --- call -----------------------------------------------------------------------------
     def _call(self, owner: tuple, *args: Any, **kwargs: Any) -> Any:
-        if STATE.tracer is not None:  # called from a function being compiled: inline it
+        if capturing() is not None:  # called from a function being compiled: inline it
             return runtime.maybe_convert(self.fn)(*owner, *args, **kwargs)
         bound = self._bind(owner, args, kwargs)
         key, sizes = self._key(bound)
-        entry = self.cache.get(key)
+        entry = self._lookup(bound, key)
         rec = _trace.active()
-        if entry is None:
-            entry = self._compile(bound, key)
         if entry.fallback is not None and entry.split is None:
             if rec is not None:
                 rec.note("graph_break", entry.fallback.construct,
@@ -205,10 +173,9 @@ class JitFunction:
             dims = dict(zip(sorted(entry.symbols), sym, strict=True))
             rec.note("bind", self.fn.__name__, f"symbolic dims {dims}: shapes re-specialised, "
                      "no retrace")  # fmt: skip
-        prog = entry.program(sym)
         feeds = [_array(v) for v in _leaves(bound)]
         feeds += [p.data for _, p in entry.params]
-        outs = prog.run(feeds)
+        outs = entry.run(sym, feeds)
         result = _unflatten(entry.out_tree, iter(outs))
         if entry.split is None:
             return result
@@ -219,12 +186,25 @@ class JitFunction:
                      f"eager from line {sp.line}")  # fmt: skip
         return sp.tail(*sp.tail_args(bound.arguments, result))
 
-    def _compile(self, bound: inspect.BoundArguments, key: tuple) -> CacheEntry:
+    def _lookup(self, bound: inspect.BoundArguments, key: tuple) -> CacheEntry:
+        """The entry for ``key``: cached, or compiled now (also when a module-scope tensor
+        it baked in was rebound since: see ``guards``)."""
+        with self._lock:
+            entry = self.cache.get(key)
+            if entry is None:
+                return self._compile(bound, key)
+            moved = stale(entry.guards)
+            if moved is None:
+                return entry
+            return self._compile(bound, key, f"{moved} was rebound since it was compiled")
+
+    def _compile(self, bound: inspect.BoundArguments, key: tuple,
+                 reason: str | None = None) -> CacheEntry:  # fmt: skip
         t0 = time.perf_counter()
-        reason = _diff(self._last_key, key)
+        reason = reason or _diff(self._last_key, key)
         symbols: dict[str, int] = {}
         try:
-            captured, params, tree = self._capture(bound, symbols)
+            captured, params, tree, called = self._capture(bound, symbols)
         except GraphBreak as gb:
             if self.syntax == "strict":
                 raise JitSyntaxError(gb.construct, gb.location, gb.hint) from None
@@ -235,16 +215,16 @@ class JitFunction:
                 self.cache[key] = entry
                 self._last_key = key
                 return entry
-            captured, params, tree = head
+            captured, params, tree, called = head
             graph, steps, plan = optimize(captured, self.level)
             ms = (time.perf_counter() - t0) * 1e3
             entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms, gb, split,
-                               symbols)  # fmt: skip
+                               symbols, tensor_guards([self.fn, *called]))  # fmt: skip
             return self._store(entry, reason)
         graph, steps, plan = optimize(captured, self.level)
         ms = (time.perf_counter() - t0) * 1e3
         entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms,
-                           symbols=symbols)  # fmt: skip
+                           symbols=symbols, guards=tensor_guards([self.fn, *called]))  # fmt: skip
         return self._store(entry, reason)
 
     def _store(self, entry: CacheEntry, reason: str) -> CacheEntry:
@@ -276,7 +256,8 @@ class JitFunction:
             if issues:
                 i = issues[0]
                 raise GraphBreak(i.construct, i.hint, i.location)
-        tracer = Tracer(self.fn.__name__, concrete=self.capture == "trace", mode=self.capture)
+        tracer = Tracer(self.fn.__name__, concrete=self.capture == "trace", mode=self.capture,
+                        converter=runtime.maybe_convert if self.capture == "ast" else None)  # fmt: skip
         new = bound.arguments.copy()
         for name, v in bound.arguments.items():
             if isinstance(v, Tensor | np.ndarray):
@@ -306,13 +287,13 @@ class JitFunction:
         if rec is not None:
             for kind, detail in tracer.notes:
                 rec.note(kind, "capture", detail)  # type: ignore[arg-type]
-        return graph, tracer.params, tree
+        return graph, tracer.params, tree, tracer.called
 
     # --- inspection -----------------------------------------------------------------------
     def _entry(self, *args: Any, **kwargs: Any) -> CacheEntry:
         bound = self._bind((), args, kwargs)
         key, _ = self._key(bound)
-        return self.cache.get(key) or self._compile(bound, key)
+        return self._lookup(bound, key)
 
     def lower(self, *args: Any, **kwargs: Any) -> Graph:
         """The optimised graph for these arguments (compiles if needed)."""
@@ -358,6 +339,15 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
             nodes); ``"trace"`` records one run (a tensor branch is frozen to this run's).
         dynamic: symbolic dims, ``{"x": {0: "B"}}``: one compilation serves every size of
             that dim (the graph is re-specialised per size without retracing).
+
+    Tensors read from module scope or closures (not passed as arguments) are baked into the
+    graph as constants and *guarded on identity*: rebinding such a name (``W = new``) makes
+    the next call recompile (a ``recompile`` event in the trace says which name), so results
+    follow eager. Changing the guarded array in place, and Python scalars read from module
+    scope, stay frozen at compile time (see ``tests/compiler/test_footguns.py``).
+
+    Thread-safe: the capture state is per thread (``trace_stack``), compilation is locked,
+    and concurrent calls run on separate programs (``cache.CacheEntry.run``).
     """
     if fn is None:
         return lambda f: JitFunction(f, level=level, syntax=syntax, capture=capture,
@@ -374,15 +364,13 @@ def capture(fn: Callable, *args: Any, level: Level = "O0", **kwargs: Any) -> Gra
     >>> [n.op for n in g.ops]
     ['matmul', 'add']
     """
-    from ..nn import Cell
-
     if isinstance(fn, Cell):
         cell = fn
         fn = type(cell).forward
         args = (cell, *args)
     jf = JitFunction(fn, level=level)
     bound = jf._bind((), args, kwargs)
-    graph, _, _ = jf._capture(bound, {})
+    graph = jf._capture(bound, {})[0]
     if level != "O0":
         graph = optimize(graph, level)[0]
     return graph

@@ -1,6 +1,7 @@
 """``Tracer``: records ops applied to symbolic tensors into an ``explorer.ir.Graph``.
 
-A tracer is "abstract" (shape-only, used by the AST path and ``capture``) or "concrete"
+A ``Tracer`` is a trace of the trace stack (``trace_stack``): ``tracing(tracer)`` pushes
+it, and every op applied meanwhile becomes one of its nodes. A tracer is "abstract" (shape-only, used by the AST path and ``capture``) or "concrete"
 (``capture="trace"``: values computed alongside, so ``bool()`` of a tensor takes the branch
 of this run's data). Sub-tracers build the bodies of ``cond`` and ``loop`` nodes; a tensor
 of an enclosing graph used inside a body becomes an extra input of the body (a capture).
@@ -9,7 +10,7 @@ of an enclosing graph used inside a body becomes an extra input of the body (a c
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import numpy as np
@@ -20,7 +21,8 @@ from ...ir.errors import IRError
 from ...ir.node import freeze_attrs
 from ...ir.ops_tensor import Const, dtype_of_array
 from ..errors import GraphBreak, ShapeError, user_location
-from ..tensor import STATE, Parameter, Tensor
+from ..tensor import Parameter, Tensor
+from ..trace_stack import tracing
 
 __all__ = ["Tracer", "tracing"]
 
@@ -31,11 +33,16 @@ class Tracer:
     """Builds one graph. ``record`` appends a node and returns its symbolic Tensor."""
 
     def __init__(self, name: str, parent: Tracer | None = None, *, concrete: bool = False,
-                 mode: CaptureMode = "ast") -> None:  # fmt: skip
+                 mode: CaptureMode = "ast", converter: Callable[[Any], Any] | None = None,
+                 ) -> None:  # fmt: skip
         self.name = name
         self.parent = parent
         self.concrete = concrete
         self.mode = mode
+        # what convert() does to a user function called inside the capture (the AST
+        # compiler's maybe_convert, given by jit; sub-tracers inherit their parent's)
+        self.converter = converter if converter is not None or parent is None else (
+            parent.converter)  # fmt: skip
         self.nodes: list[Node] = []
         self.names: set[str] = set()
         self.counts: dict[str, int] = {}
@@ -44,6 +51,7 @@ class Tracer:
         self._owned: dict[int, tuple[Tensor, str]] = {}  # id(outer or concrete) -> name
         self.params: list[tuple[str, Parameter]] = []
         self.notes: list[tuple[str, str]] = []  # (kind, detail) for the trace
+        self.called: list[Any] = []  # user functions converted during this capture (root)
 
     @property
     def root(self) -> Tracer:
@@ -51,6 +59,10 @@ class Tracer:
         while t.parent is not None:
             t = t.parent
         return t
+
+    def convert(self, fn: Any) -> Any:
+        """``fn`` as this capture runs it: control flow converted (AST capture) or as is."""
+        return fn if self.converter is None else self.converter(fn)
 
     # --- naming and scopes ----------------------------------------------------------------
     @contextlib.contextmanager
@@ -183,17 +195,6 @@ class Tracer:
     def build(self, outputs: list[Tensor], name: str | None = None) -> Graph:
         outs = [self.own(t) for t in outputs]
         return Graph(tuple(self.nodes), tuple(outs), name or self.name)
-
-
-@contextlib.contextmanager
-def tracing(tracer: Tracer) -> Iterator[Tracer]:
-    """Make ``tracer`` the active capture for the block."""
-    prev = STATE.tracer
-    STATE.tracer = tracer
-    try:
-        yield tracer
-    finally:
-        STATE.tracer = prev
 
 
 def note(kind: str, detail: str) -> None:

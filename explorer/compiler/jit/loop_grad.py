@@ -14,6 +14,8 @@ the body's vector-Jacobian product there, traced with a tape of its own::
     dL/d(state_0) = cot; dL/d(captured tensors) = gcap
 
 The tape sees one entry per float output of the loop, whose rule builds that loop.
+``while_`` (what a converted ``while`` calls) lives here because the gradient loop is
+itself built with ``while_``.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any
 
 from .. import functional as F
 from ..autodiff import VJP, Tape, backward
-from ..tensor import STATE, Tensor
-from . import runtime
+from ..tensor import Tensor
+from ..trace_stack import no_tapes, tapes
+from .control import as_tensor, is_symbolic, loop
 
-__all__ = ["differentiable_loop"]
+__all__ = ["while_", "differentiable_loop"]
 
 TRIPS = "__jit_trips"
 
@@ -34,26 +37,39 @@ def _float(t: Any) -> bool:
     return isinstance(t, Tensor) and t.dtype.is_float
 
 
+def while_(cond_fn, body_fn, init: tuple, names: tuple[str, ...], line: int):
+    """A converted ``while``: Python loop while the test is a Python value; a ``loop``
+    node from the first iteration whose test is a tensor (differentiable while a gradient
+    tape records: ``differentiable_loop``)."""
+    vals = tuple(init)
+    c = cond_fn(*vals)
+    while not is_symbolic(c):
+        if not c:
+            return vals
+        vals = tuple(body_fn(*vals))
+        c = cond_fn(*vals)
+    if tapes():
+        return differentiable_loop(cond_fn, body_fn, vals, names, line)
+    return loop(cond_fn, body_fn, vals, names, line)[0]
+
+
 def differentiable_loop(cond_fn, body_fn, vals: tuple, names: tuple[str, ...], line: int):
     """A ``loop`` node (with a trip counter) and tape entries that differentiate it."""
-    tapes = list(STATE.tapes)
-    STATE.tapes.clear()  # the bodies are subgraphs: their ops are not ops of the outer tape
-    try:
-        out, state_idx, caps = runtime.loop(
+    # the bodies are subgraphs: their ops are not ops of the outer tapes
+    with no_tapes() as outer:
+        out, state_idx, caps = loop(
             lambda *a: cond_fn(*a[:-1]),
             lambda *a: (*body_fn(*a[:-1]), a[-1] + 1),
             (*vals, 0), (*names, TRIPS), line,
         )  # fmt: skip
-    finally:
-        STATE.tapes[:] = tapes
     state_idx = [k for k in state_idx if k < len(vals)]
     result, trips = out[:-1], out[-1]
-    init = [runtime._as_tensor(vals[k]) for k in state_idx]
+    init = [as_tensor(vals[k]) for k in state_idx]
     inputs = (*init, *caps)
     plan = _Backward(body_fn, vals, state_idx, init, list(caps), trips, names, line)
     for i, k in enumerate(state_idx):
         if _float(result[k]):
-            for tape in tapes:
+            for tape in outer:
                 tape.push("while_loop", inputs, {"vjp": plan, "index": i}, result[k])
     return result
 
@@ -78,7 +94,7 @@ class _Backward:
     def _recompute(self, k: Tensor) -> list[Any]:
         """The state entering iteration ``k``: ``k`` trips of the body from the start."""
         names = (TRIPS, *(self.names[j] for j in self.state_idx))
-        out = runtime.while_(
+        out = while_(
             lambda j, *s: j < k, lambda j, *s: (j + 1, *self._body(list(s))),
             (0, *self.init), names, self.line,
         )  # fmt: skip
@@ -105,7 +121,7 @@ class _Backward:
         n, m = len(self.fs), len(self.fc)
         names = ("__jit_k", *(f"__jit_dstate{i}" for i in range(n)),
                  *(f"__jit_dcap{i}" for i in range(m)))  # fmt: skip
-        out = runtime.while_(
+        out = while_(
             lambda k, *rest: k >= 0,
             lambda k, *rest: self._step(k, list(rest[:n]), list(rest[n:])),
             (self.trips - 1, *cot, *gcap), names, self.line,

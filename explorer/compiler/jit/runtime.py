@@ -1,226 +1,29 @@
 """What the converted source calls at capture time: ``if_``, ``while_``, ``call``, ``ld``.
 
-A test that is a Python value runs as plain Python (so branches on Python values and
-``for`` over ``range`` are resolved at compile time); a test that is a traced tensor
-becomes ``cond`` or ``loop`` nodes whose bodies are traced into subgraphs. While a
-gradient tape is recording, a tensor ``if`` is lowered to a select (both branches and
-``where``) so that it stays differentiable, and a tensor ``while`` gets a gradient loop
-(``loop_grad``).
+``transform.convert`` rewrites a user function's ``if``/``while`` and call sites into calls
+of this module (bound as ``__explorer_jit__`` in the function's globals). The control-flow
+builders are ``control`` (``if_``, ``loop``, ``ld``) and ``loop_grad`` (``while_``); this
+module adds ``call``/``maybe_convert``, which convert the user functions and cells a
+compiled function calls (library code is traced as it is).
 """
 
 from __future__ import annotations
 
 import inspect
-import itertools
-import numbers
 import os
 import sys
 import types
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from ...ir.ops_tensor import Subgraph
-from .. import functional as F
-from ..errors import JitSyntaxError, ShapeError, SourceLocation, user_location
-from ..tensor import STATE, Tensor
-from .capture import Tracer, tracing
+from ..nn import Cell
+from ..trace_stack import capturing
+from . import transform
+from .control import UNDEFINED, if_, ld, loop
+from .loop_grad import while_
 
 __all__ = ["ld", "if_", "while_", "loop", "call", "maybe_convert", "UNDEFINED"]
 
-_IDS = itertools.count(1)
 _INTERNAL = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class _Undefined:
-    def __repr__(self) -> str:
-        return "UNDEFINED"
-
-
-UNDEFINED: Any = _Undefined()
-
-
-def ld(thunk: Callable[[], Any]) -> Any:
-    """The current value of a variable, or ``UNDEFINED`` if it is not bound yet."""
-    try:
-        return thunk()
-    except NameError:
-        return UNDEFINED
-
-
-def _sym(x: Any) -> bool:
-    return isinstance(x, Tensor) and x.tracer is not None and x.data is None
-
-
-def _loc(line: int) -> SourceLocation | None:
-    here = user_location(3)
-    return SourceLocation(here.filename, line, "") if here else None
-
-
-def _as_tensor(v: Any) -> Tensor:
-    if isinstance(v, Tensor):
-        return v
-    if isinstance(v, bool | np.bool_):
-        return F.constant(np.asarray(v))
-    if isinstance(v, numbers.Integral):
-        return F.constant(np.asarray(v, np.int64))
-    return F.constant(np.asarray(v, np.float32))
-
-
-def _merge(name: str, a: Any, b: Any, line: int, what: str):
-    """(python value, None) when both sides agree on a Python value, else (None, (ta, tb))."""
-    if a is UNDEFINED and b is UNDEFINED:
-        return UNDEFINED, None
-    if a is UNDEFINED or b is UNDEFINED:
-        raise JitSyntaxError(
-            f"variable {name!r} assigned in only one branch of an if on a tensor", _loc(line),
-            f"give {name!r} a value before the if, or assign it in both branches",
-        )  # fmt: skip
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        same = a is b or (type(a) is type(b) and a == b)
-        if same:
-            return a, None
-        if not isinstance(a, numbers.Number) or not isinstance(b, numbers.Number):
-            raise JitSyntaxError(
-                f"variable {name!r} set to different Python values in the branches of {what}",
-                _loc(line), "make it a tensor or compute it outside the if",
-            )  # fmt: skip
-    return None, (a, b)
-
-
-def if_(test: Any, then_fn, else_fn, init: tuple, names: tuple[str, ...], line: int):
-    """A converted ``if``."""
-    if not _sym(test):
-        return then_fn(*init) if test else else_fn(*init)
-    if test.size != 1:
-        raise ShapeError(
-            f"`if` on a tensor of shape {test.shape} (needs one value); use F.where for an "
-            "elementwise choice", _loc(line),
-        )  # fmt: skip
-    tracer = STATE.tracer
-    if STATE.tapes:  # differentiable lowering: both branches, then where
-        a, b = then_fn(*init), else_fn(*init)
-        out = []
-        for n, x, y in zip(names, a, b, strict=True):
-            val, pair = _merge(n, x, y, line, "an if on a tensor")
-            if pair is None:
-                out.append(val)
-                continue
-            tx, ty = _as_tensor(pair[0]), _as_tensor(pair[1])
-            out.append(F.where(test, tx, ty))
-        return tuple(out)
-    subs, results = [], []
-    for label, fn in (("then", then_fn), ("else", else_fn)):
-        sub = Tracer(f"{tracer.name}.{label}{line}", tracer, mode=tracer.mode)
-        with tracing(sub):
-            results.append(tuple(fn(*init)))
-        subs.append(sub)
-    merged: list[Any] = []
-    pairs: list[tuple[int, Tensor, Tensor]] = []
-    for k, (n, a, b) in enumerate(zip(names, results[0], results[1], strict=True)):
-        val, pair = _merge(n, a, b, line, "an if on a tensor")
-        merged.append(val)
-        if pair is None:
-            continue
-        with tracing(subs[0]):
-            ta = _as_tensor(pair[0])
-        with tracing(subs[1]):
-            tb = _as_tensor(pair[1])
-        if ta.type != tb.type:
-            raise ShapeError(
-                f"variable {n!r} is {ta.type} after the then-branch and {tb.type} after the "
-                "else-branch of an if on a tensor; both branches must give the same type",
-                _loc(line),
-            )  # fmt: skip
-        pairs.append((k, ta, tb))
-    if not pairs:
-        return tuple(merged)
-    graphs = [sub.build([p[1 + i] for p in pairs]) for i, sub in enumerate(subs)]
-    caps0, caps1 = subs[0].captures, subs[1].captures
-    attrs = {
-        "then_": Subgraph(graphs[0]), "else_": Subgraph(graphs[1]),
-        "then_args": tuple(range(len(caps0))),
-        "else_args": tuple(range(len(caps0), len(caps0) + len(caps1))),
-        "group": f"cond{next(_IDS)}",
-    }  # fmt: skip
-    inputs = (test, *caps0, *caps1)
-    for i, (k, _, _) in enumerate(pairs):
-        merged[k] = tracer.add_node("cond", inputs, dict(attrs, index=i), f"cond.{names[k]}")
-    return tuple(merged)
-
-
-def while_(cond_fn, body_fn, init: tuple, names: tuple[str, ...], line: int):
-    """A converted ``while``: Python loop while the test is a Python value; a ``loop``
-    node from the first iteration whose test is a tensor (differentiable while a gradient
-    tape records: ``loop_grad``)."""
-    vals = tuple(init)
-    c = cond_fn(*vals)
-    while not _sym(c):
-        if not c:
-            return vals
-        vals = tuple(body_fn(*vals))
-        c = cond_fn(*vals)
-    if STATE.tapes:
-        from .loop_grad import differentiable_loop
-
-        return differentiable_loop(cond_fn, body_fn, vals, names, line)
-    return loop(cond_fn, body_fn, vals, names, line)[0]
-
-
-def loop(cond_fn, body_fn, vals: tuple, names: tuple[str, ...], line: int):
-    """A ``loop`` node for a while whose test is a tensor: (the values after the loop, the
-    state positions, the outer tensors the bodies capture)."""
-    tracer = STATE.tracer
-    state_idx = [k for k, v in enumerate(vals) if v is not UNDEFINED and (
-        isinstance(v, Tensor) or (isinstance(v, numbers.Number) and not isinstance(v, bool)))]  # fmt: skip
-    vals = tuple(_as_tensor(v) if k in state_idx else v for k, v in enumerate(vals))
-    state = [vals[k] for k in state_idx]
-    subs = []
-    outs: list[Any] = []
-    for label, fn in (("cond", cond_fn), ("body", body_fn)):
-        sub = Tracer(f"{tracer.name}.while{line}.{label}", tracer, mode=tracer.mode)
-        args = list(vals)
-        for k in state_idx:
-            args[k] = sub.input(names[k], vals[k].type)
-        with tracing(sub):
-            r = fn(*args)
-            if label == "cond":
-                outs.append([_as_tensor(r)])
-            else:
-                r = tuple(r)
-                new = []
-                for k, (n, v0, v1) in enumerate(zip(names, vals, r, strict=True)):
-                    if k in state_idx:
-                        t1 = _as_tensor(v1)
-                        if t1.type != v0.type:
-                            raise ShapeError(
-                                f"loop variable {n!r} enters the while loop as {v0.type} and "
-                                f"leaves an iteration as {t1.type}; it must keep its shape and "
-                                "dtype (start it as a tensor of the right dtype)", _loc(line),
-                            )  # fmt: skip
-                        new.append(t1)
-                    elif v1 is not v0 and v1 != v0:
-                        raise JitSyntaxError(
-                            f"the Python value {n!r} changes inside a while loop on a tensor",
-                            _loc(line), "make it a tensor (it is then carried by the loop)",
-                        )  # fmt: skip
-                outs.append(new)
-        subs.append(sub)
-    n = len(state)
-    graphs = [sub.build(o) for sub, o in zip(subs, outs, strict=True)]
-    cc, bc = subs[0].captures, subs[1].captures
-    attrs = {
-        "cond": Subgraph(graphs[0]), "body": Subgraph(graphs[1]), "n_state": n,
-        "cond_args": tuple(range(n)) + tuple(range(n, n + len(cc))),
-        "body_args": tuple(range(n)) + tuple(range(n + len(cc), n + len(cc) + len(bc))),
-        "group": f"loop{next(_IDS)}",
-    }  # fmt: skip
-    inputs = (*state, *cc, *bc)
-    result = list(vals)
-    for i, k in enumerate(state_idx):
-        result[k] = tracer.add_node("loop", inputs, dict(attrs, index=i), f"loop.{names[k]}")
-    return tuple(result), state_idx, [*cc, *bc]
 
 
 def _user_function(f: Any) -> bool:
@@ -245,29 +48,23 @@ def _convertible(f: types.FunctionType) -> bool:
 
 def maybe_convert(f: Any) -> Any:
     """``f`` with its control flow converted, when an AST capture is active and ``f`` is user
-    code; otherwise ``f`` itself (library code is traced as it is)."""
-    tracer = STATE.tracer
+    code; otherwise ``f`` itself (library code, and a ``JitFunction``, which inlines its own
+    converted function when called inside a capture)."""
+    tracer = capturing()
     if tracer is None or tracer.mode != "ast":
         return f
-    from ..nn import Cell
-    from . import api, transform
-
-    if isinstance(f, api.JitFunction):
-        f = f.fn
     if isinstance(f, Cell) and _user_function(type(f).forward):
         fwd = maybe_convert(type(f).forward)
         cell = f
 
         def run_cell(*a, **k):
-            if not cell._scope_name:
-                return fwd(cell, *a, **k)
-            with tracer.scope(cell._scope_name):
-                return fwd(cell, *a, **k)
+            return cell.run_in_scope(fwd, cell, *a, **k)
 
         return run_cell
     if isinstance(f, types.MethodType) and _user_function(f.__func__):
         return types.MethodType(maybe_convert(f.__func__), f.__self__)
     if _user_function(f) and _convertible(f):
+        tracer.root.called.append(f)  # its globals are guarded (api: module-scope tensors)
         return transform.convert(f, sys.modules[__name__])
     return f
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import textwrap
 import types
 from dataclasses import dataclass
@@ -195,8 +196,6 @@ def check(fn) -> list[Issue]:
     local = set(_stored_names(fdef.body))
 
     def loc(n: ast.AST) -> SourceLocation:
-        import linecache
-
         return SourceLocation(filename, n.lineno, linecache.getline(filename, n.lineno))
 
     def root_name(e: ast.expr) -> str | None:

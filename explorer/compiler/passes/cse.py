@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from ...ir import Graph, Node
 from .rewrite import Context, Rewrite, RewriteStep, Rule, run_rules
 
@@ -35,8 +37,6 @@ def cse(graph: Graph) -> tuple[Graph, list[RewriteStep]]:
 
 def _dedupe_constants(graph: Graph) -> Graph:
     # constants are sources (rules skip sources): merge equal ones here, first one wins
-    import dataclasses
-
     first: dict[tuple, str] = {}
     alias: dict[str, str] = {}
     nodes = []
