@@ -42,6 +42,7 @@ from .config import (
     ScheduleKind,
 )
 from .simulate import SimResult, TrainingParams, check_seq, estimate, simulate
+from .terms import zero as zero_terms
 
 __all__ = [
     "SearchSpace", "Candidate", "TrainingPlan", "TrainingPlanError", "plan_training",
@@ -350,10 +351,7 @@ def _configs(cfg, tp, pp, dp, gb, space: SearchSpace):
                     continue
                 if v > 1 and cfg.num_layers % (pp * v):
                     continue
-                zeros = space.zero if dp > 1 else (0,)
-                if dp > 1 and 0 in zeros and 1 in zeros:
-                    zeros = tuple(z for z in zeros if z != 0)  # dominated by ZeRO-1
-                for zero in zeros:
+                for zero in zero_terms.stages_worth_searching(space.zero, dp):
                     sps = space.sp if space.sp is not None else (tp > 1,)
                     for sp, ep in itertools.product(sps, eps):
                         if sp and tp == 1:

@@ -32,6 +32,7 @@ __all__ = [
     "tail_gather_s",
     "gather_buffer_bytes",
     "comm_bytes",
+    "stages_worth_searching",
 ]
 
 _STATE = StateBytes()  # mixed-precision Adam, 16 bytes per parameter
@@ -110,3 +111,19 @@ def comm_bytes(s: StepModel, params: float) -> float:
             * s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
         )
     return 0.0
+
+
+def stages_worth_searching(stages: tuple[int, ...], dp: int) -> tuple[int, ...]:
+    """The ZeRO stages among ``stages`` that `plan_training` estimates on ``dp`` replicas:
+    only 0 without data parallelism; ZeRO-0 is dropped when ZeRO-1 is offered, since its
+    all-reduce sends the bytes of ZeRO-1's reduce-scatter + all-gather while ZeRO-1 keeps
+    1/dp of the optimizer states and updates 1/dp of the weights.
+
+    >>> stages_worth_searching((0, 1, 2, 3), dp=8), stages_worth_searching((0, 1), dp=1)
+    ((1, 2, 3), (0,))
+    """
+    if dp == 1:
+        return (0,)
+    if 0 in stages and 1 in stages:
+        return tuple(z for z in stages if z != 0)
+    return tuple(stages)
