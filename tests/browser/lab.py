@@ -1,0 +1,271 @@
+"""JupyterLab + Debian's Chromium for the browser tests: the server, the browser, and the
+checks run in the page (what Chromium holds, not what Python holds).
+
+JupyterLab runs on 127.0.0.1 with a random token, isolated config dirs and a temporary root
+holding a copy of the notebooks; every process started here is stopped at the end (the
+server's process group and the kernels it started, SIGKILL after 10 s).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+    "--enable-unsafe-swiftshader",  # keeps WebGL (Scattergl) on a software renderer
+]  # fmt: skip
+STOP_GRACE_S = 10.0
+LAB_START_TIMEOUT_S = 60.0
+VIEWPORT = {"width": 1440, "height": 900}  # a laptop screen, the issue's judge
+
+
+class LabError(RuntimeError):
+    """JupyterLab or Chromium could not start; the message says why."""
+
+
+# --- processes ----------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc): the kernels the server started, which run in
+    their own sessions and so outlive a kill of the server's process group."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _kill_groups(pgids: list[int], sig: int) -> None:
+    for g in pgids:
+        try:
+            os.killpg(g, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _stop(proc: subprocess.Popen, kernels: list[int]) -> None:
+    """SIGTERM the server's group and the kernels' groups; SIGKILL what is left after 10 s."""
+    groups = [proc.pid, *kernels]
+    _kill_groups(groups, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and any(Path(f"/proc/{k}").exists() for k in kernels):
+        time.sleep(0.2)
+    _kill_groups(groups, signal.SIGKILL)
+    proc.wait(timeout=STOP_GRACE_S)
+
+
+@contextmanager
+def jupyterlab(tmp: Path, notebooks: Path = ROOT / "notebooks") -> Iterator[dict]:
+    """A JupyterLab server on 127.0.0.1 serving a copy of ``notebooks`` (a dict of facts)."""
+    root = tmp / "root"
+    shutil.copytree(notebooks, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    env = dict(os.environ)
+    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_RUNTIME_DIR", "runtime"),
+                     ("JUPYTERLAB_SETTINGS_DIR", "settings"),
+                     ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"), ("IPYTHONDIR", "ipython")):  # fmt: skip
+        (tmp / sub).mkdir(exist_ok=True)
+        env[var] = str(tmp / sub)
+    # Every cell stays in the DOM (no windowing), so off-screen figures render and are found.
+    tracker = tmp / "settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True, exist_ok=True)
+    (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
+    # No "get notified about Jupyter news?" toast over the screenshots.
+    apputils = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+    apputils.mkdir(parents=True, exist_ok=True)
+    (apputils / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
+    port, token = _free_port(), secrets.token_hex(16)
+    cmd = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        "--LabApp.news_url=None",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.expose_app_in_browser=True",
+    ]  # fmt: skip
+    if os.geteuid() == 0:
+        cmd.append("--allow-root")
+    log = (tmp / "lab.log").open("w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    kernels: list[int] = []
+    try:
+        t0 = time.monotonic()
+        while True:
+            if proc.poll() is not None:
+                raise LabError(f"JupyterLab exited with {proc.returncode} before it was ready:\n"
+                               + (tmp / "lab.log").read_text()[-3000:])  # fmt: skip
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() - t0 > LAB_START_TIMEOUT_S:
+                raise LabError(f"JupyterLab did not answer /api/status within "
+                               f"{LAB_START_TIMEOUT_S} s:\n" + (tmp / "lab.log").read_text()[-3000:])  # fmt: skip
+            time.sleep(0.2)
+        yield {"base": base, "token": token, "root": root, "log": tmp / "lab.log",
+               "start_s": time.monotonic() - t0, "kernels": kernels}  # fmt: skip
+    finally:
+        kernels += [k for k in _children(proc.pid) if k not in kernels]
+        _stop(proc, kernels)
+        log.close()
+
+
+@contextmanager
+def chromium() -> Iterator:
+    """Debian's Chromium through Playwright (LabError with the reason when it cannot start)."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        raise LabError(f"{CHROMIUM} is missing: the browser test needs Debian's Chromium; "
+                       "install it with `apt-get install -y chromium` (`make test` does it)")  # fmt: skip
+    pw = sync_playwright().start()
+    try:
+        try:
+            b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        except Exception as e:  # noqa: BLE001  (any launch error means the same to the user)
+            raise LabError(f"Chromium ({CHROMIUM}) could not start under Playwright: {e}\n"
+                           "Check that `chromium --headless --no-sandbox --dump-dom "
+                           "about:blank` works on this machine.") from e  # fmt: skip
+        yield b
+        b.close()
+    finally:
+        pw.stop()
+
+
+# --- in the page ----------------------------------------------------------------------------
+NB = "window.jupyterapp.shell.currentWidget"
+
+KERNEL_READY = f"""() => {{
+  const w = window.jupyterapp && {NB};
+  const s = w && w.sessionContext;
+  const k = s && s.session && s.session.kernel;
+  return !!(k && s.isReady && k.connectionStatus === 'connected' && k.status === 'idle');
+}}"""
+
+PROMPTS = f"""() => Array.from({NB}.node.querySelectorAll('.jp-CodeCell .jp-InputPrompt'))
+  .map(p => p.textContent.trim())"""
+
+OUTPUT_ERRORS = f"""() => {{
+  const errs = [];
+  for (const cell of {NB}.content.model.cells) {{
+    if (cell.type !== 'code') continue;
+    for (const o of cell.outputs.toJSON()) {{
+      if (o.output_type === 'error') errs.push(o.ename + ': ' + o.evalue);
+    }}
+  }}
+  return errs;
+}}"""
+
+# Every plotly plot in the notebook: its traces and how many hold data. A plot inside a hidden
+# tab (display: none up the tree) is reported with visible=false.
+PLOTS = f"""() => Array.from({NB}.node.querySelectorAll('.js-plotly-plot')).map((gd, i) => {{
+  const has = (t) => ['x', 'y', 'z', 'values', 'lat', 'a', 'r'].some(k => t[k] && t[k].length);
+  const traces = gd.data || [];
+  const title = gd.querySelector('.gtitle');
+  const cell = gd.closest('.jp-CodeCell');
+  const cells = Array.from({NB}.node.querySelectorAll('.jp-CodeCell'));
+  return {{index: i, cell: cells.indexOf(cell), traces: traces.length,
+           with_data: traces.filter(has).length,
+           visible: gd.offsetParent !== null,
+           title: title ? title.textContent : '',
+           width: gd.getBoundingClientRect().width}};
+}})"""
+
+# Readouts and labels whose text does not fit (the issue's "3.16 shows 3").
+CLIPPED = f"""() => {{
+  const out = [];
+  for (const el of {NB}.node.querySelectorAll(
+        '.widget-readout, .widget-label, .widget-button, .widget-toggle-button, button.jupyter-button')) {{
+    if (el.offsetParent === null) continue;  // hidden (another tab, a collapsed pane)
+    if (el.scrollWidth > el.clientWidth + 1)
+      out.push({{cls: el.className, text: el.textContent.trim().slice(0, 60),
+                scroll: el.scrollWidth, client: el.clientWidth}});
+  }}
+  return out;
+}}"""
+
+# Output areas (or anything inside them) that scroll sideways.
+SIDEWAYS = f"""() => {{
+  const out = [];
+  for (const area of {NB}.node.querySelectorAll('.jp-OutputArea-output')) {{
+    for (const el of [area, ...area.querySelectorAll('*')]) {{
+      if (el.offsetParent === null && el !== area) continue;
+      const ox = getComputedStyle(el).overflowX;
+      if ((ox === 'auto' || ox === 'scroll') && el.scrollWidth > el.clientWidth + 1)
+        out.push({{cls: String(el.className).slice(0, 80), scroll: el.scrollWidth,
+                  client: el.clientWidth}});
+    }}
+  }}
+  return out;
+}}"""
+
+
+def open_notebook(page, lab: dict, name: str, timeout_s: float = 60.0) -> None:
+    page.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
+    page.wait_for_function(KERNEL_READY, timeout=timeout_s * 1000)
+
+
+def run_all(page, timeout_s: float) -> float:
+    """Run every cell; wait until every prompt holds a number. Returns the seconds taken."""
+    t0 = time.monotonic()
+    for _ in range(2):  # the command can race the kernel start: queue again once
+        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+        try:
+            page.wait_for_function(
+                f"() => ({PROMPTS})().some(p => p.includes('*') || /\\d/.test(p))",
+                timeout=5_000,
+            )  # fmt: skip
+            break
+        except Exception:  # noqa: BLE001  (Playwright's TimeoutError: queue again)
+            continue
+    else:
+        raise LabError("notebook:run-all-cells queued no cell twice in a row")
+    page.wait_for_function(
+        f"() => ({PROMPTS})().every(p => /^\\[\\d+\\]:?$/.test(p))", timeout=timeout_s * 1000
+    )
+    return time.monotonic() - t0
+
+
+def wait_for_plots(page, timeout_s: float = 60.0) -> list[dict]:
+    """Wait until every visible plot has a trace with data (or the timeout); return them."""
+    try:
+        page.wait_for_function(
+            f"() => {{ const p = ({PLOTS})(); return p.length > 0 && "
+            "p.filter(x => x.visible).every(x => x.with_data > 0); }",
+            timeout=timeout_s * 1000,
+        )  # fmt: skip
+    except Exception:  # noqa: BLE001  (the caller asserts on what is there)
+        pass
+    return page.evaluate(PLOTS)

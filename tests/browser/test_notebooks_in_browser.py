@@ -1,0 +1,112 @@
+"""Every notebook in a real JupyterLab + Chromium at 1440x900 with the file browser open.
+
+What the browser holds is checked, not what Python holds (issue 12, item 10):
+- every cell runs without an error output;
+- every plot the page shows has at least one trace with data (plots inside tabs are shown one
+  tab at a time and checked too);
+- no ``.widget-readout`` / ``.widget-label`` / button is cut (scrollWidth > clientWidth);
+- no output scrolls sideways;
+- one screenshot per view goes to ``test-artifacts/<notebook>-<k>.png`` and the run-all time
+  to ``test-artifacts/browser_notebooks.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lab import (
+    ARTIFACTS,
+    CLIPPED,
+    NB,
+    OUTPUT_ERRORS,
+    SIDEWAYS,
+    VIEWPORT,
+    LabError,
+    chromium,
+    jupyterlab,
+    open_notebook,
+    run_all,
+    wait_for_plots,
+)
+
+pytestmark = pytest.mark.browser
+
+NOTEBOOKS = sorted(p.name for p in (Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
+RUN_ALL_TIMEOUT_S = 300.0
+TIMINGS: dict[str, float] = {}
+
+# Each root widget view in an output (a view of ours is an ipywidgets box holding a plot).
+VIEWS = f"""() => Array.from({NB}.node.querySelectorAll('.jp-OutputArea-output'))
+  .filter(o => o.querySelector('.js-plotly-plot, .widget-slider, .widget-tab'))
+  .map((o, i) => i)"""
+
+TABS = f"""() => Array.from({NB}.node.querySelectorAll('.jp-OutputArea-output .lm-TabBar-tab'))
+  .map((t, i) => ({{i, label: t.textContent.trim()}}))"""
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory) -> Iterator[dict]:
+    try:
+        with jupyterlab(tmp_path_factory.mktemp("lab")) as info:
+            yield info
+    except LabError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    try:
+        with chromium() as b:
+            yield b
+    except LabError as e:
+        pytest.fail(str(e), pytrace=False)
+
+
+def _empty_plots(plots: list[dict]) -> list[dict]:
+    return [p for p in plots if p["visible"] and p["with_data"] == 0]
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_in_the_browser(lab, browser, name):
+    ARTIFACTS.mkdir(exist_ok=True)
+    stem = name.removesuffix(".ipynb")
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        open_notebook(page, lab, name)
+        TIMINGS[name] = round(run_all(page, RUN_ALL_TIMEOUT_S), 1)
+        errors = page.evaluate(OUTPUT_ERRORS)
+        assert not errors, f"{name} raised in the browser's kernel: {errors}"
+
+        plots = wait_for_plots(page)
+        empty = _empty_plots(plots)
+        assert not empty, f"{name}: plots drawn without data: {empty}"
+
+        # Plots inside tabs: show each tab, its plots must draw with data.
+        for tab in page.evaluate(TABS):
+            page.locator(".jp-OutputArea-output .lm-TabBar-tab").nth(tab["i"]).click()
+            time.sleep(0.3)
+            empty = _empty_plots(wait_for_plots(page, 20))
+            assert not empty, f"{name}, tab {tab['label']!r}: plots without data: {empty}"
+            clipped = page.evaluate(CLIPPED)
+            assert not clipped, f"{name}, tab {tab['label']!r}: cut text: {clipped}"
+
+        clipped = page.evaluate(CLIPPED)
+        assert not clipped, f"{name}: readouts/labels/buttons cut at 1440x900: {clipped}"
+        sideways = page.evaluate(SIDEWAYS)
+        assert not sideways, f"{name}: outputs scroll sideways at 1440x900: {sideways}"
+
+        outputs = page.locator(".jp-OutputArea-output")
+        for k, i in enumerate(page.evaluate(VIEWS)):
+            out = outputs.nth(i)
+            out.scroll_into_view_if_needed()
+            out.screenshot(path=str(ARTIFACTS / f"{stem}-{k}.png"))
+    finally:
+        page.screenshot(path=str(ARTIFACTS / f"{stem}-last.png"))
+        (ARTIFACTS / "browser_notebooks.json").write_text(json.dumps(TIMINGS, indent=2))
+        context.close()
