@@ -30,14 +30,30 @@ class ErrorPane(ipw.VBox):
     """
 
     def __init__(self, max_errors: int = 5) -> None:
-        self.message = ipw.HTML()
-        self.output = ipw.Output(layout=ipw.Layout(max_height="12em", overflow="auto"))
-        self.dismiss = ipw.Button(description="dismiss", layout=ipw.Layout(width="6em"))
+        self.message = ipw.HTML(layout=ipw.Layout(width="auto", flex="1 1 auto"))
+        # The traceback stays folded behind "details": the message line is what people read.
+        self.output = ipw.Output(
+            layout=ipw.Layout(display="none", max_height="12em", overflow="auto", width="100%")
+        )
+        self.details_button = ipw.ToggleButton(
+            description="details", tooltip="show the traceback",
+            layout=ipw.Layout(width="auto", min_width="5.5em"),
+        )  # fmt: skip
+        self.details_button.observe(self._toggle, names="value")
+        self.dismiss = ipw.Button(
+            description="dismiss", layout=ipw.Layout(width="auto", min_width="5.5em")
+        )
         self.dismiss.on_click(lambda _: self.clear())
         self.errors: list[str] = []
         self.max_errors = max_errors
         super().__init__(
-            [ipw.HBox([self.message, self.dismiss]), self.output],
+            [
+                ipw.HBox(
+                    [self.message, self.details_button, self.dismiss],
+                    layout=ipw.Layout(flex_flow="row wrap", align_items="center"),
+                ),
+                self.output,
+            ],
             layout=ipw.Layout(display="none", border="1px solid #E4002B", padding="4px"),
         )
 
@@ -61,7 +77,11 @@ class ErrorPane(ipw.VBox):
         self.errors = []
         self.message.value = ""
         self.output.outputs = ()
+        self.details_button.value = False
         self.layout.display = "none"
+
+    def _toggle(self, change: dict[str, Any]) -> None:
+        self.output.layout.display = "block" if change["new"] else "none"
 
     def guard(self, fn: F) -> F:
         """Wrap a callback so that an exception is shown here instead of being lost."""

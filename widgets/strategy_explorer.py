@@ -27,6 +27,8 @@ from .base import View
 from .coalesce import Coalescer
 from .colors import stage_color
 from .cost_tuner import CostTuner
+from .errors import FieldError, field
+from .format import fmt_bytes
 from .graph_view import GraphView
 from .memory_view import MemoryView
 from .mesh_view import MeshView
@@ -39,7 +41,7 @@ __all__ = ["StrategyExplorer", "TABS", "DEVICE_CHOICES", "SEQ_CHOICES"]
 TABS = ("graph", "mesh", "cost tuner", "pipeline", "memory", "scaling", "traces")
 DEVICE_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SEQ_CHOICES = (512, 1024, 2048, 4096, 8192)
-_GIB = 2**30
+FIELDS = ("model", "hardware", "devices", "global_batch", "seq")
 _SHARDING: OrderedDict[tuple, Any] = OrderedDict()
 
 
@@ -76,47 +78,93 @@ class StrategyExplorer(View):
         self.draw_layers = draw_layers
         self.stages: dict[str, int] = {}
         self.views: dict[str, View] = {}
-        opt = {"style": {"description_width": "7em"}}
+        opt = {"style": {"description_width": "initial"}, "layout": ipw.Layout(width="auto")}
         self.controls = {
-            "model": ipw.Dropdown(options=ex.models.names(), value=model, description="model",
+            "model": ipw.Dropdown(options=ex.models.names(), value=model, description="Model",
                                   **opt),
             "hardware": ipw.Dropdown(options=ex.hardware.names(), value=hardware,
-                                     description="hardware", **opt),
+                                     description="Hardware", **opt),
             "devices": ipw.Dropdown(options=sorted({*DEVICE_CHOICES, devices}), value=devices,
-                                    description="devices", **opt),
-            "global_batch": ipw.BoundedIntText(value=global_batch, min=1, max=10**7,
-                                               description="global batch", **opt),
+                                    description="Devices", **opt),
+            # A plain IntText: a bad batch (0, -5) is refused beside it, never clamped.
+            "global_batch": ipw.IntText(value=global_batch, description="Global batch",
+                                        style=opt["style"], layout=ipw.Layout(width="14em")),
             "seq": ipw.Dropdown(options=sorted({*SEQ_CHOICES, seq}), value=seq,
-                                description="sequence", **opt),
-            "plan": ipw.Button(description="plan", button_style="primary", icon="play"),
+                                description="Sequence length", **opt),
+            "plan": ipw.Button(description="plan", button_style="primary", icon="play",
+                               layout=ipw.Layout(width="auto")),
         }  # fmt: skip
-        self._replan_soon = Coalescer(self.errors.guard(self.replan), delay_s=coalesce_s)
-        for k, w in self.controls.items():
-            if k != "plan":
-                w.observe(self.errors.guard(lambda _: self._replan_soon.submit()), "value")
-        self.controls["plan"].on_click(self.errors.guard(lambda _: self.replan()))
+        self.field_errors: dict[str, FieldError] = {}
+        self._fields: dict[str, ipw.Widget] = {}
+        for k in FIELDS:
+            self._fields[k], self.field_errors[k] = field(self.controls[k])
+        self._trigger: str | None = None
+        self._replan_soon = Coalescer(self.errors.guard(self._replan_now), delay_s=coalesce_s)
+        for k in FIELDS:
+            self.controls[k].observe(self.errors.guard(lambda _, k=k: self._on_control(k)),
+                                     "value")  # fmt: skip
+        self.controls["plan"].on_click(self.errors.guard(lambda _: self._on_control(None, 0)))
         self.summary = ipw.HTML()
         self.report = ipw.HTML()
         self.explain = ipw.HTML("<i>click an op in the graph to see why its strategy won</i>")
         self.note = ipw.HTML()
-        self.tabs = ipw.Tab(children=[ipw.VBox() for _ in TABS])
+        self.tabs = ipw.Tab(
+            children=[ipw.VBox() for _ in TABS], layout=ipw.Layout(flex="1 1 60em", min_width="0")
+        )
         for i, t in enumerate(TABS):
             self.tabs.set_title(i, t)
         self.tabs.observe(self.errors.guard(self._on_tab), names="selected_index")
         self.replan()  # builds the graph, pipeline and memory views the first time
-        c = self.controls
-        self._layout_children(
-            ipw.HBox([ipw.VBox([c["model"], c["hardware"]]),
-                      ipw.VBox([c["devices"], c["global_batch"]]),
-                      ipw.VBox([c["seq"], c["plan"]])]),
-            self.summary,
+        wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
+        f = self._fields
+        # Errors and progress sit under the controls, in view, not under the tabs.
+        self.children = (
+            ipw.HBox([*(f[k] for k in FIELDS), self.controls["plan"]], layout=wrap),
+            self.stale_banner, self.progress, self.errors, self.summary,
             ipw.Accordion(children=[self.report], titles=("full report",)),
             ipw.HBox([self.tabs, ipw.VBox([ipw.HTML("<b>explain</b>"), self.explain],
-                                          layout=ipw.Layout(width="34em"))]),
+                                          layout=ipw.Layout(flex="1 1 20em", min_width="0"))],
+                     layout=wrap),
             self.note,
         )  # fmt: skip
 
     # --- planning -----------------------------------------------------------------------
+    def _on_control(self, key: str | None, delay: float | None = None) -> None:
+        """A control changed (``None``: the plan button): re-plan, coalesced."""
+        self._trigger = key
+        if delay == 0:
+            self._replan_soon.cancel()
+            self._replan_now()
+        else:
+            self._replan_soon.submit()
+
+    def _replan_now(self) -> None:
+        """``replan`` with its errors beside the control that caused them: the results
+        are marked stale and the last valid plan stays on screen until a valid re-plan."""
+        key, self._trigger = self._trigger, None
+        try:
+            self.replan()
+        except Exception as e:  # noqa: BLE001  (shown beside its control)
+            if self.plan is None:
+                raise
+            err = self.field_errors.get(key or "")
+            if err is None:
+                self.errors.report(e, "plan")
+            else:
+                err.show(e)
+            what = self.controls[key].description if err is not None else "plan"
+            self.mark_stale(f"{what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            return
+        for k, err in self.field_errors.items():
+            err.last_valid = self.controls[k].value
+            if err.visible:
+                err.clear()
+        self.clear_stale()
+
+    def flush(self) -> None:
+        """Run a coalesced re-plan now (tests and scripts; the kernel does it by itself)."""
+        self._replan_soon.flush()
+
     def replan(self) -> None:
         """Run ``plan_training`` for the controls' job (with progress), then publish the
         plan and its operator-level plan to every linked view."""
@@ -257,7 +305,7 @@ class StrategyExplorer(View):
             f"sequence {p.seq}<br>chosen <b>{p.config}</b>: step {s.step_time_s:.3f} s, "
             f"{s.tokens_per_s:,.0f} tokens/s, {s.tflops_per_device:.0f} TFLOP/s per device "
             f"(MFU {s.mfu:.1%}), bubble {s.bubble_fraction:.1%}, memory "
-            f"{s.memory.total / _GIB:.1f} of {s.memory_cap_bytes / _GIB:.0f} GiB ({fits}); "
+            f"{fmt_bytes(s.memory.total)} of {fmt_bytes(s.memory_cap_bytes)} ({fits}); "
             f"{p.searched} configurations in {p.search_time_s:.2f} s"
         )
 

@@ -121,11 +121,38 @@ def test_cost_figure_before_after():
     after = CostBreakdown(compute=1.0, communication=(("all-gather", 0.25),))
     d = cost_figure(after, before, changed=2).to_dict()
     cats = d["data"][1]["x"]
-    assert d["data"][0]["y"][cats.index("all-reduce")] == 0.5
-    assert d["data"][1]["y"][cats.index("all-gather")] == 0.25
-    assert "2 ops changed" in d["layout"]["title"]["text"]
+    assert d["data"][0]["y"][cats.index("All-reduce")] == 0.5
+    assert d["data"][1]["y"][cats.index("All-gather")] == 0.25
+    assert d["data"][1]["hovertext"][cats.index("All-gather")] == "All-gather: 250 ms"
+    title = d["layout"]["title"]["text"]
+    assert "2 ops changed" in title and "baseline 1.50 s" in title and "−16.7%" in title
+    assert d["layout"]["yaxis"]["type"] == "log" and d["layout"]["barmode"] == "group"
     other_unit = cost_figure(after, CostBreakdown(compute=3.0, unit="bytes"))
     assert all(v is None for v in other_unit.data[0].y)
+
+
+def test_cost_figure_stacked_has_one_bar_per_plan():
+    before = CostBreakdown(compute=1.0, communication=(("all-reduce", 0.5),))
+    after = CostBreakdown(compute=2.0, communication=(("all-reduce", 0.01),), unit="seconds")
+    fig = cost_figure(after, before, scale="stacked")
+    d = fig.to_dict()
+    assert d["layout"]["barmode"] == "stack" and d["layout"]["yaxis"]["type"] == "linear"
+    stacked = {t["name"]: t for t in d["data"][2:]}
+    assert stacked["Compute"]["y"] == [1.0, 2.0] and stacked["Compute"]["visible"] is True
+    assert stacked["All-reduce"]["y"] == [0.5, 0.01]
+    assert d["data"][0]["visible"] is False
+    sums = [sum(t["y"][i] for t in d["data"][2:]) for i in (0, 1)]
+    assert sums == pytest.approx([before.total, after.total])  # the stack is the total
+    with pytest.raises(ValueError, match="scale"):
+        cost_figure(after, before, scale="loglog")
+
+
+def test_cost_figure_bytes_unit_reads_in_binary_units():
+    after = CostBreakdown(compute=3 * 2**30, unit="bytes", memory_bytes=1000)
+    fig = cost_figure(after)
+    assert fig.layout.title.text == "total 3.00 GiB"
+    assert fig.layout.annotations[0].text == "memory per device 1000 B"
+    assert fig.layout.yaxis.ticksuffix == "B"
 
 
 def test_trace_figures_from_a_recorded_run():

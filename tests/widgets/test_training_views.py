@@ -247,12 +247,12 @@ def test_dashboard_control_replans_every_view(dash):
     assert dash.views["cost tuner"].graph is dash.sharding.graph
 
 
-def test_dashboard_errors_go_to_the_pane(dash):
+def test_dashboard_errors_show_beside_their_control(dash):
     dash.controls["model"].value = "mlp-small"  # plan_training refuses MLPs
-    assert "MLP" in dash.errors.last and dash.errors.layout.display == "flex"
-    dash.errors.clear()
+    err = dash.field_errors["model"]
+    assert "MLP" in err.text and err.visible and dash.stale
     dash.controls["model"].value = "gpt2"
-    assert dash.errors.last is None and dash.plan.model == "gpt2"
+    assert not err.visible and not dash.stale and dash.plan.model == "gpt2"
 
 
 def test_dashboard_progress_callback_error_is_shown_not_fatal(dash, monkeypatch):

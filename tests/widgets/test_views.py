@@ -119,52 +119,194 @@ def tuner(mlp, mesh):
     return CostTuner(mlp, mesh)
 
 
-def test_tuner_has_a_control_per_cost_field(tuner):
+@pytest.fixture
+def fresh_tuner(mlp, mesh):
+    return CostTuner(mlp, mesh)
+
+
+def _figure_complete(fig) -> None:
+    """Every trace holds data for every bar, visible or not (a later mode switch or a
+    front-end that connects later never meets an empty trace)."""
+    d = fig.to_dict()
+    visible = [t for t in d["data"] if t.get("visible", True) is not False]
+    assert visible, "no visible trace"
+    for t in d["data"]:
+        assert len(t["x"]) == len(t["y"]) and len(t["hovertext"]) == len(t["y"])
+    for t in visible:
+        assert any(v is not None for v in t["y"]), t["name"]
+
+
+def test_tuner_has_a_control_per_cost_field_with_human_labels(tuner):
     for k in ex.CostParams().fields():
-        assert k in tuner.controls
-    assert {"method", "mesh_shape", "preset"} <= set(tuner.controls)
+        assert k in tuner.controls and k in tuner.field_errors
+        c = tuner.controls[k]
+        assert "_" not in c.description and c.style.description_width == "initial"
+        if hasattr(c, "readout"):  # sliders: the full value with units is shown beside them
+            assert c.readout is False
+    assert {"method", "mesh_shape", "preset", "scale", "pin", "reset"} <= set(tuner.controls)
+    r = tuner.readouts
+    assert r["beta_communication"].value == "×1" and r["compute_efficiency"].value == "50%"
+    assert r["message_threshold_bytes"].value == "2.00 KiB"
 
 
-def test_tuner_control_replans_and_updates_figure(tuner):
-    before = tuner.plan
+def test_tuner_control_replans_and_compares_with_the_baseline(tuner):
+    base = tuner.baseline
+    assert tuner.plan is base and tuner.changed == ()
     tuner.controls["beta_communication"].value = 300.0
-    assert tuner.plan is not before and tuner.plan.params.beta_communication == 300.0
-    assert tuner.previous is before
-    assert tuner.changed == tuner.plan.changed(before)
+    first = tuner.plan
+    assert first is not base and first.params.beta_communication == 300.0
+    assert tuner.previous is base and tuner.changed == first.changed(base)
+    tuner.controls["gamma_param_comm"].value = 0.1
+    # "before" stays the baseline, not the previous step
+    assert tuner.previous is first and tuner.baseline is base
+    assert tuner.changed == tuner.plan.changed(base)
     d = tuner.figure.to_dict()
-    assert d["data"][0]["name"] == "before" and d["data"][0]["y"][-1] == pytest.approx(
-        before.cost.total
+    assert d["data"][0]["name"] == "baseline" and d["data"][0]["y"][-1] == pytest.approx(
+        base.cost.total
     )
     assert d["data"][1]["y"][-1] == pytest.approx(tuner.plan.cost.total)
+    assert "baseline" in d["layout"]["title"]["text"]
     assert tuner.selection.plan is tuner.plan
     assert tuner.selection.highlight == tuner.changed
-    tuner.controls["beta_communication"].value = 1.0
+    tuner.reset()
+    assert tuner.plan is base and tuner.params == base.params and tuner.changed == ()
+    assert tuner.controls["beta_communication"].value == base.params.beta_communication
 
 
-def test_tuner_preset_and_method_and_mesh(tuner):
-    tuner.controls["preset"].value = "mindspore"
-    assert tuner.plan.params == ex.CostParams.mindspore()
-    assert tuner.controls["beta_communication"].value == 400.0
-    tuner.controls["method"].value = "dynamic_programming"
-    assert tuner.plan.method == "dynamic_programming"
-    tuner.controls["mesh_shape"].value = (4, 2)
-    assert tuner.plan.mesh.shape == (4, 2)
-    tuner.controls["mesh_shape"].value = (2, 4)
-    tuner.controls["preset"].value = "roofline"
-    assert tuner.plan.params == ex.CostParams()
+def test_tuner_pin_makes_a_new_baseline(fresh_tuner):
+    t = fresh_tuner
+    t.controls["beta_communication"].value = 1000.0
+    assert t.changed  # beta 1000 moves ops off the tensor-parallel strategies
+    t.pin()
+    assert t.baseline is t.plan and t.changed == ()
+    assert "no op changed strategy" in t.changes.value
+    t.controls["beta_communication"].value = 1.0
+    assert t.changed == t.plan.changed(t.baseline) and t.changed
 
 
-def test_tuner_bad_value_goes_to_error_pane(tuner):
+def test_tuner_changes_are_ranked_by_cost_delta(fresh_tuner):
+    t = fresh_tuner
+    t.controls["beta_communication"].value = 1000.0
+    base, plan = t.baseline, t.plan
+    deltas = {n: plan.node_cost(n).total - base.node_cost(n).total for n in t.changed}
+    ranked = sorted(deltas, key=lambda n: -abs(deltas[n]))
+    html = t.changes.value
+    shown = [n for n in ranked[:10]]
+    positions = [html.index(f"%{n}<") for n in shown]
+    assert positions == sorted(positions)  # largest |delta| first
+    top = ranked[0]
+    assert base.assignment[top].name in html and plan.assignment[top].name in html
+    assert f"{len(t.changed)} ops changed strategy" in html
+
+
+def test_tuner_presets_set_every_field_and_the_toggle_follows(fresh_tuner):
+    t = fresh_tuner
+    assert t.controls["preset"].value == "roofline"
+    t.controls["preset"].value = "mindspore"
+    ms = ex.CostParams.mindspore()
+    assert t.plan.params == ms and t.params == ms
+    for k, v in ms.fields().items():
+        assert t.controls[k].value == (0.0 if v is None else v), k
+    assert t.readouts["beta_communication"].value == "×400"
+    t.controls["beta_communication"].value = 30.0
+    assert t.controls["preset"].value == "custom"
+    t.controls["beta_communication"].value = 400.0
+    assert t.controls["preset"].value == "mindspore"
+    t.controls["preset"].value = "roofline"
+    assert t.plan.params == ex.CostParams() and t.controls["beta_communication"].value == 1.0
+
+
+def test_tuner_ignores_the_browser_slider_echo(fresh_tuner):
+    """A browser log slider snaps 400 to its step and sends 398.1 back, possibly after the
+    roofline preset already set 1.0 (notebook 04: roofline shown with beta 398)."""
+    t = fresh_tuner
+    slider = t.controls["beta_communication"]
+    t.controls["preset"].value = "mindspore"
+    plan = t.plan
+    snapped = 10 ** (-4 + round((2.60206 + 4) / 0.05) * 0.05)
+    slider.set_state({"value": snapped})  # the echo while 400 is current
+    assert t.params.beta_communication == 400.0 and t.plan is plan
+    assert t.controls["preset"].value == "mindspore"
+    t.controls["preset"].value = "roofline"
+    t.controls["preset"].value = "mindspore"  # sets 400 again: one more echo to come
+    t.controls["preset"].value = "roofline"
+    slider.set_state({"value": snapped})  # the echo of 400 arrives after roofline set 1.0
+    assert t.params == ex.CostParams() and t.plan.params == ex.CostParams()
+    assert slider.value == 1.0 and t.controls["preset"].value == "roofline"
+    slider.set_state({"value": 10.0})  # a real drag is applied
+    assert t.plan.params.beta_communication == 10.0
+
+
+def test_tuner_scales_keep_every_trace_complete(fresh_tuner):
+    t = fresh_tuner
+    assert t.figure.layout.yaxis.type == "log"  # communication visible beside compute
+    sequence = [
+        ("scale", "stacked"), ("beta_communication", 100.0), ("preset", "mindspore"),
+        ("scale", "linear"), ("mesh_shape", (4, 2)), ("scale", "log"),
+        ("preset", "roofline"), ("scale", "stacked"), ("mesh_shape", (2, 4)),
+    ]  # fmt: skip
+    for key, value in sequence:
+        t.controls[key].value = value
+        t.flush()
+        _figure_complete(t.figure)
+        stacked = t.figure.layout.barmode == "stack"
+        assert stacked == (t.scale == "stacked")
+        comparable = t.plan.cost.unit == t.baseline.cost.unit
+        assert t.figure.data[0].visible is (not stacked and comparable)
+        assert t.figure.data[1].visible is (not stacked)
+        assert t.figure.data[2].visible is stacked
+    assert t.figure.layout.yaxis.ticksuffix == "s"
+
+
+def test_tuner_marks_methods_that_cannot_run(tuner):
+    labels = dict((v, k) for k, v in tuner.controls["method"].options)
+    assert "unavailable" in labels["exhaustive"] and "limit" in labels["exhaustive"]
+    assert "unavailable" not in labels["ilp"]
     plan = tuner.plan
-    tuner.controls["unit"].value = "bytes"  # unit alone is valid...
-    tuner.controls["unit"].value = "seconds"
-    assert tuner.errors.last is None
-    tuner.controls["method"].value = "exhaustive"  # too many assignments: a SearchError
-    assert "exhaustive" in tuner.errors.last
-    assert tuner.errors.layout.display == "flex"
-    tuner.controls["method"].value = "recursive_programming"
-    tuner.errors.clear()
-    assert tuner.plan.params == plan.params
+    tuner.controls["method"].value = "exhaustive"
+    err = tuner.field_errors["method"]
+    assert err.visible and "exhaustive" in err.text and tuner.stale
+    assert tuner.plan is plan  # the last valid plan stays shown
+    assert tuner.errors.last is None  # beside the control, not in the bottom pane
+    tuner.controls["method"].value = "ilp"
+    assert not err.visible and not tuner.stale and tuner.plan.method == "ilp"
+    assert "optimal" in tuner.status.value
+    tuner.controls["method"].value = "dynamic_programming"
+
+
+def test_tuner_bad_value_shows_beside_its_control_and_restores(fresh_tuner):
+    t = fresh_tuner
+    plan = t.plan
+    t.controls["message_threshold_bytes"].value = -5.0
+    err = t.field_errors["message_threshold_bytes"]
+    assert err.visible and "-5" in err.text and t.stale
+    assert t.controls["message_threshold_bytes"].value == -5.0  # not clamped silently
+    assert t.plan is plan and t.params.message_threshold_bytes == 2048.0
+    assert "stale" in t.stale_banner.value and "Message threshold" in t.stale_banner.value
+    err.restore()
+    assert t.controls["message_threshold_bytes"].value == 2048.0
+    assert not err.visible and not t.stale
+
+
+def test_tuner_memory_cap_in_human_units(fresh_tuner):
+    t = fresh_tuner
+    plan = t.plan
+    assert t.readouts["device_memory_cap_bytes"].value == "the chip's memory"
+    t.controls["device_memory_cap_bytes"].value = 1000.0
+    assert t.readouts["device_memory_cap_bytes"].value == "1000 B"
+    err = t.field_errors["device_memory_cap_bytes"]
+    assert err.visible and "no plan fits" in err.text and t.stale and t.plan is plan
+    t.controls["device_memory_cap_bytes"].value = 0.0  # a valid re-plan clears both
+    assert not err.visible and not t.stale
+
+
+def test_error_pane_buttons_fit_their_text():
+    pane = ErrorPane()
+    assert pane.dismiss.layout.width == "auto" and pane.details_button.layout.width == "auto"
+    pane.report(ValueError("bad"), "x")
+    assert pane.output.layout.display == "none"  # the traceback is behind "details"
+    pane.details_button.value = True
+    assert pane.output.layout.display == "block"
 
 
 def test_selection_propagates_across_linked_views(mlp, mesh):
@@ -283,3 +425,56 @@ def test_a_late_linked_view_catches_up(mlp, mesh):
     assert late.figure.layout.title.text.startswith("%layers.0.fc2")
     graph = GraphView(mlp, selection=tuner.selection)
     assert graph.plan is tuner.plan and graph.selected == "layers.0.fc2"
+
+
+# --- dashboard errors ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dashboard():
+    from widgets import StrategyExplorer
+
+    return StrategyExplorer("gpt2", devices=8, global_batch=64, seq=512, draw_layers=2)
+
+
+def test_dashboard_bad_global_batch_shows_beside_it(dashboard):
+    dash = dashboard
+    plan, summary = dash.plan, dash.summary.value
+    dash.controls["global_batch"].value = -5
+    dash.flush()
+    err = dash.field_errors["global_batch"]
+    assert err.visible and "-5" in err.text
+    assert dash.controls["global_batch"].value == -5  # not clamped silently
+    assert dash.stale and "Global batch" in dash.stale_banner.value
+    assert dash.plan is plan and dash.summary.value == summary  # the last valid plan stays
+    assert dash.errors.last is None  # nothing at the bottom of the page
+    # the error line, the stale banner and the controls come before the tabs
+    kids = list(dash.children)
+    assert kids.index(dash.stale_banner) < kids.index(dash.summary)
+    err.restore()
+    dash.flush()
+    assert dash.controls["global_batch"].value == 64 and not err.visible and not dash.stale
+
+
+def test_dashboard_bad_model_shows_beside_the_model_and_a_valid_plan_clears(dashboard):
+    dash = dashboard
+    dash.controls["model"].value = "mlp-small"  # plan_training refuses MLPs
+    dash.flush()
+    err = dash.field_errors["model"]
+    assert err.visible and "MLP" in err.text and dash.stale
+    assert dash.plan.model == "gpt2"
+    dash.controls["model"].value = "gpt2"
+    dash.flush()
+    assert not err.visible and not dash.stale and dash.plan.model == "gpt2"
+    assert err.last_valid == "gpt2"
+
+
+def test_dashboard_controls_wrap_and_buttons_fit(dashboard):
+    c = dashboard.controls
+    for k in ("model", "hardware", "devices", "global_batch", "seq"):
+        assert c[k].style.description_width == "initial" and "_" not in c[k].description
+    assert c["plan"].layout.width == "auto"
+    controls = dashboard.children[0]
+    tabs_row = next(w for w in dashboard.children if dashboard.tabs in getattr(w, "children", ()))
+    assert controls.layout.flex_flow == "row wrap" and tabs_row.layout.flex_flow == "row wrap"
+    assert dashboard.tabs.layout.min_width == "0"  # the tabs shrink instead of overflowing
