@@ -44,7 +44,7 @@ def main() -> None:
     mesh = ex.Mesh({"dp": 2, "tp": 2, "pp": 2}, hardware="a100-80g")
 
     def cold():
-        sharding.strategy._CACHE.clear()
+        sharding.strategy._TEMPLATES.clear()
         return sharding.strategies(graph, mesh)
 
     t = best_of(cold)

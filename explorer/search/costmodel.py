@@ -16,6 +16,7 @@ import numpy as np
 
 from ..hardware import CollectiveKind, Mesh
 from ..ir import Graph, OpGroup
+from ..memo import memoize
 from ..sharding import Layout, Strategy, redistribute, strategies
 from ..sharding.redistribute import _shortest_from
 from .params import CostParams
@@ -100,13 +101,12 @@ class CostModel:
         emult = edge_multiplicity or {}
         self.nodes = [self._node_table(n, mult.get(n, 1)) for n in self.names]
         self.edges: list[EdgeTable] = []
-        cache: dict[tuple, tuple[np.ndarray, ...]] = {}
         for u, v, pos in graph.edges():
             m = emult.get((u, v), mult.get(v, 1))
-            self.edges.append(self._edge_table(u, v, pos, m, cache))
+            self.edges.append(self._edge_table(u, v, pos, m))
         self.n_graph_edges = len(self.edges)  # the extra edges follow
         for u, v, pos, m in extra_edges:
-            self.edges.append(self._edge_table(u, v, pos, m, cache))
+            self.edges.append(self._edge_table(u, v, pos, m))
         self._link()
 
     def _link(self) -> None:
@@ -185,7 +185,7 @@ class CostModel:
             peak_flops=peak, mem_bw=mem_bw, multiplicity=multiplicity,
         )  # fmt: skip
 
-    def _edge_table(self, u: str, v: str, pos: int, mult: int, cache) -> EdgeTable:
+    def _edge_table(self, u: str, v: str, pos: int, mult: int) -> EdgeTable:
         g = self.graph
         su, sv = self.strategies[u], self.strategies[v]
         ttype = g.node(u).type
@@ -199,58 +199,8 @@ class CostModel:
         # as the op needs it (MindSpore gives parameters their consumer's layout), so only
         # matching pairs are priced. This keeps tables small on meshes with many axes.
         follower = g.node(u).is_source and len(g.consumers(u)) == 1 and u not in g.outputs
-        key = (src, dst, ttype, used, follower)
-        if key not in cache:
-            cache[key] = self._pair_arrays(src, dst, ttype, used, follower)
-        t, b, k, gt, gb, ok = cache[key]
+        t, b, k, gt, gb, ok = _pair_arrays(src, dst, ttype, used, follower, self.mesh)
         return EdgeTable(u, v, pos, t, b, k, gt, gb, mult, ok)
-
-    def _pair_arrays(self, src, dst, ttype, used, follower=False):
-        mesh = self.mesh
-        plans = {}
-        ok = None
-        if follower:
-            ok = np.array([[a == b for b in dst] for a in src], dtype=bool)
-            for j in range(len(dst)):  # a required layout no source strategy has: price it
-                if not ok[:, j].any():
-                    ok[:, j] = True
-            pairs = {(src[i], dst[j]) for i, j in zip(*np.nonzero(ok), strict=True)}
-        else:
-            pairs = {(a, b) for a in set(src) for b in set(dst)}
-        for a, b in pairs:
-            if a == b:
-                plans[a, b] = ()
-            elif not (set(b.partial) - set(a.partial)):
-                # one Dijkstra from ``a`` serves every target (redistribute's own search)
-                best = _shortest_from(a, ttype, mesh, frozenset(b.partial))
-                plans[a, b] = tuple(m.collective for m in best[b] if m.collective is not None)
-            else:
-                plans[a, b] = redistribute(a, b, ttype, mesh).steps  # raises: explains why
-        steps = max((len(p) for p in plans.values()), default=0)
-        ku, kv = len(src), len(dst)
-        t, nb = np.zeros((ku, kv, steps)), np.zeros((ku, kv, steps))
-        kd = -np.ones((ku, kv, steps), dtype=int)
-        gt, gb = np.zeros((ku, kv)), np.zeros((ku, kv))
-        for i, a in enumerate(src):
-            for j, b in enumerate(dst):
-                if (a, b) not in plans:
-                    continue
-                for s, c in enumerate(plans[a, b]):
-                    t[i, j, s], nb[i, j, s], kd[i, j, s] = (
-                        c.time_s,
-                        c.bytes_per_device,
-                        _KIND_INDEX[c.kind],
-                    )
-                if used:
-                    axes = tuple(x for x in mesh.axis_names if x in used[j] and x not in a.axes)
-                    if axes:
-                        size = (
-                            float(np.prod(a.local_shape(ttype.shape, mesh))) * ttype.dtype.itemsize
-                        )
-                        gb[i, j] = mesh.collective_bytes("all-reduce", size, axes)
-                        if mesh.hardware is not None:
-                            gt[i, j] = mesh.collective_time("all-reduce", size, axes)
-        return t, nb, kd, gt, gb, ok
 
     # --- weights ----------------------------------------------------------------------
     def weigh(self, params: CostParams) -> Weighted:
@@ -319,6 +269,55 @@ class CostModel:
         if self.mesh.hardware is not None:
             return float(self.mesh.hardware.chip.memory_bytes)
         return None
+
+
+@memoize(maxsize=4096, name="search.pair_arrays")
+def _pair_arrays(src, dst, ttype, used, follower, mesh: Mesh):
+    """Per (source strategy, destination strategy): the redistribution steps' time, bytes
+    and kind, and the gradient all-reduce; ``ok`` marks the pairs a follower may take.
+    Shared between models (read-only arrays); the key is every input."""
+    plans = {}
+    ok = None
+    if follower:
+        ok = np.array([[a == b for b in dst] for a in src], dtype=bool)
+        for j in range(len(dst)):  # a required layout no source strategy has: price it
+            if not ok[:, j].any():
+                ok[:, j] = True
+        pairs = {(src[i], dst[j]) for i, j in zip(*np.nonzero(ok), strict=True)}
+    else:
+        pairs = {(a, b) for a in set(src) for b in set(dst)}
+    for a, b in pairs:
+        if a == b:
+            plans[a, b] = ()
+        elif not (set(b.partial) - set(a.partial)):
+            # one Dijkstra from ``a`` serves every target (redistribute's own search)
+            best = _shortest_from(a, ttype, mesh, frozenset(b.partial))
+            plans[a, b] = tuple(m.collective for m in best[b] if m.collective is not None)
+        else:
+            plans[a, b] = redistribute(a, b, ttype, mesh).steps  # raises: explains why
+    steps = max((len(p) for p in plans.values()), default=0)
+    ku, kv = len(src), len(dst)
+    t, nb = np.zeros((ku, kv, steps)), np.zeros((ku, kv, steps))
+    kd = -np.ones((ku, kv, steps), dtype=int)
+    gt, gb = np.zeros((ku, kv)), np.zeros((ku, kv))
+    for i, a in enumerate(src):
+        for j, b in enumerate(dst):
+            if (a, b) not in plans:
+                continue
+            for s, c in enumerate(plans[a, b]):
+                t[i, j, s], nb[i, j, s], kd[i, j, s] = (
+                    c.time_s,
+                    c.bytes_per_device,
+                    _KIND_INDEX[c.kind],
+                )
+            if used:
+                axes = tuple(x for x in mesh.axis_names if x in used[j] and x not in a.axes)
+                if axes:
+                    size = float(np.prod(a.local_shape(ttype.shape, mesh))) * ttype.dtype.itemsize
+                    gb[i, j] = mesh.collective_bytes("all-reduce", size, axes)
+                    if mesh.hardware is not None:
+                        gt[i, j] = mesh.collective_time("all-reduce", size, axes)
+    return t, nb, kd, gt, gb, ok
 
 
 def is_source(graph: Graph, name: str) -> bool:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..hardware import CollectiveKind, Mesh, ring_time
 from ..ir import format_bytes
+from ..memo import memoize
 
 __all__ = ["Collective", "make_collective", "send_recv"]
 
@@ -36,7 +36,7 @@ class Collective:
         return f"{self.kind.value}({','.join(self.axes)}) {format_bytes(self.size_bytes)}"
 
 
-@lru_cache(maxsize=65536)
+@memoize(maxsize=65536, name="sharding.collective")
 def make_collective(
     kind: CollectiveKind | str, size_bytes: float, axes: tuple[str, ...], mesh: Mesh,
     tensor: str = "",

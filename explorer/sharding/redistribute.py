@@ -31,10 +31,10 @@ import heapq
 import itertools
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ..hardware import CollectiveKind, Mesh
 from ..ir import TensorType
+from ..memo import memoize
 from .collective import Collective, make_collective, send_recv
 from .errors import ShardingError
 from .layout import Layout
@@ -127,7 +127,7 @@ def redistribute_across_stages(
     return RedistributePlan(src, dst, ttype, moves)
 
 
-@lru_cache(maxsize=8192)
+@memoize(maxsize=8192, name="sharding.redistribute.plan")
 def _plan(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh) -> RedistributePlan:
     src.validate(ttype, mesh)
     dst.validate(ttype, mesh)
@@ -146,7 +146,7 @@ def _plan(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh) -> Redistribu
     return RedistributePlan(src, dst, ttype, best[dst])
 
 
-@lru_cache(maxsize=2048)
+@memoize(maxsize=2048, name="sharding.redistribute.shortest_from")
 def _shortest_from(
     src: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]
 ) -> dict[Layout, tuple[Move, ...]]:
@@ -197,7 +197,7 @@ def _with_dim(dims, dim: int, axes: tuple[str, ...]):
     return dims[:dim] + (axes,) + dims[dim + 1 :]
 
 
-@lru_cache(maxsize=65536)
+@memoize(maxsize=65536, name="sharding.redistribute.moves")
 def _moves(
     lay: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]
 ) -> tuple[tuple[Move, str], ...]:

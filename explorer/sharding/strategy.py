@@ -18,12 +18,14 @@ output partial on its axes. Odd ops get hand rules in `rules`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from ..hardware import Mesh
 from ..ir import Graph, OpGroup, TensorType
 from ..ir.signature import parse
+from ..memo import Memo
 from . import rules
 from .collective import Collective
 from .layout import Layout
@@ -81,10 +83,17 @@ class Strategy:
         new = object.__new__(Strategy)
         new.__dict__.update(self.__dict__)
         new.__dict__["node"] = node
+        if self.collectives:  # the in-op collectives are labelled with their node too
+            new.__dict__["collectives"] = tuple(
+                c if c.tensor == node else dataclasses.replace(c, tensor=node)
+                for c in self.collectives
+            )
         return new
 
 
-_CACHE: dict[tuple, tuple[Strategy, ...]] = {}
+# Name-free templates (collectives unlabelled), shared by identical nodes; the key holds
+# every input of the enumeration, and node_strategies labels each copy with its node.
+_TEMPLATES: Memo[tuple[Strategy, ...]] = Memo("sharding.strategies", maxsize=4096)
 
 
 def strategies(graph: Graph, mesh: Mesh) -> dict[str, tuple[Strategy, ...]]:
@@ -98,12 +107,7 @@ def node_strategies(graph: Graph, name: str, mesh: Mesh) -> tuple[Strategy, ...]
     in_types = graph.input_types(name)
     params = tuple(graph.node(a).op == "param" for a in node.inputs)
     key = (node.op, graph.signature(name), in_types, node.type, node.attrs, params, mesh)
-    found = _CACHE.get(key)
-    if found is None:
-        found = tuple(_enumerate(graph, name, mesh, in_types, params))
-        if len(_CACHE) > 4096:
-            _CACHE.clear()
-        _CACHE[key] = found
+    found = _TEMPLATES.get(key, lambda: tuple(_enumerate(graph, name, mesh, in_types, params)))
     return tuple(s._renamed(name) for s in found)
 
 
@@ -157,7 +161,7 @@ def _enumerate(graph: Graph, name: str, mesh: Mesh, in_types: tuple[TensorType, 
             local_out,
             in_types[0].dtype if in_types else out_t.dtype,
             mesh,
-            name,
+            "",  # a template: node_strategies labels the copies
         )
         yield Strategy(
             node="", dim_axes=dim_axes, in_layouts=in_layouts, out_layout=out_layout,

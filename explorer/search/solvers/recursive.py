@@ -8,6 +8,7 @@ from collections import deque
 
 import numpy as np
 
+from ...memo import Memo
 from ...sharding import Strategy
 from ..problem import Problem
 from .propagation import neighbours
@@ -16,6 +17,9 @@ __all__ = ["solve_recursive"]
 
 
 _LAYER = re.compile(r"layers\.\d+\.")
+_CUT_KEYS: Memo[list] = Memo("search.recursive.cut_keys", maxsize=32)
+_ROUND_CANDS: Memo[tuple] = Memo("search.recursive.round_cands", maxsize=1 << 16)
+_STRUCTURES: Memo = Memo("search.recursive.structure", maxsize=32)
 TOP_OPS, TOP_CUTS = 6, 4  # propagation starts of recursive programming: ops x their cuts
 CHAIN_STARTS = 4  # the cheapest distinct local optima refined further by chain moves
 
@@ -85,28 +89,12 @@ def _rounds(
     memo = {} if memo is None else memo
     base = {i: p.cost[i] + p.eps * p.tie[i] for i in p.active} if base is None else base
     model = p.model
-    # Which strategy cuts which dim on each axis depends on the tables only: cached on them.
-    cache = model.__dict__.setdefault("_rp_keys", {}).setdefault(axes, {})
-    keys: dict[int, dict[tuple, int]] = {}
-    for i in p.active:
-        if i not in cache:
-            found: dict[tuple, int] = {}
-            for k, s in enumerate(model.nodes[i].strategies):
-                found.setdefault(_axis_letters(s, axes), k)
-            cache[i] = found
-        keys[i] = cache[i]
+    keys = _cut_keys(model, axes)
     decided: dict[int, tuple] = {i: (None,) * len(axes) for i in p.active}
     current = {i: keys[i][decided[i]] for i in p.active}
-    cand_cache = model.__dict__.setdefault("_rp_cands", {}).setdefault(axes, {})
 
     def round_cands(r: int, i: int) -> tuple[tuple[tuple, ...], np.ndarray]:
-        """Candidates: earlier rounds' cuts kept, this round's axis free, later ones unset."""
-        ck = (i, r, decided[i][:r])
-        if ck not in cand_cache:
-            cand = [(key, k) for key, k in keys[i].items()
-                    if key[:r] == decided[i][:r] and all(x is None for x in key[r + 1:])]  # fmt: skip
-            cand_cache[ck] = (tuple(key for key, _ in cand), np.array([k for _, k in cand]))
-        return cand_cache[ck]
+        return _round_cands(model, axes, i, r, decided[i][:r])
 
     cands: dict[int, dict[int, np.ndarray]] = {}
     for r in range(len(axes)):
@@ -131,6 +119,37 @@ def _rounds(
             current[i] = int(ks[best])
             visited.add(i)
     return current
+
+
+def _cut_keys(model, axes: tuple[str, ...]) -> list[dict[tuple, int]]:
+    """Per node: which of its strategies cuts which dim on each axis (the first strategy of
+    each cut). Depends on the tables only, so it is memoized on (model, axes)."""
+
+    def compute() -> list[dict[tuple, int]]:
+        out = []
+        for nt in model.nodes:
+            found: dict[tuple, int] = {}
+            for k, s in enumerate(nt.strategies):
+                found.setdefault(_axis_letters(s, axes), k)
+            out.append(found)
+        return out
+
+    return _CUT_KEYS.get((model, axes), compute)
+
+
+def _round_cands(
+    model, axes, i: int, r: int, prefix: tuple
+) -> tuple[tuple[tuple, ...], np.ndarray]:
+    """Round ``r``'s candidates of node ``i``: earlier rounds' cuts (``prefix``) kept, this
+    round's axis free, later ones unset."""
+
+    def compute():
+        keys = _cut_keys(model, axes)[i]
+        cand = [(key, k) for key, k in keys.items()
+                if key[:r] == prefix and all(x is None for x in key[r + 1 :])]  # fmt: skip
+        return tuple(key for key, _ in cand), np.array([k for _, k in cand])
+
+    return _ROUND_CANDS.get((model, axes, i, r, prefix), compute)
 
 
 def _unique_rows(x: np.ndarray) -> np.ndarray:
@@ -223,12 +242,11 @@ class _Local:
     every plan, is one gather (``unary``)."""
 
     def __init__(self, p: Problem) -> None:
-        # cached on the CostModel, per problem shape (which sources were folded away)
-        cache = p.model.__dict__.setdefault("_rp_structure", {})
-        shape = (tuple(p.active), len(p.edges))
-        st = cache.get(shape)
-        if st is None:
-            st = cache[shape] = _Structure(p)
+        # memoized on everything _Structure reads: the node count, the active nodes, the
+        # edges' ends and every node's strategy count
+        sizes = tuple(0 if c is None else len(c) for c in p.cost)
+        shape = (len(p.model.names), tuple(p.active), tuple((i, j) for i, j, _ in p.edges), sizes)
+        st = _STRUCTURES.get(shape, lambda: _Structure(p))
         self.p, self.st, self.n = p, st, st.n
         self.off = st.off
         self.stack: list[np.ndarray | None] = []
