@@ -146,3 +146,53 @@ def test_results_are_fresh_arrays_not_buffers(rng):
 
 def lambda_free(x):
     return F.exp(x) * 2.0
+
+
+W_MODULE = ex.tensor(np.ones(2))
+
+
+def adds_module_tensor(x):
+    return x + W_MODULE
+
+
+def calls_helper(x):
+    return helper_reading_module_tensor(x) * 2.0
+
+
+def helper_reading_module_tensor(x):
+    return x - W_MODULE
+
+
+def test_module_scope_tensors_are_guarded_and_recompile():
+    global W_MODULE
+    f, g = ex.jit(adds_module_tensor), ex.jit(calls_helper)
+    x = ex.tensor(np.zeros(2))
+    np.testing.assert_array_equal(f(x).numpy(), 1.0)
+    np.testing.assert_array_equal(g(x).numpy(), -2.0)
+    old = W_MODULE
+    W_MODULE = ex.tensor(np.full(2, 5.0))  # rebinding: eager and jit both see the new value
+    try:
+        with ex.trace.record() as rec:
+            np.testing.assert_array_equal(f(x).numpy(), adds_module_tensor(x).numpy())
+            np.testing.assert_array_equal(g(x).numpy(), calls_helper(x).numpy())
+        recompiles = rec.trace.of_kind("recompile")
+        assert len(recompiles) == 2
+        assert all("W_MODULE" in str(e.detail) for e in recompiles)
+        np.testing.assert_array_equal(f(x).numpy(), 5.0)
+        assert len(f.cache) == 1  # the stale entry was replaced, not kept beside
+    finally:
+        W_MODULE = old
+
+
+def test_rebinding_a_closure_tensor_recompiles():
+    w = ex.tensor(np.ones(2))
+
+    def add_w(x):
+        return x + w
+
+    f = ex.jit(add_w)
+    x = ex.tensor(np.zeros(2))
+    f(x)
+    w = ex.tensor(np.full(2, 3.0))  # noqa: F841  (rebinds the closure cell add_w reads)
+    np.testing.assert_array_equal(f(x).numpy(), add_w(x).numpy())
+    np.testing.assert_array_equal(f(x).numpy(), 3.0)

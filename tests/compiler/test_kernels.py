@@ -79,3 +79,47 @@ def test_masked_softmax_gradient_under_jit(rng):
     eager = ex.grad(loss)(q, k)
     compiled = ex.jit(ex.grad(loss))(q, k)
     np.testing.assert_allclose(compiled.numpy(), eager.numpy(), rtol=1e-4, atol=1e-6)
+
+
+# --- a fair eager baseline: eager runs the kernels @jit runs (issue 13, bug 7) ---------
+
+
+def test_eager_gelu_is_the_jit_kernel_in_fp32(rng):
+    from explorer.ir import activations, opdef
+
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+    eager_impl = opdef.get("gelu").impl(x)
+    assert eager_impl.dtype == np.float32  # no float64 maths on fp32 data
+    node = ex.jit(F.gelu, level="O0", capture="trace").lower(ex.tensor(x)).ops[0]
+    jit_kernel = kernels.make_kernel(node, (node.type,))
+    np.testing.assert_array_equal(eager_impl, jit_kernel(x))
+    np.testing.assert_array_equal(F.gelu(ex.tensor(x)).numpy(), activations.gelu(x))
+    # the tanh form itself, against float64 maths: the fp32 kernel is within fp32 rounding
+    x64 = x.astype(np.float64)
+    ref = 0.5 * x64 * (1 + np.tanh(activations.GELU_C * (x64 + activations.GELU_K * x64**3)))
+    np.testing.assert_allclose(eager_impl, ref, rtol=1e-6, atol=1e-7)
+
+
+def test_gelu_fused_expression_is_the_same_function(rng):
+    from explorer.ir import activations
+
+    x = rng.standard_normal(1000).astype(np.float64)
+    expr = activations.gelu_expression("x", repr)
+    got = eval(expr, {"exp": np.exp, "x": x})  # noqa: S307  (our own generated expression)
+    np.testing.assert_allclose(got, activations.gelu(x), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("eq", "sa", "sb"),
+    [("bsnd,btnd->bnst", (2, 5, 3, 4), (2, 7, 3, 4)), ("bnst,btnd->bsnd", (2, 3, 5, 7), (2, 7, 3, 4)),
+     ("ij,jk->ik", (6, 5), (5, 3))],
+)  # fmt: skip
+def test_eager_einsum_runs_the_jit_contraction(eq, sa, sb, rng):
+    from explorer.ir import opdef
+    from explorer.ir.contraction import einsum_as_matmul
+
+    a = rng.standard_normal(sa).astype(np.float32)
+    b = rng.standard_normal(sb).astype(np.float32)
+    eager = opdef.get("einsum").impl(a, b, eq=eq)
+    np.testing.assert_array_equal(eager, einsum_as_matmul(eq, sa, sb)(a, b))
+    np.testing.assert_allclose(eager, np.einsum(eq, a, b), rtol=1e-5, atol=1e-5)

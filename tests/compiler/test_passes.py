@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import explorer as ex
 from explorer.compiler import F, Program, optimize
 from explorer.compiler.passes import (
+    PASSES,
     PassDidNotConverge,
     Rewrite,
     Rule,
@@ -182,3 +183,55 @@ def test_passes_are_named_graph_functions():
     for p in (fold, cse, dce, simplify, fuse):
         out, steps = p(g)
         assert isinstance(out, ex.Graph) and steps == []
+
+
+def special_values(x, y):
+    a = x / 0.0  # inf, -inf and nan (0/0)
+    b = (x * 1.0 + 0.0) / F.constant(np.float32(0.5))  # identities, an exact reciprocal
+    c = F.exp(y) * 2.0 * 0.5 - y / 3.0
+    d = F.relu(x - x) + F.where(x > 0.0, a, y)
+    return a + b, c * d, F.softmax(y), F.maximum(x, y) / y
+
+
+SPECIAL = np.array([[np.inf, -np.inf, np.nan, 0.0], [-0.0, 1.0, -2.5, 1e38]], np.float32)
+
+
+def _same(got, want):
+    """Bit-level agreement on inf/nan positions, values equal up to float rounding."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isposinf(got), np.isposinf(want))
+    np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-6, atol=0)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("name", ["fold", "simplify", "cse", "dce", "fuse_softmax", "fuse", "O1", "O2"])  # fmt: skip
+def test_every_pass_keeps_inf_and_nan_like_O0(name):
+    x, y = ex.tensor(SPECIAL), ex.tensor(SPECIAL[::-1].copy())
+    with np.errstate(all="ignore"):
+        eager = [t.numpy() for t in special_values(x, y)]
+        ref = ex.jit(special_values, level="O0")
+        want = [t.numpy() for t in ref(x, y)]
+        for w, e in zip(want, eager, strict=True):
+            _same(w, e)
+        if name in ("O1", "O2"):
+            got = [t.numpy() for t in ex.jit(special_values, level=name)(x, y)]
+        else:
+            g, _ = PASSES[name](ref.graph(x, y))
+            got = Program(g).run([SPECIAL, SPECIAL[::-1].copy()])
+    for g_, w in zip(got, want, strict=True):
+        _same(g_, w)
+
+
+def divides_by_zero(x):
+    return x / F.constant(np.float32(0.0))
+
+
+def test_division_by_a_zero_constant_compiles_to_inf():
+    x = ex.tensor(np.array([1.0, -1.0, 0.0]))
+    for level in ("O0", "O1", "O2"):
+        with np.errstate(all="ignore"):
+            out = ex.jit(divides_by_zero, level=level)(x).numpy()
+        np.testing.assert_array_equal(out[:2], [np.inf, -np.inf])
+        assert np.isnan(out[2])
