@@ -155,9 +155,25 @@ def reference(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nd
 
 def gather(blocks: list[np.ndarray], shape: tuple[int, ...], layout: Layout,
            mesh: Mesh) -> np.ndarray:  # fmt: skip
-    """The global array from per-device blocks (a partial layout is summed over its axes)."""
+    """The global array from per-device blocks (a partial layout is summed over its axes).
+
+    Blocks may be uneven (as `shard_slices` cuts dims that do not divide); each must have
+    the shape of its device's slice.
+    """
     sl = shard_slices(shape, layout, mesh)
-    out = np.zeros(shape, dtype=blocks[0].dtype)
+    if len(blocks) != mesh.size:
+        raise ShardingError(
+            f"gather got {len(blocks)} blocks for {mesh} with {mesh.size} devices; pass one "
+            "block per device, in device order"
+        )
+    for d, b in enumerate(blocks):
+        want = tuple(x.stop - x.start for x in sl[d])
+        if np.shape(b) != want:
+            raise ShardingError(
+                f"gather: device {d}'s block has shape {np.shape(b)} but layout {layout} of "
+                f"shape {tuple(shape)} gives it {want}; pass the blocks of that layout"
+            )
+    out = np.zeros(shape, dtype=np.asarray(blocks[0]).dtype)
     if layout.partial:
         whole = Layout(layout.dims)
         for g in replica_groups(shape, whole, mesh):
@@ -188,7 +204,14 @@ def _check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> None:
             )
 
 
-def _check_assignment(graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy]) -> None:
+def check_assignment(graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy]) -> None:
+    """Raise `ShardingError` unless every node has one of its strategies on ``mesh``, with
+    layouts that split every dim evenly."""
+    if not isinstance(assignment, Mapping):
+        raise ShardingError(
+            f"the assignment is a {type(assignment).__name__}, not a mapping node -> Strategy "
+            "or a plan with .assignment; build one with explorer.sharding.assign"
+        )
     for n in graph.nodes:
         s = assignment.get(n.name)
         if s is None:
@@ -196,6 +219,12 @@ def _check_assignment(graph: Graph, mesh: Mesh, assignment: Mapping[str, Strateg
                 f"the assignment has no strategy for node %{n.name} ({n.op}); give every "
                 "node one (explorer.sharding.assign fills defaults)"
             )
+        if not isinstance(s, Strategy):
+            raise ShardingError(
+                f"the assignment gives node %{n.name} {s!r}, not a Strategy; turn strategy "
+                "names into strategies with explorer.sharding.assign(graph, mesh, names)"
+            )
+        _check_even(graph, mesh, n.name, s)
         options = node_strategies(graph, n.name, mesh)
         if s not in options:
             raise ShardingError(
@@ -267,13 +296,33 @@ class SPMDInterpreter(Interpreter):
         return self._converted[key]
 
 
+def _check_even(graph: Graph, mesh: Mesh, node: str, s: Strategy) -> None:
+    """Refuse layouts that cut a dim unevenly: `shard_slices` can draw them, but the
+    executor's byte counts and per-device kernels (mean, reshape) assume equal blocks."""
+    n = graph.node(node)
+    if len(s.in_layouts) != len(n.inputs):
+        raise ShardingError(
+            f"strategy {s.name!r} of node %{node} gives {len(s.in_layouts)} input layouts "
+            f"for {len(n.inputs)} inputs; take the node's strategies from node_strategies"
+        )
+    named = [(a, graph.node(a).type, lay) for a, lay in zip(n.inputs, s.in_layouts, strict=True)]
+    for tensor, ttype, lay in [*named, (node, n.type, s.out_layout)]:
+        try:
+            lay.validate(ttype, mesh, tensor=tensor)
+        except ShardingError as e:
+            raise ShardingError(
+                f"node %{node} under strategy {s.name!r}: {e}. The SPMD executor runs even "
+                "splits only (uneven blocks are drawn by shard_slices, not executed)"
+            ) from None
+
+
 def execute(
     graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy],
     inputs: Mapping[str, np.ndarray] | None = None, seed: int = 0,
 ) -> ExecutionResult:  # fmt: skip
     """Run ``graph`` under ``assignment`` on ``mesh.size`` virtual devices in float64."""
     assignment = getattr(assignment, "assignment", assignment)
-    _check_assignment(graph, mesh, assignment)
+    check_assignment(graph, mesh, assignment)
     given = dict(inputs or {})
     _check_inputs(graph, given)
     values = random_inputs(graph, seed)

@@ -9,14 +9,35 @@ The mesh view and the SPMD executor both use it.
 (slice(2, 4, None), slice(0, 6, None))
 >>> replica_groups((4, 6), Layout((("dp",), ())), mesh)
 ((0, 1), (2, 3))
+
+Uneven dims. A dim of size ``n`` cut into ``k`` shards gives shard ``i`` the elements
+``[i * c, min((i + 1) * c, n))`` with ``c = ceil(n / k)``: the first shards get the
+ceiling, the last ones the rest, possibly nothing. This is ``torch.chunk``, which PyTorch
+DTensor's ``Shard`` placement uses (the tests compare with it), so a block drawn here is
+the block DTensor would hold; every element is covered exactly once and none is dropped:
+
+>>> [s[0] for s in shard_slices((5,), Layout((("dp",),)), Mesh({"dp": 2})).values()]
+[slice(0, 3, None), slice(3, 5, None)]
+>>> [s[0] for s in shard_slices((5,), Layout((("dp",),)), Mesh({"dp": 4})).values()]
+[slice(0, 2, None), slice(2, 4, None), slice(4, 5, None), slice(5, 5, None)]
+
+The map accepts uneven layouts so that views and exports can show them. The cost side,
+the strategies and the SPMD executor keep requiring even splits (`Layout.validate`), as
+JAX does (``NamedSharding.devices_indices_map`` raises ``IndivisibleError``): their byte
+counts and per-device kernels (``mean``, ``reshape``) assume equal blocks.
+`explorer.sharding.execute` and `verify` refuse an uneven layout up front with the tensor,
+dim, size and axes in the message.
 """
 
 from __future__ import annotations
 
+import operator
+
 from ..hardware import Mesh
+from .errors import ShardingError
 from .layout import Layout
 
-__all__ = ["shard_slices", "replica_groups", "axes_index"]
+__all__ = ["shard_slices", "replica_groups", "axes_index", "shard_bounds"]
 
 
 def axes_index(mesh: Mesh, device: int, axes: tuple[str, ...]) -> int:
@@ -36,18 +57,54 @@ def _sizes(mesh: Mesh, axes: tuple[str, ...]) -> int:
     return n
 
 
+def shard_bounds(size: int, shards: int, index: int) -> tuple[int, int]:
+    """[start, stop) of shard ``index`` of ``shards`` along a dim of ``size`` (ceil first).
+
+    >>> [shard_bounds(5, 2, i) for i in range(2)]
+    [(0, 3), (3, 5)]
+    """
+    step = -(-size // shards)  # ceil: the first shards are full, as in JAX and torch.chunk
+    return min(index * step, size), min((index + 1) * step, size)
+
+
+def _check(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> None:
+    if len(shape) != layout.rank:
+        raise ShardingError(
+            f"shape {tuple(shape)} has rank {len(shape)} but layout {layout} gives "
+            f"{layout.rank} dims; give one tuple of axes per dim"
+        )
+    for i, size in enumerate(shape):
+        try:
+            ok = not isinstance(size, bool) and operator.index(size) >= 0
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ShardingError(
+                f"dim {i} of shape {tuple(shape)} is {size!r}; sizes must be ints >= 0"
+            )
+    for a in layout.axes + layout.partial:
+        if a not in mesh.axis_names:
+            raise ShardingError(
+                f"layout {layout} names mesh axis {a!r}, which {mesh} does not have; its axes "
+                f"are {', '.join(mesh.axis_names)}"
+            )
+
+
 def shard_slices(
     shape: tuple[int, ...], layout: Layout, mesh: Mesh
 ) -> dict[int, tuple[slice, ...]]:
-    """Device id -> the global slice it holds (partial axes do not change the block)."""
+    """Device id -> the global slice it holds (partial axes do not change the block).
+
+    Dims that do not divide are cut unevenly, ceiling first (see the module docstring).
+    """
+    _check(shape, layout, mesh)
     out: dict[int, tuple[slice, ...]] = {}
     counts = [_sizes(mesh, axes) for axes in layout.dims]
     for dev in range(mesh.size):
         sl = []
         for size, axes, n in zip(shape, layout.dims, counts, strict=True):
-            step = size // n
-            k = axes_index(mesh, dev, axes)
-            sl.append(slice(k * step, (k + 1) * step))
+            start, stop = shard_bounds(size, n, axes_index(mesh, dev, axes))
+            sl.append(slice(start, stop))
         out[dev] = tuple(sl)
     return out
 
@@ -57,9 +114,13 @@ def replica_groups(
 ) -> tuple[tuple[int, ...], ...]:
     """Groups of devices holding the same block, ordered by first device.
 
-    For a partial layout the members of a group hold different addends of that block.
+    Devices are grouped by their shard index on every dim (so two empty shards of an
+    uneven dim stay distinct blocks). For a partial layout the members of a group hold
+    different addends of that block.
     """
-    groups: dict[tuple, list[int]] = {}
-    for dev, sl in shard_slices(shape, layout, mesh).items():
-        groups.setdefault(tuple((s.start, s.stop) for s in sl), []).append(dev)
+    _check(shape, layout, mesh)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for dev in range(mesh.size):
+        key = tuple(axes_index(mesh, dev, axes) for axes in layout.dims)
+        groups.setdefault(key, []).append(dev)
     return tuple(sorted(tuple(g) for g in groups.values()))

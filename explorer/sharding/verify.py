@@ -12,7 +12,7 @@ import numpy as np
 from ..hardware import Mesh
 from ..ir import Graph
 from .errors import ShardingError
-from .executor import ExecutionResult, execute, reference
+from .executor import ExecutionResult, check_assignment, execute, reference
 from .layout import Layout
 from .redistribute import redistribute
 from .strategy import Strategy
@@ -61,6 +61,12 @@ class VerifyReport:
 def predicted_bytes(graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy]) -> float:
     """Bytes per device the cost side charges: one redistribution per (producer, required
     layout), the strategies' internal collectives, and the reduction of partial outputs."""
+    assignment = getattr(assignment, "assignment", assignment)
+    check_assignment(graph, mesh, assignment)
+    return _predicted_bytes(graph, mesh, assignment)
+
+
+def _predicted_bytes(graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy]) -> float:
     total = 0.0
     seen: set[tuple[str, Layout]] = set()
     for n in graph.nodes:
@@ -101,7 +107,7 @@ def verify(
         same_inf = np.array_equal(np.isfinite(got), finite)
         if not (same_inf and np.allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)):
             bad.append(o)
-    predicted = predicted_bytes(graph, mesh, assignment)
+    predicted = _predicted_bytes(graph, mesh, assignment)  # execute checked the assignment
     measured = res.bytes_measured
     ok = not bad and math.isclose(measured, predicted, rel_tol=1e-9, abs_tol=1e-9)
     return VerifyReport(
