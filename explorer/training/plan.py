@@ -196,7 +196,7 @@ class TrainingPlan:
             f"  step {s.step_time_s:.3f} s, {s.tokens_per_s:,.0f} tokens/s, "
             f"{s.tflops_per_device:.1f} TFLOP/s per device (MFU {s.mfu:.1%}), "
             f"bubble {s.bubble_fraction:.1%}",
-            f"  stages: {s.partition}",
+            f"  stages: {s.partition} ({s.partition_choice})",
             f"  layer strategies (searched): {s.strategies}",
             f"alternatives ({self.searched} configurations searched in "
             f"{self.search_time_s:.2f} s):",
