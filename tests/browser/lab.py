@@ -203,14 +203,19 @@ PLOTS = f"""() => Array.from({NB}.node.querySelectorAll('.js-plotly-plot')).map(
            width: gd.getBoundingClientRect().width}};
 }})"""
 
+# The index of the code cell holding an element (-1 outside any cell).
+_CELL_OF = f"""const cellOf = (el) => Array.from({NB}.node.querySelectorAll('.jp-CodeCell'))
+  .indexOf(el.closest('.jp-CodeCell'));"""
+
 # Readouts and labels whose text does not fit (the issue's "3.16 shows 3").
 CLIPPED = f"""() => {{
+  {_CELL_OF}
   const out = [];
   for (const el of {NB}.node.querySelectorAll(
         '.widget-readout, .widget-label, .widget-button, .widget-toggle-button, button.jupyter-button')) {{
     if (el.offsetParent === null) continue;  // hidden (another tab, a collapsed pane)
     if (el.scrollWidth > el.clientWidth + 1)
-      out.push({{cls: el.className, text: el.textContent.trim().slice(0, 60),
+      out.push({{cell: cellOf(el), cls: el.className, text: el.textContent.trim().slice(0, 60),
                 scroll: el.scrollWidth, client: el.clientWidth}});
   }}
   return out;
@@ -218,13 +223,15 @@ CLIPPED = f"""() => {{
 
 # Output areas (or anything inside them) that scroll sideways.
 SIDEWAYS = f"""() => {{
+  {_CELL_OF}
   const out = [];
   for (const area of {NB}.node.querySelectorAll('.jp-OutputArea-output')) {{
     for (const el of [area, ...area.querySelectorAll('*')]) {{
       if (el.offsetParent === null && el !== area) continue;
       const ox = getComputedStyle(el).overflowX;
       if ((ox === 'auto' || ox === 'scroll') && el.scrollWidth > el.clientWidth + 1)
-        out.push({{cls: String(el.className).slice(0, 80), scroll: el.scrollWidth,
+        out.push({{cell: cellOf(el), cls: String(el.className).slice(-40),
+                  text: el.textContent.trim().slice(0, 60), scroll: el.scrollWidth,
                   client: el.clientWidth}});
     }}
   }}
