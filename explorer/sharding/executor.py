@@ -73,6 +73,13 @@ def assign(graph: Graph, mesh: Mesh, names: Mapping[str, str] | None = None,
     Ops not named get ``default``; sources not named get the layout their first consumer
     needs (so weights match their users), or replicated when no strategy matches.
     """
+    _check_graph(graph)
+    _check_mesh(mesh)
+    if names is not None and not isinstance(names, Mapping):
+        raise ShardingError(
+            f"strategy names must be a mapping node -> name such as {{'fc1': 'n=tp'}}, "
+            f"got a {type(names).__name__}"
+        )
     names = dict(names or {})
     unknown = sorted(set(names) - {n.name for n in graph.nodes})
     if unknown:
@@ -106,6 +113,9 @@ def _pick(node: str, options: tuple[Strategy, ...], name: str) -> Strategy:
 def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded values for every source: floats of uneven magnitude and sign (so a wrong
     partial-sum rule cannot pass by chance), integers in the range their users accept."""
+    _check_graph(graph)
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ShardingError(f"seed {seed!r} is not an int >= 0; pass e.g. seed=0")
     rng = np.random.default_rng(seed)
     out = {}
     for n in graph.nodes:
@@ -204,9 +214,27 @@ def _check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> None:
             )
 
 
+def _check_graph(graph: Graph) -> None:
+    if not isinstance(graph, Graph):
+        raise ShardingError(
+            f"expected an explorer.ir.Graph, got {type(graph).__name__}; build one with "
+            "explorer.models.build or explorer.GraphBuilder"
+        )
+
+
+def _check_mesh(mesh: Mesh) -> None:
+    if not isinstance(mesh, Mesh):
+        raise ShardingError(
+            f"expected a Mesh, got {type(mesh).__name__} {mesh!r}; build one with "
+            "explorer.Mesh({'dp': 2})"
+        )
+
+
 def check_assignment(graph: Graph, mesh: Mesh, assignment: Mapping[str, Strategy]) -> None:
     """Raise `ShardingError` unless every node has one of its strategies on ``mesh``, with
     layouts that split every dim evenly."""
+    _check_graph(graph)
+    _check_mesh(mesh)
     if not isinstance(assignment, Mapping):
         raise ShardingError(
             f"the assignment is a {type(assignment).__name__}, not a mapping node -> Strategy "
@@ -323,6 +351,10 @@ def execute(
     """Run ``graph`` under ``assignment`` on ``mesh.size`` virtual devices in float64."""
     assignment = getattr(assignment, "assignment", assignment)
     check_assignment(graph, mesh, assignment)
+    if inputs is not None and not isinstance(inputs, Mapping):
+        raise ShardingError(
+            f"inputs is a {type(inputs).__name__}; pass a mapping input name -> array"
+        )
     given = dict(inputs or {})
     _check_inputs(graph, given)
     values = random_inputs(graph, seed)

@@ -68,6 +68,18 @@ def shard_bounds(size: int, shards: int, index: int) -> tuple[int, int]:
 
 
 def _check(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> None:
+    if not isinstance(layout, Layout):
+        raise ShardingError(
+            f"expected a Layout, got {type(layout).__name__} {layout!r}; build one with "
+            "explorer.sharding.Layout((('dp',), ()))"
+        )
+    if not isinstance(mesh, Mesh):
+        raise ShardingError(
+            f"expected a Mesh, got {type(mesh).__name__} {mesh!r}; build one with "
+            "explorer.Mesh({'dp': 2})"
+        )
+    if not isinstance(shape, tuple | list):
+        raise ShardingError(f"shape {shape!r} is not a tuple of ints; pass e.g. (8, 16)")
     if len(shape) != layout.rank:
         raise ShardingError(
             f"shape {tuple(shape)} has rank {len(shape)} but layout {layout} gives "

@@ -94,6 +94,9 @@ def verify(
     ``plan_or_assignment``: ``{node: Strategy}`` or any object with an ``.assignment``.
     """
     assignment = getattr(plan_or_assignment, "assignment", plan_or_assignment)
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol >= 0:
+            raise ShardingError(f"{name}={tol!r} is not a number >= 0; pass e.g. {name}=1e-6")
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         res = execute(graph, mesh, assignment, inputs, seed)
         ref = reference(graph, res.inputs)

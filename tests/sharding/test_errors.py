@@ -7,7 +7,17 @@ import dataclasses
 import numpy as np
 import pytest
 
-from explorer.sharding import Layout, ShardingError, assign, execute, node_strategies, verify
+from explorer.sharding import (
+    Layout,
+    ShardingError,
+    assign,
+    execute,
+    node_strategies,
+    predicted_bytes,
+    random_inputs,
+    reference,
+    verify,
+)
 
 from .helpers import MESH_1D, op_graph
 
@@ -76,3 +86,46 @@ def test_given_inputs_are_used():
     res = execute(g, MESH_1D, assign(g, MESH_1D, {y: "k=x"}), inputs={"x": x, "w": w})
     np.testing.assert_allclose(res.outputs[y], x @ w)
     assert all(s.node == y for s in node_strategies(g, y, MESH_1D))
+
+
+# --- builtin errors that used to escape become ShardingError naming the value (issue 13) ---
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda g, p: assign(g, MESH_1D, ["y"]), "must be a mapping node -> name"),
+        (lambda g, p: assign(g, "tp"), "expected a Mesh, got str 'tp'"),
+        (lambda g, p: assign(None, MESH_1D), "expected an explorer.ir.Graph, got NoneType"),
+        (lambda g, p: execute(g, None, p), "expected a Mesh, got NoneType"),
+        (lambda g, p: execute(g, MESH_1D, [1]), "the assignment is a list"),
+        (lambda g, p: execute(g, MESH_1D, {**p, "y": "k=x"}), "gives node %y 'k=x', not a"),
+        (lambda g, p: execute(g, MESH_1D, p, inputs=[1]), "inputs is a list"),
+        (lambda g, p: execute(g, MESH_1D, p, seed="a"), "seed 'a' is not an int"),
+        (lambda g, p: verify(g, p, MESH_1D, rtol="a"), "rtol='a' is not a number"),
+        (lambda g, p: predicted_bytes(g, MESH_1D, {}), "no strategy for node %x"),
+        (lambda g, p: random_inputs(None), "expected an explorer.ir.Graph"),
+        (lambda g, p: reference(g, {}), "needs a value for %x"),
+    ],
+)
+def test_bad_arguments_raise_sharding_error(call, words):
+    g, y = op_graph("matmul")
+    assert y == "y"
+    plan = assign(g, MESH_1D, {y: "k=x"})
+    with pytest.raises(ShardingError) as err:
+        call(g, plan)
+    assert words in str(err.value)
+
+
+def test_kernel_failure_names_node_strategy_and_cause():
+    g, y = op_graph("matmul")
+    plan = assign(g, MESH_1D, {y: "k=x"})
+    with pytest.raises(ShardingError, match=r"node %y \(matmul\) failed under strategy 'k=x'"):
+        execute(g, MESH_1D, plan, inputs={"x": np.full((8, 4, 8), "a")})
+
+
+def test_reference_failure_names_node_and_shapes():
+    g, y = op_graph("matmul")
+    bad = {"x": np.zeros((3,)), "w": np.zeros((8, 16))}
+    with pytest.raises(ShardingError, match=r"%y = matmul\(%x: \(3,\), %w: \(8, 16\)\)"):
+        reference(g, bad)
