@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .costmodel import KINDS, CostModel
+from .costmodel import KINDS, CostModel, edge_terms, node_terms
 from .params import CostParams
 
 __all__ = ["CostBreakdown", "node_breakdown", "edge_breakdown", "plan_breakdown"]
@@ -78,66 +79,51 @@ class CostBreakdown:
         )
 
 
-def _factors(p: CostParams):
-    fwd_bwd = 1 + (p.backward_compute_ratio if p.training else 0)
-    comm_x = 1 + (p.backward_comm_ratio if p.training else 0)
-    grad_w = p.gamma_param_comm * (1 - p.grad_comm_overlap) if p.training else 0.0
-    return fwd_bwd, comm_x, grad_w
-
-
-def _comm(times, nbytes, kinds, p: CostParams) -> tuple[dict[str, float], float]:
+def _by_kind(values, kinds) -> dict[str, float]:
     out: dict[str, float] = {}
-    vals = times / p.bandwidth_efficiency if p.unit == "seconds" else CostModel._adjust(nbytes, p)
-    for v, k in zip(np.ravel(vals), np.ravel(kinds), strict=True):
+    for v, k in zip(np.ravel(values), np.ravel(kinds), strict=True):
         if k >= 0:
             name = KINDS[int(k)].value
             out[name] = out.get(name, 0.0) + float(v)
-    return out, float(np.sum(nbytes))
+    return out
 
 
-def node_breakdown(
-    model: CostModel, p: CostParams, i: int, k: int, scale: bool = True
-) -> CostBreakdown:
-    """The cost of node ``i`` under strategy ``k`` (times its multiplicity when ``scale``)."""
+def node_breakdown(model: CostModel, p: CostParams, i: int, k: int) -> CostBreakdown:
+    """The cost of node ``i`` under strategy ``k``: ``node_terms``, the solver's own terms."""
     nt = model.nodes[i]
-    fwd_bwd, comm_x, _ = _factors(p)
-    if p.unit == "seconds":
-        comp = max(nt.flops[k] / (nt.peak_flops * p.compute_efficiency),
-                   nt.rw_bytes[k] / (nt.mem_bw * p.bandwidth_efficiency))  # fmt: skip
-    else:
-        comp = nt.read_bytes[k]
-    comm, nbytes = _comm(nt.coll_time[k], nt.coll_bytes[k], nt.coll_kind[k], p)
-    m = nt.multiplicity if scale else 1
-    w = p.beta_communication * comm_x * m
+    compute, comm, memory = node_terms(nt, p, k)
+    m = nt.multiplicity
     return CostBreakdown(
-        compute=float(p.alpha_compute * fwd_bwd * comp * m),
-        communication=tuple(sorted((kk, v * w) for kk, v in comm.items())),
-        memory_bytes=float(nt.mem_bytes[k] * m),
-        memory=float(p.memory_weight_per_byte * nt.mem_bytes[k] * m),
-        unit=p.unit, comm_bytes=nbytes * m,
+        compute=float(compute), communication=tuple(sorted(_by_kind(comm, nt.coll_kind[k]).items())),
+        memory_bytes=float(nt.mem_bytes[k] * m), memory=float(memory), unit=p.unit,
+        comm_bytes=float(np.sum(nt.coll_bytes[k])) * m,
     )  # fmt: skip
 
 
 def edge_breakdown(model: CostModel, p: CostParams, e: int, ku: int, kv: int) -> CostBreakdown:
+    """The cost of edge ``e`` under strategies ``(ku, kv)``: ``edge_terms``."""
     et = model.edges[e]
-    _, comm_x, grad_w = _factors(p)
-    comm, nbytes = _comm(et.time[ku, kv], et.nbytes[ku, kv], et.kind[ku, kv], p)
-    g = et.grad_time[ku, kv] / p.bandwidth_efficiency if p.unit == "seconds" else float(
-        CostModel._adjust(np.array(et.grad_bytes[ku, kv]), p))  # fmt: skip
-    m = et.multiplicity
-    w = p.beta_communication * comm_x * m
+    comm, grad = edge_terms(et, p, ku, kv)
     return CostBreakdown(
-        communication=tuple(sorted((kk, v * w) for kk, v in comm.items())),
-        gradient=float(grad_w * g * m), unit=p.unit,
-        comm_bytes=(nbytes + float(et.grad_bytes[ku, kv])) * m,
+        communication=tuple(sorted(_by_kind(comm, et.kind[ku, kv]).items())),
+        gradient=float(grad), unit=p.unit,
+        comm_bytes=float(np.sum(et.nbytes[ku, kv]) + et.grad_bytes[ku, kv]) * et.multiplicity,
     )  # fmt: skip
 
 
 def plan_breakdown(model: CostModel, p: CostParams, choice: list[int]) -> CostBreakdown:
-    total = CostBreakdown(unit=p.unit)
-    for i, k in enumerate(choice):
-        total = total + node_breakdown(model, p, i, k)
-    for e, et in enumerate(model.edges):
-        total = total + edge_breakdown(model, p, e, choice[model.index[et.src]],
-                                       choice[model.index[et.dst]])  # fmt: skip
-    return total
+    """The whole plan: every node and every edge, summed term by term."""
+    parts = [node_breakdown(model, p, i, k) for i, k in enumerate(choice)]
+    parts += [edge_breakdown(model, p, e, choice[model.index[et.src]], choice[model.index[et.dst]])
+              for e, et in enumerate(model.edges)]  # fmt: skip
+    comm: dict[str, float] = {}
+    for b in parts:
+        for kind, v in b.communication:
+            comm[kind] = comm.get(kind, 0.0) + v
+    return CostBreakdown(
+        compute=math.fsum(b.compute for b in parts), communication=tuple(sorted(comm.items())),
+        gradient=math.fsum(b.gradient for b in parts),
+        memory_bytes=math.fsum(b.memory_bytes for b in parts),
+        memory=math.fsum(b.memory for b in parts), unit=p.unit,
+        comm_bytes=math.fsum(b.comm_bytes for b in parts),
+    )  # fmt: skip

@@ -19,9 +19,10 @@ from ..ir import Graph, OpGroup
 from ..memo import memoize
 from ..sharding import Layout, Strategy, redistribute, strategies
 from ..sharding.redistribute import _shortest_from
+from .errors import SearchError
 from .params import CostParams
 
-__all__ = ["CostModel", "NodeTable", "EdgeTable", "Weighted", "KINDS"]
+__all__ = ["CostModel", "NodeTable", "EdgeTable", "Weighted", "KINDS", "node_terms", "edge_terms"]
 
 KINDS: tuple[CollectiveKind, ...] = tuple(CollectiveKind)
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
@@ -204,43 +205,25 @@ class CostModel:
 
     # --- weights ----------------------------------------------------------------------
     def weigh(self, params: CostParams) -> Weighted:
-        """Node cost vectors and edge cost matrices under ``params``."""
+        """Node cost vectors and edge cost matrices under ``params`` (``node_terms`` and
+        ``edge_terms`` summed: the one weighing formula, shared with the breakdown)."""
         p = params
-        seconds = p.unit == "seconds"
-        if seconds and self.mesh.hardware is None:
-            raise ValueError(
+        if p.unit == "seconds" and self.mesh.hardware is None:
+            raise SearchError(
                 f"{self.mesh} has no hardware, so time-based costs cannot be computed; "
                 "pass hardware= to Mesh or use CostParams.mindspore() (byte-based)"
             )
-        fwd_bwd = 1 + (p.backward_compute_ratio if p.training else 0)
-        comm_x = 1 + (p.backward_comm_ratio if p.training else 0)
-        grad_w = p.gamma_param_comm * (1 - p.grad_comm_overlap) if p.training else 0.0
         node_cost, mem, tie = [], [], []
         for nt in self.nodes:
-            if seconds:
-                comp = np.maximum(
-                    nt.flops / (nt.peak_flops * p.compute_efficiency),
-                    nt.rw_bytes / (nt.mem_bw * p.bandwidth_efficiency),
-                )
-                comm = nt.coll_time.sum(axis=1) / p.bandwidth_efficiency
-            else:
-                comp = nt.read_bytes
-                comm = self._adjust(nt.coll_bytes, p).sum(axis=1)
-            c = p.alpha_compute * fwd_bwd * comp + p.beta_communication * comm_x * comm
-            c = c + p.memory_weight_per_byte * nt.mem_bytes
-            node_cost.append(c * nt.multiplicity)
+            compute, comm, memory = node_terms(nt, p)
+            node_cost.append(compute + comm.sum(axis=-1) + memory)
             mem.append(nt.mem_bytes * nt.multiplicity)
             tie.append(np.where(nt.is_dp, 0.0, 1.0) if p.prefer_data_parallel_on_ties
                        else np.zeros(len(nt.strategies)))  # fmt: skip
         edge_cost = []
         for et in self.edges:
-            if seconds:
-                comm = et.time.sum(axis=2) / p.bandwidth_efficiency
-                grad = et.grad_time / p.bandwidth_efficiency
-            else:
-                comm = self._adjust(et.nbytes, p).sum(axis=2)
-                grad = self._adjust(et.grad_bytes, p)
-            c = (p.beta_communication * comm_x * comm + grad_w * grad) * et.multiplicity
+            comm, grad = edge_terms(et, p)
+            c = comm.sum(axis=-1) + grad
             if et.allowed is not None:
                 c = np.where(et.allowed, c, np.inf)
             edge_cost.append(c)
@@ -249,9 +232,7 @@ class CostModel:
 
     @staticmethod
     def _adjust(c: np.ndarray, p: CostParams) -> np.ndarray:
-        """MindSpore's message adjustment: small messages cost a constant, others c + bias."""
-        return np.where(c <= 0, 0.0, np.where(c <= p.message_threshold_bytes,
-                        p.message_constant_bytes, c + p.message_bias_bytes))  # fmt: skip
+        return message_cost(c, p)
 
     def total(self, w: Weighted, choice: list[int]) -> float:
         """Objective of one assignment (strategy index per node)."""
@@ -269,6 +250,52 @@ class CostModel:
         if self.mesh.hardware is not None:
             return float(self.mesh.hardware.chip.memory_bytes)
         return None
+
+
+# --- the weighing formula (the solver's objective, the breakdown and explain use it) ------
+def message_cost(c, p: CostParams):
+    """MindSpore's message adjustment: small messages cost a constant, others c + bias."""
+    return np.where(c <= 0, 0.0, np.where(c <= p.message_threshold_bytes,
+                    p.message_constant_bytes, c + p.message_bias_bytes))  # fmt: skip
+
+
+def _comm_units(time_s, nbytes, p: CostParams):
+    """One collective step's unweighted cost: seconds at the achievable bandwidth, or
+    adjusted bytes."""
+    return time_s / p.bandwidth_efficiency if p.unit == "seconds" else message_cost(nbytes, p)
+
+
+def _factors(p: CostParams) -> tuple[float, float, float]:
+    """Weights of compute, of communication and of gradient traffic (training counts the
+    backward pass; overlapped gradient traffic is free)."""
+    fwd_bwd = 1 + (p.backward_compute_ratio if p.training else 0)
+    comm_x = 1 + (p.backward_comm_ratio if p.training else 0)
+    grad_w = p.gamma_param_comm * (1 - p.grad_comm_overlap) if p.training else 0.0
+    return p.alpha_compute * fwd_bwd, p.beta_communication * comm_x, grad_w
+
+
+def node_terms(nt: NodeTable, p: CostParams, k=slice(None)):
+    """``(compute, comm per collective step, memory)`` of node strategies ``k`` (all by
+    default: arrays over strategies; an int: one strategy), multiplicity included."""
+    w_compute, w_comm, _ = _factors(p)
+    if p.unit == "seconds":
+        compute = np.maximum(nt.flops[k] / (nt.peak_flops * p.compute_efficiency),
+                             nt.rw_bytes[k] / (nt.mem_bw * p.bandwidth_efficiency))  # fmt: skip
+    else:
+        compute = nt.read_bytes[k]
+    m = nt.multiplicity
+    comm = w_comm * _comm_units(nt.coll_time[k], nt.coll_bytes[k], p) * m
+    return w_compute * compute * m, comm, p.memory_weight_per_byte * nt.mem_bytes[k] * m
+
+
+def edge_terms(et: EdgeTable, p: CostParams, ku=slice(None), kv=slice(None)):
+    """``(comm per redistribution step, gradient)`` of edge strategy pairs ``[ku, kv]``,
+    multiplicity included."""
+    _, w_comm, w_grad = _factors(p)
+    m = et.multiplicity
+    comm = w_comm * _comm_units(et.time[ku, kv], et.nbytes[ku, kv], p) * m
+    grad = w_grad * _comm_units(et.grad_time[ku, kv], et.grad_bytes[ku, kv], p) * m
+    return comm, grad
 
 
 @memoize(maxsize=4096, name="search.pair_arrays")

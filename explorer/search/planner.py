@@ -167,6 +167,13 @@ class Planner:
         return self._full
 
     def _solve(self, method, p: Problem, cap, top_k, time_limit_s, fixed) -> _Solved:
+        solved = self._run(method, p, cap, top_k, time_limit_s, fixed)
+        # the solver's objective of its best plan (tie-breaks aside): plan.cost.total
+        # must equal it, as both come from node_terms / edge_terms
+        solved.diagnostics["objective"] = p.objective(solved.choices[0])
+        return solved
+
+    def _run(self, method, p: Problem, cap, top_k, time_limit_s, fixed) -> _Solved:
         if method == "exhaustive":
             found = solve_exhaustive(p, cap, top_k)
             if not found:
