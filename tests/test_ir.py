@@ -163,3 +163,105 @@ def test_entry_point_summary():
     s = g.summary()
     assert s["params"] == 124_439_808
     assert s["ops_by_group"]["contraction"] == 12 * (6 + 2) + 1  # 6 matmuls, 2 einsums, head
+
+
+# --- the interpreter (issue 13: one walker for the reference, SPMD and compiler runs) ---
+
+
+def _mlp() -> tuple[Graph, dict[str, np.ndarray]]:
+    b = GraphBuilder("mlp")
+    x, w1, w2 = b.input("x", (3, 4)), b.param("w1", (4, 5)), b.param("w2", (5, 5))
+    h = b.op("relu", b.op("matmul", x, w1, name="mm1"), name="h")
+    y = b.op("add", b.op("matmul", h, w2, name="mm2"), b.op("neg", h, name="negh"), name="y")
+    rng = np.random.default_rng(1)
+    vals = {"x": rng.standard_normal((3, 4)), "w1": rng.standard_normal((4, 5)),
+            "w2": rng.standard_normal((5, 5))}  # fmt: skip
+    return b.build([b.op("sum", y, name="total", axes=(1,))]), vals
+
+
+def _chain(n: int) -> Graph:
+    b = GraphBuilder("chain")
+    v = b.input("x", (2,))
+    for i in range(n):
+        v = b.op("neg", v, name=f"n{i}")
+    return b.build([v])
+
+
+def test_graph_run_is_the_numpy_program():
+    g, v = _mlp()
+    h = np.maximum(v["x"] @ v["w1"], 0)
+    want = (h @ v["w2"] + -h).sum(axis=1)
+    np.testing.assert_allclose(g.run(v)["total"], want, rtol=1e-12)
+    assert list(g.run(v)) == ["total"]
+
+
+def test_run_visits_nodes_in_graph_order_through_the_hooks():
+    g, v = _mlp()
+    seen: list[tuple[str, str]] = []
+
+    class Recording(ex.ir.Interpreter):
+        def placeholder(self, node):
+            seen.append(("placeholder", node.name))
+            return super().placeholder(node)
+
+        def call_op(self, node, args):
+            seen.append(("call_op", node.name))
+            return super().call_op(node, args)
+
+    Recording(g).run(v)
+    assert [name for _, name in seen] == [n.name for n in g.nodes]
+    assert {kind for kind, name in seen if g.node(name).is_source} == {"placeholder"}
+
+
+def test_kernel_tables_override_the_registry_impl():
+    g, v = _mlp()
+
+    class Doubling(ex.ir.Interpreter):
+        kernels = {"relu": lambda node, args: 2 * np.maximum(args[0], 0)}
+
+    h = 2 * np.maximum(v["x"] @ v["w1"], 0)
+    np.testing.assert_allclose(Doubling(g).run(v)["total"], (h @ v["w2"] - h).sum(axis=1))
+    # a table given to the constructor wins over the class table
+    zero = Doubling(g, kernels={"relu": lambda node, args: np.zeros_like(args[0])})
+    np.testing.assert_array_equal(zero.run(v)["total"], np.zeros(3))
+
+
+def test_free_dead_keeps_only_live_values():
+    g = _chain(50)
+    peak = []
+
+    class Watching(ex.ir.Interpreter):
+        def run_node(self, node, env):
+            peak.append(len(env))
+            return super().run_node(node, env)
+
+    w = Watching(g, free_dead=True)
+    out = w.run({"x": np.array([1.0, -2.0])})
+    assert max(peak) == 1  # a chain holds one value between nodes
+    assert list(w.env) == ["n49"] and out["n49"].tolist() == [1.0, -2.0]
+    full = ex.ir.Interpreter(g)
+    full.run({"x": np.array([1.0, -2.0])})
+    assert list(full.env) == [n.name for n in g.nodes]
+
+
+def test_deep_graph_runs_without_recursion():
+    g = _chain(3000)  # deeper than Python's default recursion limit of 1000
+    assert g.run({"x": np.array([1.0, 2.0])})["n2999"].tolist() == [1.0, 2.0]
+
+
+def test_interpreter_errors_name_the_node_or_input():
+    g, v = _mlp()
+    with pytest.raises(IRError, match=r"needs a value for %w2; pass one array"):
+        g.run({"x": v["x"], "w1": v["w1"]})
+    with pytest.raises(IRError, match=r"'bias'.*not an input or param.*%w1, %w2, %x"):
+        g.run({**v, "bias": np.zeros(2)})
+    with pytest.raises(IRError, match=r"node %mm1 = matmul\(%x: \(3, 3\), %w1: \(4, 5\)\)") as e:
+        g.run({**v, "x": np.zeros((3, 3))})
+    assert isinstance(e.value.__cause__, ValueError)
+
+
+def test_run_graph_uses_the_interpreter():
+    from explorer.ir.ops_tensor import run_graph
+
+    g, v = _mlp()
+    np.testing.assert_array_equal(run_graph(g, v)[0], ex.ir.Interpreter(g).run(v)["total"])
