@@ -25,12 +25,14 @@ MemoryView: memory per stage against capacity; ScalingView: throughput vs device
 """
 
 from .base import View
+from .busy import busy
 from .coalesce import Coalescer
 from .cost_tuner import CostTuner
 from .errors import ErrorPane
 from .graph_view import GraphView
 from .memory_view import MemoryView
 from .mesh_view import MeshView
+from .parallelism_lesson import ParallelismLesson
 from .pipeline_view import PipelineView
 from .progress import Progress
 from .scaling_view import ScalingView, Series
@@ -42,5 +44,5 @@ from .training_view import TrainingView
 __all__ = [
     "StrategyExplorer", "GraphView", "MeshView", "CostTuner", "TraceCompare", "PipelineView",
     "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
-    "ErrorPane", "Coalescer", "Progress",
+    "ErrorPane", "Coalescer", "Progress", "busy", "ParallelismLesson",
 ]  # fmt: skip
