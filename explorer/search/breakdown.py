@@ -113,9 +113,22 @@ def edge_breakdown(model: CostModel, p: CostParams, e: int, ku: int, kv: int) ->
 
 def plan_breakdown(model: CostModel, p: CostParams, choice: list[int]) -> CostBreakdown:
     """The whole plan: every node and every edge, summed term by term."""
-    parts = [node_breakdown(model, p, i, k) for i, k in enumerate(choice)]
-    parts += [edge_breakdown(model, p, e, choice[model.index[et.src]], choice[model.index[et.dst]])
-              for e, et in enumerate(model.edges)]  # fmt: skip
+    # Copies of a repeated layer share their tables' arrays: each distinct (table, choice)
+    # is broken down once per call.
+    seen: dict[tuple, CostBreakdown] = {}
+    parts = []
+    for i, k in enumerate(choice):
+        nt = model.nodes[i]
+        key = ("n", id(nt.flops), id(nt.coll_time), nt.multiplicity, k)
+        if key not in seen:
+            seen[key] = node_breakdown(model, p, i, k)
+        parts.append(seen[key])
+    for e, et in enumerate(model.edges):
+        ku, kv = choice[model.index[et.src]], choice[model.index[et.dst]]
+        key = ("e", id(et.time), id(et.grad_time), et.multiplicity, ku, kv)
+        if key not in seen:
+            seen[key] = edge_breakdown(model, p, e, ku, kv)
+        parts.append(seen[key])
     comm: dict[str, float] = {}
     for b in parts:
         for kind, v in b.communication:
