@@ -123,3 +123,21 @@ def test_eager_einsum_runs_the_jit_contraction(eq, sa, sb, rng):
     eager = opdef.get("einsum").impl(a, b, eq=eq)
     np.testing.assert_array_equal(eager, einsum_as_matmul(eq, sa, sb)(a, b))
     np.testing.assert_allclose(eager, np.einsum(eq, a, b), rtol=1e-5, atol=1e-5)
+
+
+def bias_gelu_mask(x, b, mask, r):
+    return F.where(mask, F.gelu(x + b), 0.0) + r
+
+
+def test_large_fused_kernel_runs_in_blocks_with_a_remainder(rng):
+    shape = (1007, 300)  # 302,100 elements: blocked (54 rows a block, 35 in the last)
+    args = (ex.tensor(rng.standard_normal(shape)), ex.tensor(rng.standard_normal(300)),
+            ex.tensor(rng.random(shape) > 0.2), ex.tensor(rng.standard_normal(shape)))  # fmt: skip
+    f = ex.jit(bias_gelu_mask)
+    g = f.lower(*args)
+    node = next(n for n in g.ops if n.op == "fused")
+    k = kernels.make_kernel(node, g.input_types(node.name))
+    assert k.__name__ == "k_blocked"
+    assert shape[0] % (kernels.BLOCK_NUMEL // shape[1]) != 0  # the remainder block runs
+    np.testing.assert_allclose(f(*args).numpy(), bias_gelu_mask(*args).numpy(), rtol=1e-5,
+                               atol=1e-6)  # fmt: skip

@@ -24,6 +24,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from ...memo import Memo
 from ..errors import JitSyntaxError, SourceLocation
 
 __all__ = ["convert", "check", "Issue", "RUNTIME_NAME"]
@@ -241,7 +242,35 @@ def check(fn) -> list[Issue]:
     return issues
 
 
-_CACHE: dict[tuple[types.CodeType, int | None], Any] = {}
+# converted functions: key = (code object, upto, the globals it runs in); bounded, locked
+_FACTORIES: Memo[Any] = Memo("compiler.converted_functions", maxsize=512)
+
+
+def _factory(fn, runtime: Any, upto: int | None):
+    """Compile the converted source of ``fn`` into a factory taking its closure values."""
+    code = fn.__code__
+    fdef, filename, _ = _source(fn)
+    ret = None
+    if upto is not None:
+        head = fdef.body[:upto]
+        ret = ast.Tuple([_ld(n) for n in _stored_names(head)], ast.Load())
+        ret = ast.copy_location(ast.Return(ret), head[-1])
+        fdef.body = head
+    fdef = _Converter().visit(fdef)
+    if ret is not None:
+        fdef.body.append(ret)
+    freevars = list(code.co_freevars)
+    args = ast.arguments([], [ast.arg(v) for v in freevars], None, [], [], None, [])
+    wrapper = ast.FunctionDef("__jit_factory", args, [fdef, ast.Return(
+        ast.Name(fdef.name, ast.Load()))], [], None, None)  # fmt: skip
+    wrapper.lineno = 1
+    mod = ast.Module([wrapper], [])
+    ast.fix_missing_locations(mod)
+    compiled = compile(mod, filename, "exec")
+    fn.__globals__.setdefault(RUNTIME_NAME, runtime)
+    ns: dict[str, Any] = {}
+    exec(compiled, fn.__globals__, ns)  # noqa: S102  (our own transformed source)
+    return ns["__jit_factory"]
 
 
 def convert(fn, runtime: Any, upto: int | None = None) -> types.FunctionType:
@@ -250,32 +279,8 @@ def convert(fn, runtime: Any, upto: int | None = None) -> types.FunctionType:
     ``upto``: keep only the first ``upto`` top-level statements and return the values of
     the names they assign, in ``_stored_names`` order (the compiled head of a function split
     at a graph break; see ``split``)."""
-    code = fn.__code__
-    factory = _CACHE.get((code, upto))
-    if factory is None:
-        fdef, filename, _ = _source(fn)
-        ret = None
-        if upto is not None:
-            head = fdef.body[:upto]
-            ret = ast.Tuple([_ld(n) for n in _stored_names(head)], ast.Load())
-            ret = ast.copy_location(ast.Return(ret), head[-1])
-            fdef.body = head
-        fdef = _Converter().visit(fdef)
-        if ret is not None:
-            fdef.body.append(ret)
-        freevars = list(code.co_freevars)
-        args = ast.arguments([], [ast.arg(v) for v in freevars], None, [], [], None, [])
-        wrapper = ast.FunctionDef("__jit_factory", args, [fdef, ast.Return(
-            ast.Name(fdef.name, ast.Load()))], [], None, None)  # fmt: skip
-        wrapper.lineno = 1
-        mod = ast.Module([wrapper], [])
-        ast.fix_missing_locations(mod)
-        compiled = compile(mod, filename, "exec")
-        fn.__globals__.setdefault(RUNTIME_NAME, runtime)
-        ns: dict[str, Any] = {}
-        exec(compiled, fn.__globals__, ns)  # noqa: S102  (our own transformed source)
-        factory = ns["__jit_factory"]
-        _CACHE[(code, upto)] = factory
+    key = (fn.__code__, upto, id(fn.__globals__))
+    factory = _FACTORIES.get(key, lambda: _factory(fn, runtime, upto))
     cells = [c.cell_contents for c in (fn.__closure__ or ())]
     new = factory(*cells)
     new.__defaults__ = fn.__defaults__
