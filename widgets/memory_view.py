@@ -5,34 +5,52 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as ipw
-import plotly.graph_objects as go
 
 from explorer.models import ModelConfig
 from explorer.training import ParallelConfig
-from explorer.training.config import RECOMPUTE_POLICIES, ZERO_STAGES
+from explorer.training.config import ZERO_STAGES
 
-from .base import replace_figure
-from .figures.memory import ROWS, memory_figure
+from .errors import FieldError, field
+from .figure_widget import FigureWidget
+from .figures.memory import (
+    ROW_NAMES,
+    ROWS,
+    TRACE_TOTAL,
+    memory_columns,
+    memory_figure,
+    memory_layout,
+    memory_title,
+    total_colors,
+)
+from .format import fmt_bytes, fmt_seconds
 from .selection import Selection
 from .training_view import TrainingView, divisors
 
-__all__ = ["MemoryView"]
+__all__ = ["MemoryView", "RECOMPUTE_NAMES"]
 
-_GIB = 2**30
+RECOMPUTE_NAMES = (
+    ("none", "none"),
+    ("selective (attention only)", "selective"),
+    ("full (every layer)", "full"),
+    ("per layer (fewest that fit)", "per_layer"),
+)
+_WIDE = {"description_width": "initial"}
 
 
 class MemoryView(TrainingView):
     """Per-device memory (parameters, gradients, optimizer states, activations, the
     recompute working set, the ZeRO-3 gather buffer and each allowance as its own segment)
     per pipeline stage, with the capacity line; reacts to ZeRO, recompute and microbatch
-    controls.
+    controls, each redrawing at once.
 
     Args:
         model, config, hardware, global_batch, seq, selection: as for ``PipelineView``.
 
     Controls: ``zero`` (0-3), ``recompute`` (none, selective, full, per_layer: the fewest
     fully recomputed layers that fit), ``microbatch_size`` (a divisor of the batch per
-    replica; the microbatch count follows). A click on a bar selects its stage.
+    replica; the microbatch count follows, the global batch stays). A refused value shows
+    its error beside its control and keeps the last valid bars, marked stale. A click on a
+    bar selects its stage.
 
     >>> import explorer as ex
     >>> view = MemoryView("gpt2", ex.ParallelConfig(dp=4, pp=2), global_batch=64, seq=1024)
@@ -51,22 +69,30 @@ class MemoryView(TrainingView):
     ) -> None:  # fmt: skip
         super().__init__(model, config, hardware=hardware, global_batch=global_batch, seq=seq)
         self.sim = self._simulate(self.config)
-        self.figure = go.FigureWidget(memory_figure(self.sim))
+        self.figure = FigureWidget(memory_figure(self.sim))
         for t in self.figure.data[: len(ROWS)]:
             t.on_click(self.errors.guard(self._on_click))
         self.controls = {
             "zero": ipw.ToggleButtons(options=[(f"ZeRO-{z}", z) for z in ZERO_STAGES],
-                                      description="ZeRO", style={"button_width": "auto"}),
-            "recompute": ipw.Dropdown(options=RECOMPUTE_POLICIES, description="recompute"),
-            "microbatch_size": ipw.Dropdown(options=[1], description="microbatch"),
+                                      description="ZeRO", style={"button_width": "auto",
+                                                                 **_WIDE}),
+            "recompute": ipw.Dropdown(options=RECOMPUTE_NAMES, description="recomputation",
+                                      style=_WIDE, layout=ipw.Layout(width="auto")),
+            "microbatch_size": ipw.Dropdown(options=[1], description="microbatch size",
+                                            style=_WIDE, layout=ipw.Layout(width="auto")),
         }  # fmt: skip
-        for w in self.controls.values():
+        self.fields: dict[str, FieldError] = {}
+        boxes = {}
+        for key, w in self.controls.items():
+            boxes[key], self.fields[key] = field(w)
             w.observe(self.errors.guard(self._on_control), names="value")
         self._sync_controls()
-        self.info = ipw.HTML(self._info())
-        c = self.controls
+        self.info = ipw.HTML(self._info(), layout=ipw.Layout(width="auto"))
+        wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
-            c["zero"], ipw.HBox([c["recompute"], c["microbatch_size"]]), self.figure, self.info,
+            ipw.HBox([boxes["zero"], boxes["recompute"], boxes["microbatch_size"]],
+                     layout=wrap),
+            self.figure, self.info,
         )  # fmt: skip
         self._finish(selection)
 
@@ -81,38 +107,70 @@ class MemoryView(TrainingView):
         self._set_control("recompute", value=c.recompute)
         self._set_control("microbatch_size", options=self.microbatch_size_options(),
                           value=c.microbatch_size)  # fmt: skip
+        for f in getattr(self, "fields", {}).values():
+            f.last_valid = f.control.value
 
     def _on_control(self, change: dict[str, Any]) -> None:
         if self._bulk:
             return
-        key = self._control_key(change)
-        self.set_config(self.config.replace(**{key: change["new"]}))
+        key, new = self._control_key(change), change["new"]
+
+        def apply(value):
+            with self.progress.task("simulating the step"):
+                self.set_config(self.config.replace(**{key: value}))
+
+        if self.fields[key].run(apply, new):
+            self.clear_stale()
+            for f in self.fields.values():
+                f.clear()
+        else:
+            first = self.fields[key].text.splitlines()[0]
+            self.mark_stale(f"{key} = {new} was refused ({first})")
 
     # --- drawing ------------------------------------------------------------------------
     def _draw(self) -> None:
-        replace_figure(self.figure, memory_figure(self.sim, selected_stage=self.stage))
+        """Every row's bar heights and hover, the totals, title, capacity line and frame,
+        set in one update (every row is set every time, zero or not)."""
+        sim = self.sim
+        mems = sim.memory_per_device
+        cols = memory_columns(mems, sim.config.virtual_stages)
+        fig = self.figure
+        with fig.batch_update():
+            for k, r in enumerate(ROWS):
+                t = fig.data[k]
+                t.x, t.y, t.customdata = cols["x"], cols["rows"][r], cols["hover"][r]
+            tot = fig.data[TRACE_TOTAL]
+            tot.x, tot.y, tot.text = cols["x"], cols["totals"], cols["total_text"]
+            tot.textfont.color = total_colors(cols, sim.memory_cap_bytes)
+            fig.layout.update(memory_layout(cols, sim.memory_cap_bytes, len(mems),
+                                            self._selected(len(mems)), memory_title(sim)))  # fmt: skip
         self.info.value = self._info()
+
+    def _selected(self, n: int) -> int | None:
+        # stage g runs on pipeline device g % pp (interleaved: one bar per device)
+        return None if self.stage is None or self.stage < 0 else self.stage % n
 
     def _mark(self) -> None:
         n = len(self.sim.memory_per_device)
-        sel = self.stage is not None and self.stage >= 0
-        # stage g runs on pipeline device g % pp (interleaved: one bar per device)
-        x = (self.stage % n) if sel else 0
+        x = self._selected(n)
         with self.figure.batch_update():
             frame = self.figure.layout.shapes[1]
-            frame.visible = sel
-            frame.x0, frame.x1 = x - 0.45, x + 0.45
+            frame.visible = x is not None
+            frame.x0, frame.x1 = (x or 0) - 0.45, (x or 0) + 0.45
 
     def _info(self) -> str:
         s = self.sim
         worst = s.memory
-        rows = ", ".join(f"{k.replace('_', ' ')} {v / _GIB:.1f}" for k, v in worst.rows() if v)
+        rows = ", ".join(f"{ROW_NAMES[k]} {fmt_bytes(v)}" for k, v in worst.rows() if v)
         n_full = s.config.recompute_num_layers
         extra = f" ({n_full} fully recomputed layers per stage)" if n_full is not None else ""
+        verdict = "fits" if s.fits else (
+            f"<b style='color:#E4002B'>over by {fmt_bytes(s.over_memory_bytes)}</b>"
+        )  # fmt: skip
         return (
-            f"worst device: stage {worst.stage}, {worst.total / _GIB:.1f} of "
-            f"{s.memory_cap_bytes / _GIB:.0f} GiB — {rows} GiB{extra}; step "
-            f"{s.step_time_s * 1e3:.1f} ms"
+            f"worst device: stage {worst.stage}, {fmt_bytes(worst.total)} of "
+            f"{fmt_bytes(s.memory_cap_bytes)} ({verdict}) — {rows}{extra}; step "
+            f"{fmt_seconds(s.step_time_s)}"
         )
 
     # --- clicks -------------------------------------------------------------------------

@@ -5,37 +5,47 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as ipw
-import plotly.graph_objects as go
 
 from explorer.models import ModelConfig
-from explorer.training import ParallelConfig, bubble_fraction
-from explorer.training.config import SCHEDULES
+from explorer.training import ParallelConfig
+from explorer.training.bubble import BubbleBreakdown, bubble_breakdown, microbatch_size_for
 
+from .errors import FieldError, field
+from .figure_widget import FigureWidget
 from .figures.pipeline import (
     EVENT_KINDS,
+    TRACE_GROUPS,
     TRACE_SELECTED_MB,
     figure_height,
+    group_arrays,
+    hover_template,
     kind_arrays,
+    pipeline_axes,
     pipeline_figure,
     pipeline_title,
-    row_labels,
     selected_arrays,
+    time_unit,
     timeline_columns,
+    visible_groups,
 )
+from .format import fmt_seconds
 from .selection import Selection
 from .training_view import TrainingView, divisors
 
-__all__ = ["PipelineView", "MAX_MICROBATCHES"]
+__all__ = ["PipelineView", "MAX_MICROBATCHES", "SCHEDULE_NAMES"]
 
-# Above this many microbatches the chart holds tens of thousands of bars and the simulation
-# itself passes ~150 ms; the control offers counts up to here.
-MAX_MICROBATCHES = 128
+# Above this many microbatches the chart holds tens of thousands of bars; the slider offers
+# counts up to here (and up to the sequences per replica).
+MAX_MICROBATCHES = 256
 VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
+SCHEDULE_NAMES = (("1F1B", "1f1b"), ("GPipe", "gpipe"), ("interleaved 1F1B", "interleaved_1f1b"))
+_WIDE = {"description_width": "initial"}
 
 
 class PipelineView(TrainingView):
-    """The schedule as a Gantt chart: forward (F) and backward (B) of every microbatch on
-    every stage, the bubble hatched grey, collectives and the optimizer in their colours.
+    """The schedule as a Gantt chart (Megatron-LM's 1F1B figures): forward (F) and
+    backward (B) of every numbered microbatch on every stage, the bubble hatched grey,
+    collectives and the optimizer in their colours.
 
     Args:
         model: a ModelConfig or a registry name.
@@ -45,17 +55,22 @@ class PipelineView(TrainingView):
         selection: a shared Selection; a click on a bar selects its stage and microbatch;
             a published ``training`` plan is adopted.
 
-    Controls: ``schedule``, ``pp`` (dp follows: the device count is fixed),
-    ``microbatches`` (per step and replica; the microbatch size is kept, so the global
-    batch follows: dp x microbatch size x microbatches, shown in the info line — the layer
-    costs need no new operator search and the chart redraws in tens of ms),
-    ``virtual_stages`` (interleaved only).
+    Controls: ``schedule``; ``pp`` (dp follows: the device count is fixed; the microbatch
+    size is kept, so the count follows); ``microbatches`` per replica and step — the
+    global batch stays fixed and the microbatch size follows (global batch / (dp x
+    microbatches)); a count that does not divide is refused with the error beside the
+    slider, the last valid chart kept and marked stale; ``virtual_stages`` (interleaved
+    only); ``zoom`` (the part of the step shown, in percent: zoomed in, every box shows
+    its number; the toolbar's zoom relabels the same way).
+
+    The info line shows the bubble twice, named: the closed formula and the simulated one,
+    with what separates them (``explorer.training.bubble``).
 
     >>> import explorer as ex
     >>> view = PipelineView("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=32, seq=512)
     >>> view.controls["microbatches"].value = 4
-    >>> view.global_batch, view.sim.config.num_microbatches
-    (8, 4)
+    >>> view.global_batch, view.sim.config.num_microbatches, view.config.microbatch_size
+    (32, 4, 4)
     """
 
     name = "pipeline"
@@ -66,26 +81,42 @@ class PipelineView(TrainingView):
         selection: Selection | None = None,
     ) -> None:  # fmt: skip
         super().__init__(model, config, hardware=hardware, global_batch=global_batch, seq=seq)
+        self.window: tuple[float, float] | None = None
+        self._bubbles: dict[int, tuple[Any, BubbleBreakdown]] = {}
         self.sim = self._simulate(self.config)
+        self.bubble = self._bubble(self.sim)
         self._cols = timeline_columns(self.sim.timeline)
-        self.figure = go.FigureWidget(pipeline_figure(self.sim))
-        self.figure.data[0].on_click(self.errors.guard(self._on_click))
-        self.figure.data[1].on_click(self.errors.guard(self._on_click))
-        guard = self.errors.guard
+        self.figure = FigureWidget(pipeline_figure(self.sim, formula=self.bubble.formula))
+        self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
+        for k in ("compute-forward", "compute-backward"):
+            self.figure.data[EVENT_KINDS.index(k)].on_click(self.errors.guard(self._on_click))
         self.controls = {
-            "schedule": ipw.Dropdown(options=SCHEDULES, description="schedule"),
-            "pp": ipw.Dropdown(options=[1], description="pp"),
+            "schedule": ipw.Dropdown(options=SCHEDULE_NAMES, description="schedule",
+                                     style=_WIDE, layout=ipw.Layout(width="auto")),
+            "pp": ipw.Dropdown(options=[1], description="pipeline stages (pp)", style=_WIDE,
+                               layout=ipw.Layout(width="auto")),
+            "virtual_stages": ipw.Dropdown(options=[1], description="virtual stages per device",
+                                           style=_WIDE, layout=ipw.Layout(width="auto")),
             "microbatches": ipw.IntSlider(min=1, max=MAX_MICROBATCHES, description="microbatches",
-                                          continuous_update=False),
-            "virtual_stages": ipw.Dropdown(options=[1], description="virtual stages"),
+                                          continuous_update=False, style=_WIDE,
+                                          readout_format="d",
+                                          layout=ipw.Layout(width="min(100%, 34em)")),
+            "zoom": ipw.IntRangeSlider(min=0, max=100, value=(0, 100), readout_format="d",
+                                       description="zoom (% of the step)",
+                                       continuous_update=False, style=_WIDE,
+                                       layout=ipw.Layout(width="min(100%, 34em)")),
         }  # fmt: skip
-        for w in self.controls.values():
-            w.observe(guard(self._on_control), names="value")
+        self.fields: dict[str, FieldError] = {}
+        boxes = {}
+        for key, w in self.controls.items():
+            boxes[key], self.fields[key] = field(w)
+            w.observe(self.errors.guard(self._on_control), names="value")
         self._sync_controls()
-        self.info = ipw.HTML(self._info())
-        c = self.controls
+        self.info = ipw.HTML(self._info(), layout=ipw.Layout(width="auto"))
+        wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
-            ipw.HBox([c["schedule"], c["pp"], c["virtual_stages"]]), c["microbatches"],
+            ipw.HBox([boxes["schedule"], boxes["pp"], boxes["virtual_stages"]], layout=wrap),
+            ipw.HBox([boxes["microbatches"], boxes["zoom"]], layout=wrap),
             self.figure, self.info,
         )  # fmt: skip
         self._finish(selection)
@@ -94,6 +125,10 @@ class PipelineView(TrainingView):
     @property
     def microbatches(self) -> int:
         return self.per_replica // self.config.microbatch_size
+
+    def microbatch_options(self) -> list[int]:
+        """Counts that keep the global batch: the divisors of the sequences per replica."""
+        return divisors(self.per_replica)
 
     def pp_options(self) -> list[int]:
         """pp values that keep the device count and give every stage a layer."""
@@ -109,58 +144,138 @@ class PipelineView(TrainingView):
     def _sync_controls(self) -> None:
         if not self.controls:
             return
-        c = self.config
+        c, m = self.config, self.microbatches
         self._set_control("schedule", value=c.schedule)
         self._set_control("pp", options=self.pp_options(), value=c.pp)
-        self._set_control("microbatches", value=self.microbatches)
+        w = self.controls["microbatches"]
+        self._bulk = True
+        try:
+            w.max = max(min(MAX_MICROBATCHES, self.per_replica), m)
+            w.value = m
+            self.controls["zoom"].value = (0, 100)
+        finally:
+            self._bulk = False
         vs = self.virtual_stage_options() or [c.virtual_stages]
         self._set_control("virtual_stages", options=vs, value=c.virtual_stages,
                           disabled=c.schedule != "interleaved_1f1b")  # fmt: skip
+        for f in getattr(self, "fields", {}).values():
+            f.last_valid = f.control.value
 
     # --- controls -----------------------------------------------------------------------
     def _on_control(self, change: dict[str, Any]) -> None:
         if self._bulk:
             return
         key, new = self._control_key(change), change["new"]
-        c, m = self.config, self.microbatches
+        if key == "zoom":
+            self.zoom(*new)
+            return
+        ok = self.fields[key].run(lambda v: self._apply(key, v), new)
+        if ok:
+            self.clear_stale()
+            for f in self.fields.values():
+                f.clear()
+        else:
+            first = self.fields[key].text.splitlines()[0]
+            self.mark_stale(f"{key} = {new} was refused ({first})")
+
+    def _apply(self, key: str, new: Any) -> None:
+        """Turn one control's new value into a configuration and simulate it (raises, and
+        keeps the last valid result, when the value is refused)."""
+        c, gb = self.config, self.global_batch
         if key == "schedule":
             v = 1
             if new == "interleaved_1f1b":
                 L = self.model_config.num_layers
                 v = next((v for v in VIRTUAL_STAGES[1:] if L % (c.pp * v) == 0), 2)
             c = c.replace(schedule=new, virtual_stages=v)
-        elif key == "pp":  # dp follows (devices fixed); microbatch count and size kept
+        elif key == "pp":  # dp follows (devices fixed); the microbatch size is kept
             v = c.virtual_stages
             if c.schedule == "interleaved_1f1b":  # keep v if the layers still split evenly
                 L = self.model_config.num_layers
                 ok = [x for x in VIRTUAL_STAGES[1:] if new * x <= L and L % (new * x) == 0]
                 v = v if v in ok else (ok[0] if ok else v)
             c = c.replace(pp=new, dp=self.devices // (c.tp * new), ep=1, virtual_stages=v)
-        elif key == "microbatches":
-            m = new
+        elif key == "microbatches":  # the global batch stays; the microbatch size follows
+            c = c.replace(microbatch_size=microbatch_size_for(gb, c.dp, new))
         elif key == "virtual_stages":
             c = c.replace(virtual_stages=new)
-        self.set_config(c, global_batch=c.dp * c.microbatch_size * m)
+        with self.progress.task("simulating and drawing the step"):
+            self.set_config(c, global_batch=gb)
+
+    def set_config(self, config: ParallelConfig, global_batch: int | None = None) -> None:
+        self.window = None
+        super().set_config(config, global_batch)
 
     # --- drawing ------------------------------------------------------------------------
+    def _bubble(self, sim) -> BubbleBreakdown:
+        hit = self._bubbles.get(id(sim))
+        if hit is None or hit[0] is not sim:
+            hit = (sim, bubble_breakdown(sim))
+            self._bubbles = {id(sim): hit, **dict(list(self._bubbles.items())[:7])}
+        return hit[1]
+
     def _draw(self) -> None:
-        """Set only what changes (bar arrays, row labels, title, height): building a new
-        figure and copying it costs ~3x more for a few thousand bars."""
+        """Set only what changes (bar arrays, row labels, title, axes, group labels):
+        building a new figure and copying it costs ~3x more for a few thousand bars."""
         sim, c = self.sim, self.sim.config
-        self._cols = cols = timeline_columns(sim.timeline)
+        self.bubble = self._bubble(sim)
+        unit, scale = time_unit(sim.timeline.step_time_s)
+        self._cols = cols = timeline_columns(sim.timeline, scale)
         sel = selected_arrays(cols, self.microbatch, self._stage_filter())
         fig = self.figure
-        with fig.batch_update():
-            for trace, kind in zip(fig.data, EVENT_KINDS, strict=False):
-                a = kind_arrays(cols, kind)
-                trace.update(y=a["y"], base=a["base"], x=a["x"], customdata=a["customdata"])
-            t = fig.data[TRACE_SELECTED_MB]
-            t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
-            fig.layout.title.text = pipeline_title(sim, sim.timeline)
-            fig.layout.yaxis.tickvals = list(range(c.pp))
-            fig.layout.yaxis.ticktext = row_labels(c.pp, c.virtual_stages)
-            fig.layout.height = figure_height(c.pp)
+        self._zooming = True
+        try:
+            with fig.batch_update():
+                for trace, kind in zip(fig.data, EVENT_KINDS, strict=False):
+                    a = kind_arrays(cols, kind)
+                    trace.update(y=a["y"], base=a["base"], x=a["x"], customdata=a["customdata"])
+                    trace.hovertemplate = hover_template(kind, unit)
+                t = fig.data[TRACE_SELECTED_MB]
+                t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
+                self._set_groups()
+                fig.layout.title.text = pipeline_title(sim, sim.timeline, self.bubble.formula)
+                fig.layout.update(pipeline_axes(cols, c.pp, c.virtual_stages, unit, self.window))
+                fig.layout.height = figure_height(c.pp)
+        finally:
+            self._zooming = False
         self.info.value = self._info()
+
+    def zoom(self, lo: float, hi: float) -> None:
+        """Show ``lo``..``hi`` percent of the step (0, 100: the whole step); when the boxes
+        become wide enough each shows its number, otherwise groups are labelled."""
+        if not 0 <= lo < hi <= 100:
+            raise ValueError(f"zoom {lo}..{hi}%: expected 0 <= lo < hi <= 100")
+        span = float(self._cols["span"])
+        whole = lo <= 0 and hi >= 100
+        self._set_window(None if whole else (span * lo / 100, span * hi / 100))
+
+    def _set_window(self, window: tuple[float, float] | None) -> None:
+        self.window = window
+        c = self.sim.config
+        unit = time_unit(self.sim.timeline.step_time_s)[0]
+        self._zooming = True
+        try:
+            with self.figure.batch_update():
+                self._set_groups()
+                self.figure.layout.update(
+                    pipeline_axes(self._cols, c.pp, c.virtual_stages, unit, window)
+                )
+        finally:
+            self._zooming = False
+
+    def _set_groups(self) -> None:
+        g = group_arrays(visible_groups(self._cols, self.window))
+        t = self.figure.data[TRACE_GROUPS]
+        t.x, t.y, t.text = g["x"], g["y"], g["text"]
+
+    def _on_zoom(self, layout, xrange) -> None:
+        """The toolbar's zoom (a relayout from the page): relabel for the new range."""
+        if getattr(self, "_zooming", False) or xrange is None:
+            return
+        lo, hi = (float(x) for x in xrange)
+        if self.window is not None and (lo, hi) == tuple(self.window):
+            return
+        self._set_window((lo, hi))
 
     def _stage_filter(self) -> int | None:
         # a stage alone outlines that stage's steps; with a microbatch, the microbatch
@@ -173,16 +288,28 @@ class PipelineView(TrainingView):
             t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
 
     def _info(self) -> str:
-        s, c = self.sim, self.sim.config
-        ideal = bubble_fraction(c.schedule, c.pp, c.num_microbatches, c.virtual_stages)
+        s, c, b = self.sim, self.sim.config, self.bubble
         flight = [_in_flight(s, d) for d in range(c.pp)]
+        batch = (
+            f"global batch <b>{s.global_batch}</b> (fixed) = dp {c.dp} × "
+            f"{c.num_microbatches} microbatches × microbatch size <b>{c.microbatch_size}</b> "
+            "— changing the microbatch count changes the microbatch size"
+        )
+        steps = "; ".join(
+            f"{_STEP_NAMES[name]} {value:.1%} ({delta:+.1%})" for name, value, delta, _ in b.steps()
+        )
+        why = (
+            f"The formula assumes identical stages and free transfers; here the slowest "
+            f"stage takes {b.stage_imbalance:.2f}× the mean (the embedding sits on the first "
+            f"stage, the head and loss on the last, layers may not divide evenly), transfers take {fmt_seconds(b.p2p_s)} per hop"
+        )
         return (
-            f"<b>{c}</b> on {c.devices} x {s.hardware}, global batch {s.global_batch}: "
-            f"step {s.step_time_s * 1e3:.1f} ms, "
-            f"bubble {s.timeline.bubble_fraction():.1%} simulated (uniform-stage formula "
-            f"{ideal:.1%}), microbatches in flight per device {flight}, "
-            f"{s.tflops_per_device:.0f} TFLOP/s per device"
-            f"{'' if s.fits else ' — <b style=color:#E4002B>over memory</b>'}"
+            f"<div style='line-height:1.45'><b>{c}</b> on {c.devices} × {s.hardware}: step "
+            f"{fmt_seconds(s.step_time_s)}, {s.tflops_per_device:.0f} TFLOP/s per device"
+            f"{'' if s.fits else ' — <b style=color:#E4002B>over memory</b>'}<br>{batch}<br>"
+            f"<b>bubble</b>: formula ({_formula_text(c)}) <b>{b.formula:.1%}</b>, simulated "
+            f"<b>{b.simulated:.1%}</b>. Step by step: {steps}.<br>{why}. "
+            f"Microbatches in flight per device: {flight}.</div>"
         )
 
     # --- clicks -------------------------------------------------------------------------
@@ -196,6 +323,21 @@ class PipelineView(TrainingView):
         self.stage, self.microbatch = stage, microbatch
         self._mark()
         self._select(stage=stage, microbatch=microbatch)
+
+
+_STEP_NAMES = {
+    "uniform": "identical stages simulated",
+    "uneven": "+ this split's stage times",
+    "with_p2p": "+ pipeline transfers",
+    "simulated": "+ gradient reduction and optimizer",
+}
+
+
+def _formula_text(c) -> str:
+    p, m, v = c.pp, c.num_microbatches, c.virtual_stages
+    if c.schedule == "interleaved_1f1b":
+        return f"(p−1)/v ÷ (m + (p−1)/v), p={p}, m={m}, v={v}"
+    return f"(p−1)/(m+p−1), p={p}, m={m}"
 
 
 def _in_flight(sim, device: int) -> int:

@@ -14,7 +14,8 @@ import traitlets as tl
 import explorer as ex
 from explorer.training import ScalingCurve
 
-from .base import View, replace_figure
+from .base import View
+from .figure_widget import FigureWidget
 from .figures.scaling import METRIC_TITLES, METRICS, curve_label, scaling_figure
 from .selection import Selection
 
@@ -86,27 +87,35 @@ class ScalingView(View):
             raise ValueError(f"{len(series)} series; the view draws at most {MAX_SERIES}")
         self.series = series
         self.curves = [None] * len(series)
-        self.figure = go.FigureWidget(self._build())
+        self.figure = FigureWidget(self._build())
         self._bulk = False
         last = series[-1]
         pow2 = [n for n in DEVICE_COUNTS if n not in last.counts]
         options = sorted({*last.counts, *pow2})
+        auto = ipw.Layout(width="auto")
         self.controls = {
             "model": ipw.Dropdown(options=ex.models.names(), value=last.model,
-                                  description="model"),
+                                  description="model", style=_WIDE, layout=auto),
             "hardware": ipw.Dropdown(options=ex.hardware.names(), value=last.hardware,
-                                     description="hardware"),
-            "mode": ipw.ToggleButtons(options=("weak", "strong"), value=last.mode),
+                                     description="hardware", style=_WIDE, layout=auto),
+            "mode": ipw.ToggleButtons(options=(("weak scaling", "weak"),
+                                               ("strong scaling", "strong")),
+                                      value=last.mode, style={"button_width": "auto"}),
             "global_batch": ipw.BoundedIntText(value=last.global_batch or 0, min=0,
-                                               max=10**7, description="batch (0: auto)"),
+                                               max=10**7, description="global batch (0: auto)",
+                                               style=_WIDE,
+                                               layout=ipw.Layout(width="17em")),
             "counts": ipw.SelectionRangeSlider(options=options,
                                                index=(options.index(min(last.counts)),
                                                       options.index(max(last.counts))),
-                                               description="devices", continuous_update=False),
+                                               description="devices", continuous_update=False,
+                                               style=_WIDE,
+                                               layout=ipw.Layout(width="min(100%, 30em)")),
             "metric": ipw.Dropdown(options=[(METRIC_TITLES[m], m) for m in METRICS],
-                                   value=self.metric, description="metric"),
-            "add": ipw.Button(description="add series", icon="plus"),
-            "clear": ipw.Button(description="clear"),
+                                   value=self.metric, description="metric", style=_WIDE,
+                                   layout=auto),
+            "add": ipw.Button(description="add series", icon="plus", layout=auto),
+            "clear": ipw.Button(description="clear", layout=auto),
         }  # fmt: skip
         guard = self.errors.guard
         for w in self.controls.values():
@@ -115,12 +124,13 @@ class ScalingView(View):
             w.observe(guard(self._on_control), names="value")
         self.controls["add"].on_click(guard(lambda _: self.add_series()))
         self.controls["clear"].on_click(guard(lambda _: self.clear()))
-        self.info = ipw.HTML()
+        self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
         c = self.controls
+        wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
         self._layout_children(
-            ipw.HBox([c["model"], c["hardware"], c["mode"]]),
-            ipw.HBox([c["global_batch"], c["counts"], c["metric"]]),
-            ipw.HBox([c["add"], c["clear"]]), self.figure, self.info,
+            ipw.HBox([c["model"], c["hardware"], c["mode"]], layout=wrap),
+            ipw.HBox([c["global_batch"], c["counts"], c["metric"]], layout=wrap),
+            ipw.HBox([c["add"], c["clear"]], layout=wrap), self.figure, self.info,
         )  # fmt: skip
         self.auto = not lazy  # compute on every change (lazy: after the first compute())
         if not lazy:
@@ -205,7 +215,18 @@ class ScalingView(View):
         return scaling_figure(self.curves, labels, self.metric, slots=MAX_SERIES, title=title)
 
     def _draw(self) -> None:
-        replace_figure(self.figure, self._build())
+        """Copy the fresh figure's traces property by property (plotly sends only what
+        changed, never a clearing) and its changing layout keys."""
+        new = self._build()
+        with self.figure.batch_update():
+            for old, fresh in zip(self.figure.data, new.data, strict=True):
+                old.update({k: fresh[k] for k in _TRACE_KEYS})
+            lay = self.figure.layout
+            lay.title.text = new.layout.title.text
+            for ax in ("xaxis", "xaxis2"):
+                lay[ax].tickvals = new.layout[ax].tickvals
+            for a, b in zip(lay.annotations, new.layout.annotations, strict=True):
+                a.text = b.text
         lines = []
         for c in self.curves:
             if c is None:
@@ -240,6 +261,11 @@ class ScalingView(View):
             self.compute()
         else:
             self._draw()
+
+
+_WIDE = {"description_width": "initial"}
+# what a scaling figure's traces differ in from one state to the next
+_TRACE_KEYS = ("x", "y", "name", "visible", "hovertext", "line", "legendgroup")
 
 
 def _replace(s: Series, **kw) -> Series:

@@ -107,8 +107,8 @@ class TrainingView(View):
 
     def set_config(self, config: ParallelConfig, global_batch: int | None = None) -> None:
         """Simulate ``config`` (at ``global_batch``, default the current one) and draw it.
-        An invalid one raises; the view keeps the last valid configuration and puts the
-        controls back."""
+        An invalid one raises; the view keeps the last valid configuration and result (the
+        control that asked for it keeps the refused value, with its error beside it)."""
         config = config.replace(num_microbatches=None, recompute_num_layers=None)
         old = self.global_batch
         self.global_batch = global_batch or old
@@ -116,7 +116,6 @@ class TrainingView(View):
             sim = self._simulate(config)
         except Exception:
             self.global_batch = old
-            self._sync_controls()
             raise
         self.config, self.sim = config, sim
         self._sync_controls()

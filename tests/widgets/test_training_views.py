@@ -1,14 +1,23 @@
-"""PipelineView, MemoryView, ScalingView and the StrategyExplorer dashboard, headless, and
-their figure builders as pure functions."""
+"""PipelineView, MemoryView, ScalingView and the StrategyExplorer dashboard, headless; their
+figure builders as pure functions; the bubble breakdown they show; and what a front-end
+holds after sequences of control changes (a page that draws from the widget's state, and a
+page that applied every update message)."""
 
 from __future__ import annotations
 
 import base64
+import copy
+import random
+import re
 
 import numpy as np
 import pytest
+from plotly.basedatatypes import Undefined
 
 import explorer as ex
+from explorer.training import bubble_fraction
+from explorer.training.bubble import bubble_breakdown, microbatch_size_for
+from explorer.training.config import ParallelConfigError
 from widgets import (
     MemoryView,
     PipelineView,
@@ -18,8 +27,16 @@ from widgets import (
     link,
 )
 from widgets.figures import memory_figure, pipeline_figure, scaling_figure
-from widgets.figures.memory import ROWS, TRACE_TOTAL
-from widgets.figures.pipeline import EVENT_KINDS, TRACE_SELECTED_MB
+from widgets.figures.memory import ROW_NAMES, ROWS, TRACE_TOTAL
+from widgets.figures.pipeline import (
+    EVENT_KINDS,
+    EVENT_NAMES,
+    TRACE_GROUPS,
+    TRACE_SELECTED_MB,
+    label_groups,
+    label_mode,
+    timeline_columns,
+)
 
 FWD, BWD, IDLE = (EVENT_KINDS.index(k) for k in ("compute-forward", "compute-backward", "idle"))
 
@@ -30,6 +47,79 @@ def arr(v):
         out = np.frombuffer(base64.b64decode(v["bdata"]), dtype=v["dtype"])
         return out.reshape(v["shape"]) if "shape" in v and isinstance(v["shape"], list) else out
     return np.asarray(v)
+
+
+class PageModel:
+    """What the page's plotly model holds: the widget's synced state when the mirror starts,
+    then every update message applied as plotly's front-end applies it (``restyle`` sets or,
+    for null, unsets a property per trace; ``relayout`` likewise on the layout)."""
+
+    def __init__(self, fig) -> None:
+        self.fig = fig
+        self.data = copy.deepcopy(list(fig._widget_data))
+        self.layout = copy.deepcopy(dict(fig._widget_layout))
+        names = ["_py2js_restyle", "_py2js_update", "_py2js_relayout"]
+        fig.observe(self._on_msg, names=names)
+
+    def _on_msg(self, change) -> None:
+        msg = change["new"]
+        if msg is None:
+            return
+        if change["name"] == "_py2js_relayout":
+            self._relayout(msg["relayout_data"])
+            return
+        style = msg.get("restyle_data", msg.get("style_data")) or {}
+        traces = msg.get("restyle_traces", msg.get("style_traces"))
+        traces = list(range(len(self.data))) if traces is None else list(traces)
+        for path, values in style.items():
+            values = values if isinstance(values, list) else [values]
+            for k, t in enumerate(traces):
+                v = values[k % len(values)]
+                if v is Undefined:  # this trace keeps the property
+                    continue
+                _set(self.data[t], path, v)
+        if change["name"] == "_py2js_update":
+            self._relayout(msg.get("layout_data") or {})
+
+    def _relayout(self, data) -> None:
+        for path, v in data.items():
+            _set(self.layout, path, v)
+
+    def trace(self, k: int) -> dict:
+        return self.data[k]
+
+
+def _set(obj, path: str, value) -> None:
+    """lodash ``set`` / ``unset`` on a plotly path (``annotations.0.text``, ``a[0].b``)."""
+    keys = [int(i or k) if (i or k).isdigit() else k
+            for k, i in re.findall(r"(\w+)|\[(\d+)\]", path)]  # fmt: skip
+    for key, nxt in zip(keys[:-1], keys[1:], strict=True):
+        if isinstance(obj, list):
+            obj = obj[key]
+        else:
+            obj = obj.setdefault(key, [] if isinstance(nxt, int) else {})
+    last = keys[-1]
+    if value is None:
+        if isinstance(obj, dict):
+            obj.pop(last, None)
+    else:
+        obj[last] = copy.deepcopy(value)
+
+
+def _same_data(page_trace: dict, py_trace, keys=("x", "y")) -> None:
+    for key in keys:
+        want = py_trace[key]
+        got = page_trace.get(key)
+        if want is None:
+            assert got is None, (py_trace.name, key)
+            continue
+        assert got is not None, f"{py_trace.name}: {key} missing in the page"
+        np.testing.assert_array_equal(np.asarray(got, dtype=object), np.asarray(want, dtype=object))
+
+
+def _late_page(fig) -> list[dict]:
+    """What a page that connects now draws from: the synced ``_widget_data``."""
+    return list(fig._widget_data)
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +133,44 @@ def curve():
     return ex.scaling_curve("gpt2", "a100-80g", [8, 16], global_batch=64, seq=512)
 
 
+# --- the bubble: formula against simulation ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schedule", "v", "mbs"),
+    [("1f1b", 1, 2), ("gpipe", 1, 1), ("interleaved_1f1b", 3, 2), ("1f1b", 1, 8)],
+)
+def test_bubble_breakdown_starts_at_the_formula_and_ends_at_the_simulation(schedule, v, mbs):
+    par = ex.ParallelConfig(dp=2, pp=4, microbatch_size=mbs, schedule=schedule, virtual_stages=v)
+    s = ex.simulate("gpt2", par, global_batch=64, seq=512)
+    b = bubble_breakdown(s)
+    c = s.config
+    assert b.formula == bubble_fraction(c.schedule, c.pp, c.num_microbatches, v)
+    # identical stages, no transfers, no tail: the simulated schedule is the formula
+    assert b.uniform == pytest.approx(b.formula, abs=1e-9)
+    # every effect on: the step itself, to rounding
+    assert b.simulated == pytest.approx(s.bubble_fraction, abs=1e-9)
+    assert b.step_time_s == pytest.approx(s.step_time_s, rel=1e-9)
+    steps = b.steps()
+    assert [n for n, *_ in steps] == ["uniform", "uneven", "with_p2p", "simulated"]
+    assert sum(d for _, _, d, _ in steps) == pytest.approx(b.simulated - b.formula, abs=1e-12)
+    # gpt2's first and last stages carry the embedding and the head: uneven stages
+    assert b.stage_imbalance > 1.0 and b.uneven > b.uniform
+
+
+def test_bubble_breakdown_needs_a_timeline(sim):
+    with pytest.raises(ValueError, match="timeline"):
+        bubble_breakdown(ex.training.estimate("gpt2", sim.config, global_batch=32, seq=512))
+
+
+def test_microbatch_size_keeps_the_global_batch():
+    assert microbatch_size_for(1536, 8, 48) == 4 and microbatch_size_for(1536, 8, 192) == 1
+    with pytest.raises(ParallelConfigError, match=r"1536 / \(dp 8 x 5\) = 38.4.*divides 192"):
+        microbatch_size_for(1536, 8, 5)
+    with pytest.raises(ParallelConfigError, match="microbatches=0"):
+        microbatch_size_for(1536, 8, 0)
+
+
 # --- figure builders ---------------------------------------------------------------------
 
 
@@ -50,13 +178,17 @@ def test_pipeline_figure_has_a_bar_per_step_and_the_bubble(sim):
     fig = pipeline_figure(sim, selected_microbatch=1)
     d = fig.to_dict()
     pp, m = 4, sim.config.num_microbatches
-    assert [t["name"] for t in d["data"][: len(EVENT_KINDS)]] == list(EVENT_KINDS)
+    assert [t["legendgroup"] for t in d["data"][: len(EVENT_KINDS)]] == list(EVENT_KINDS)
+    assert [t["name"] for t in d["data"][: len(EVENT_KINDS)]] == [
+        EVENT_NAMES[k] for k in EVENT_KINDS
+    ]
     assert len(arr(d["data"][FWD]["x"])) == pp * m and len(arr(d["data"][BWD]["x"])) == pp * m
     assert len(arr(d["data"][IDLE]["x"])) > 0  # the bubble is drawn
     assert d["data"][FWD]["texttemplate"] == "F%{customdata[1]}"
     assert len(arr(d["data"][TRACE_SELECTED_MB]["x"])) == 2 * pp  # F and B of mb 1 per stage
     assert d["layout"]["yaxis"]["ticktext"] == ["stage 0", "stage 1", "stage 2", "stage 3"]
-    assert "bubble" in d["layout"]["title"]["text"]
+    assert "bubble" in d["layout"]["title"]["text"] and d["layout"]["title"]["x"] == 0
+    assert d["layout"]["xaxis"]["title"]["text"] == "time (ms)"
     with pytest.raises(ValueError, match="timeline"):
         pipeline_figure(ex.training.estimate("gpt2", sim.config, global_batch=32, seq=512))
 
@@ -69,17 +201,59 @@ def test_pipeline_figure_interleaved_rows(sim):
     assert len(arr(d["data"][FWD]["x"])) == 4 * 3 * s.config.num_microbatches
 
 
+def _compute_boxes(cols, window=None):
+    m = np.isin(cols["kind"], ("compute-forward", "compute-backward"))
+    if window is not None:
+        m &= (cols["end"] > window[0]) & (cols["start"] < window[1])
+    return m
+
+
+def test_pipeline_numbers_every_box_or_every_group():
+    """8 microbatches: boxes wide enough for their numbers; 128 (GPT-3-like depth): each
+    row's boxes are labelled by groups whose ranges contain every box's microbatch, and
+    zooming in to 1% of the step brings the per-box numbers back."""
+    few = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4, microbatch_size=2),
+                      global_batch=32, seq=512)  # fmt: skip
+    cols = timeline_columns(few.timeline)
+    assert label_mode(cols) == "boxes"
+    assert len(pipeline_figure(few).data[TRACE_GROUPS].x) == 0
+    many = ex.simulate("gpt2", ex.ParallelConfig(dp=1, pp=4, microbatch_size=1,
+                                                 schedule="interleaved_1f1b", virtual_stages=3),
+                       global_batch=128, seq=512)  # fmt: skip
+    cols = timeline_columns(many.timeline)
+    assert label_mode(cols) == "groups"
+    groups = label_groups(cols)
+    boxes = _compute_boxes(cols)
+    assert sum(g["boxes"] for g in groups) == int(boxes.sum())  # each box in one group
+    for g in groups:  # each group's label names the microbatches of the boxes under it
+        inside = boxes & (cols["device"] == g["device"])
+        inside &= (cols["start"] >= g["x0"]) & (cols["end"] <= g["x1"])
+        mbs = cols["mb"][inside & (cols["kind"] == "compute-forward")]
+        if len(mbs):
+            lo, hi = int(mbs.min()), int(mbs.max())
+            assert g["text"].startswith(f"F{lo}" if lo == hi else f"F{lo}–{hi}")
+    fig = pipeline_figure(many)
+    assert list(fig.data[TRACE_GROUPS].text) == [g["text"] for g in groups]
+    span = float(cols["span"])
+    window = (0.0, span * 0.01)
+    assert label_mode(cols, window) == "boxes"
+    assert len(pipeline_figure(many, window=window).data[TRACE_GROUPS].x) == 0
+
+
 def test_memory_figure_stacks_every_row_against_capacity(sim):
     d = memory_figure(sim, selected_stage=2).to_dict()
-    assert [t["name"] for t in d["data"][: len(ROWS)]] == list(ROWS)
+    assert [t["name"] for t in d["data"][: len(ROWS)]] == [ROW_NAMES[r] for r in ROWS]
+    assert [t["legendgroup"] for t in d["data"][: len(ROWS)]] == list(ROWS)
     gib = 2**30
     for dev, m in enumerate(sim.memory_per_device):
         stacked = sum(arr(d["data"][k]["y"])[dev] for k in range(len(ROWS)))
         assert stacked == pytest.approx(m.total / gib)
     assert d["layout"]["shapes"][0]["y0"] == pytest.approx(sim.memory_cap_bytes / gib)
     assert d["layout"]["shapes"][1]["visible"] is True and d["layout"]["shapes"][1]["x0"] == 1.55
+    assert d["layout"]["annotations"][0]["text"] == "capacity 80.0 GiB"
     small = memory_figure(sim.memory_per_device, cap_bytes=1 * gib).to_dict()
     assert small["data"][TRACE_TOTAL]["textfont"]["color"][0] == "#E4002B"  # over capacity
+    assert small["data"][TRACE_TOTAL]["text"][0].endswith(("GiB", "MiB"))
     with pytest.raises(ValueError, match="cap_bytes"):
         memory_figure(sim.memory_per_device)
 
@@ -92,6 +266,7 @@ def test_scaling_figure_slots(curve):
     assert d["data"][1]["y"][0] == 1.0 and d["data"][0]["y"][0] == pytest.approx(
         curve.points[0].mfu
     )
+    assert d["data"][-1]["y"] == [1.0, 1.0] and d["data"][-1]["x"] == [8, 16]
     assert d["layout"]["xaxis"]["type"] == "log"
     with pytest.raises(ValueError, match="metric"):
         scaling_figure([curve], metric="speed")
@@ -105,13 +280,15 @@ def pipeline():
     return PipelineView("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=32, seq=512)
 
 
-def test_pipeline_view_microbatches_and_schedule(pipeline):
+def test_pipeline_view_microbatches_keep_the_global_batch(pipeline):
     v = pipeline
     assert v.controls["microbatches"].value == 16 and v.controls["pp"].value == 4
     v.controls["microbatches"].value = 4
     d = v.figure.to_dict()
-    assert len(arr(d["data"][FWD]["x"])) == 4 * 4 and v.global_batch == 2 * 1 * 4
-    assert "4 microbatches" in d["layout"]["title"]["text"]
+    assert len(arr(d["data"][FWD]["x"])) == 4 * 4
+    assert v.global_batch == 32 and v.config.microbatch_size == 4  # 32 / (dp 2 x 4)
+    assert "4 microbatches of 4" in d["layout"]["title"]["text"]
+    assert "global batch <b>32</b> (fixed)" in v.info.value
     v.controls["schedule"].value = "interleaved_1f1b"
     assert v.config.virtual_stages == 3 and not v.controls["virtual_stages"].disabled
     assert v.figure.to_dict()["layout"]["yaxis"]["ticktext"][0] == "dev 0: st 0,4,8"
@@ -119,20 +296,61 @@ def test_pipeline_view_microbatches_and_schedule(pipeline):
     assert v.config.virtual_stages == 1 and v.controls["virtual_stages"].disabled
 
 
+def test_pipeline_view_refuses_a_count_that_does_not_divide(pipeline):
+    v = pipeline
+    before = v.figure.to_dict()["data"][FWD]
+    v.controls["microbatches"].value = 5  # 32 / (2 x 5) is no whole microbatch
+    err = v.fields["microbatches"]
+    assert err.visible and "choose a count that divides 16: 1, 2, 4, 8, 16" in err.text
+    assert v.stale and "microbatches = 5 was refused" in v.stale_banner.value
+    assert v.global_batch == 32 and v.sim.config.num_microbatches == 16  # last valid kept
+    assert arr(v.figure.to_dict()["data"][FWD]["x"]).tolist() == arr(before["x"]).tolist()
+    assert v.errors.last is None  # beside the slider, not in the pane at the bottom
+    err.restore()
+    assert v.controls["microbatches"].value == 16 and not err.visible
+    v.controls["microbatches"].value = 8
+    assert not v.stale and v.config.microbatch_size == 2
+
+
+def test_pipeline_view_interleaved_refusal_beside_the_schedule(pipeline):
+    v = pipeline
+    v.controls["microbatches"].value = 2
+    v.controls["schedule"].value = "interleaved_1f1b"  # needs m % pp == 0
+    assert "multiple of pp=4" in v.fields["schedule"].text and v.fields["schedule"].visible
+    assert v.config.schedule == "1f1b" and v.stale
+
+
 def test_pipeline_view_pp_keeps_devices(pipeline):
     v = pipeline
     v.controls["pp"].value = 2
-    assert v.config.dp == 4 and v.config.devices == 8
+    assert v.config.dp == 4 and v.config.devices == 8 and v.global_batch == 32
     assert len(v.figure.data[FWD].x) == 2 * v.controls["microbatches"].value
     assert v.figure.layout.yaxis.ticktext == ("stage 0", "stage 1")
 
 
-def test_pipeline_view_invalid_choice_goes_to_error_pane(pipeline):
+def test_pipeline_view_shows_both_bubbles_named(pipeline):
     v = pipeline
-    v.controls["microbatches"].value = 5
-    v.controls["schedule"].value = "interleaved_1f1b"  # needs m % pp == 0
-    assert "multiple of pp=4" in v.errors.last and v.errors.layout.display == "flex"
-    assert v.config.schedule == "1f1b" and v.controls["schedule"].value == "1f1b"
+    b = v.bubble
+    title, info = v.figure.layout.title.text, v.info.value
+    assert f"{b.simulated:.1%} simulated" in title and f"{b.formula:.1%} formula" in title
+    assert f"formula ((p−1)/(m+p−1), p=4, m=16) <b>{b.formula:.1%}</b>" in info
+    assert f"simulated <b>{b.simulated:.1%}</b>" in info
+    assert "+ this split's stage times" in info and "slowest stage takes" in info
+
+
+def test_pipeline_view_zoom_shows_numbers(pipeline):
+    v = pipeline
+    v.controls["microbatches"].value = 16
+    v.controls["pp"].value = 4
+    v.set_config(v.config.replace(microbatch_size=1), global_batch=128)  # 64 microbatches
+    assert v.sim.config.num_microbatches == 64
+    assert len(v.figure.data[TRACE_GROUPS].x) > 0  # groups labelled
+    v.controls["zoom"].value = (0, 5)
+    lo, hi = v.figure.layout.xaxis.range
+    assert hi == pytest.approx(0.05 * v._cols["span"]) and lo == 0
+    assert len(v.figure.data[TRACE_GROUPS].x) == 0  # every box holds its number
+    v.controls["zoom"].value = (0, 100)
+    assert len(v.figure.data[TRACE_GROUPS].x) > 0 and v.window is None
 
 
 def test_pipeline_click_selects_stage_and_microbatch(pipeline):
@@ -144,6 +362,24 @@ def test_pipeline_click_selects_stage_and_microbatch(pipeline):
     v._on_click(trace, Points([i], [0], [0], "compute-backward", BWD), None)
     assert (v.selection.stage, v.selection.microbatch) == (2, 3)
     assert len(v.figure.data[TRACE_SELECTED_MB].x) == 2 * 4
+
+
+def test_pipeline_view_page_holds_every_trace_after_any_sequence(pipeline):
+    v = pipeline
+    page = PageModel(v.figure)
+    rng = random.Random(7)
+    moves = [("microbatches", 4), ("microbatches", 8), ("microbatches", 5), ("pp", 2),
+             ("pp", 4), ("schedule", "gpipe"), ("schedule", "1f1b"), ("zoom", (0, 20)),
+             ("zoom", (0, 100)), ("schedule", "interleaved_1f1b")]  # fmt: skip
+    for _ in range(14):
+        key, value = rng.choice(moves)
+        v.controls[key].value = value
+        for k in range(len(EVENT_KINDS) + 1):
+            _same_data(page.trace(k), v.figure.data[k], ("x", "y", "base"))
+            _same_data(_late_page(v.figure)[k], v.figure.data[k], ("x", "y", "base"))
+        assert len(page.trace(FWD)["x"]) == v.config.pp * v.sim.config.num_microbatches * (
+            v.config.virtual_stages
+        )
 
 
 # --- MemoryView --------------------------------------------------------------------------
@@ -174,6 +410,37 @@ def test_memory_view_zero_recompute_microbatch(memory):
     assert _row(v, "activations")[0] > before[0] and v.config.microbatch_size == 4
     assert v.errors.last is None
     assert "zero3" in v.figure.layout.title.text
+    assert "GiB" in v.info.value and "Runtime context" in v.info.value
+
+
+def test_memory_view_every_segment_in_the_page_after_any_sequence():
+    """The issue's two sequences (recompute before the view is shown; ZeRO-3 then
+    recompute none) and a seeded random walk: every row is a bar trace with one height
+    per device in what the page holds, and the stacked heights add up to the totals."""
+    v = MemoryView("gpt2", ex.ParallelConfig(dp=4, pp=2), global_batch=64, seq=1024)
+    v.controls["recompute"].value = "full"  # before the view is shown
+    page = PageModel(v.figure)
+    v.controls["zero"].value = 3
+    v.controls["recompute"].value = "none"
+    rng = random.Random(3)
+    moves = [("zero", z) for z in (0, 1, 2, 3)] + [
+        ("recompute", r) for r in ("none", "selective", "full", "per_layer")
+    ] + [("microbatch_size", s) for s in (1, 2, 4)]  # fmt: skip
+    for step in range(16):
+        if step >= 2:
+            key, value = rng.choice(moves)
+            v.controls[key].value = value
+        n = len(v.sim.memory_per_device)
+        for holder in (page.data, _late_page(v.figure)):
+            for k, r in enumerate(ROWS):
+                t = holder[k]
+                assert t["name"] == ROW_NAMES[r] and len(t["y"]) == n, (step, r)
+                _same_data(t, v.figure.data[k])
+            totals = [sum(holder[k]["y"][d] for k in range(len(ROWS))) for d in range(n)]
+            assert totals == pytest.approx(list(holder[TRACE_TOTAL]["y"]))
+        seg = {r: _row(v, r)[0] for r in ("runtime_context", "communication_buffers")}
+        assert all(x > 0 for x in seg.values()), seg
+    assert v.errors.last is None
 
 
 def test_memory_view_click_and_linked_pipeline(memory):
@@ -196,6 +463,7 @@ def test_scaling_view_mode_metric_and_series():
     assert d["data"][0]["visible"] is True and d["data"][4]["visible"] is False
     v.controls["metric"].value = "mfu"
     assert v.figure.data[0].y[0] == pytest.approx(v.curves[0].points[0].mfu)
+    assert v.figure.layout.annotations[0].text == "MFU"
     v.controls["mode"].value = "weak"  # the last series follows the controls
     assert [p.global_batch for p in v.curves[-1].points] == [64, 128]
     v.add_series(Series("gpt2", "h100-sxm", "weak", 64, 512, (8, 16)))
@@ -204,6 +472,24 @@ def test_scaling_view_mode_metric_and_series():
     assert v.progress.updates > 0
     v.clear()
     assert len(v.series) == 1 and v.figure.data[2].visible is False
+
+
+def test_scaling_view_ideal_line_stays_flat_in_the_page():
+    """The ideal linearity line is y = 1 from the fewest to the most devices drawn in what
+    the page holds after every update (a cleared y draws as a diagonal 0 -> 1)."""
+    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16))
+    page = PageModel(v.figure)
+    for key, value in [("metric", "mfu"), ("counts", (8, 32)), ("mode", "weak"),
+                       ("metric", "tflops_per_device"), ("counts", (16, 32))]:  # fmt: skip
+        v.controls[key].value = value
+        xs = [p.devices for c in v.curves for p in c.points]  # every series drawn
+        lo, hi = min(xs), max(xs)
+        for holder in (page.data, _late_page(v.figure)):
+            ideal = holder[-1]
+            assert list(ideal["y"]) == [1.0, 1.0], (key, value)
+            assert list(ideal["x"]) == [lo, hi]
+            for k in range(len(v.series) * 2):
+                _same_data(holder[k], v.figure.data[k])
 
 
 # --- StrategyExplorer --------------------------------------------------------------------

@@ -1,10 +1,18 @@
-"""``pipeline_figure``: a simulated training step as a device x time Gantt chart.
+"""``pipeline_figure``: a simulated training step as a device x time Gantt chart, in the manner
+of Megatron-LM's 1F1B / interleaved figures (numbered microbatch boxes).
 
 One horizontal-bar trace per event kind (forward, backward, recompute, each collective,
 optimizer, idle), always in the order of ``EVENT_KINDS`` so that views update them by
-index; forwards and backwards carry their microbatch number, the bubble shows as hatched
-grey ``idle`` bars. Pipeline transfers (``pp-comm``, which overlap compute) are a thin strip
-under their row. A last trace outlines the selected microbatch.
+index; the legend shows human names (``EVENT_NAMES``), ``legendgroup`` keeps the kind. The
+bubble shows as hatched grey ``idle`` bars; pipeline transfers (``pp-comm``, which overlap
+compute) are a thin strip under their row. A last trace outlines the selected microbatch.
+
+Microbatch numbers at any size: every forward/backward box carries its number (``F12``,
+``B3``); plotly hides a number that does not fit its box, so zooming in (the view's zoom
+control or the toolbar) shows them. When the boxes at the current zoom are too narrow for
+their numbers, the numbers are also written per group of consecutive boxes above each row
+(``F16–19 B0–3``: the forwards and backwards of that stretch), groups sized so their labels
+fit (``label_groups``). Hover shows each box's stage, chunk, microbatch and times.
 """
 
 from __future__ import annotations
@@ -16,19 +24,52 @@ from explorer.training import SimResult, Timeline
 from explorer.training.pipeline.timeline import EVENT_KINDS
 
 from ..colors import EVENT_COLORS, SELECTED
+from ..format import fmt_seconds
+from .style import base_layout
 
 __all__ = [
     "pipeline_figure", "pipeline_title", "kind_arrays", "selected_arrays", "timeline_columns",
-    "TRACE_SELECTED_MB", "row_labels", "figure_height", "EVENT_KINDS",
+    "TRACE_SELECTED_MB", "row_labels", "figure_height", "EVENT_KINDS", "EVENT_NAMES",
+    "time_unit", "hover_template", "label_mode", "label_groups", "group_arrays", "TRACE_GROUPS",
+    "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
 ]  # fmt: skip
 
 TRACE_SELECTED_MB = len(EVENT_KINDS)  # after one trace per event kind
-_MS = 1e3
+TRACE_GROUPS = TRACE_SELECTED_MB + 1  # the group labels (text), last
 _SHORT = {"compute-forward": "F", "compute-backward": "B", "recompute": "R"}
+EVENT_NAMES: dict[str, str] = {
+    "compute-forward": "Forward",
+    "compute-backward": "Backward",
+    "recompute": "Recompute",
+    "tp-comm": "Tensor-parallel communication",
+    "ep-comm": "Expert-parallel communication",
+    "dp-comm": "Data-parallel gradient reduction",
+    "pp-comm": "Pipeline send / receive",
+    "zero-gather": "ZeRO weight gather",
+    "optimizer": "Optimizer step",
+    "idle": "Idle (bubble)",
+}
+# The plot area of a figure in the notebook column of a 1440 px laptop screen with the file
+# browser open (~1000 px column minus the axis labels); what label decisions are made for.
+PLOT_WIDTH_PX = 880
+BOX_LABEL_PX = 26  # narrowest box that holds "F99" at 9 px
+GROUP_LABEL_PX = 7  # width of one character of a group label (10 px font)
+ROW_PX = 56  # one pipeline device: the bars and the group labels above them
+_BAR = (-0.2, 0.55)  # bar offset and width in row units: the 0.3 above holds group labels
+_STRIP = (0.37, 0.1)  # pp-comm strip under the bar
+
+
+def time_unit(step_s: float) -> tuple[str, float]:
+    """The axis unit for a step of ``step_s`` seconds: ("s", 1), ("ms", 1e3) or ("us", 1e6)."""
+    if step_s >= 2.0:
+        return "s", 1.0
+    if step_s >= 2e-3:
+        return "ms", 1e3
+    return "us", 1e6
 
 
 def figure_height(pp: int) -> int:
-    return max(220, 110 + 42 * pp)
+    return max(260, 150 + ROW_PX * pp)
 
 
 def row_labels(pp: int, chunks: int) -> list[str]:
@@ -38,29 +79,33 @@ def row_labels(pp: int, chunks: int) -> list[str]:
     return [f"dev {d}: st " + ",".join(str(c * pp + d) for c in range(chunks)) for d in range(pp)]
 
 
-def timeline_columns(timeline: Timeline) -> dict[str, np.ndarray]:
+def timeline_columns(timeline: Timeline, scale: float | None = None) -> dict[str, np.ndarray]:
     """The events as numpy columns (one pass; the figure never loops over events again):
-    kind, device, start/end (ms), stage, microbatch."""
+    kind, device, start/end (in the unit of ``time_unit``, or times ``scale``), stage,
+    chunk, microbatch."""
     ev = timeline.events
     n = len(ev)
+    if scale is None:
+        scale = time_unit(timeline.step_time_s)[1]
     kind = np.array([e.kind for e in ev], dtype=object)
     num = np.fromiter(
-        (x for e in ev for x in (e.device, e.start_s, e.end_s, e.stage, e.microbatch)),
-        dtype=float, count=5 * n,
-    ).reshape(n, 5)  # fmt: skip
+        (x for e in ev for x in (e.device, e.start_s, e.end_s, e.stage, e.microbatch, e.chunk)),
+        dtype=float, count=6 * n,
+    ).reshape(n, 6)  # fmt: skip
     return {
-        "kind": kind, "device": num[:, 0].astype(int), "start": num[:, 1] * _MS,
-        "end": num[:, 2] * _MS, "stage": num[:, 3].astype(int), "mb": num[:, 4].astype(int),
+        "kind": kind, "device": num[:, 0].astype(int), "start": num[:, 1] * scale,
+        "end": num[:, 2] * scale, "stage": num[:, 3].astype(int), "mb": num[:, 4].astype(int),
+        "chunk": num[:, 5].astype(int), "span": timeline.step_time_s * scale,
     }  # fmt: skip
 
 
 def kind_arrays(cols: dict[str, np.ndarray], kind: str) -> dict:
-    """The bar data of one event kind: y (device), base and x (start and length in ms),
-    customdata ([stage, microbatch, start, end]); labels and hover are per-trace templates
-    over customdata, so no per-event string is made in Python."""
+    """The bar data of one event kind: y (device), base and x (start and length),
+    customdata ([stage, microbatch, start, end, chunk]); labels and hover are per-trace
+    templates over customdata, so no per-event string is made in Python."""
     m = cols["kind"] == kind
     start, end = cols["start"][m], cols["end"][m]
-    custom = np.column_stack([cols["stage"][m], cols["mb"][m], start, end])
+    custom = np.column_stack([cols["stage"][m], cols["mb"][m], start, end, cols["chunk"][m]])
     return {"y": cols["device"][m], "base": start, "x": np.maximum(end - start, 0.0),
             "customdata": custom}  # fmt: skip
 
@@ -81,33 +126,161 @@ def selected_arrays(
             "x": cols["end"][m] - cols["start"][m]}  # fmt: skip
 
 
-def pipeline_title(sim: SimResult | None, timeline: Timeline) -> str:
+def microbatch_window(cols: dict[str, np.ndarray], lo: int, hi: int) -> tuple[float, float]:
+    """The time window that shows microbatches ``lo``..``hi``: from the first of their
+    forwards to the last of their backwards on the first pipeline device (the one that
+    starts and ends every microbatch)."""
+    m = (cols["device"] == 0) & (cols["mb"] >= lo) & (cols["mb"] <= hi)
+    m &= np.isin(cols["kind"], ("compute-forward", "compute-backward"))
+    if not m.any():
+        return 0.0, float(cols["span"])
+    return float(cols["start"][m].min()), float(cols["end"][m].max())
+
+
+def _visible(cols, window) -> np.ndarray:
+    m = np.isin(cols["kind"], ("compute-forward", "compute-backward"))
+    if window is not None:
+        m &= (cols["end"] > window[0]) & (cols["start"] < window[1])
+    return m
+
+
+def label_mode(cols: dict[str, np.ndarray], window: tuple[float, float] | None = None) -> str:
+    """``"boxes"`` when the median forward/backward box in ``window`` (default: the whole
+    step) is at least ``BOX_LABEL_PX`` wide on a ``PLOT_WIDTH_PX`` plot, else ``"groups"``."""
+    m = _visible(cols, window)
+    if not m.any():
+        return "boxes"
+    span = (window[1] - window[0]) if window is not None else float(cols["span"])
+    px = np.median(cols["end"][m] - cols["start"][m]) * PLOT_WIDTH_PX / max(span, 1e-30)
+    return "boxes" if px >= BOX_LABEL_PX else "groups"
+
+
+def _ranges(mbs: list[int]) -> str:
+    return f"{mbs[0]}" if mbs[0] == mbs[-1] else f"{mbs[0]}–{mbs[-1]}"
+
+
+def label_groups(
+    cols: dict[str, np.ndarray], window: tuple[float, float] | None = None
+) -> list[dict]:
+    """Groups of consecutive forward/backward boxes per device whose label fits above them:
+    ``{"device", "x0", "x1", "text"}`` with text such as ``"F16–19 B0–3"`` (the range of
+    microbatch numbers of each phase in the group). Every box in ``window`` is in exactly one
+    group."""
+    m = _visible(cols, window)
+    span = (window[1] - window[0]) if window is not None else float(cols["span"])
+    px_per_unit = PLOT_WIDTH_PX / max(span, 1e-30)
+    out: list[dict] = []
+    dev, start, end = cols["device"][m], cols["start"][m], cols["end"][m]
+    kind, mb = cols["kind"][m], cols["mb"][m]
+    for d in np.unique(dev):
+        idx = np.flatnonzero(dev == d)
+        idx = idx[np.argsort(start[idx], kind="stable")]
+        group: list[int] = []
+        for i in idx:
+            group.append(i)
+            text = _group_text(kind[group], mb[group])
+            if (end[i] - start[group[0]]) * px_per_unit >= (len(text) + 2) * GROUP_LABEL_PX:
+                out.append(_group(d, start, end, group, text))
+                group = []
+        if group:  # the last stretch of the row, even if narrower than its label
+            out.append(_group(d, start, end, group, _group_text(kind[group], mb[group])))
+    return out
+
+
+def _group(d, start, end, group, text) -> dict:
+    return {"device": int(d), "x0": float(start[group[0]]), "x1": float(end[group[-1]]),
+            "text": text, "boxes": len(group)}  # fmt: skip
+
+
+def _group_text(kinds: np.ndarray, mbs: np.ndarray) -> str:
+    parts = []
+    for k, short in (("compute-forward", "F"), ("compute-backward", "B")):
+        sel = sorted(set(mbs[kinds == k].tolist()))
+        if sel:
+            parts.append(short + _ranges(sel))
+    return " ".join(parts)
+
+
+def group_arrays(groups: list[dict]) -> dict:
+    """The text trace of ``label_groups``: each label centred above its group's boxes
+    (one trace, not layout annotations: hundreds of annotations take plotly seconds to
+    validate, a text trace milliseconds)."""
+    return {
+        "x": np.array([(g["x0"] + g["x1"]) / 2 for g in groups], dtype=float),
+        "y": np.array([g["device"] + _BAR[0] - 0.15 for g in groups], dtype=float),
+        "text": [g["text"] for g in groups],
+    }
+
+
+def pipeline_title(sim: SimResult | None, timeline: Timeline, formula: float | None = None) -> str:
     if sim is None:
         return f"{timeline}"
     c = sim.config
-    sched = c.schedule + (f" (v={c.virtual_stages})" if c.virtual_stages > 1 else "")
+    sched = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved_1f1b": "interleaved 1F1B"}.get(
+        c.schedule, c.schedule
+    ) + (f" (v={c.virtual_stages})" if c.virtual_stages > 1 else "")
+    bubble = f"bubble {timeline.bubble_fraction():.1%} simulated"
+    if formula is not None:
+        bubble += f" / {formula:.1%} formula"
     return (
-        f"{sched}: pp={c.pp}, {c.num_microbatches} microbatches of {c.microbatch_size} — "
-        f"step {sim.step_time_s * _MS:.1f} ms, bubble {timeline.bubble_fraction():.1%}"
+        f"{sched}: pp={c.pp}, {c.num_microbatches} microbatches of {c.microbatch_size} "
+        f"(global batch {sim.global_batch}) — step {fmt_seconds(sim.step_time_s)}, {bubble}"
     )
+
+
+def hover_template(kind: str, unit: str) -> str:
+    """Hover of one box: stage, chunk and microbatch (compute), start, end and length."""
+    where = (
+        "stage %{customdata[0]} (chunk %{customdata[4]}), microbatch %{customdata[1]}<br>"
+        if kind in _SHORT else ""
+    )  # fmt: skip
+    return (
+        f"{where}%{{customdata[2]:.4g}} → %{{customdata[3]:.4g}} {unit} "
+        f"(%{{x:.3g}} {unit})<extra>{EVENT_NAMES[kind]}</extra>"
+    )
+
+
+def _bar_trace(kind: str, a: dict, unit: str) -> go.Bar:
+    thin = kind == "pp-comm"
+    marker: dict = {"color": EVENT_COLORS[kind], "line": {"width": 0}}
+    if kind == "idle":
+        marker["pattern"] = {"shape": "/", "fgcolor": "#B0B0B0", "size": 6}
+    short = _SHORT.get(kind)
+    offset, width = _STRIP if thin else _BAR
+    return go.Bar(
+        orientation="h", name=EVENT_NAMES[kind], legendgroup=kind, y=a["y"], base=a["base"],
+        x=a["x"], customdata=a["customdata"],
+        texttemplate=f"{short}%{{customdata[1]}}" if short else None,
+        hovertemplate=hover_template(kind, unit),
+        textposition="inside" if short else "none", insidetextanchor="middle",
+        textfont={"size": 9, "color": "white"}, marker=marker, width=width, offset=offset,
+        cliponaxis=True,
+    )  # fmt: skip
 
 
 def pipeline_figure(
     result: SimResult | Timeline, *, selected_microbatch: int | None = None,
     selected_stage: int | None = None, title: str = "", height: int | None = None,
+    window: tuple[float, float] | None = None, formula: float | None = None,
 ) -> go.Figure:  # fmt: skip
     """The Gantt chart of a simulated step (``SimResult`` with a timeline, or a Timeline).
 
     Rows are the pipeline's devices (stage d on device d; with interleaving device d runs
-    stages d, d+p, ...); x is time in ms. Traces: one per ``EVENT_KINDS`` entry, then
-    ``selected`` (the outline of the selected microbatch, or of a stage's steps).
+    stages d, d+p, ...); x is time in the unit of ``time_unit(step)``. Traces: one per
+    ``EVENT_KINDS`` entry, then ``selected`` (the outline of the selected microbatch, or of
+    a stage's steps). Layout annotations label groups of boxes when boxes are too narrow for
+    their numbers (see the module docstring).
+
+    Args:
+        window: the visible time range (x axis units); default the whole step.
+        formula: the closed-form bubble, shown in the title next to the simulated one.
 
     >>> import explorer as ex
     >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4, microbatch_size=2),
     ...                   global_batch=32, seq=512)
     >>> fig = pipeline_figure(sim)
     >>> fig.data[0].name, fig.data[0].texttemplate, fig.data[0].customdata[0][:2].tolist()
-    ('compute-forward', 'F%{customdata[1]}', [0.0, 0.0])
+    ('Forward', 'F%{customdata[1]}', [0.0, 0.0])
     """
     sim = result if isinstance(result, SimResult) else None
     timeline = sim.timeline if sim is not None else result
@@ -117,43 +290,45 @@ def pipeline_figure(
             "estimate has none) or a Timeline"
         )
     chunks = sim.config.virtual_stages if sim is not None else 1
-    cols = timeline_columns(timeline)
-    traces = []
-    for kind in EVENT_KINDS:
-        a = kind_arrays(cols, kind)
-        thin = kind == "pp-comm"
-        marker: dict = {"color": EVENT_COLORS[kind], "line": {"width": 0}}
-        if kind == "idle":
-            marker["pattern"] = {"shape": "/", "fgcolor": "#B0B0B0", "size": 6}
-        short = _SHORT.get(kind)
-        where = "stage %{customdata[0]}, microbatch %{customdata[1]}<br>" if short else ""
-        traces.append(go.Bar(
-            orientation="h", name=kind, y=a["y"], base=a["base"], x=a["x"],
-            customdata=a["customdata"],
-            texttemplate=f"{short}%{{customdata[1]}}" if short else None,
-            hovertemplate=f"{where}%{{customdata[2]:.3f}} → %{{customdata[3]:.3f}} ms "
-                          f"(%{{x:.3f}} ms)<extra>{kind}</extra>",
-            textposition="inside" if short else "none", insidetextanchor="middle",
-            textfont={"size": 9}, marker=marker, width=0.18 if thin else 0.8,
-            offset=0.3 if thin else -0.4,
-        ))  # fmt: skip
+    unit, scale = time_unit(timeline.step_time_s)
+    cols = timeline_columns(timeline, scale)
+    traces = [_bar_trace(kind, kind_arrays(cols, kind), unit) for kind in EVENT_KINDS]
     sel = selected_arrays(cols, selected_microbatch, selected_stage)
     traces.append(go.Bar(
         orientation="h", name="selected", y=sel["y"], base=sel["base"], x=sel["x"],
         marker={"color": "rgba(0,0,0,0)", "line": {"width": 2.5, "color": SELECTED}},
-        width=0.8, offset=-0.4, hoverinfo="skip", showlegend=False,
+        width=_BAR[1], offset=_BAR[0], hoverinfo="skip", showlegend=False,
+    ))  # fmt: skip
+    g = group_arrays(visible_groups(cols, window))
+    traces.append(go.Scatter(
+        x=g["x"], y=g["y"], text=g["text"], mode="text", name="microbatch groups",
+        textfont={"size": 10, "color": "#333"}, textposition="middle center",
+        hoverinfo="skip", showlegend=False, cliponaxis=True,
     ))  # fmt: skip
     fig = go.Figure(traces)
     pp = timeline.devices
     fig.update_layout(
-        title=title or pipeline_title(sim, timeline), barmode="overlay",
-        height=height or figure_height(pp), bargap=0.15,
-        xaxis={"title": "time (ms)", "rangemode": "tozero"},
-        yaxis={"tickmode": "array", "tickvals": list(range(pp)),
-               "ticktext": row_labels(pp, chunks), "autorange": "reversed",
-               "range": None},
-        legend={"orientation": "h", "x": 0, "y": -0.18, "yanchor": "top", "font": {"size": 10}},
-        uniformtext={"minsize": 7, "mode": "hide"}, plot_bgcolor="white",
-        margin={"l": 10, "r": 10, "t": 40, "b": 40}, clickmode="event",
+        **base_layout(title or pipeline_title(sim, timeline, formula),
+                      height=height or figure_height(pp)),
+        **pipeline_axes(cols, pp, chunks, unit, window),
+        barmode="overlay", bargap=0.0, uniformtext={"minsize": 8, "mode": "hide"},
+        plot_bgcolor="white", clickmode="event",
     )  # fmt: skip
     return fig
+
+
+def visible_groups(cols: dict[str, np.ndarray], window=None) -> list[dict]:
+    """The groups to label in ``window``: none when every box holds its own number."""
+    return label_groups(cols, window) if label_mode(cols, window) == "groups" else []
+
+
+def pipeline_axes(cols, pp: int, chunks: int, unit: str, window) -> dict:
+    """The layout keys that change with the data or the zoom."""
+    return {
+        "xaxis": {"title": {"text": f"time ({unit})"}, "range": list(window) if window else
+                  [0, float(cols["span"])], "autorange": False, "showgrid": True,
+                  "gridcolor": "#EEE"},
+        "yaxis": {"tickmode": "array", "tickvals": list(range(pp)),
+                  "ticktext": row_labels(pp, chunks), "range": [pp - 0.45, -0.5],
+                  "autorange": False, "automargin": True},
+    }  # fmt: skip

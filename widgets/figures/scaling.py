@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 from explorer.training import ScalingCurve
 
 from ..colors import PALETTE
+from .style import base_layout, wrap_title
 
 __all__ = ["scaling_figure", "curve_arrays", "curve_label", "Metric", "METRICS", "METRIC_TITLES"]
 
@@ -93,17 +94,23 @@ def scaling_figure(
                                  hovertemplate="linearity %{y:.3f}<br>%{hovertext}<extra></extra>"),
                       row=1, col=2)  # fmt: skip
     lo, hi = (min(xs), max(xs)) if xs else (8, 4096)
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[1.0, 1.0], mode="lines", name="linear",
+    # The ideal line: y is the same [1, 1] in every state, so an update never sends it.
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[1.0, 1.0], mode="lines", name="ideal (linear)",
                              line={"color": "#999", "dash": "dot"}, hoverinfo="skip",
-                             showlegend=False), row=1, col=2)  # fmt: skip
+                             showlegend=True, legendgroup="ideal"), row=1, col=2)  # fmt: skip
     ticks = sorted(set(xs)) or [8, 64, 512, 4096]
     for col in (1, 2):
         fig.update_xaxes(type="log", tickvals=ticks, title_text="devices", row=1, col=col)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(range=[0, 1.1], row=1, col=2)
+    # one more title line: the panel titles sit in the top margin too
+    lines = wrap_title(title or "scaling").count("<br>") + 2
+    fig.update_layout(base_layout(title or "scaling", height=440, legend=False,
+                                  title_lines=lines))  # fmt: skip
     fig.update_layout(
-        title=title or "scaling", height=380, hovermode="closest", plot_bgcolor="white",
-        legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top", "font": {"size": 10}},
-        margin={"l": 10, "r": 10, "t": 60, "b": 40},
+        hovermode="closest", plot_bgcolor="white", showlegend=True,
+        legend={"orientation": "h", "x": 0, "y": -0.22, "yanchor": "top", "xanchor": "left",
+                "font": {"size": 11}},
+        margin={"b": 110},
     )  # fmt: skip
     return fig
