@@ -1,4 +1,5 @@
-"""``GraphView``: the computation graph, collapsible by layer, linked by selection."""
+"""``GraphView``: the graph as nested groups (model > layer > block > op), searchable,
+every group opened and closed by a click, linked to the others by the selection."""
 
 from __future__ import annotations
 
@@ -6,37 +7,61 @@ from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as ipw
+import numpy as np
 import plotly.graph_objects as go
 import traitlets as tl
 
 from explorer.ir import Graph
+from explorer.ir.hierarchy import (
+    CHANGE_THRESHOLD,
+    ROOT,
+    HierarchyError,
+    Match,
+    changed_materially,
+    hierarchy,
+)
 
-from .base import View
+from .base import View, replace_figure
+from .errors import field
 from .figures.graph import (
     COLOR_BY,
+    OPEN_PREFIX,
+    PLOT_PX,
     TRACE_CHANGED,
+    TRACE_GROUPS,
     TRACE_NODES,
     TRACE_SELECTED,
     graph_figure,
-    unit_colors,
-    unit_hover,
+    unit_labels,
 )
-from .figures.layout import LARGE_GRAPH, GraphLayout, graph_layout, layer_scopes
+from .figures.layout import BOX_PREFIX, LARGE_GRAPH, GraphLayout, graph_layout
+from .format import human_label
 from .selection import Selection
 
-__all__ = ["GraphView"]
+__all__ = ["GraphView", "OPEN_BELOW"]
+
+OPEN_BELOW = 200  # nodes: smaller graphs open with every group open, larger ones closed
+FOCUS_SPAN = 40.0  # data units shown around a search match (op labels fit at this zoom)
+_COLOR_OPTIONS = [("op group", "group"), ("strategy", "strategy"), ("cost", "cost"),
+                  ("communication", "communication"), ("pipeline stage", "stage")]  # fmt: skip
 
 
 class GraphView(View):
-    """The graph as a layered DAG; click a node to select it, a layer box to expand it.
+    """The graph as nested groups; click a box to open it, a frame's label to close it,
+    an op to select it; search any name.
 
     Args:
         graph: an ``explorer.ir.Graph``.
         plan: a ShardingPlan (or later through the linked selection's ``plan``).
         color_by: ``group``, ``strategy``, ``cost``, ``communication`` or ``stage``.
-        collapsed: start with every repeated layer as one box (default: graphs of
-            ``LARGE_GRAPH`` = 2,000 nodes or more).
+        collapsed: start with every group closed (True) or open (False); default: closed
+            for graphs of ``OPEN_BELOW`` nodes or more.
         selection: a shared ``Selection`` (default: a new one).
+        webgl: draw the nodes with Scattergl (default: for ``LARGE_GRAPH`` nodes or more).
+        stages: {node: pipeline stage} for ``color_by="stage"``.
+        change_threshold: a red ring marks an op whose strategy changed (the selection's
+            ``highlight``) and whose cost moved by at least this fraction of its cost in
+            the baseline plan (the first plan the view showed; ``pin_baseline()`` re-pins).
 
     >>> import explorer as ex
     >>> view = GraphView(ex.models.build(ex.models.load("mlp-small"), batch=8))
@@ -48,13 +73,17 @@ class GraphView(View):
     # --- data ---------------------------------------------------------------------------
     graph = tl.Instance(Graph)
     plan = tl.Any(None, allow_none=True)
-    stages = tl.Any(None, allow_none=True, help="{node: stage} for color_by='stage' (part 2)")
+    baseline = tl.Any(None, allow_none=True, help="the plan 'changed' rings compare against")
+    stages = tl.Any(None, allow_none=True, help="{node: stage} for color_by='stage'")
     # --- display ------------------------------------------------------------------------
     color_by = tl.Enum(COLOR_BY, default_value="group")
-    collapsed = tl.Tuple(help="layer scopes drawn as one box each")
+    expanded = tl.Tuple(help="open group paths ('' = the model is always open)")
+    change_threshold = tl.Float(CHANGE_THRESHOLD, help="fraction of an op's cost")
     # --- mirrored from the selection ----------------------------------------------------
     selected = tl.Unicode(None, allow_none=True)
-    highlight = tl.Tuple()
+    highlight = tl.Tuple(help="what the selection asks to emphasise (ops whose strategy changed)")
+    changed = tl.Tuple(help="the ops ringed: highlighted and cost moved >= change_threshold")
+    found = tl.Unicode(None, allow_none=True, help="the group or node the search jumped to")
 
     selection_traits = ("node", "plan", "highlight")
     name = "graph"
@@ -62,76 +91,120 @@ class GraphView(View):
     def __init__(
         self, graph: Graph, plan=None, *, color_by: str = "group", collapsed: bool | None = None,
         selection: Selection | None = None, webgl: bool | None = None,
-        stages: Mapping[str, int] | None = None,
+        stages: Mapping[str, int] | None = None, change_threshold: float = CHANGE_THRESHOLD,
     ) -> None:  # fmt: skip
         self._ready = False
         super().__init__(selection=None)
-        self.graph, self.plan, self.stages, self.color_by = graph, plan, stages, color_by
+        self.graph, self.stages, self.color_by = graph, stages, color_by
+        self.change_threshold = change_threshold
+        self.plan = plan
+        self.baseline = plan
         self.webgl = len(graph) >= LARGE_GRAPH if webgl is None else webgl
-        start = len(graph) >= LARGE_GRAPH if collapsed is None else collapsed
-        self.collapsed = layer_scopes(graph) if start else ()
-        self._layout: GraphLayout = graph_layout(graph, self.collapsed)
+        start = len(graph) >= OPEN_BELOW if collapsed is None else collapsed
+        h = hierarchy(graph)
+        self.expanded = () if start else tuple(p for p in h.groups if p != ROOT)
+        self._matches: tuple[Match, ...] = ()
+        self._match_i = 0
+        self._layout: GraphLayout = graph_layout(graph, expanded=self.expanded)
         self.figure = go.FigureWidget(self._build())
+        self.figure.layout.width = None
         self.figure.data[TRACE_NODES].on_click(self.errors.guard(self._on_click))
+        self.figure.data[TRACE_GROUPS].on_click(self.errors.guard(self._on_click))
+        self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
+        wide = {"description_width": "initial"}
         self.controls = {
-            "color_by": ipw.Dropdown(options=COLOR_BY, value=color_by, description="colour"),
-            "collapsed": ipw.Checkbox(
-                value=bool(self.collapsed), description="collapse layers", indent=False
-            ),  # fmt: skip
-        }
+            "color_by": ipw.Dropdown(options=_COLOR_OPTIONS, value=color_by,
+                                     description="colour by", style=wide,
+                                     layout=ipw.Layout(width="auto")),
+            "search": ipw.Text(placeholder="a name, e.g. layers.3.mlp or q_w",
+                               description="search", style=wide, continuous_update=False,
+                               layout=ipw.Layout(width="22em")),
+            "next": ipw.Button(description="next match", layout=ipw.Layout(width="auto"),
+                               disabled=True),
+            "collapsed": ipw.Checkbox(value=start, description="close all groups", indent=False,
+                                      layout=ipw.Layout(width="auto")),
+        }  # fmt: skip
+        search_box, self.search_error = field(self.controls["search"])
         self.controls["color_by"].observe(self.errors.guard(self._on_color), names="value")
+        self.controls["search"].observe(self._on_search, names="value")
+        self.controls["next"].on_click(self.errors.guard(lambda _: self.next_match()))
         self.controls["collapsed"].observe(self.errors.guard(self._on_collapse), names="value")
+        self.match_info = ipw.HTML(layout=ipw.Layout(width="auto"))
+        self.figure.layout.autosize = True
         self.info = ipw.HTML()
+        row = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
-            ipw.HBox([self.controls["color_by"], self.controls["collapsed"]]), self.figure,
-            self.info,
+            ipw.HBox([self.controls["color_by"], search_box, self.controls["next"],
+                      self.match_info, self.controls["collapsed"]],
+                     layout=row),
+            self.figure, self.info,
         )  # fmt: skip
+        self.figure.layout  # noqa: B018  (built)
         self._ready = True
         self.link(selection or Selection())
 
     # --- building -----------------------------------------------------------------------
-    def _build(self) -> go.Figure:
+    def _build(self, span: float | None = None) -> go.Figure:
         return graph_figure(
-            self.graph, self.plan, color_by=self.color_by, highlight=self.highlight,
+            self.graph, self.plan, color_by=self.color_by, highlight=self.changed,
             selected=self.selected, webgl=self.webgl, stages=self.stages, layout=self._layout,
+            change_threshold=self.change_threshold, span=span,
         )  # fmt: skip
 
-    def _relayout(self) -> None:
-        """Positions changed (a layer expanded or collapsed): replace every trace's data."""
-        self._layout = graph_layout(self.graph, self.collapsed)
-        new = self._build()
-        with self.figure.batch_update():
-            for old, fresh in zip(self.figure.data, new.data, strict=True):
-                old.update(fresh.to_plotly_json(), overwrite=True)
-            self.figure.layout.title = new.layout.title
+    def _redraw(self) -> None:
+        """Copy a fresh figure of the current state into the one on screen (one message)."""
+        replace_figure(self.figure, self._build())
+        self._mark_found()
 
-    def _recolor(self, hover: bool = False) -> None:
-        colors, numeric = unit_colors(self.graph, self._layout, self.color_by, self.plan,
-                                      self.stages)  # fmt: skip
-        nodes = self.figure.data[TRACE_NODES]
-        with self.figure.batch_update():
-            nodes.marker.color = colors
-            nodes.marker.showscale = numeric
-            if numeric:
-                nodes.marker.colorscale = "Viridis"
-                nodes.marker.colorbar.title.text = f"log10 {self.color_by}"
-            if hover:
-                nodes.hovertext = [unit_hover(self.graph, self._layout, u, self.plan)
-                                   for u in self._layout.units]  # fmt: skip
+    def _relayout(self) -> None:
+        """Groups opened or closed: new positions, then redraw."""
+        self._layout = graph_layout(self.graph, expanded=self.expanded)
+        self._redraw()
 
     def _mark(self, trace: int, names) -> None:
-        names = set(names)
-        idx = [i for i, u in enumerate(self._layout.units)
-               if names.intersection(self._layout.members[u])]  # fmt: skip
+        lay = self._layout
+        idx = sorted({lay.index(u) for n in names if (u := lay.unit_of(n)) is not None})
         with self.figure.batch_update():
-            self.figure.data[trace].x = self._layout.x[idx]
-            self.figure.data[trace].y = self._layout.y[idx]
+            self.figure.data[trace].x = lay.x[idx]
+            self.figure.data[trace].y = lay.y[idx]
+            if trace == TRACE_CHANGED:
+                self.figure.data[trace].marker.symbol = [
+                    "square-open" if lay.is_box[i] else "circle-open" for i in idx
+                ]
+
+    def _mark_found(self) -> None:
+        """A found group's label carries the selection ring (a node's is its own)."""
+        path = self.found
+        if path is None or path not in hierarchy(self.graph).groups:
+            return
+        trace = self.figure.data[TRACE_GROUPS]
+        ids = list(trace.customdata)
+        key = OPEN_PREFIX + path
+        with self.figure.batch_update():
+            if key in ids:
+                k = ids.index(key)
+                self.figure.data[TRACE_SELECTED].x = [trace.x[k]]
+                self.figure.data[TRACE_SELECTED].y = [trace.y[k]]
+            elif (u := BOX_PREFIX + path) in self._layout.units:
+                i = self._layout.index(u)
+                self.figure.data[TRACE_SELECTED].x = [self._layout.x[i]]
+                self.figure.data[TRACE_SELECTED].y = [self._layout.y[i]]
 
     # --- trait observers ----------------------------------------------------------------
     @tl.observe("plan")
     def _plan_changed(self, change: dict[str, Any]) -> None:
+        new = change["new"]
+        if self.baseline is None or (new is not None and self.baseline.graph is not new.graph):
+            self.baseline = new
+        self._update_changed()
         if self._ready:
-            self._recolor(hover=True)
+            self._redraw()
+
+    @tl.observe("highlight", "change_threshold")
+    def _highlight_changed(self, change: dict[str, Any]) -> None:
+        self._update_changed()
+        if self._ready:
+            self._mark(TRACE_CHANGED, self.changed)
 
     @tl.observe("selected")
     def _selected_changed(self, change: dict[str, Any]) -> None:
@@ -139,57 +212,180 @@ class GraphView(View):
             self._mark(TRACE_SELECTED, [change["new"]] if change["new"] else [])
             self.info.value = self._describe(change["new"])
 
-    @tl.observe("highlight")
-    def _highlight_changed(self, change: dict[str, Any]) -> None:
+    def _update_changed(self) -> None:
+        names = [n for n in self.highlight if n in self.graph]
+        before, after = self.baseline, self.plan
+        if not names or after is None or before is None or before is after:
+            self.changed = tuple(names) if before is None or before is not after else ()
+            return
+        if before.cost.unit != after.cost.unit:  # costs in different units do not compare
+            self.changed = tuple(names)
+            return
+        b = {n: before.node_cost(n).total for n in names if n in before.assignment}
+        a = {n: after.node_cost(n).total for n in names if n in after.assignment}
+        self.changed = changed_materially(b, a, names, self.change_threshold)
+
+    def pin_baseline(self, plan=None) -> None:
+        """Compare later plans with ``plan`` (default: the plan shown now)."""
+        self.baseline = plan if plan is not None else self.plan
+        self._update_changed()
         if self._ready:
-            self._mark(TRACE_CHANGED, change["new"])
+            self._mark(TRACE_CHANGED, self.changed)
 
     # --- controls and clicks ------------------------------------------------------------
     def _on_color(self, change: dict[str, Any]) -> None:
         self.color_by = change["new"]
-        self._recolor()
+        self._redraw()
+
+    def _on_zoom(self, layout, x_range) -> None:
+        """Labels that fit at the new zoom (ops named once there is room for the names)."""
+        if x_range is None or len(x_range) != 2:
+            return
+        span = abs(float(x_range[1]) - float(x_range[0]))
+        text = unit_labels(self.graph, self._layout, span, PLOT_PX)
+        if list(self.figure.data[TRACE_NODES].text or ()) != text:
+            self.figure.data[TRACE_NODES].text = text
 
     def _on_collapse(self, change: dict[str, Any]) -> None:
-        self.collapsed = layer_scopes(self.graph) if change["new"] else ()
-        self._relayout()
+        if change["new"]:
+            self.collapse(ROOT)
+        else:
+            self.open_all()
 
     def _on_click(self, trace, points, state) -> None:
         if points.point_inds:
-            self.click(self._layout.units[points.point_inds[0]])
+            self.click(trace.customdata[points.point_inds[0]])
 
     def click(self, unit: str) -> None:
-        """What a click does: a layer box expands; a node becomes the selection."""
-        if unit.startswith("scope:"):
-            self.expand(unit[len("scope:") :])
-            return
-        self.selected = unit
-        self._select(node=unit)
+        """What a click does: a closed group opens with the groups inside it (a layer shows
+        its attention and MLP ops at once); an open group's label closes it (the model's
+        label closes every group); a node becomes the selection."""
+        if unit.startswith(BOX_PREFIX):
+            self.expand(unit[len(BOX_PREFIX) :], inside=True)
+        elif unit.startswith(OPEN_PREFIX):
+            self.collapse(unit[len(OPEN_PREFIX) :])
+        else:
+            self.selected = unit
+            self._select(node=unit)
 
-    def expand(self, scope: str) -> None:
-        if scope not in self.collapsed:
-            raise ValueError(f"layer {scope!r} is not collapsed; collapsed: {self.collapsed}")
-        self.collapsed = tuple(s for s in self.collapsed if s != scope)
-        self._relayout()
-
-    def collapse(self, scope: str) -> None:
-        if scope not in layer_scopes(self.graph):
-            raise ValueError(
-                f"{scope!r} is not a layer scope of {self.graph.name!r}; "
-                f"layer scopes: {', '.join(layer_scopes(self.graph)[:4])}..."
-            )
-        if scope not in self.collapsed:
-            self.collapsed = tuple(s for s in layer_scopes(self.graph)
-                                   if s in self.collapsed or s == scope)  # fmt: skip
+    def expand(self, path: str, inside: bool = False) -> None:
+        """Open the group ``path`` (and the groups around it; with ``inside``, also every
+        group inside it)."""
+        h = hierarchy(self.graph)
+        path = path[len(BOX_PREFIX) :] if path.startswith(BOX_PREFIX) else path
+        h.group(path)  # unknown: raises, naming close ones
+        want = [*h.ancestors(path), path] if path != ROOT else []
+        if inside:
+            want += [p for p in h.groups if p.startswith(path + ".")]
+        new = tuple(dict.fromkeys([*self.expanded, *want]))
+        if new != self.expanded:
+            self.expanded = new
             self._relayout()
 
+    def collapse(self, path: str) -> None:
+        """Close the group ``path`` and every group inside it (``""``: all of them)."""
+        h = hierarchy(self.graph)
+        h.group(path)
+        inside = path + "."
+        new = tuple(p for p in self.expanded
+                    if path != ROOT and p != path and not p.startswith(inside))  # fmt: skip
+        if new != self.expanded:
+            self.expanded = new
+            self._relayout()
+
+    def open_all(self) -> None:
+        """Open every group (a big model takes seconds: the progress bar shows)."""
+        with self.progress.task("opening every group", steps=2) as step:
+            self.expanded = tuple(p for p in hierarchy(self.graph).groups if p != ROOT)
+            self._layout = graph_layout(self.graph, expanded=self.expanded)
+            step("layout")
+            self._redraw()
+            step("drawn")
+
+    # --- search -------------------------------------------------------------------------
+    def _on_search(self, change: dict[str, Any]) -> None:
+        text = change["new"]
+        if not text.strip():
+            self._matches, self.found = (), None
+            self.match_info.value = ""
+            self.controls["next"].disabled = True
+            self.search_error.clear()
+            return
+        self.search_error.run(self.search, text)
+
+    def search(self, text: str) -> tuple[Match, ...]:
+        """Jump to the first group or node whose name contains ``text``: the groups around
+        it open, a group match opens too, and the match is selected and centred.
+
+        Raises HierarchyError when nothing matches (the view shows it beside the box).
+        """
+        matches = hierarchy(self.graph).search(text)
+        if not matches:
+            raise HierarchyError(
+                f"no group or node of {self.graph.name!r} contains {text.strip()!r}; try a "
+                "shorter part of a name such as 'mlp', 'layers.3' or 'q_w'"
+            )
+        self._matches, self._match_i = matches, 0
+        self.controls["next"].disabled = len(matches) < 2
+        self._go(matches[0])
+        return matches
+
+    def next_match(self) -> None:
+        if not self._matches:
+            return
+        self._match_i = (self._match_i + 1) % len(self._matches)
+        self._go(self._matches[self._match_i])
+
+    def _go(self, m: Match) -> None:
+        n = len(self._matches)
+        what = "group" if m.is_group else "node"
+        self.match_info.value = (
+            f"<span style='white-space:nowrap'>{self._match_i + 1} of {n}"
+            f"{'+' if n >= 50 else ''}: {what} <b>{m.path}</b></span>"
+        )
+        opened = [*m.ancestors, m.path] if m.is_group else list(m.ancestors)
+        self.found = m.path if m.is_group else None
+        new = tuple(dict.fromkeys([*self.expanded, *opened]))
+        if new != self.expanded:
+            self.expanded = new
+            self._layout = graph_layout(self.graph, expanded=self.expanded)
+        if m.is_group:
+            self.selected = None
+            self._redraw()
+            f = next((f for f in self._layout.frames if f.path == m.path), None)
+            center = ((f.x0 + f.x1) / 2, (f.y0 + f.y1) / 2) if f else (0.0, 0.0)
+            self.info.value = self._describe_group(m.path)
+        else:
+            self._redraw()
+            self.selected = m.path
+            self._select(node=m.path)
+            i = self._layout.index(m.path)
+            center = (float(self._layout.x[i]), float(self._layout.y[i]))
+        self._focus(*center)
+
+    def _focus(self, x: float, y: float) -> None:
+        """Centre the view on (x, y) at a zoom where op names fit."""
+        span = FOCUS_SPAN
+        aspect = (self.figure.layout.height or 500) / PLOT_PX
+        with self.figure.batch_update():
+            self.figure.layout.xaxis.range = [x - span / 2, x + span / 2]
+            self.figure.layout.yaxis.range = [y - span * aspect / 2, y + span * aspect / 2]
+        self._on_zoom(self.figure.layout, (x - span / 2, x + span / 2))
+
+    # --- details ------------------------------------------------------------------------
     def unit_of(self, node: str) -> str | None:
-        """The drawn unit (the node, or the box of its collapsed layer)."""
+        """The drawn unit (the node, or the box of its closed group)."""
         return self._layout.unit_of(node)
+
+    def _describe_group(self, path: str) -> str:
+        g = hierarchy(self.graph).group(path)
+        return (f"<b>{g.label}</b> ({human_label(g.kind).lower()}): {g.num_nodes} nodes, "
+                f"{g.num_ops} ops, {len(g.children)} groups inside")  # fmt: skip
 
     def _describe(self, node: str | None) -> str:
         if not node:
             return ""
-        if self.plan is None:
+        if self.plan is None or node not in self.plan.assignment:
             return f"selected %{node}"
         return "<pre>" + str(self.plan.explain(node)) + "</pre>"
 
@@ -207,18 +403,30 @@ class GraphView(View):
     def on_selection(self, change: dict[str, Any]) -> None:
         if change["name"] == "node":
             node = change["new"]
+            if node is not None and node in self.graph and self.unit_of(node) != node:
+                self.expand(hierarchy(self.graph).group_of(node))  # show what was picked
             self.selected = node if node is not None and node in self.graph else None
         elif change["name"] == "plan":
             plan = change["new"]
             if plan is not None and plan.graph is not self.graph:
-                self.graph = plan.graph
-                self.collapsed = tuple(s for s in self.collapsed if s in layer_scopes(self.graph))
-                self._relayout()
+                self._set_graph(plan.graph)
             self.plan = plan
             self.info.value = self._describe(self.selected)
         elif change["name"] == "highlight":
             self.highlight = tuple(change["new"])
 
+    def _set_graph(self, graph: Graph) -> None:
+        groups = hierarchy(graph).groups
+        self.graph = graph
+        self.baseline = None
+        self.expanded = tuple(p for p in self.expanded if p in groups)
+        self._layout = graph_layout(graph, expanded=self.expanded)
+
     @property
     def layout_data(self) -> GraphLayout:
         return self._layout
+
+    @property
+    def visible_units(self) -> int:
+        """How many units are drawn (nodes and closed-group boxes)."""
+        return int(np.size(self._layout.units))

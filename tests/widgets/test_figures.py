@@ -9,7 +9,7 @@ import explorer as ex
 from explorer.ir import TensorType
 from explorer.search import CostBreakdown
 from explorer.sharding import Layout
-from widgets.colors import color_for, group_color
+from widgets.colors import group_color
 from widgets.figures import (
     cost_figure,
     graph_figure,
@@ -23,6 +23,7 @@ from widgets.figures import (
     summary_figure,
     trace_figure,
 )
+from widgets.figures.graph import STRATEGY_PALETTE
 from widgets.figures.layout import LARGE_GRAPH
 
 
@@ -50,11 +51,13 @@ def test_graph_figure_traces_and_colours(mlp, mlp_plan):
     fig = graph_figure(mlp, mlp_plan, color_by="strategy", highlight=["layers.0.fc1"],
                        selected="layers.1.fc2")  # fmt: skip
     d = fig.to_dict()
-    assert [t["name"] for t in d["data"]] == ["edges", "nodes", "changed", "selected"]
+    assert [t["name"] for t in d["data"]] == ["edges", "nodes", "changed", "selected", "groups"]
     nodes = d["data"][1]
     assert list(nodes["customdata"]) == [n.name for n in mlp.nodes]
     i = list(nodes["customdata"]).index("layers.0.fc1")
-    assert nodes["marker"]["color"][i] == color_for(mlp_plan.assignment["layers.0.fc1"].name)
+    strategy = mlp_plan.assignment["layers.0.fc1"].name
+    assert nodes["marker"]["color"][i] in STRATEGY_PALETTE
+    assert strategy in d["layout"]["annotations"][0]["text"]  # the legend names it
     assert "strategy <b>" in nodes["hovertext"][i] and "cost" in nodes["hovertext"][i]
     assert len(fig.data[2].x) == 1 and len(fig.data[3].x) == 1  # to_dict packs arrays
     assert d["data"][1]["type"] == "scatter"

@@ -1,37 +1,56 @@
-"""``graph_figure``: the computation graph as a layered DAG, coloured by one attribute."""
+"""``graph_figure``: the graph as nested groups (model > layer > block > op), coloured by one
+attribute, with a legend for every colouring, arrows, and labels that show when they fit."""
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Literal, get_args
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
 
 from explorer.ir import Graph, format_bytes
+from explorer.ir.hierarchy import CHANGE_THRESHOLD, ROOT, hierarchy
 
 from ..colors import (
     CHANGED,
     COST_COLORSCALE,
+    GROUP_COLORS,
     NEUTRAL,
     SELECTED,
-    color_for,
     group_color,
     stage_color,
 )
-from .layout import LARGE_GRAPH, GraphLayout, graph_layout
+from ..format import fmt_number, fmt_percent, fmt_seconds, human_label
+from .layout import BOX_PREFIX, GraphLayout, graph_layout
+from .style import base_layout
 
 __all__ = [
     "graph_figure", "ColorBy", "COLOR_BY", "unit_colors", "unit_hover", "node_hover",
-    "TRACE_EDGES", "TRACE_NODES", "TRACE_CHANGED", "TRACE_SELECTED",
+    "unit_labels", "legend_text", "group_shapes", "strategy_colors", "STRATEGY_PALETTE",
+    "TRACE_EDGES", "TRACE_NODES", "TRACE_CHANGED", "TRACE_SELECTED", "TRACE_GROUPS",
+    "OPEN_PREFIX", "PLOT_PX",
 ]  # fmt: skip
 
 ColorBy = Literal["group", "strategy", "cost", "communication", "stage"]
 COLOR_BY: tuple[str, ...] = get_args(ColorBy)
 # Trace order is fixed: views update traces by these indices inside batch_update().
-TRACE_EDGES, TRACE_NODES, TRACE_CHANGED, TRACE_SELECTED = range(4)
-BOX_COLOR = "#8FA8C8"
+TRACE_EDGES, TRACE_NODES, TRACE_CHANGED, TRACE_SELECTED, TRACE_GROUPS = range(5)
+BOX_COLOR = "#8FA8C8"  # a closed group under the op-group colouring
+FRAME_FILL, FRAME_LINE = "rgba(120,140,175,0.07)", "#9AA7BF"
+OPEN_PREFIX = "open:"  # the customdata of an open group's label (a click closes it)
+PLOT_PX = 1000  # the width the figure is planned for (a laptop's notebook column)
+CHAR_PX = 6.0  # one character of a 10 px label
+# Ten hues no two of which are alike (Tableau 10 without its grey): strategies are told apart
+# at a glance. A strategy keeps its colour from run to run (by hash, then the next free one).
+STRATEGY_PALETTE: tuple[str, ...] = (
+    "#4E79A7", "#F28E2B", "#59A14F", "#E15759", "#B07AA1", "#76B7B2", "#EDC948", "#9C755F",
+    "#FF9DA7", "#17BECF",
+)  # fmt: skip
+OTHER = "#C7C7C7"
 
 
 def _fmt_flops(f: float) -> str:
@@ -39,6 +58,10 @@ def _fmt_flops(f: float) -> str:
         if f >= scale:
             return f"{f / scale:.3g} {unit}"
     return f"{f:.0f} FLOP"
+
+
+def _fmt_cost(value: float, unit: str) -> str:
+    return fmt_seconds(value) if unit == "seconds" else format_bytes(value) + " (weighted)"
 
 
 def _letters(graph: Graph, name: str) -> tuple[list[str], str]:
@@ -65,30 +88,63 @@ def node_hover(graph: Graph, name: str, plan=None) -> str:
         lo = out_letters if len(out_letters) == n.type.rank else None
         lines.append(f"  out {s.out_layout.format(n.type, lo)}")
         c = plan.node_cost(name)
-        u = "s" if c.unit == "seconds" else "B"
-        comm = ", ".join(f"{k} {v:.3g}" for k, v in c.communication if v) or "none"
-        lines.append(f"cost {c.total:.3g} {u}: compute {c.compute:.3g}, comm {comm}")
+        comm = ", ".join(f"{k} {_fmt_cost(v, c.unit)}" for k, v in c.communication if v)
+        lines.append(f"cost {_fmt_cost(c.total, c.unit)}: compute {_fmt_cost(c.compute, c.unit)}"
+                     f", communication {comm or 'none'}")  # fmt: skip
         lines.append(f"memory {format_bytes(c.memory_bytes)}")
     return "<br>".join(lines)
 
 
-def unit_hover(graph: Graph, lay: GraphLayout, unit: str, plan=None) -> str:
-    members = lay.members[unit]
-    if len(members) == 1 and not unit.startswith("scope:"):
-        return node_hover(graph, members[0], plan)
-    flops = graph.flops(members)
-    lines = [f"<b>{unit[len('scope:'):]}</b> (collapsed, click to expand)",
-             f"{len(members)} nodes, {_fmt_flops(flops)}"]  # fmt: skip
+def _group_hover(graph: Graph, path: str, plan, closed: bool) -> str:
+    g = hierarchy(graph).group(path)
+    lines = [f"<b>{g.label}</b> ({g.kind}) — click to {'open' if closed else 'close'}",
+             f"{g.num_nodes} nodes, {g.num_ops} ops, {_fmt_flops(g.flops)}, "
+             f"{fmt_number(g.params)} parameters"]  # fmt: skip
     if plan is not None:
+        members = hierarchy(graph).members(path)
         ops = [m for m in members if not graph.node(m).is_source]
         top = Counter(plan.assignment[m].name for m in ops).most_common(3)
         lines.append("strategies " + ", ".join(f"{k} x{v}" for k, v in top))
+        unit = plan.cost.unit
         total = sum(plan.node_cost(m).total for m in members)
-        lines.append(f"cost {total:.3g}")
+        lines.append(f"cost {_fmt_cost(total, unit)}")
     return "<br>".join(lines)
 
 
-def _node_value(graph: Graph, name: str, plan, color_by: str) -> float:
+def unit_hover(graph: Graph, lay: GraphLayout, unit: str, plan=None) -> str:
+    if unit.startswith(BOX_PREFIX):
+        return _group_hover(graph, unit[len(BOX_PREFIX) :], plan, closed=True)
+    return node_hover(graph, unit, plan)
+
+
+def strategy_colors(counts: Mapping[str, int]) -> dict[str, str]:
+    """A distinct colour per strategy name: the most used first take the colour their name
+    hashes to (or the next free one); beyond ten strategies the rarest share grey."""
+    out: dict[str, str] = {}
+    taken: set[int] = set()
+    for name in sorted(counts, key=lambda k: (-counts[k], k)):
+        if len(taken) == len(STRATEGY_PALETTE):
+            out[name] = OTHER
+            continue
+        k = int.from_bytes(hashlib.md5(name.encode()).digest()[:4], "little")
+        k %= len(STRATEGY_PALETTE)
+        while k in taken:
+            k = (k + 1) % len(STRATEGY_PALETTE)
+        taken.add(k)
+        out[name] = STRATEGY_PALETTE[k]
+    return out
+
+
+def _unit_strategy(graph: Graph, lay: GraphLayout, plan) -> list[str]:
+    out = []
+    for u in lay.units:
+        ms = lay.members[u]
+        names = [plan.assignment[m].name for m in ms if not graph.node(m).is_source]
+        out.append(Counter(names or [plan.assignment[ms[0]].name]).most_common(1)[0][0])
+    return out
+
+
+def _node_value(name: str, plan, color_by: str) -> float:
     c = plan.node_cost(name)
     if color_by == "cost":
         return c.total
@@ -99,14 +155,14 @@ def unit_colors(
     graph: Graph, lay: GraphLayout, color_by: ColorBy = "group", plan=None,
     stages: Mapping[str, int] | None = None,
 ) -> tuple[list[str] | np.ndarray, bool]:  # fmt: skip
-    """Per unit: a colour string, or (for ``cost``/``communication``) a number to map
-    through ``COST_COLORSCALE``; the flag says which."""
+    """Per unit: a colour string, or (for ``cost``/``communication``) log10 of the value to
+    map through ``COST_COLORSCALE``; the flag says which."""
     if color_by not in COLOR_BY:
         raise ValueError(f"color_by={color_by!r}; expected one of {', '.join(COLOR_BY)}")
     if color_by == "group":
         return [
-            BOX_COLOR if b else group_color(graph.group(m[0]).value)
-            for b, m in zip(lay.is_box, (lay.members[u] for u in lay.units), strict=True)
+            BOX_COLOR if b else group_color(graph.group(lay.members[u][0]).value)
+            for u, b in zip(lay.units, lay.is_box, strict=True)
         ], False
     if color_by == "stage":
         if stages is None:
@@ -121,112 +177,234 @@ def unit_colors(
     if plan is None:
         return [NEUTRAL] * len(lay.units), False
     if color_by == "strategy":
-        out = []
-        for u in lay.units:
-            names = [plan.assignment[m].name for m in lay.members[u]
-                     if not graph.node(m).is_source] or [plan.assignment[lay.members[u][0]].name]  # fmt: skip
-            out.append(color_for(Counter(names).most_common(1)[0][0]))
-        return out, False
+        names = _unit_strategy(graph, lay, plan)
+        palette = strategy_colors(Counter(names))
+        return [palette[n] for n in names], False
     vals = np.array(
-        [sum(_node_value(graph, m, plan, color_by) for m in lay.members[u]) for u in lay.units]
+        [sum(_node_value(m, plan, color_by) for m in lay.members[u]) for u in lay.units]
     )
     return np.log10(np.maximum(vals, 1e-12)), True
 
 
-def _edge_xy(lay: GraphLayout) -> tuple[np.ndarray, np.ndarray]:
-    """Segments with NaN separators (one trace for every edge: fast for 3,000 edges)."""
-    if not lay.edges:
-        return np.array([]), np.array([])
-    e = np.array(lay.edges)
-    xs = np.full((len(e), 3), np.nan)
-    ys = np.full((len(e), 3), np.nan)
-    xs[:, 0], xs[:, 1] = lay.x[e[:, 0]], lay.x[e[:, 1]]
-    ys[:, 0], ys[:, 1] = lay.y[e[:, 0]], lay.y[e[:, 1]]
-    return xs.ravel(), ys.ravel()
+def _swatch(color: str, text: str, symbol: str = "■") -> str:
+    return f"<span style='color:{color}'>{symbol}</span> {text}"
+
+
+def legend_text(
+    graph: Graph, lay: GraphLayout, color_by: ColorBy, plan=None,
+    stages: Mapping[str, int] | None = None, change_threshold: float = CHANGE_THRESHOLD,
+) -> str:  # fmt: skip
+    """The legend of the colouring (one line of swatches) and of the rings."""
+    parts: list[str] = []
+    if color_by == "group":
+        shown = Counter(graph.group(lay.members[u][0]).value for u, b in
+                        zip(lay.units, lay.is_box, strict=True) if not b)  # fmt: skip
+        parts = [_swatch(c, human_label(g)) for g, c in GROUP_COLORS.items() if g in shown]
+        if lay.is_box.any():
+            parts.append(_swatch(BOX_COLOR, "closed group (click to open)"))
+        title = "op group"
+    elif color_by == "stage":
+        st = sorted({s for s in (stages or {}).values()})
+        parts = [_swatch(stage_color(s), f"stage {s}") for s in st[:16]]
+        title = "pipeline stage"
+    elif plan is None:
+        parts, title = [_swatch(NEUTRAL, "no plan yet")], human_label(color_by)
+    elif color_by == "strategy":
+        counts = Counter(_unit_strategy(graph, lay, plan))
+        palette = strategy_colors(counts)
+        named = [n for n in sorted(counts, key=lambda k: (-counts[k], k)) if palette[n] != OTHER]
+        parts = [_swatch(palette[n], f"{n} ({counts[n]})") for n in named]
+        if len(named) < len(counts):
+            parts.append(_swatch(OTHER, f"{len(counts) - len(named)} other strategies"))
+        title = "strategy (boxes: most ops)"
+    else:
+        unit = "s" if plan.cost.unit == "seconds" else "B weighted"
+        title = f"{human_label(color_by)}: colour bar = log10 of the cost in {unit}"
+    rings = (
+        _swatch(CHANGED, f"strategy changed and cost moved ≥ {fmt_percent(change_threshold)}",
+                "○") + " · " + _swatch(SELECTED, "selected", "○")
+    )  # fmt: skip
+    return f"<b>{title}</b>: " + "  ".join(parts) + "<br>" + rings
+
+
+def _short(path_or_node: str, parent: str) -> str:
+    return path_or_node[len(parent) + 1 :] if parent and path_or_node.startswith(parent + ".") \
+        else path_or_node  # fmt: skip
+
+
+def unit_labels(graph: Graph, lay: GraphLayout, span: float | None = None,
+                px: float = PLOT_PX) -> list[str]:  # fmt: skip
+    """The text on each unit for an x-axis ``span`` (data units) over ``px`` pixels: a
+    closed group's name when it fits in its box (else on every k-th box, so neighbours do
+    not overlap), an op's short name only once zoomed in far enough for it to fit."""
+    x0, x1, _, _ = lay.extent
+    span = (x1 - x0) if span is None else span
+    scale = px / max(span, 1e-9)  # pixels per data unit
+    h = hierarchy(graph)
+    out: list[str] = []
+    boxes = [i for i, b in enumerate(lay.is_box) if b]
+    widest = max((len(lay.units[i]) - len(BOX_PREFIX) for i in boxes), default=0)
+    every = 1
+    if boxes:
+        every = max(1, int(np.ceil(widest * CHAR_PX / max(scale * lay.w[boxes[0]], 1e-9))))
+    k = 0
+    for u, kind, w in zip(lay.units, lay.kind, lay.w, strict=True):
+        if kind == "box":
+            out.append(u[len(BOX_PREFIX) :] if k % every == 0 else "")
+            k += 1
+            continue
+        label = _short(u, h.node_group.get(u, ROOT))
+        room = scale * (w + 1.0) if kind == "op" else scale * w
+        out.append(label if room >= CHAR_PX * len(label) else "")
+    return out
+
+
+def group_shapes(lay: GraphLayout, colors) -> list[dict]:
+    """Frames of the open groups, then the closed groups' boxes filled with their colour."""
+    shapes = [
+        {"type": "rect", "x0": f.x0, "x1": f.x1, "y0": f.y0, "y1": f.y1, "layer": "below",
+         "line": {"color": FRAME_LINE, "width": 1}, "fillcolor": FRAME_FILL}
+        for f in lay.frames
+    ]  # fmt: skip
+    for i in np.flatnonzero(lay.is_box):
+        x, y, w, h = lay.x[i], lay.y[i], lay.w[i], lay.h[i]
+        shapes.append({"type": "rect", "x0": x - w / 2, "x1": x + w / 2, "y0": y - h / 2,
+                       "y1": y + h / 2, "layer": "below", "fillcolor": colors[i],
+                       "opacity": 0.55, "line": {"color": "#5B6B85", "width": 1}})  # fmt: skip
+    return shapes
+
+
+def _group_points(graph: Graph, lay: GraphLayout, plan, hover: bool):
+    """The label (and close handle) of every open group, plus the model's own label."""
+    x0, _, _, y1 = lay.extent
+    h = hierarchy(graph)
+    xs, ys, text, ids, tips = [x0], [y1 + 0.6], [], [OPEN_PREFIX + ROOT], []
+    n_layers = len(h.layers())
+    text.append(f"<b>{graph.name}</b>" + (f" · {n_layers} layers" if n_layers else ""))
+    tips.append(f"<b>{graph.name}</b>: {len(graph)} nodes — click to close every group")
+    for f in lay.frames:
+        g = h.group(f.path)
+        xs.append(f.x0 + 0.15)
+        ys.append(f.y1 - 0.45)
+        text.append("▾ " + _short(f.path, g.parent or ROOT))
+        ids.append(OPEN_PREFIX + f.path)
+        tips.append(_group_hover(graph, f.path, plan, closed=False) if hover else "")
+    return xs, ys, text, ids, tips
 
 
 def _marked(lay: GraphLayout, names: Iterable[str]) -> list[int]:
     names = set(names)
     if not names:
         return []
-    return [i for i, u in enumerate(lay.units) if names.intersection(lay.members[u])]
+    return sorted({lay.index(u) for n in names if (u := lay.unit_of(n)) is not None})
+
+
+def _colors_rgb(colors, numeric: bool) -> list[str]:
+    if not numeric:
+        return list(colors)
+    v = np.asarray(colors, dtype=float)
+    lo, hi = (float(v.min()), float(v.max())) if len(v) else (0.0, 1.0)
+    t = (v - lo) / (hi - lo) if hi > lo else np.zeros_like(v)
+    return sample_colorscale(COST_COLORSCALE, list(t)) if len(v) else []
 
 
 def graph_figure(
     graph: Graph, plan=None, *, collapsed: Iterable[str] = (), color_by: ColorBy = "group",
     highlight: Iterable[str] = (), selected: str | None = None, webgl: bool | None = None,
     stages: Mapping[str, int] | None = None, layout: GraphLayout | None = None,
-    hover: bool = True,
+    hover: bool = True, expanded: Iterable[str] | None = None,
+    change_threshold: float = CHANGE_THRESHOLD, span: float | None = None,
 ) -> go.Figure:  # fmt: skip
-    """The layered DAG of ``graph`` (left to right by topological depth).
+    """The graph as nested groups, left to right (see ``layout.graph_layout``).
 
     Args:
         plan: a ShardingPlan: strategies, layouts and costs in the hover; needed by the
             ``strategy``/``cost``/``communication`` colourings.
-        collapsed: layer scopes drawn as one box each (``layer_scopes(graph)``: all).
+        collapsed / expanded: which groups are drawn closed (see ``graph_layout``).
         color_by: ``group`` (op group), ``strategy``, ``cost``, ``communication`` (log10 of
             the node's cost in the plan's unit) or ``stage`` (needs ``stages``).
-        highlight: node names ringed in red (ops whose strategy changed).
+        highlight: node names ringed in red (ops whose cost changed materially).
         selected: the selected node, ringed in black.
-        webgl: Scattergl (default: for graphs of ``LARGE_GRAPH`` nodes or more).
+        webgl: Scattergl for the nodes (default: SVG, which draws text labels sharply).
+        change_threshold: what the legend says a red ring means.
+        span: the x-axis span the labels are chosen for (default: everything).
 
-    Traces, in this order: edges, nodes (``customdata`` = unit id), changed, selected.
+    Traces, in this order: edges (with arrow heads), nodes (``customdata`` = unit id),
+    changed, selected, groups (the open groups' labels; ``customdata`` = ``open:<path>``).
 
     >>> import explorer as ex
     >>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
     >>> fig = graph_figure(g)
     >>> [t.name for t in fig.data], len(fig.data[1].x) == len(g.nodes)
-    (['edges', 'nodes', 'changed', 'selected'], True)
+    (['edges', 'nodes', 'changed', 'selected', 'groups'], True)
     """
-    lay = layout or graph_layout(graph, collapsed)
-    webgl = len(graph) >= LARGE_GRAPH if webgl is None else webgl
+    lay = layout or graph_layout(graph, collapsed, expanded=expanded)
     Scatter = go.Scattergl if webgl else go.Scatter
-    ex_, ey = _edge_xy(lay)
     colors, numeric = unit_colors(graph, lay, color_by, plan, stages)
-    # Boxes as wide as a column allows (48 layers side by side must not overlap), and a
-    # label on every k-th box only, so that about a dozen labels show.
-    ncols = len(np.unique(lay.x)) if len(lay.x) else 1
-    box_size = int(np.clip(700 / ncols, 7, 22))
-    nboxes = int(lay.is_box.sum())
-    every = max(1, -(-nboxes // 12))
+    rgb = _colors_rgb(colors, numeric)
+    kind = lay.kind
+    size = np.where(kind == "box", 10, np.where(kind == "sat", 7, 13)).tolist()
     marker: dict = {
-        "size": np.where(lay.is_box, box_size, 9).tolist(),
-        "symbol": ["square" if b else "circle" for b in lay.is_box],
-        "line": {"width": 0.5, "color": "#444"},
+        "size": size,
+        "symbol": ["square" if k == "box" else "circle" for k in kind],
+        "line": {"width": 0.6, "color": "#444"},
+        "opacity": np.where(kind == "box", 0.0, 1.0).tolist(),
     }
     if numeric:
+        unit = "s" if plan.cost.unit == "seconds" else "B"
         marker.update(color=colors, colorscale=COST_COLORSCALE, showscale=True,
-                      colorbar={"title": f"log10 {color_by}", "thickness": 12})  # fmt: skip
+                      colorbar={"title": {"text": f"log10 {color_by} ({unit})"},
+                                "thickness": 12, "len": 0.8})  # fmt: skip
     else:
         marker["color"] = colors
-    labels, k = [], 0
-    for u, b in zip(lay.units, lay.is_box, strict=True):
-        labels.append(u[len("scope:") :] if b and k % every == 0 else "")
-        k += bool(b)
+    labels = unit_labels(graph, lay, span)
+    positions = ["middle center" if k == "box" else "bottom center" for k in kind]
     hovertext = [unit_hover(graph, lay, u, plan) for u in lay.units] if hover else None
     hi = _marked(lay, highlight)
     sel = _marked(lay, [selected] if selected else [])
-    ring = {"symbol": "circle-open", "line": {"width": 2}}
+    gx, gy, gtext, gids, gtips = _group_points(graph, lay, plan, hover)
+    tip_size = np.where(lay.edge_tip, 8, 0).tolist()
+    ring = {"line": {"width": 2.5}}
     traces = [
-        Scatter(x=ex_, y=ey, mode="lines", name="edges", hoverinfo="skip",
-                line={"width": 0.7, "color": "#9A9A9A"}),
-        Scatter(x=lay.x, y=lay.y, mode="markers+text" if lay.is_box.any() else "markers",
-                name="nodes", marker=marker, customdata=list(lay.units), text=labels,
-                textposition="top center", textfont={"size": 10}, hovertext=hovertext,
+        Scatter(x=lay.edge_x, y=lay.edge_y, mode="lines+markers", name="edges",
+                hoverinfo="skip", line={"width": 1, "color": "#8C8C8C"},
+                marker={"symbol": "triangle-right", "size": tip_size, "color": "#6E6E6E"}),
+        Scatter(x=lay.x, y=lay.y, mode="markers+text", name="nodes", marker=marker,
+                customdata=list(lay.units), text=labels, textposition=positions,
+                textfont={"size": 10}, hovertext=hovertext,
                 hoverinfo="text" if hover else "skip"),
         Scatter(x=lay.x[hi], y=lay.y[hi], mode="markers", name="changed", hoverinfo="skip",
-                marker={**ring, "size": 18, "color": CHANGED}),
+                marker={**ring, "symbol": ["square-open" if lay.is_box[i] else "circle-open"
+                                           for i in hi], "size": 20, "color": CHANGED}),
         Scatter(x=lay.x[sel], y=lay.y[sel], mode="markers", name="selected", hoverinfo="skip",
-                marker={**ring, "size": 26, "color": SELECTED, "line": {"width": 3}}),
+                marker={"symbol": "circle-open", "size": 26, "color": SELECTED,
+                        "line": {"width": 3}}),
+        go.Scatter(x=gx, y=gy, mode="markers+text", name="groups", text=gtext,
+                   textposition="middle right", textfont={"size": 10, "color": "#3B4A66"},
+                   customdata=gids, hovertext=gtips, hoverinfo="text",
+                   marker={"symbol": "square", "size": 7, "color": FRAME_LINE}),
     ]  # fmt: skip
     fig = go.Figure(traces)
+    ex0, ex1, ey0, ey1 = lay.extent
+    w, h = ex1 - ex0, ey1 - ey0 + 1.5
+    scale = min(PLOT_PX / max(w, 1e-9), 48.0)
+    height = int(np.clip(h * scale + 150, 320, 860))
+    n_boxes = int(lay.is_box.sum())
+    title = (f"{graph.name}: {len(graph):,} nodes in {len(hierarchy(graph).groups) - 1} groups"
+             + (f", {n_boxes} closed" if n_boxes else "")
+             + (f" — coloured by {human_label(color_by).lower()}" if color_by != "group" else ""))  # fmt: skip
+    base = base_layout(title, height=height, legend=False)
+    base["margin"] = {**base["margin"], "l": 10, "r": 10, "b": 10, "t": base["margin"]["t"] + 34}
     fig.update_layout(
-        title=f"{graph.name}: {len(graph)} nodes"
-        + (f", {int(lay.is_box.sum())} collapsed layers" if lay.is_box.any() else "")
-        + (f" — coloured by {color_by}" if color_by != "group" else ""),
-        showlegend=False, hovermode="closest", dragmode="pan", height=420,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10}, plot_bgcolor="white",
-        xaxis={"visible": False}, yaxis={"visible": False},
+        **base, hovermode="closest", dragmode="pan", plot_bgcolor="white",
+        xaxis={"visible": False, "range": [ex0 - 0.5, ex1 + 0.5]},
+        yaxis={"visible": False, "scaleanchor": "x", "scaleratio": 1,
+               "range": [ey0 - 0.5, ey1 + 1.0]},
+        shapes=group_shapes(lay, rgb),
+        annotations=[{"text": legend_text(graph, lay, color_by, plan, stages, change_threshold),
+                      "xref": "paper", "yref": "paper", "x": 0, "y": 1, "yshift": 8,
+                      "xanchor": "left", "yanchor": "bottom", "showarrow": False,
+                      "align": "left", "font": {"size": 11}}],
         uirevision=graph.name,  # keep zoom and pan across re-colourings
     )  # fmt: skip
     return fig
