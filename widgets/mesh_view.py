@@ -11,10 +11,12 @@ import traitlets as tl
 from explorer.hardware import Mesh
 from explorer.ir import TensorType
 from explorer.sharding import Layout
+from explorer.sharding.lesson import ring_collective
 
 from .base import View, replace_figure
-from .figures.mesh import TRACE_CELLS, mesh_figure, ring_figure, sharding_figure
-from .figures.ring import TEACH_KINDS, ring_steps
+from .errors import field
+from .figures.mesh import TRACE_CELLS, default_dims, mesh_figure, sharding_figure
+from .figures.ring import TEACH_KINDS, ring_rounds_figure
 from .selection import Selection
 
 __all__ = ["MeshView"]
@@ -32,8 +34,11 @@ class MeshView(View):
             node's strategy gives the layouts and collectives shown.
         selection: a shared ``Selection``.
 
-    Controls: ``operand`` (the op's output or one of its inputs), ``collective`` (one of the
-    op's collectives, drawn as rings of devices), ``teach_kind``, ``teach_axis``, ``step``.
+    Controls: ``operand`` (the op's output or one of its inputs), ``dims`` (the two tensor
+    dims drawn: any pair, so every dim of a 3-D/4-D tensor is reachable), ``collective`` (one
+    of the op's collectives, drawn as rings of devices; the first is picked when there are
+    any), ``teach_kind``, ``teach_axis``, ``step`` (a ring collective round by round, drawn
+    on the devices with one arrow per chunk sent).
 
     >>> import explorer as ex
     >>> view = MeshView(ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g"))
@@ -54,39 +59,59 @@ class MeshView(View):
     teach_axis = tl.Unicode()
     step = tl.Int(0)
 
-    selection_traits = ("node", "plan", "device")
+    dims = tl.Tuple(help="the two tensor dims drawn (one for a rank-1 tensor); () = default")
+
+    selection_traits = ("node", "plan", "device", "training")
     name = "mesh"
 
     def __init__(self, mesh: Mesh, plan=None, *, selection: Selection | None = None) -> None:
         self._ready = False
         super().__init__(selection=None)
         self.mesh, self.plan = mesh, plan
-        self.teach_axis = mesh.axis_names[-1]
+        self.teach_axis = _ring_axis(mesh)
         self._custom: tuple[TensorType, Layout, str] | None = None
         self.figure = go.FigureWidget(mesh_figure(mesh))
         self.tensor_figure = go.FigureWidget(_placeholder())
-        self._steps = ring_steps(self.teach_kind, max(mesh.axis_size(self.teach_axis), 2))
+        self._ring_coll = _teaching_ring(self.teach_kind, mesh, self.teach_axis)
         self.ring_figure = go.FigureWidget(self._ring())
+        for fw in (self.figure, self.tensor_figure, self.ring_figure):
+            fw.layout.autosize = True
         self.figure.data[TRACE_CELLS].on_click(self.errors.guard(self._on_click))
         guard = self.errors.guard
+        words = {"style": {"description_width": "initial"}, "layout": ipw.Layout(width="auto")}
         self.controls = {
             "operand": ipw.Dropdown(options=[("output", OUTPUT)], value=OUTPUT,
-                                    description="tensor"),
+                                    description="tensor", **words),
+            "dims": ipw.Dropdown(options=[("—", ())], value=(), description="draw dims",
+                                 **words),
             "collective": ipw.Dropdown(options=[("none", None)], value=None,
-                                       description="collective"),
-            "teach_kind": ipw.ToggleButtons(options=TEACH_KINDS, value=self.teach_kind),
+                                       description="collective", **words),
+            "teach_kind": ipw.ToggleButtons(options=TEACH_KINDS, value=self.teach_kind,
+                                            style={"button_width": "auto"}),
             "teach_axis": ipw.Dropdown(options=mesh.axis_names, value=self.teach_axis,
-                                       description="ring axis"),
-            "step": ipw.IntSlider(value=0, min=0, max=len(self._steps) - 1, description="step"),
+                                       description="ring axis", **words),
+            "step": ipw.IntSlider(value=0, min=0, max=len(self._ring_coll.rounds),
+                                  description="round", readout_format="d",
+                                  style={"description_width": "initial"},
+                                  layout=ipw.Layout(flex="1 1 220px", min_width="200px")),
         }  # fmt: skip
-        for key in ("operand", "collective", "teach_kind", "teach_axis", "step"):
+        for key in ("operand", "dims", "collective", "teach_kind", "teach_axis", "step"):
             self.controls[key].observe(guard(self._on_control), names="value")
-        self.info = ipw.HTML()
+        axis_box, self.axis_error = field(self.controls["teach_axis"])
+        self.info = ipw.HTML(layout=ipw.Layout(width="100%"))
+        self.scope = ipw.HTML(layout=ipw.Layout(width="100%"))
         c = self.controls
+        wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
+        for fw in (self.figure, self.tensor_figure, self.ring_figure):
+            fw.layout.width = None
         self._layout_children(
-            ipw.HBox([c["operand"], c["collective"]]), self.figure, self.info, self.tensor_figure,
-            ipw.HBox([c["teach_kind"], c["teach_axis"], c["step"]]), self.ring_figure,
+            ipw.HBox([c["operand"], c["dims"], c["collective"]], layout=wrap), self.scope,
+            self.figure, self.info, self.tensor_figure,
+            ipw.HBox([c["teach_kind"], axis_box, c["step"]], layout=wrap), self.ring_figure,
         )  # fmt: skip
+        # Two views side by side in an HBox share the row instead of overflowing it; inside,
+        # the control rows wrap and the figures follow the width.
+        self.layout = ipw.Layout(flex="1 1 0%", min_width="0", width="100%")
         self._ready = True
         self.link(selection or Selection())
 
@@ -159,18 +184,64 @@ class MeshView(View):
             tfig = _placeholder()
         else:
             ttype, layout, name = cur
+            self._refill_dims(ttype)
             fig = mesh_figure(self.mesh, layout, ttype, tensor=name, groups_axes=axes,
                               collective=kind, selected_device=self.device)  # fmt: skip
-            tfig = sharding_figure(ttype, layout, self.mesh, name)
+            tfig = sharding_figure(ttype, layout, self.mesh, name, dims=self.dims or None)
         replace_figure(self.figure, fig)
         replace_figure(self.tensor_figure, tfig)
 
+    def _refill_dims(self, ttype: TensorType) -> None:
+        """The dim-pair menu for a tensor of this rank (kept when the rank is unchanged)."""
+        rank = ttype.rank
+        letters = "".join(chr(ord("A") + i) for i in range(rank))
+        if rank <= 2:
+            opts = [(" x ".join(f"dim {i} ({letters[i]}, {ttype.shape[i]})" for i in range(rank))
+                     or "scalar", tuple(range(rank)))]  # fmt: skip
+        else:
+            opts = [(f"dims {i}, {j} ({letters[i]} x {letters[j]})", (i, j))
+                    for i in range(rank) for j in range(i + 1, rank)]  # fmt: skip
+        values = [v for _, v in opts]
+        ctl = self.controls["dims"]
+        if [v for _, v in ctl.options] == values and self.dims in values:
+            return
+        layout = cur[1] if (cur := self._current()) is not None else None
+        want = default_dims(ttype, layout) if layout is not None else values[0]
+        self._updating_controls = True
+        try:
+            ctl.options = opts
+            ctl.value = want if want in values else values[0]
+            self.dims = ctl.value
+        finally:
+            self._updating_controls = False
+
     def _ring(self) -> go.Figure:
-        axis = self.teach_axis
-        groups = self.mesh.groups((axis,))
-        devices = next((g for g in groups if self.device in g), groups[0])
-        step = self._steps[min(self.step, len(self._steps) - 1)]
-        return ring_figure(step, self.teach_kind, devices, len(self._steps))
+        coll = self._ring_coll
+        ring = next((i for i, g in enumerate(coll.rings) if self.device in g), 0)
+        step = min(self.step, len(coll.rounds))
+        n = coll.ring_size
+        note = (f"{self.teach_kind} over {self.teach_axis} ({n} devices per ring, "
+                f"{len(coll.rings)} rings); click a device in the grid to see its ring")  # fmt: skip
+        return ring_rounds_figure(coll, step, rings=[ring], note=note)
+
+    def _set_ring(self) -> None:
+        """Recompute the teaching ring for ``teach_kind`` over ``teach_axis`` (raises for an
+        axis of size 1: the FieldError under the menu shows it)."""
+        n = self.mesh.axis_size(self.teach_axis)
+        if n < 2:
+            raise ValueError(
+                f"axis {self.teach_axis!r} has size 1: no ring to show; pick an axis of size 2 "
+                "or more"
+            )
+        self._ring_coll = ring_collective(self.teach_kind, self.mesh, (self.teach_axis,))
+        last = len(self._ring_coll.rounds)
+        self.step = min(self.step, last)
+        self._updating_controls = True
+        try:
+            self.controls["step"].max = last
+            self.controls["step"].value = self.step
+        finally:
+            self._updating_controls = False
 
     def _drawn_key(self) -> tuple:
         """What the drawing depends on (a re-plan that leaves the selected op alone keeps it)."""
@@ -180,7 +251,8 @@ class MeshView(View):
         return (self.mesh, self.tensor, strategy, tuple(self.collectives()))
 
     def _retarget(self, force: bool = True) -> None:
-        """The selected tensor changed: refill the operand and collective menus."""
+        """The selected tensor changed: refill the operand and collective menus (the first
+        collective is picked, so the menu never reads blank while collectives exist)."""
         key = self._drawn_key()
         if not force and key == getattr(self, "_last_key", None):
             return
@@ -189,17 +261,21 @@ class MeshView(View):
         if self.plan is not None and self.tensor is not None and self.tensor in self.plan.graph:
             for k, a in enumerate(self.plan.graph.node(self.tensor).inputs):
                 ops.append((f"input {k}: %{a}", k))
+        found = self.collectives()
+        coll = found + [("no highlight", None)] if found else [("none", None)]
         self._updating_controls = True
         try:
             self.controls["operand"].options = ops
             self.controls["operand"].value = OUTPUT
             self.operand = OUTPUT
-            coll = [("none", None)] + self.collectives()
             self.controls["collective"].options = coll
-            self.controls["collective"].value = None
-            self.collective = None
+            self.controls["collective"].value = coll[0][1]
+            self.collective = coll[0][1]
         finally:
             self._updating_controls = False
+        self._n_collectives = len(found)
+        if self.collective is not None:
+            self._follow_collective(self.collective)
         self.info.value = self._describe()
         self._redraw()
 
@@ -207,10 +283,47 @@ class MeshView(View):
         if self.plan is None or self.tensor is None or self.tensor not in self.plan.assignment:
             return ""
         s = self.plan.assignment[self.tensor]
-        n = len(self.controls["collective"].options) - 1
-        return f"%{self.tensor}: strategy <b>{s.name}</b>, {n} collective(s)"
+        n = getattr(self, "_n_collectives", 0)
+        if n == 0:
+            return f"%{self.tensor}: strategy <b>{s.name}</b>, no collective"
+        return (f"%{self.tensor}: strategy <b>{s.name}</b>, {n} collective(s); the menu picks "
+                "which one the grid draws as device groups")  # fmt: skip
+
+    def _scope(self) -> str:
+        """Say which devices of the job the grid stands for (a dp x tp mesh of a pipelined
+        job is one stage's copy)."""
+        plan = self.selection.training if "selection" in self._trait_values else None
+        total = getattr(plan, "devices", None)
+        config = getattr(plan, "config", None)
+        if not total or total == self.mesh.size or config is None:
+            return ""
+        pp = getattr(config, "pp", 1)
+        copies = total // self.mesh.size
+        why = (f"one per pipeline stage (pp={pp})" if pp == copies else
+               f"{copies} copies")  # fmt: skip
+        return (
+            f"<div style='background:#EEF3FB;border-left:3px solid #636EFA;padding:2px 8px'>"
+            f"the job has <b>{total} devices</b>: this grid is its {self.mesh.size}-device "
+            f"{' x '.join(self.mesh.axis_names)} mesh, repeated {why}; every copy holds the "
+            f"same layouts for its own layers ({total} = {copies} x {self.mesh.size}).</div>"
+        )
 
     # --- observers ----------------------------------------------------------------------
+    def _follow_collective(self, picked: tuple[str, tuple[str, ...]]) -> None:
+        """The teaching ring follows the collective shown (when it is a ring over one axis)."""
+        kind, axes = picked
+        if kind not in TEACH_KINDS or len(axes) != 1 or self.mesh.axis_size(axes[0]) < 2:
+            return
+        self._updating_controls = True
+        try:
+            self.controls["teach_axis"].value = axes[0]
+            self.controls["teach_kind"].value = kind
+        finally:
+            self._updating_controls = False
+        self.teach_axis, self.teach_kind = axes[0], kind
+        self._set_ring()
+        replace_figure(self.ring_figure, self._ring())
+
     def _on_control(self, change: dict[str, Any]) -> None:
         if getattr(self, "_updating_controls", False):
             return
@@ -218,27 +331,23 @@ class MeshView(View):
         if key == "operand":
             self.operand = change["new"]
             self._redraw()
+        elif key == "dims":
+            self.dims = change["new"]
+            self._redraw()
         elif key == "collective":
             self.collective = change["new"]
             if change["new"] is not None:
-                kind, axes = change["new"]
-                if kind in TEACH_KINDS and len(axes) == 1:
-                    # the teaching ring follows the collective the student just picked
-                    self.controls["teach_axis"].value = axes[0]
-                    self.controls["teach_kind"].value = kind
+                self._follow_collective(change["new"])
             self._redraw()
-        else:
+        elif key in ("teach_kind", "teach_axis"):
             setattr(self, key, change["new"])
-            if key in ("teach_kind", "teach_axis"):
-                n = self.mesh.axis_size(self.teach_axis)
-                if n < 2:
-                    raise ValueError(
-                        f"axis {self.teach_axis!r} has size 1: no ring to show; pick an axis "
-                        "of size 2 or more"
-                    )
-                self._steps = ring_steps(self.teach_kind, n)
-                self.controls["step"].max = len(self._steps) - 1
-                self.step = min(self.step, len(self._steps) - 1)
+            if self.axis_error.run(lambda _: self._set_ring(), change["new"]):
+                self.clear_stale()
+                replace_figure(self.ring_figure, self._ring())
+            else:
+                self.mark_stale(f"ring axis {self.teach_axis!r}: see the message under it")
+        else:
+            self.step = change["new"]
             replace_figure(self.ring_figure, self._ring())
 
     def _on_click(self, trace, points, state) -> None:
@@ -258,9 +367,11 @@ class MeshView(View):
         if selection.plan is not None and selection.plan.mesh == self.mesh:
             self.plan = selection.plan
         elif selection.plan is not None:
-            self.mesh, self.plan = selection.plan.mesh, selection.plan
+            self._set_mesh(selection.plan.mesh)
+            self.plan = selection.plan
         if selection.node is not None:
             self.tensor = selection.node
+        self.scope.value = self._scope()
         self._retarget()
 
     def on_selection(self, change: dict[str, Any]) -> None:
@@ -273,6 +384,8 @@ class MeshView(View):
                 self._set_mesh(plan.mesh)
             self.plan = plan
             self._retarget(force=False)
+        elif change["name"] == "training":
+            self.scope.value = self._scope()
         elif change["name"] == "device":
             self.device = change["new"]
             self._redraw()
@@ -280,17 +393,38 @@ class MeshView(View):
 
     def _set_mesh(self, mesh: Mesh) -> None:
         self.mesh = mesh
+        axis = _ring_axis(mesh)
         self._updating_controls = True
         try:
             self.controls["teach_axis"].options = mesh.axis_names
-            self.controls["teach_axis"].value = mesh.axis_names[-1]
+            self.controls["teach_axis"].value = axis
         finally:
             self._updating_controls = False
-        self.teach_axis = mesh.axis_names[-1]
-        self._steps = ring_steps(self.teach_kind, max(mesh.axis_size(self.teach_axis), 2))
-        self.controls["step"].max = len(self._steps) - 1
+        self.teach_axis = axis
         self.device = None
+        self._ring_coll = _teaching_ring(self.teach_kind, mesh, axis)
+        self.step = min(self.step, len(self._ring_coll.rounds))
+        self._updating_controls = True
+        try:
+            self.controls["step"].max = len(self._ring_coll.rounds)
+            self.controls["step"].value = self.step
+        finally:
+            self._updating_controls = False
         replace_figure(self.ring_figure, self._ring())
+
+
+def _ring_axis(mesh: Mesh) -> str:
+    """The last axis with two or more devices (the tensor-parallel one, by convention)."""
+    return next((a for a in reversed(mesh.axis_names) if mesh.axis_size(a) > 1),
+                mesh.axis_names[-1])  # fmt: skip
+
+
+def _teaching_ring(kind: str, mesh: Mesh, axis: str):
+    """The ring of ``kind`` over ``axis``; a mesh without an axis of 2+ devices has no ring,
+    so a two-device ring stands in (the note under the title says so)."""
+    if mesh.axis_size(axis) > 1:
+        return ring_collective(kind, mesh, (axis,))
+    return ring_collective(kind, Mesh({"illustration": 2}), ("illustration",))
 
 
 def _placeholder() -> go.Figure:

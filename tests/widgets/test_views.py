@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 import explorer as ex
+from explorer.sharding import Layout
 from widgets import (
     Coalescer,
     CostTuner,
@@ -18,6 +19,7 @@ from widgets import (
     link,
 )
 from widgets.figures.graph import TRACE_CHANGED, TRACE_NODES, TRACE_SELECTED
+from widgets.figures.ring import TRACE_DEVICES, TRACE_RING_LABELS, TRACE_SENDS
 
 
 def test_public_api():
@@ -88,27 +90,109 @@ def test_mesh_view_highlights_a_collective(mesh, mlp, mlp_plan):
     view = MeshView(mesh, mlp_plan)
     node = next(n for n in (x.name for x in mlp.ops) if view.selection.select(node=n) or
                 len(view.controls["collective"].options) > 1)  # fmt: skip
-    label, (kind, axes) = view.controls["collective"].options[1]
-    view.controls["collective"].value = (kind, axes)
+    # the menu is never blank: the first collective is picked, "no highlight" comes last
+    options = view.controls["collective"].options
+    label, (kind, axes) = options[0]
+    assert view.controls["collective"].value == (kind, axes) == view.collective
+    assert options[-1] == ("no highlight", None)
+    n = len(options) - 1
+    assert f"{n} collective(s)" in view.info.value
     d = view.figure.to_dict()
     assert kind in d["layout"]["title"]["text"]
     groups = mesh.groups(axes)
     assert len([v for v in d["data"][1]["x"] if v is None]) == len(groups)
     assert node == view.tensor
+    view.controls["collective"].value = None  # no highlight: no group lines
+    assert not [v for v in view.figure.to_dict()["data"][1]["x"] if v is not None]
 
 
-def test_mesh_view_teaching_slider(mesh):
+def test_mesh_view_says_none_when_an_op_has_no_collective(mesh, mlp, mlp_plan):
+    view = MeshView(mesh, mlp_plan)
+    for name in [n.name for n in mlp.ops]:
+        view.selection.select(node=name)
+        if not view.collectives():
+            break
+    else:
+        pytest.skip("every op of this plan has a collective")
+    assert view.controls["collective"].options == (("none", None),)
+    assert view.controls["collective"].value is None
+    assert "no collective" in view.info.value
+
+
+def test_mesh_view_teaching_ring_on_devices(mesh):
     view = MeshView(mesh)
     view.controls["teach_kind"].value = "all-gather"
     view.controls["teach_axis"].value = "tp"
-    assert view.controls["step"].max == 3
+    assert view.controls["step"].max == 3  # rounds of a 4-device ring
     view.controls["step"].value = 2
     d = view.ring_figure.to_dict()
-    assert "step 2/3" in d["layout"]["title"]["text"]
-    assert len(d["layout"]["annotations"]) == 4
+    assert "round 2 of 3" in d["layout"]["title"]["text"]
+    assert "chunk" in d["layout"]["title"]["text"]  # the legend says what a square means
+    assert len(d["layout"]["annotations"]) == 4  # one arrow per device of the ring
+    sends = d["data"][TRACE_SENDS]["text"]
+    assert all(t.startswith("chunk ") for t in sends) and len(sends) == 4
+    assert list(d["data"][TRACE_DEVICES]["text"]) == ["0", "1", "2", "3"]
     view.click_device(5)  # the ring shows the clicked device's group
     assert view.selection.device == 5
-    assert "[4, 5, 6, 7]" in view.ring_figure.layout.title.text
+    assert list(view.ring_figure.data[TRACE_DEVICES].text) == ["4", "5", "6", "7"]
+    assert "4 → 5 → 6 → 7 → 4" in view.ring_figure.data[TRACE_RING_LABELS].text[0]
+
+
+def test_mesh_view_ring_axis_of_size_one_errors_beside_the_menu():
+    view = MeshView(ex.Mesh({"dp": 1, "tp": 4}))
+    before = view.ring_figure.to_dict()["layout"]["title"]["text"]
+    view.controls["teach_axis"].value = "dp"
+    assert view.axis_error.visible and "size 1" in view.axis_error.text
+    assert view.stale
+    assert view.ring_figure.to_dict()["layout"]["title"]["text"] == before  # last valid kept
+    view.axis_error.restore()
+    assert view.controls["teach_axis"].value == "tp" and not view.axis_error.visible
+
+
+def test_mesh_view_every_dim_of_a_4d_tensor_is_reachable(mesh):
+    view = MeshView(mesh)
+    t = ex.TensorType((2, 4, 8, 16), "bf16")
+    view.show_layout(t, Layout((("dp",), (), (), ("tp",))), "q")
+    pairs = [v for _, v in view.controls["dims"].options]
+    assert pairs == [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]
+    assert view.controls["dims"].value == (0, 3)  # the split dims first
+    seen = set()
+    for pair in pairs:
+        view.controls["dims"].value = pair
+        lay = view.tensor_figure.to_dict()["layout"]
+        seen.add(lay["xaxis"]["title"]["text"].split()[1])
+        seen.add(lay["yaxis"]["title"]["text"].split()[1])
+        assert view.tensor_figure.to_dict()["data"][0]["x"]  # blocks drawn for every pair
+    assert seen == {"0", "1", "2", "3"}
+    view.controls["dims"].value = (1, 2)  # both split dims hidden: every device on one block
+    d = view.tensor_figure.to_dict()
+    assert list(d["data"][0]["text"]) == ["0,1,2,3,4,5,6,7"]
+    assert "not drawn" in d["layout"]["title"]["text"]
+
+
+def test_mesh_view_explains_the_devices_of_a_pipelined_job(mesh, mlp_plan):
+    from types import SimpleNamespace
+
+    view = MeshView(mesh, mlp_plan)
+    job = SimpleNamespace(devices=64, config=SimpleNamespace(pp=8))
+    view.selection.publish(training=job)
+    assert "64 devices" in view.scope.value and "pp=8" in view.scope.value
+    assert "8-device dp x tp mesh" in view.scope.value
+
+
+def test_mesh_view_control_sequences_keep_every_trace_complete(mesh, mlp, mlp_plan):
+    view = MeshView(mesh, mlp_plan)
+    for name in [n.name for n in mlp.ops][:4]:
+        view.selection.select(node=name)
+        for _, op in view.controls["operand"].options:
+            view.controls["operand"].value = op
+            for kind in ("reduce-scatter", "all-reduce"):
+                view.controls["teach_kind"].value = kind
+                view.controls["step"].value = view.controls["step"].max
+                for fig in (view.figure, view.tensor_figure, view.ring_figure):
+                    for tr in fig.to_dict()["data"]:
+                        if tr.get("visible", True) and tr["name"] != "groups":
+                            assert len(tr.get("x") if "x" in tr else tr["z"]) > 0, tr["name"]
 
 
 # --- CostTuner ---------------------------------------------------------------------------

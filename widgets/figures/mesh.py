@@ -15,10 +15,12 @@ from explorer.sharding import Layout, shard_slices
 
 from ..colors import NEUTRAL, PALETTE, collective_color
 from .ring import RingStep
+from .style import base_layout
 
 __all__ = [
     "mesh_grid", "device_blocks", "mesh_figure", "sharding_figure", "ring_figure",
-    "TRACE_CELLS", "TRACE_GROUPS",
+    "TRACE_CELLS", "TRACE_GROUPS", "lesson_blocks_figure", "device_ranges", "default_dims", "TRACE_BLOCKS",
+    "TRACE_TENSORS", "matrix_text",
 ]  # fmt: skip
 
 TRACE_CELLS, TRACE_GROUPS = range(2)
@@ -140,6 +142,8 @@ def mesh_figure(
         r, c = rows[selected_device], cols[selected_device]
         shapes.append({"type": "rect", "x0": c - 0.5, "x1": c + 0.5, "y0": r - 0.5, "y1": r + 0.5,
                        "line": {"width": 4, "color": "#111"}})  # fmt: skip
+    if not shapes:  # an empty list would leave the previous selection's box on screen
+        shapes.append({"type": "rect", "visible": False, "x0": 0, "x1": 0, "y0": 0, "y1": 0})
     last = mesh.axis_names[-1]
     title = f"{mesh}"
     if layout is not None and ttype is not None:
@@ -151,9 +155,9 @@ def mesh_figure(
         d = int(devs[r, 0])
         row_labels.append(", ".join(f"{a}={i}" for a, i in
                                     zip(mesh.axis_names[:-1], mesh.coords(d)[:-1], strict=True)))  # fmt: skip
+    fig.update_layout(base_layout(title, height=150 + 70 * nr, legend=False))
     fig.update_layout(
-        title=title, shapes=shapes, showlegend=False, plot_bgcolor="white",
-        height=120 + 70 * nr, margin={"l": 10, "r": 10, "t": 40, "b": 30},
+        shapes=shapes, plot_bgcolor="white",
         xaxis={"tickvals": list(range(nc)), "ticktext": [f"{last}={i}" for i in range(nc)],
                "title": _axis_title(mesh, [last]), "showgrid": False, "zeroline": False},
         yaxis={"tickvals": list(range(nr)), "ticktext": row_labels or [""],
@@ -163,35 +167,54 @@ def mesh_figure(
     return fig
 
 
-def sharding_figure(ttype: TensorType, layout: Layout, mesh: Mesh, tensor: str = "") -> go.Figure:
+def default_dims(ttype: TensorType, layout: Layout) -> tuple[int, ...]:
+    """The dims drawn by default: split ones first, then the largest, in dim order."""
+    shape = ttype.shape
+    split = [i for i in range(len(shape)) if layout.dims[i]]
+    rest = sorted((i for i in range(len(shape)) if i not in split), key=lambda i: -shape[i])
+    return tuple(sorted((split + rest)[:2]))
+
+
+def sharding_figure(
+    ttype: TensorType, layout: Layout, mesh: Mesh, tensor: str = "",
+    dims: tuple[int, ...] | None = None,
+) -> go.Figure:  # fmt: skip
     """The tensor cut into blocks, each labelled with the devices holding it.
 
-    Two dims are drawn (the split ones first); a rank-1 tensor is one row.
+    ``dims``: the one or two dims drawn (rows, columns); default `default_dims`. A split dim
+    not drawn makes several device blocks fall on one drawn block: its label lists every
+    device of those pieces, and the title says which dims are hidden.
 
     >>> fig = sharding_figure(TensorType((8, 16), "fp32"), Layout((("dp",), ("tp",))),
     ...                       Mesh({"dp": 2, "tp": 4}))
     >>> len(fig.layout.shapes)
     8
+    >>> t3 = TensorType((4, 8, 16), "fp32")
+    >>> fig = sharding_figure(t3, Layout((("dp",), (), ("tp",))), Mesh({"dp": 2, "tp": 4}),
+    ...                       dims=(1, 2))
+    >>> len(fig.layout.shapes), fig.data[0].text[0]
+    (4, '0,4')
     """
     layout.validate(ttype, mesh, tensor)
     shape = ttype.shape
-    split = [i for i in range(len(shape)) if layout.dims[i]]
-    rest = sorted((i for i in range(len(shape)) if i not in split), key=lambda i: -shape[i])
-    dims = sorted((split + rest)[:2])
-    slices, block = device_blocks(shape, layout, mesh)
-    holders: dict[int, list[int]] = {}
-    for d, b in block.items():
-        holders.setdefault(b, []).append(d)
-    shapes, xs, ys, labels = [], [], [], []
-    for b, ds in sorted(holders.items()):
-        sl = slices[ds[0]]
+    dims = tuple(dims) if dims is not None else default_dims(ttype, layout)
+    for d in dims:
+        if not 0 <= d < len(shape):
+            raise ValueError(f"dim {d} is outside tensor {ttype} of rank {len(shape)}; "
+                             f"pick dims in 0..{len(shape) - 1}")  # fmt: skip
+    slices, _ = device_blocks(shape, layout, mesh)
+    rects: dict[tuple, list[int]] = {}
+    for d in range(mesh.size):
+        sl = slices[d]
         if len(dims) == 2:
-            (y0, y1), (x0, x1) = ((sl[dims[0]].start, sl[dims[0]].stop),
-                                  (sl[dims[1]].start, sl[dims[1]].stop))  # fmt: skip
+            key = (sl[dims[1]].start, sl[dims[1]].stop, sl[dims[0]].start, sl[dims[0]].stop)
         elif len(dims) == 1:
-            (x0, x1), (y0, y1) = (sl[dims[0]].start, sl[dims[0]].stop), (0, 1)
+            key = (sl[dims[0]].start, sl[dims[0]].stop, 0, 1)
         else:
-            (x0, x1), (y0, y1) = (0, 1), (0, 1)
+            key = (0, 1, 0, 1)
+        rects.setdefault(key, []).append(d)
+    shapes, xs, ys, labels = [], [], [], []
+    for b, ((x0, x1, y0, y1), ds) in enumerate(rects.items()):
         color = PALETTE[b % len(PALETTE)]
         shapes.append({"type": "rect", "x0": x0, "x1": x1, "y0": y0, "y1": y1,
                        "fillcolor": color, "opacity": 0.75, "line": {"color": "white", "width": 2}})  # fmt: skip
@@ -199,19 +222,24 @@ def sharding_figure(ttype: TensorType, layout: Layout, mesh: Mesh, tensor: str =
         ys.append((y0 + y1) / 2)
         labels.append(",".join(str(d) for d in ds))
     letters = "".join(chr(ord("A") + i) for i in range(len(shape)))
+    hidden = [i for i in range(len(shape)) if i not in dims and layout.dims[i]]
     fig = go.Figure(go.Scatter(x=xs, y=ys, text=labels, mode="text", name="blocks",
+                               textfont={"color": "#111"},
                                hovertext=[f"devices {t}" for t in labels], hoverinfo="text"))  # fmt: skip
     xdim = dims[-1] if dims else None
     ydim = dims[0] if len(dims) == 2 else None
+    title = (f"%{tensor} {layout.format(ttype)}: which devices hold each block" if tensor
+             else f"{layout.format(ttype)}")  # fmt: skip
+    if hidden:
+        title += (", dims " + ", ".join(f"{i} ({letters[i]})" for i in hidden) + " split but "
+                  "not drawn: a block lists the devices of all its pieces")  # fmt: skip
+    fig.update_layout(base_layout(title, height=300, legend=False))
     fig.update_layout(
-        title=f"%{tensor} {layout.format(ttype)}: which devices hold each block" if tensor
-        else f"{layout.format(ttype)}",
-        shapes=shapes, showlegend=False, plot_bgcolor="white", height=300,
-        margin={"l": 10, "r": 10, "t": 40, "b": 30},
-        xaxis={"title": f"dim {xdim} ({letters[xdim]}, {shape[xdim]})" if xdim is not None else "",
-               "showgrid": False, "zeroline": False},
-        yaxis={"title": f"dim {ydim} ({letters[ydim]}, {shape[ydim]})" if ydim is not None else "",
-               "autorange": "reversed", "showgrid": False, "zeroline": False},
+        shapes=shapes, plot_bgcolor="white",
+        xaxis={"title": f"dim {xdim} ({letters[xdim]}, size {shape[xdim]})" if xdim is not None
+               else "", "showgrid": False, "zeroline": False},
+        yaxis={"title": f"dim {ydim} ({letters[ydim]}, size {shape[ydim]})" if ydim is not None
+               else "", "autorange": "reversed", "showgrid": False, "zeroline": False},
     )  # fmt: skip
     return fig
 
@@ -245,5 +273,103 @@ def ring_figure(step: RingStep, kind: str, devices: Sequence[int], total_steps: 
         xaxis={"tickvals": list(range(n)), "ticktext": [f"chunk {c}" for c in range(n)]},
         yaxis={"tickvals": list(range(n)), "ticktext": [f"device {d}" for d in devices],
                "autorange": "reversed"},
+    )  # fmt: skip
+    return fig
+
+
+# --- lesson steps: every tensor of a step cut into its device blocks -------------------------
+TRACE_BLOCKS, TRACE_TENSORS = range(2)
+_GAP = 0.35  # between tensors, as a fraction of the widest one
+
+
+def device_ranges(devices: Sequence[int]) -> str:
+    """``0-3,6`` for devices 0, 1, 2, 3, 6 (compact block labels).
+
+    >>> device_ranges([0, 1, 2, 3, 6])
+    '0-3,6'
+    """
+    out, run = [], [devices[0]]
+    for d in devices[1:]:
+        if d == run[-1] + 1:
+            run.append(d)
+        else:
+            out.append(run)
+            run = [d]
+    out.append(run)
+    return ",".join(str(r[0]) if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in out)
+
+
+def matrix_text(values: np.ndarray) -> str:
+    """A small array as rows of numbers (``·`` for a value not received yet)."""
+    rows = np.atleast_2d(values)
+    return "<br>".join(" ".join("·" if np.isnan(v) else f"{v:5.2f}" for v in row) for row in rows)
+
+
+def lesson_blocks_figure(step, *, title: str = "") -> go.Figure:
+    """The tensors of a lesson step (`explorer.sharding.lesson.LessonStep`) side by side, each
+    cut into the blocks the devices hold (as ``jax.debug.visualize_array_sharding``): a block
+    is labelled with its devices and its global slice; blocks held as pending partial sums
+    (``{U_axes}``) are dashed and marked ``Σ``; hover shows a holder's numbers.
+
+    Traces: block labels (``customdata`` = first holder), tensor captions.
+
+    >>> from explorer.hardware import Mesh
+    >>> from explorer.sharding import lesson
+    >>> fig = lesson_blocks_figure(lesson("tensor", Mesh({"dp": 2, "tp": 4}))[2])
+    >>> [t.split(":")[0] for t in fig.data[TRACE_TENSORS].text]
+    ['h', 'W2', 'y']
+    """
+    widths = [t.ttype.shape[-1] / max(t.ttype.shape) for t in step.tensors]
+    heights = [(t.ttype.shape[0] if t.ttype.rank > 1 else 1) / max(t.ttype.shape)
+               for t in step.tensors]  # fmt: skip
+    shapes, bx, by, btext, bhover, bdev = [], [], [], [], [], []
+    tx, ty, ttext = [], [], []
+    x = 0.0
+    for k, t in enumerate(step.tensors):
+        rows = t.ttype.shape[0] if t.ttype.rank > 1 else 1
+        cols = t.ttype.shape[-1]
+        sx, sy = widths[k] / cols, heights[k] / rows
+        holders: dict[tuple, list[int]] = {}
+        for d, span in enumerate(t.slices):
+            holders.setdefault(span, []).append(d)
+        for b, (span, ds) in enumerate(holders.items()):
+            (r0, r1) = span[0] if t.ttype.rank > 1 else (0, 1)
+            (c0, c1) = span[-1]
+            x0, x1, y0, y1 = x + c0 * sx, x + c1 * sx, r0 * sy, r1 * sy
+            partial = t.is_partial
+            shapes.append({"type": "rect", "x0": x0, "x1": x1, "y0": y0, "y1": y1,
+                           "fillcolor": PALETTE[b % len(PALETTE)], "opacity": 0.55 if partial
+                           else 0.8, "line": {"color": "#B00020" if partial else "white",
+                                              "width": 2.5 if partial else 2,
+                                              "dash": "dash" if partial else "solid"}})  # fmt: skip
+            where = _slice_text(tuple(slice(a, z) for a, z in span), t.ttype.shape)
+            mark = "Σ " if partial else ""
+            bx.append((x0 + x1) / 2)
+            by.append((y0 + y1) / 2)
+            btext.append(f"{mark}<b>{device_ranges(ds)}</b><br>{where}")
+            what = (f"partial sum over {','.join(t.layout.partial)}: device {ds[0]}'s addend"
+                    if partial else f"device {ds[0]}'s block")  # fmt: skip
+            bhover.append(f"{t.name}{where} on devices {device_ranges(ds)}<br>{what}:<br>"
+                          f"{matrix_text(t.values[ds[0]])}")  # fmt: skip
+            bdev.append(ds[0])
+        tx.append(x + widths[k] / 2)
+        ty.append(-0.06)
+        state = " (in the ring now)" if t.chunks is not None else ""
+        ttext.append(f"{t.name}: {t.notation}{state}")
+        x += widths[k] + _GAP
+    fig = go.Figure([
+        go.Scatter(x=bx, y=by, text=btext, mode="text", hovertext=bhover, hoverinfo="text",
+                   customdata=bdev, name="blocks", textfont={"size": 11, "color": "#111"},
+                   showlegend=False),
+        go.Scatter(x=tx, y=ty, text=ttext, mode="text", hoverinfo="skip", name="tensors",
+                   textfont={"size": 12}, showlegend=False),
+    ])  # fmt: skip
+    fig.update_layout(base_layout(title or f"step {step.index}: {step.op}", height=330,
+                                  legend=False))  # fmt: skip
+    fig.update_layout(
+        shapes=shapes, plot_bgcolor="white", dragmode=False,
+        xaxis={"visible": False, "range": [-0.05, x - _GAP + 0.05]},
+        yaxis={"visible": False, "range": [1.04, -0.14]},
+        margin={"l": 8, "r": 8, "b": 8},
     )  # fmt: skip
     return fig

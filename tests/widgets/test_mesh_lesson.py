@@ -1,0 +1,159 @@
+"""ParallelismLesson headless: steps, blocks, the ring with its arrows, the final check, and
+every trace complete after any sequence of control changes."""
+
+from __future__ import annotations
+
+import pytest
+from plotly.callbacks import Points
+
+import explorer as ex
+from explorer.sharding.lesson import LESSON_KINDS
+from widgets import ParallelismLesson
+from widgets.figures.mesh import TRACE_BLOCKS, TRACE_TENSORS
+from widgets.figures.ring import TRACE_CHUNKS, TRACE_DEVICES, TRACE_SENDS
+
+
+@pytest.fixture(scope="module")
+def view():
+    return ParallelismLesson(ex.Mesh({"dp": 2, "tp": 4}))
+
+
+def _complete(fig) -> None:
+    for tr in fig.to_dict()["data"]:
+        if tr.get("visible", True):
+            assert len(tr["x"]) > 0 and len(tr["x"]) == len(tr["y"]), tr["name"]
+
+
+def test_tensor_lesson_walks_the_megatron_mlp(view):
+    view.controls["kind"].value = "tensor"
+    c = view.controls
+    assert c["step"].value == 0 and c["prev"].disabled
+    ops = []
+    while True:
+        step = view.current
+        ops.append(step.op)
+        d = view.figure.to_dict()
+        assert d["layout"]["title"]["text"].startswith(f"step {step.index + 1} of")
+        assert f"step {step.index + 1} of {len(view.steps)}" in view.text.value
+        captions = d["data"][TRACE_TENSORS]["text"]
+        assert [t.split(":")[0] for t in captions] == [t.name for t in step.tensors]
+        _complete(view.figure)
+        _complete(view.ring_figure)
+        if c["next"].disabled:
+            break
+        c["next"].click()
+    assert ops[:3] == ["x · W1 (column split)", "GELU (local)", "h · W2 (row split)"]
+    assert ops[-1] == "result" and len(ops) == len(view.steps)
+    assert "max |error| = " in view.check_line.value and "&#10003;" in view.check_line.value
+    assert f"{view.steps[-1].check.max_abs_error:.2g}" in view.check_line.value
+    c["prev"].click()
+    assert c["step"].value == len(view.steps) - 2
+    assert "last step compares" in view.check_line.value
+
+
+def test_partial_sums_are_marked_on_their_blocks(view):
+    view.show("tensor")
+    i = next(s.index for s in view.steps if s.op == "h · W2 (row split)")
+    view.controls["step"].value = i
+    d = view.figure.to_dict()
+    labels = d["data"][TRACE_BLOCKS]["text"]
+    y_labels = [t for t in labels if t.startswith("Σ")]
+    assert len(y_labels) == 2  # y's two dp blocks, each a sum of 4 tp addends
+    assert "0-3" in y_labels[0] and "4-7" in y_labels[1]
+    dashed = [s for s in d["layout"]["shapes"] if s["line"].get("dash") == "dash"]
+    assert len(dashed) == 2
+    assert "{U_tp}" in d["data"][TRACE_TENSORS]["text"][-1]
+    assert "partial sum" in view.numbers.value
+
+
+def test_ring_round_draws_one_arrow_per_chunk_sent(view):
+    view.show("tensor")
+    rounds = [s for s in view.steps if s.collective is not None]
+    for s in rounds:
+        view.controls["step"].value = s.index
+        d = view.ring_figure.to_dict()
+        moves = s.collective.rounds[s.round - 1].moves
+        assert len(d["layout"]["annotations"]) == len(moves) == 8
+        assert len(d["data"][TRACE_SENDS]["text"]) == 8
+        assert f"round {s.round} of 6" in d["layout"]["title"]["text"]
+        # every chunk square shows the contributions the core computed
+        counts = [int(t) for t in d["data"][TRACE_CHUNKS]["text"] if t]
+        assert sum(counts) == sum(sum(c) for c in s.collective.rounds[s.round - 1].counts)
+    view.controls["step"].value = 0  # no communication yet: rings drawn, no arrows
+    d = view.ring_figure.to_dict()
+    assert not [a for a in d["layout"]["annotations"] if a.get("visible", True)]
+    assert d["data"][TRACE_SENDS]["visible"] is False
+    assert "do not communicate" in d["layout"]["title"]["text"]
+
+
+@pytest.mark.parametrize("kind", LESSON_KINDS)
+def test_every_kind_every_step_draws(view, kind):
+    view.controls["kind"].value = kind
+    assert view.controls["step"].max == len(view.steps) - 1
+    assert view.controls["step"].value == 0
+    kinds = set()
+    for i in range(len(view.steps)):
+        view.controls["step"].value = i
+        _complete(view.figure)
+        _complete(view.ring_figure)
+        if view.current.collective is not None:
+            kinds.add(view.current.collective.kind)
+    expected = {"tensor": {"all-reduce"}, "data": {"all-reduce"},
+                "sequence": {"all-gather", "reduce-scatter"},
+                "zero": {"all-gather", "reduce-scatter"}}  # fmt: skip
+    assert kinds == expected[kind]
+    assert "equal to the unsharded result" in view.check_line.value
+
+
+def test_device_numbers_follow_the_pick_and_clicks(view):
+    view.show("tensor")
+    view.controls["step"].value = 0
+    view.controls["device"].value = 6
+    assert "W1</b>[0:8, 4:6]" in view.numbers.value  # device 6 = (dp=1, tp=2)
+    assert view.selection.device == 6
+    blocks = view.figure.data[TRACE_BLOCKS]
+    i = list(blocks.customdata).index(3)
+    view._on_click(blocks, Points([i], [0], [0], "blocks", TRACE_BLOCKS), None)
+    assert view.controls["device"].value == 3
+    devs = view.ring_figure.data[TRACE_DEVICES]
+    view._on_click(devs, Points([5], [0], [0], "devices", TRACE_DEVICES), None)
+    assert view.controls["device"].value == int(devs.text[5])
+
+
+def test_ring_axes_error_beside_the_menu_keeps_the_last_lesson():
+    view = ParallelismLesson(ex.Mesh({"dp": 1, "tp": 4}))
+    view.controls["step"].value = 2
+    shown = view.figure.to_dict()["layout"]["title"]["text"]
+    view.controls["axes"].value = "dp"
+    assert view.axes_error.visible and "ring needs 2 or more" in view.axes_error.text
+    assert view.stale
+    assert view.figure.to_dict()["layout"]["title"]["text"] == shown
+    view.axes_error.restore()
+    assert not view.axes_error.visible and not view.stale
+    view.controls["kind"].value = "data"
+    view.controls["axes"].value = "tp"
+    assert view.steps[-1].check.ok and view.current.index == 0
+
+
+def test_controls_fit_a_laptop_column(view):
+    slider = view.controls["step"]
+    assert slider.layout.min_width == "260px" and slider.readout_format == "d"
+    for key in ("prev", "next"):
+        assert view.controls[key].layout.width == "auto"
+    assert view.figure.layout.width is None and view.ring_figure.layout.width is None
+
+
+def test_any_order_of_control_changes_keeps_traces_complete():
+    view = ParallelismLesson(ex.Mesh({"dp": 2, "tp": 2}))
+    moves = [("kind", "zero"), ("step", 5), ("axes", "tp"), ("next", None), ("kind", "sequence"),
+             ("step", 3), ("device", 3), ("axes", "dp,tp"), ("prev", None), ("kind", "data"),
+             ("step", 4), ("axes", "default"), ("kind", "tensor"), ("next", None)]  # fmt: skip
+    for key, value in moves:
+        ctl = view.controls[key]
+        if value is None:
+            ctl.click()
+        else:
+            ctl.value = min(value, ctl.max) if key == "step" else value
+        _complete(view.figure)
+        _complete(view.ring_figure)
+        assert not view.errors.last, view.errors.last
