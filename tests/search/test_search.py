@@ -42,14 +42,21 @@ def test_exhaustive_equals_ilp_and_dp(mesh, params):
         assert verify(g, plan, mesh).ok
 
 
+# Recursive programming's measured bound: its worst cost / proven optimum over
+# bench/search.py's 30 cases (6 graphs x 5 meshes) is 1.0423 (attention on a 2x2x2 mesh),
+# measured 2026-11-30 on this commit's solver; the tests hold it to that.
+RP_BOUND = 1.0424
+
+
 def test_recursive_programming_close_to_optimum_and_executes():
+    """RP within its measured bound (``RP_BOUND``, 1.0424) of the ILP optimum."""
     g = attention_block()
     mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware=A100)
     opt = search(g, mesh, "ilp")
     rp = search(g, mesh, "recursive_programming")
     assert opt.status == "optimal"
     assert opt.cost.total <= rp.cost.total * (1 + 1e-9)
-    assert rp.cost.total <= 1.10 * opt.cost.total
+    assert rp.cost.total <= RP_BOUND * opt.cost.total
     assert verify(g, rp, mesh).ok and verify(g, opt, mesh).ok
 
 
@@ -198,3 +205,42 @@ def test_replanning_reuses_tables():
     assert a._model is b._model
     assert isinstance(b.changed(a), tuple)
     assert np.isfinite(b.cost.total)
+
+
+def _bench_layer():
+    return ex.models.ModelConfig(name="layer", arch="decoder", hidden_size=256, num_layers=1,
+                                 num_heads=8, vocab_size=512, max_seq_len=64, dtype="fp32")  # fmt: skip
+
+
+def _bench_attention():
+    from explorer.models.layers import attention
+
+    b = GraphBuilder("attention", dtype="fp32")
+    x = b.input("x", (8, 64, 256))
+    with b.scope("attn"):
+        y = attention(b, _bench_layer(), x, causal=True)
+    return b.build([y])
+
+
+def _bench_moe():
+    moe = _bench_layer().replace(name="moe-layer", num_experts=8, experts_top_k=2,
+                                 activation="swiglu", norm="rmsnorm", position="rope", bias=False)  # fmt: skip
+    return ex.models.build(moe, batch=8, seq=64)
+
+
+@pytest.mark.parametrize(
+    "graph, axes",
+    [(_bench_attention, {"x": 2, "y": 2, "z": 2}), (_bench_attention, {"dp": 2, "tp": 4}),
+     (_bench_moe, {"dp": 2, "tp": 4})],
+    ids=["attention-2x2x2", "attention-2x4", "moe-2x4"],
+)  # fmt: skip
+def test_recursive_programming_within_its_measured_bound_on_the_worst_bench_cases(graph, axes):
+    """The bench cases where RP is furthest from the optimum (1.0423, 1.0345, 1.0153 when
+    measured): RP stays within ``RP_BOUND`` of dynamic programming's proven optimum."""
+    g, mesh = graph(), ex.Mesh(axes, hardware=A100)
+    params = CostParams(device_memory_cap_bytes=float("inf"))  # as bench/search.py
+    opt = search(g, mesh, "dynamic_programming", params)
+    assert opt.status == "optimal"
+    rp = search(g, mesh, "recursive_programming", params)
+    assert opt.cost.total <= rp.cost.total * (1 + 1e-9)
+    assert rp.cost.total <= RP_BOUND * opt.cost.total

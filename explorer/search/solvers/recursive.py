@@ -331,144 +331,162 @@ class _Local:
         path of three ops) re-picks its ops together, all other neighbours fixed. A move is
         re-tried in a plan only after something near it changed; stops when none gains.
         ``settled``: no single-op or edge move gains in ``x`` yet (a descent's result)."""
-        x = x.copy()
-        n, adj = self.n, self.st.adj
-        add = np.add.reduce
-        whole = self.whole
-        pos = dict(zip(order, range(len(order)), strict=True))
-        # Ops whose neighbours changed (in some plan), visited in sweeps over ``order``: a
-        # heap of (sweep, position); an op marked behind the sweep's position waits for the
-        # next sweep. ``key`` drops the stale entries of ops unmarked or marked again.
-        pending = [False] * n
-        key: list[tuple[int, int] | None] = [None] * n
-        heap: list[tuple[int, int, int]] = []
-        at = [0, -1]  # the sweep and position being visited
-        changed_at = np.zeros((len(x), n), dtype=np.int64)
-        last = [0] * n  # per op, when it last changed in any plan
-        clock = [1]
+        return _Descent(self, x, order, max_sweeps).run(chains, settled)
 
-        def mark(j: int) -> None:
-            if not pending[j]:
-                pending[j] = True
-                key[j] = (at[0] + (pos[j] <= at[1]), pos[j])
-                heapq.heappush(heap, (*key[j], j))
 
-        def move(rows: np.ndarray, i: int, k: np.ndarray) -> None:
-            x[rows, i] = k
-            changed_at[rows, i] = last[i] = clock[0]
-            clock[0] += 1
-            for j in adj[i]:
-                mark(j)
+class _Descent:
+    """The state of one ``_Local.descend``: the plans, which ops wait for a single move (a
+    work list visited in sweeps over ``order``), and per plan and op when it last changed
+    (so that an edge or chain move is re-tried only after a change near it)."""
 
-        def singles() -> None:
-            # every plan is looked at: cheaper than tracking which ones changed, and a plan
-            # whose neighbours did not change keeps its strategy (only a strict gain moves)
-            while heap:
-                sweep, q, i = heapq.heappop(heap)
-                if not pending[i] or key[i] != (sweep, q):
-                    continue
-                if sweep >= max_sweeps:
-                    break
-                at[0], at[1] = sweep, q
-                pending[i] = False
-                base, stack, off, nbs = whole[i]
-                if stack is None:
-                    u = np.broadcast_to(base, (len(base), len(x)))
-                else:
-                    u = base + add(stack[:, off + x[:, nbs]], axis=2)
-                now = u[x[:, i], rows_all]
-                k = u.argmin(axis=0)
-                gain = (u[k, rows_all] < now * _KEEP).nonzero()[0]
-                if gain.size:
-                    move(gain, i, k[gain])
-            heap.clear()
-            pending[:] = [False] * n
-            at[0], at[1] = 0, -1
+    def __init__(self, local: _Local, x: np.ndarray, order: list[int], max_sweeps: int) -> None:
+        self.local = local
+        self.x = x.copy()
+        self.adj = local.st.adj
+        self.pos = dict(zip(order, range(len(order)), strict=True))
+        self.order = order
+        self.max_sweeps = max_sweeps
+        n = local.n
+        # Work list: ops whose neighbours changed (in some plan), as a heap of (sweep,
+        # position, op); an op marked behind the sweep's position waits for the next sweep.
+        # ``key`` drops the stale entries of ops unmarked or marked again.
+        self.pending = [False] * n
+        self.key: list[tuple[int, int] | None] = [None] * n
+        self.heap: list[tuple[int, int, int]] = []
+        self.sweep, self.position = 0, -1  # where the work list is being visited
+        self.clock = 1  # counts moves
+        self.last = [0] * n  # per op, the clock of its last change in any plan
+        self._rows(self.x)
 
-        if not settled:
-            for i in order:
-                mark(i)
-        rows_all = np.arange(len(x))
-        singles()
-        if not settled:  # plans that met under single moves descend alike from here
-            x = _unique_rows(x)
-            rows_all = np.arange(len(x))
-            changed_at = np.zeros((len(x), n), dtype=np.int64)
+    def _rows(self, x: np.ndarray) -> None:
+        self.x = x
+        self.rows_all = np.arange(len(x))
+        self.changed_at = np.zeros((len(x), self.local.n), dtype=np.int64)  # [plan, op] clock
 
-        def try_path(path, rows: np.ndarray) -> np.ndarray:
-            """Re-pick the ops of ``path`` in the plans ``rows`` (a Viterbi pass along the
-            path, every other neighbour fixed); the rows that gained."""
-            nodes, keep, links, _, _ = path
-            xr = x[rows]
-            r = np.arange(len(rows))
-            cur = [xr[:, v] for v in nodes]
-            us = [np.broadcast_to(base, (len(base), len(rows))) if stack is None
-                  else base + add(stack[:, cols + xr[:, js]], axis=2)
-                  for base, stack, cols, js in keep]  # fmt: skip
-            if len(nodes) == 2:  # both ends at once: the whole [k0, k1, plan] table
-                tot = us[0][:, None, :] + links[0][:, :, None]
-                tot += us[1][None, :, :]
-                k1 = tot.shape[1]
-                flat = tot.reshape(-1, len(rows))
-                best = flat.argmin(axis=0)
-                sel = (flat[best, r] < flat[cur[0] * k1 + cur[1], r] * _KEEP).nonzero()[0]
-                if not sel.size:
-                    return sel
-                ks = [best[sel] % k1, best[sel] // k1]
+    def mark(self, j: int) -> None:
+        if not self.pending[j]:
+            self.pending[j] = True
+            self.key[j] = (self.sweep + (self.pos[j] <= self.position), self.pos[j])
+            heapq.heappush(self.heap, (*self.key[j], j))
+
+    def move(self, rows: np.ndarray, i: int, k: np.ndarray) -> None:
+        """Op ``i`` takes strategies ``k`` in the plans ``rows``; its neighbours are marked."""
+        self.x[rows, i] = k
+        self.changed_at[rows, i] = self.last[i] = self.clock
+        self.clock += 1
+        for j in self.adj[i]:
+            self.mark(j)
+
+    def singles(self) -> None:
+        """Single-op moves until the work list is empty (or ``max_sweeps`` sweeps). Every
+        plan is looked at: cheaper than tracking which ones changed, and a plan whose
+        neighbours did not change keeps its strategy (only a strict gain moves)."""
+        x, rows = self.x, self.rows_all
+        while self.heap:
+            sweep, q, i = heapq.heappop(self.heap)
+            if not self.pending[i] or self.key[i] != (sweep, q):
+                continue
+            if sweep >= self.max_sweeps:
+                break
+            self.sweep, self.position = sweep, q
+            self.pending[i] = False
+            base, stack, off, nbs = self.local.whole[i]
+            if stack is None:
+                u = np.broadcast_to(base, (len(base), len(x)))
             else:
-                sel, ks = viterbi(us, links, cur, r)
-                if not sel.size:
-                    return sel
-            for v, kv in zip(nodes, reversed(ks), strict=True):
-                diff = kv != xr[sel, v]
-                if diff.any():
-                    move(rows[sel][diff], v, kv[diff])
-            for v in nodes:  # re-picked together: no single move of one of them gains
-                pending[v] = False
-            return sel
+                u = base + np.add.reduce(stack[:, off + x[:, nbs]], axis=2)
+            now = u[x[:, i], rows]
+            k = u.argmin(axis=0)
+            gain = (u[k, rows] < now * _KEEP).nonzero()[0]
+            if gain.size:
+                self.move(gain, i, k[gain])
+        self.heap.clear()
+        self.pending[:] = [False] * len(self.pending)
+        self.sweep, self.position = 0, -1
 
-        def viterbi(us, links, cur, r):
-            """The plans (of ``r``) where a path gains, and its ops' new strategies, last op
-            first."""
-            f, back = us[0], []
-            now = f[cur[0], r]
-            for t in range(1, len(us)):
-                tot = f[:, None, :] + links[t - 1][:, :, None]
-                back.append(tot.argmin(axis=0))
-                f = np.minimum.reduce(tot, axis=0) + us[t]
-                now = now + links[t - 1][cur[t - 1], cur[t]] + us[t][cur[t], r]
-            k = f.argmin(axis=0)
-            sel = (f[k, r] < now * _KEEP).nonzero()[0]
-            ks = [k[sel]]
-            if sel.size:
-                for arg in reversed(back):
-                    ks.append(arg[ks[-1], sel])
-            return sel, ks
+    def try_path(self, path, rows: np.ndarray) -> np.ndarray:
+        """Re-pick the ops of ``path`` in the plans ``rows`` (a Viterbi pass along the path,
+        every other neighbour fixed); the rows that gained."""
+        nodes, keep, links, _, _ = path
+        xr = self.x[rows]
+        r = np.arange(len(rows))
+        cur = [xr[:, v] for v in nodes]
+        us = [np.broadcast_to(base, (len(base), len(rows))) if stack is None
+              else base + np.add.reduce(stack[:, cols + xr[:, js]], axis=2)
+              for base, stack, cols, js in keep]  # fmt: skip
+        if len(nodes) == 2:  # both ends at once: the whole [k0, k1, plan] table
+            tot = us[0][:, None, :] + links[0][:, :, None]
+            tot += us[1][None, :, :]
+            k1 = tot.shape[1]
+            flat = tot.reshape(-1, len(rows))
+            best = flat.argmin(axis=0)
+            sel = (flat[best, r] < flat[cur[0] * k1 + cur[1], r] * _KEEP).nonzero()[0]
+            if not sel.size:
+                return sel
+            ks = [best[sel] % k1, best[sel] // k1]
+        else:
+            sel, ks = _viterbi(us, links, cur, r)
+            if not sel.size:
+                return sel
+        for v, kv in zip(nodes, reversed(ks), strict=True):
+            diff = kv != xr[sel, v]
+            if diff.any():
+                self.move(rows[sel][diff], v, kv[diff])
+        for v in nodes:  # re-picked together: no single move of one of them gains
+            self.pending[v] = False
+        return sel
 
-        moves = self.moves[chains]
-        tried = np.zeros((len(x), len(moves)), dtype=np.int64)
+    def run(self, chains: bool, settled: bool) -> np.ndarray:
+        if not settled:
+            for i in self.order:
+                self.mark(i)
+        self.singles()
+        if not settled:  # plans that met under single moves descend alike from here
+            self._rows(_unique_rows(self.x))
+        moves = self.local.moves[chains]
+        n_edge_moves = len(self.local.moves[False])
+        tried = np.zeros((len(self.x), len(moves)), dtype=np.int64)  # [plan, move] clock
         low = [0] * len(moves)  # per move, its earliest failure over the plans (0: none)
         if settled:  # edge moves failed everywhere: re-tried only after a change near them
-            tried[:, : len(self.moves[False])] = 1  # clock when it last failed
-            low[: len(self.moves[False])] = [1] * len(self.moves[False])
-        for _ in range(max_sweeps):
-            singles()
+            tried[:, :n_edge_moves] = 1  # the clock when it last failed
+            low[:n_edge_moves] = [1] * n_edge_moves
+        for _ in range(self.max_sweeps):
+            self.singles()
             improved = False
             for mx, path in enumerate(moves):
-                if 0 < low[mx] > max(map(last.__getitem__, path[4])):
+                if 0 < low[mx] > max(map(self.last.__getitem__, path[4])):
                     continue  # nothing it depends on changed, in any plan, since it failed
                 t = tried[:, mx]
-                rows = rows_all[(t == 0) | (np.maximum.reduce(changed_at[:, path[3]], axis=1) >= t)]
+                near = np.maximum.reduce(self.changed_at[:, path[3]], axis=1)
+                rows = self.rows_all[(t == 0) | (near >= t)]
                 if not rows.size:
                     continue  # nothing it depends on changed since it last failed
-                stamp = clock[0]
-                gained = try_path(path, rows)
+                stamp = self.clock
+                gained = self.try_path(path, rows)
                 tried[rows, mx] = stamp
                 if gained.size:
                     tried[rows[gained], mx] = 0
                     improved = True
-                    singles()
+                    self.singles()
                 low[mx] = int(t.min())
             if not improved:
                 break
-        return x
+        return self.x
+
+
+def _viterbi(us, links, cur, r):
+    """The plans (of ``r``) where a path gains, and its ops' new strategies, last op first."""
+    f, back = us[0], []
+    now = f[cur[0], r]
+    for t in range(1, len(us)):
+        tot = f[:, None, :] + links[t - 1][:, :, None]
+        back.append(tot.argmin(axis=0))
+        f = np.minimum.reduce(tot, axis=0) + us[t]
+        now = now + links[t - 1][cur[t - 1], cur[t]] + us[t][cur[t], r]
+    k = f.argmin(axis=0)
+    sel = (f[k, r] < now * _KEEP).nonzero()[0]
+    ks = [k[sel]]
+    if sel.size:
+        for arg in reversed(back):
+            ks.append(arg[ks[-1], sel])
+    return sel, ks
