@@ -359,7 +359,8 @@ class MeshView(View):
             d = int(trace.customdata[ind[0]][ind[1]])
         else:
             d = int(ind)
-        self.click_device(d)
+        if d >= 0:  # an empty cell of a folded grid holds no device
+            self.click_device(d)
 
     def _on_linked(self, selection: Selection) -> None:
         if not getattr(self, "_ready", False):

@@ -4,6 +4,7 @@ and the ring teaching figure."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,12 +27,34 @@ __all__ = [
 TRACE_CELLS, TRACE_GROUPS = range(2)
 
 
-def mesh_grid(mesh: Mesh) -> tuple[np.ndarray, np.ndarray]:
+MAX_ROWS = 8  # a taller grid is folded into groups of columns side by side
+
+
+def _fold(mesh: Mesh, max_rows: int = MAX_ROWS) -> tuple[int, int]:
+    """(folds, rows per fold): how many row groups of the grid sit side by side."""
+    cols = mesh.shape[-1]
+    total = mesh.size // cols
+    folds = max(1, math.ceil(total / max_rows))
+    while folds > 1 and cols * folds > 16:  # keep cells wide enough for their labels
+        folds -= 1
+    return folds, math.ceil(total / folds)
+
+
+def mesh_grid(mesh: Mesh, max_rows: int = MAX_ROWS) -> tuple[np.ndarray, np.ndarray]:
     """Per device id: (row, column) in the drawing. The last axis runs along columns; the
-    others, flattened row-major, down the rows."""
+    others, flattened row-major, down the rows. More than ``max_rows`` rows are folded:
+    rows ``r``, ``r + R``, ``r + 2R``... sit side by side (``R`` rows per fold), so a
+    64-device ``dp=32 x tp=2`` mesh draws as 8 x 8 cells instead of a 32-row strip.
+
+    >>> rows, cols = mesh_grid(Mesh({"dp": 32, "tp": 2}))
+    >>> int(rows.max()) + 1, int(cols.max()) + 1, (int(rows[17]), int(cols[17]))
+    (8, 8, (0, 3))
+    """
     ids = np.arange(mesh.size)
     cols = mesh.shape[-1]
-    return ids // cols, ids % cols
+    _, per = _fold(mesh, max_rows)
+    flat_row = ids // cols
+    return flat_row % per, (flat_row // per) * cols + ids % cols
 
 
 def device_blocks(
@@ -87,11 +110,12 @@ def mesh_figure(
     (2, 4)
     """
     rows, cols = mesh_grid(mesh)
+    folds, per = _fold(mesh)
     nr, nc = int(rows.max()) + 1, int(cols.max()) + 1
-    z = np.zeros((nr, nc))
-    text = np.empty((nr, nc), dtype=object)
-    hover = np.empty((nr, nc), dtype=object)
-    devs = np.zeros((nr, nc), dtype=np.int64)
+    z = np.full((nr, nc), np.nan)  # cells of a folded grid's last group may stay empty
+    text = np.full((nr, nc), "", dtype=object)
+    hover = np.full((nr, nc), "", dtype=object)
+    devs = np.full((nr, nc), -1, dtype=np.int64)
     nblocks = 1
     if layout is not None and ttype is not None:
         layout.validate(ttype, mesh, tensor)
@@ -110,6 +134,7 @@ def mesh_figure(
             hover[r, c] = (f"device {d} ({coords})<br>block {block[d]} "
                            f"{_slice_text(slices[d], ttype.shape)}{rep}{part}")  # fmt: skip
         else:
+            z[r, c] = 0
             text[r, c] = f"<b>{d}</b>"
             hover[r, c] = f"device {d} ({coords})"
     cells = go.Heatmap(
@@ -133,11 +158,19 @@ def mesh_figure(
     cpn = mesh.hardware.chips_per_node if mesh.hardware is not None else None
     if cpn and cpn < mesh.size:  # node boundaries: chips_per_node consecutive ids per node
         for k in range(mesh.size // cpn):
-            ds = range(k * cpn, (k + 1) * cpn)
-            r0, r1 = min(rows[d] for d in ds), max(rows[d] for d in ds)
-            c0, c1 = min(cols[d] for d in ds), max(cols[d] for d in ds)
-            shapes.append({"type": "rect", "x0": c0 - 0.5, "x1": c1 + 0.5, "y0": r0 - 0.5,
-                           "y1": r1 + 0.5, "line": {"width": 2, "dash": "dot", "color": "#333"}})  # fmt: skip
+            pieces: dict[int, list[int]] = {}  # a node may continue in the next fold
+            for d in range(k * cpn, (k + 1) * cpn):
+                pieces.setdefault(int(cols[d]) // mesh.shape[-1], []).append(d)
+            for ds in pieces.values():
+                r0, r1 = min(rows[d] for d in ds), max(rows[d] for d in ds)
+                c0, c1 = min(cols[d] for d in ds), max(cols[d] for d in ds)
+                shapes.append({"type": "rect", "x0": c0 - 0.5, "x1": c1 + 0.5, "y0": r0 - 0.5,
+                               "y1": r1 + 0.5,
+                               "line": {"width": 2, "dash": "dot", "color": "#333"}})  # fmt: skip
+    for f in range(1, folds):  # a gap line between the folded groups of rows
+        x = f * mesh.shape[-1] - 0.5
+        shapes.append({"type": "line", "x0": x, "x1": x, "y0": -0.5, "y1": nr - 0.5,
+                       "line": {"width": 3, "color": "#888"}})  # fmt: skip
     if selected_device is not None:
         r, c = rows[selected_device], cols[selected_device]
         shapes.append({"type": "rect", "x0": c - 0.5, "x1": c + 0.5, "y0": r - 0.5, "y1": r + 0.5,
@@ -151,15 +184,25 @@ def mesh_figure(
     if collective:
         title += f" — {collective} over {','.join(groups_axes)}"
     row_labels = []
+    others = mesh.axis_names[:-1]
     for r in range(nr):
-        d = int(devs[r, 0])
-        row_labels.append(", ".join(f"{a}={i}" for a, i in
-                                    zip(mesh.axis_names[:-1], mesh.coords(d)[:-1], strict=True)))  # fmt: skip
+        firsts = [int(devs[r, f * mesh.shape[-1]]) for f in range(folds)]
+        parts = []
+        for d in firsts:
+            if d >= 0:
+                parts.append(", ".join(f"{a}={i}" for a, i in
+                                       zip(others, mesh.coords(d)[:-1], strict=True)))  # fmt: skip
+        row_labels.append(" | ".join(parts) if len(others) == 1 or folds == 1 else parts[0])
+    xtitle = _axis_title(mesh, [last])
+    if folds > 1:
+        xtitle += (f"; rows folded: {folds} groups of {per} rows side by side "
+                   f"(hover a cell for its coordinates)")  # fmt: skip
     fig.update_layout(base_layout(title, height=150 + 70 * nr, legend=False))
     fig.update_layout(
         shapes=shapes, plot_bgcolor="white",
-        xaxis={"tickvals": list(range(nc)), "ticktext": [f"{last}={i}" for i in range(nc)],
-               "title": _axis_title(mesh, [last]), "showgrid": False, "zeroline": False},
+        xaxis={"tickvals": list(range(nc)),
+               "ticktext": [f"{last}={i % mesh.shape[-1]}" for i in range(nc)],
+               "title": xtitle, "showgrid": False, "zeroline": False},
         yaxis={"tickvals": list(range(nr)), "ticktext": row_labels or [""],
                "title": _axis_title(mesh, mesh.axis_names[:-1]) if len(mesh.shape) > 1 else "",
                "autorange": "reversed", "showgrid": False, "zeroline": False},
