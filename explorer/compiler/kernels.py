@@ -256,19 +256,24 @@ def _blocked_ufuncs(node: Node, in_types: tuple[TensorType, ...]) -> Kernel | No
     if not shape or shape[0] < 2 * rows:
         return None
     dtypes, consts = [t.dtype.numpy for t in in_types], attrs.get("consts", ())
-    full = compile_expr(attrs["expr"], dtypes, consts, (rows, *shape[1:]), dt)
+    full = compile_expr(attrs["expr"], dtypes, consts, (rows, *shape[1:]), dt, False)
     rest = shape[0] % rows
     last = compile_expr(attrs["expr"], dtypes, consts, (rest, *shape[1:]), dt) if rest else None
     # inputs of the output's full leading dim are cut into blocks; the others broadcast
     cut = [t.rank == len(shape) and t.shape[0] == shape[0] for t in in_types]
+    n_full = shape[0] // rows * rows
 
     def k_blocked(*xs, out=None):
         if out is None:
             out = np.empty(shape, dt)
-        for r0 in range(0, shape[0], rows):
-            k = full if r0 + rows <= shape[0] else last
+        # the block temporaries live for this call only: no memory held between calls
+        tmp = [np.empty(s, d) for s, d in full.scratch]
+        for r0 in range(0, n_full, rows):
             part = [x[r0 : r0 + rows] if c else x for x, c in zip(xs, cut, strict=True)]
-            k(*part, out=out[r0 : r0 + rows])
+            full(*part, out=out[r0 : r0 + rows], scratch=tmp)
+        if last is not None:
+            last(*[x[n_full:] if c else x for x, c in zip(xs, cut, strict=True)],
+                 out=out[n_full:])  # fmt: skip
         return out
 
     return k_blocked

@@ -110,9 +110,14 @@ def _select(c, a, b, out):
 
 
 def compile_expr(expr: str, in_dtypes: Sequence[type], consts: Sequence[float],
-                 shape: tuple[int, ...], dtype: type) -> Callable[..., np.ndarray]:  # fmt: skip
-    """``kernel(*inputs, out=None)`` computing ``expr`` with ufuncs; raises
-    ``UnsupportedExpr`` for what it does not translate."""
+                 shape: tuple[int, ...], dtype: type,
+                 own_scratch: bool = True) -> Callable[..., np.ndarray]:  # fmt: skip
+    """``kernel(*inputs, out=None, scratch=None)`` computing ``expr`` with ufuncs; raises
+    ``UnsupportedExpr`` for what it does not translate.
+
+    The temporaries are ``kernel.scratch`` (``(shape, dtype)`` each): allocated once with
+    the kernel (``own_scratch``), or passed by the caller as ``scratch`` arrays (a blocked
+    kernel allocates them per call, so they do not stay alive between calls)."""
     try:
         tree = ast.parse(expr, mode="eval").body
     except SyntaxError as e:
@@ -130,7 +135,7 @@ def compile_expr(expr: str, in_dtypes: Sequence[type], consts: Sequence[float],
     # temporaries: one buffer per live intermediate, reused once its value is dead;
     # the last step writes the output (unless it is a select: out may alias an input)
     slot_of: dict[int, int] = {}
-    slots: list[np.ndarray] = []
+    slots: list[tuple[tuple[int, ...], type]] = []
     free: dict[bool, list[int]] = {True: [], False: []}
     n = len(steps)
     for j, (uf, args, is_bool) in enumerate(steps):
@@ -139,7 +144,7 @@ def compile_expr(expr: str, in_dtypes: Sequence[type], consts: Sequence[float],
             if pool:
                 slot_of[j] = pool.pop()
             else:
-                slots.append(np.empty(shape, np.bool_ if is_bool else dtype))
+                slots.append((shape, np.bool_ if is_bool else dtype))
                 slot_of[j] = len(slots) - 1
         for r in args:
             if r[0] == "t" and last_use[r[1]] == j:
@@ -154,20 +159,23 @@ def compile_expr(expr: str, in_dtypes: Sequence[type], consts: Sequence[float],
             elif kind == "k":
                 ops.append((1, v))
             else:
-                ops.append((2, slots[slot_of[v]]))  # type: ignore[index]
+                ops.append((2, slot_of[v]))  # type: ignore[index]
         prog.append((uf, tuple(ops), slot_of.get(j, -1)))
     last_select = steps[-1][0] is _select
-    body = [(uf, ops, slots[s] if s >= 0 else None) for uf, ops, s in prog]
-    final_tmp = body[-1][2]
+    final = prog[-1][2]
+    own = [np.empty(sh, dt) for sh, dt in slots] if own_scratch else None
 
-    def k_ufuncs(*xs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    def k_ufuncs(*xs: np.ndarray, out: np.ndarray | None = None,
+                 scratch: list[np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
+        tmp = own if scratch is None else scratch
         if out is None:
             out = np.empty(shape, dtype)
-        for uf, ops, dst in body:
-            args = [xs[v] if kind == 0 else v for kind, v in ops]  # type: ignore[index]
-            uf(*args, out=out if dst is None else dst)
+        for uf, ops, dst in prog:
+            args = [xs[v] if kind == 0 else v if kind == 1 else tmp[v] for kind, v in ops]  # type: ignore[index]
+            uf(*args, out=out if dst < 0 else tmp[dst])
         if last_select:
-            np.copyto(out, final_tmp)
+            np.copyto(out, tmp[final])
         return out
 
+    k_ufuncs.scratch = tuple(slots)  # type: ignore[attr-defined]
     return k_ufuncs
