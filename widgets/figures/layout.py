@@ -426,7 +426,7 @@ def _route(edges, x, y, w, h, kind, row_bottom):
         else:
             lo, hi = np.searchsorted(centres[float(row_bottom[i])], [xa, xb])
             if hi <= lo:  # nothing between them: neighbours
-                xm = (xa + xb) / 2
+                xm = max(xb - g, xa)  # the turn sits in the gap before the consumer
                 pts = [(xa, ya), (xb, yb)] if abs(ya - yb) < 1e-9 else [
                     (xa, ya), (xm, ya), (xm, yb), (xb, yb)]  # fmt: skip
             else:

@@ -1,0 +1,317 @@
+"""GraphView for big models: nested groups, open/close, search, legends, arrows, routed
+edges, labels at zoom, and "changed" rings only for material cost changes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import explorer as ex
+from explorer.ir.hierarchy import CHANGE_THRESHOLD, hierarchy
+from widgets import GraphView
+from widgets.figures.graph import (
+    OPEN_PREFIX,
+    STRATEGY_PALETTE,
+    TRACE_CHANGED,
+    TRACE_EDGES,
+    TRACE_GROUPS,
+    TRACE_NODES,
+    TRACE_SELECTED,
+    graph_figure,
+    strategy_colors,
+    unit_labels,
+)
+from widgets.figures.layout import graph_layout
+
+
+@pytest.fixture(scope="module")
+def llama():
+    """A small llama (RMSNorm, gated MLP): the block structure of llama3-405b."""
+    cfg = ex.models.load("llama3-405b").replace(
+        num_layers=4, hidden_size=64, num_heads=4, vocab_size=256, published_params=None,
+        **_small_kv(),
+    )  # fmt: skip
+    return ex.models.build(cfg, batch=2, seq=16)
+
+
+def _small_kv() -> dict:
+    cfg = ex.models.load("llama3-405b")
+    out = {}
+    for name, value in (("num_kv_heads", 2), ("ffn_size", 128), ("intermediate_size", 128)):
+        if hasattr(cfg, name):
+            out[name] = value
+    return out
+
+
+# --- geometry ----------------------------------------------------------------------------
+
+
+def _unit_rects(lay):
+    """What the eye sees as a unit: a box's rectangle, an op's marker (about 0.3 around)."""
+    half_w = np.where(lay.is_box, lay.w / 2, 0.3)
+    half_h = np.where(lay.is_box, lay.h / 2, 0.3)
+    return lay.x - half_w, lay.x + half_w, lay.y - half_h, lay.y + half_h
+
+
+def _polylines(lay):
+    xs, ys = lay.edge_x, lay.edge_y
+    cut = np.flatnonzero(np.isnan(xs))
+    start = 0
+    for end in cut:
+        yield xs[start:end], ys[start:end]
+        start = end + 1
+
+
+def _crosses(x0, y0, x1, y1, rect, eps=1e-6) -> bool:
+    """An axis-parallel segment meets the open rectangle (touching its side is fine)."""
+    rx0, rx1, ry0, ry1 = rect
+    if abs(y0 - y1) < eps:  # horizontal
+        lo, hi = sorted((x0, x1))
+        return ry0 + eps < y0 < ry1 - eps and lo < rx1 - eps and hi > rx0 + eps
+    if abs(x0 - x1) < eps:  # vertical
+        lo, hi = sorted((y0, y1))
+        return rx0 + eps < x0 < rx1 - eps and lo < ry1 - eps and hi > ry0 + eps
+    return False  # the short diagonal from a weight to the op under which it sits
+
+
+@pytest.mark.parametrize("opened", [(), ("layers.1",), None])
+def test_edges_do_not_cross_nodes(llama, opened):
+    h = hierarchy(llama)
+    expanded = None if opened is None else [p for p in h.groups if p.startswith(opened)] \
+        if opened else ()  # fmt: skip
+    lay = graph_layout(llama, expanded=expanded) if opened is not None else graph_layout(llama)
+    rx0, rx1, ry0, ry1 = _unit_rects(lay)
+    lines = list(_polylines(lay))
+    assert len(lines) == len(lay.edges)
+    bad = []
+    for (i, j), (xs, ys) in zip(lay.edges, lines, strict=True):
+        for k in range(len(xs) - 1):
+            for u in range(len(lay.units)):
+                if u in (i, j) or lay.kind[u] == "sat":
+                    continue
+                if _crosses(xs[k], ys[k], xs[k + 1], ys[k + 1], (rx0[u], rx1[u], ry0[u], ry1[u])):
+                    bad.append((lay.units[i], lay.units[j], lay.units[u]))
+    assert bad == []
+
+
+def test_every_edge_ends_in_an_arrow_at_its_consumer(llama):
+    lay = graph_layout(llama, expanded=("layers.0.attn",))
+    tips = np.flatnonzero(lay.edge_tip)
+    kinds = lay.kind
+    arrowed = [(i, j) for i, j in lay.edges if kinds[i] != "sat"]
+    assert len(tips) == len(arrowed) == len(lay.arrow_x)
+    for (_, j), t in zip(arrowed, tips, strict=True):
+        assert lay.edge_x[t] < lay.x[j] and math.isclose(lay.edge_y[t], lay.y[j])
+    fig = graph_figure(llama, layout=lay).to_dict()
+    sizes = np.asarray(fig["data"][TRACE_EDGES]["marker"]["size"])
+    assert fig["data"][TRACE_EDGES]["marker"]["symbol"] == "triangle-right"
+    assert (sizes > 0).sum() == len(tips)
+
+
+def test_children_sit_inside_their_open_groups(llama):
+    lay = graph_layout(llama, expanded=("layers.2.attn", "layers.2.mlp"))
+    h = hierarchy(llama)
+    frames = {f.path: f for f in lay.frames}
+    assert set(frames) == {"layers.2", "layers.2.attn", "layers.2.mlp"}
+    for u, x, y in zip(lay.units, lay.x, lay.y, strict=True):
+        if u.startswith("scope:"):
+            continue
+        for p in (*h.ancestors(h.group_of(u)), h.group_of(u)):
+            if p in frames:
+                f = frames[p]
+                assert f.x0 < x < f.x1 and f.y0 < y < f.y1, (u, p)
+    outer, inner = frames["layers.2"], frames["layers.2.attn"]
+    assert outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0
+
+
+def test_repeated_layers_look_identical(llama):
+    lay = graph_layout(llama, expanded=("layers.0.attn", "layers.0.mlp", "layers.3.attn",
+                                        "layers.3.mlp"))  # fmt: skip
+    f0 = next(f for f in lay.frames if f.path == "layers.0")
+    f3 = next(f for f in lay.frames if f.path == "layers.3")
+    assert math.isclose(f0.x1 - f0.x0, f3.x1 - f3.x0) and math.isclose(f0.y1 - f0.y0, f3.y1 - f3.y0)
+    for u in lay.units:
+        if u.startswith("layers.0."):
+            v = "layers.3." + u[len("layers.0.") :]
+            i, j = lay.index(u), lay.index(v)
+            assert math.isclose(lay.x[i] - f0.x0, lay.x[j] - f3.x0)
+            assert math.isclose(lay.y[i] - f0.y1, lay.y[j] - f3.y1)
+
+
+# --- the view ----------------------------------------------------------------------------
+
+
+def _complete(view) -> None:
+    """Every trace's arrays agree in length; the nodes trace holds every drawn unit."""
+    data = view.figure.data
+    for t in data:
+        if t.visible is not False:
+            assert len(t.x) == len(t.y), t.name
+    nodes = data[TRACE_NODES]
+    n = len(view.layout_data.units)
+    assert list(nodes.customdata) == list(view.layout_data.units)
+    assert len(nodes.x) == len(nodes.text) == len(nodes.hovertext) == n
+    assert len(np.atleast_1d(nodes.marker.color)) == n
+    assert len(data[TRACE_GROUPS].x) == len(view.layout_data.frames) + 1  # + the model label
+
+
+def test_open_and_close_any_group(llama):
+    view = GraphView(llama, collapsed=True)
+    units = view.figure.data[TRACE_NODES].customdata
+    assert "scope:layers.2" in units and len(units) < len(llama)
+    view.click("scope:layers.2")  # a layer opens with its blocks: its ops show
+    units = view.figure.data[TRACE_NODES].customdata
+    assert "layers.2.attn.q" in units and "layers.2.mlp.down" in units
+    _complete(view)
+    view.click(OPEN_PREFIX + "layers.2.attn")  # close one block: a box again
+    units = view.figure.data[TRACE_NODES].customdata
+    assert "scope:layers.2.attn" in units and "layers.2.mlp.down" in units
+    view.click(OPEN_PREFIX + "layers.2")  # close the layer again
+    units = view.figure.data[TRACE_NODES].customdata
+    assert "scope:layers.2" in units and not any(u.startswith("layers.2.") for u in units)
+    _complete(view)
+    view.click("scope:layers.1")
+    view.click(OPEN_PREFIX)  # the model's label closes every group
+    assert view.expanded == ()
+    with pytest.raises(ex.ExplorerError, match="layers.1.attn"):
+        view.expand("layers.1.atn")
+
+
+def test_click_on_a_group_label_through_plotly(llama):
+    from plotly.callbacks import Points
+
+    view = GraphView(llama, collapsed=True)
+    view.expand("layers.0", inside=True)
+    groups = view.figure.data[TRACE_GROUPS]
+    k = list(groups.customdata).index(OPEN_PREFIX + "layers.0.mlp")
+    view._on_click(groups, Points([k], [0], [0], "groups", TRACE_GROUPS), None)
+    assert "scope:layers.0.mlp" in view.layout_data.units
+
+
+def test_search_opens_the_groups_around_a_match_and_selects_it(llama):
+    view = GraphView(llama, collapsed=True)
+    view.controls["search"].value = "layers.3.mlp.up_w"
+    assert view.selected == "layers.3.mlp.up_w" == view.selection.node
+    assert "layers.3.mlp.up_w" in view.layout_data.units
+    assert {"layers.3", "layers.3.mlp"} <= set(view.expanded)
+    assert len(view.figure.data[TRACE_SELECTED].x) == 1
+    assert "1 of 1" in view.match_info.value
+    # the view centres on the match at a zoom where the op names show
+    lo, hi = view.figure.layout.xaxis.range
+    i = view.layout_data.index("layers.3.mlp.up")
+    assert lo < view.layout_data.x[i] < hi
+    assert view.figure.data[TRACE_NODES].text[i] == "up"
+    _complete(view)
+    view.controls["search"].value = "LAYERS.1.ATTN"  # a group: it opens and is marked
+    assert view.found == "layers.1.attn" and "layers.1.attn" in view.expanded
+    sel = view.figure.data[TRACE_SELECTED]
+    groups = view.figure.data[TRACE_GROUPS]
+    k = list(groups.customdata).index(OPEN_PREFIX + "layers.1.attn")
+    assert (sel.x[0], sel.y[0]) == (groups.x[k], groups.y[k])
+    view.controls["search"].value = "norm"
+    assert not view.controls["next"].disabled
+    first = view.selected
+    view.controls["next"].click()
+    assert view.selected != first or view.found is not None
+
+
+def test_search_without_match_shows_beside_the_box(llama):
+    view = GraphView(llama, collapsed=True)
+    before = view.expanded
+    view.controls["search"].value = "zzz"
+    assert view.search_error.visible and "zzz" in view.search_error.text
+    assert view.expanded == before
+    view.controls["search"].value = ""
+    assert not view.search_error.visible
+
+
+def test_labels_show_when_zoomed_in(llama):
+    view = GraphView(llama, collapsed=False)
+    lay = view.layout_data
+    ops = [i for i, k in enumerate(lay.kind) if k == "op"]
+    x0, x1, _, _ = lay.extent
+    view.figure.layout.xaxis.range = [x0, x0 + 100 * (x1 - x0)]  # far out: no op names
+    assert all(view.figure.data[TRACE_NODES].text[i] == "" for i in ops)
+    view.figure.layout.xaxis.range = [x0, x0 + 20]  # close in: every op named
+    text = view.figure.data[TRACE_NODES].text
+    assert all(text[i] for i in ops)
+    i = lay.index("layers.0.attn.q")
+    assert text[i] == "q"  # the name inside its group
+
+
+def test_closed_group_labels_always_there(llama):
+    lay = graph_layout(llama, expanded=())
+    boxes = [i for i, b in enumerate(lay.is_box) if b]
+    text = unit_labels(llama, lay)
+    assert all(text[i] == lay.units[i][len("scope:") :] for i in boxes)
+    g405 = ex.models.build(ex.models.load("llama3-405b"), batch=1, seq=128)
+    lay = graph_layout(g405, expanded=())
+    text = unit_labels(g405, lay)
+    assert sum(bool(text[i]) for i, b in enumerate(lay.is_box) if b) == 128  # 126 + embed, head
+    # the model's top level wraps into rows: every box gets room for its name
+    assert len(np.unique(np.round(lay.y[lay.is_box], 6))) > 1
+
+
+# --- colourings and legends --------------------------------------------------------------
+
+
+def test_every_colouring_has_a_legend(mlp, mlp_plan):
+    view = GraphView(mlp, mlp_plan)
+    legend = lambda: view.figure.layout.annotations[0].text  # noqa: E731
+    assert "op group" in legend() and "Contraction" in legend()
+    view.controls["color_by"].value = "strategy"
+    names = {mlp_plan.assignment[n.name].name for n in mlp.ops}
+    assert all(n in legend() for n in names)
+    view.controls["color_by"].value = "cost"
+    nodes = view.figure.to_dict()["data"][TRACE_NODES]
+    assert nodes["marker"]["showscale"] is True and "log10" in legend()
+    stages = {n.name: (0 if n.name.startswith("layers.0") else 1) for n in mlp.nodes}
+    view.stages = stages
+    view.controls["color_by"].value = "stage"
+    assert "stage 0" in legend() and "stage 1" in legend()
+    assert "1.0%" in legend()  # what a red ring means, with its threshold
+    _complete(view)
+
+
+def test_strategy_colours_are_distinct():
+    counts = {f"s{i}": 20 - i for i in range(12)}
+    colors = strategy_colors(counts)
+    named = [c for c in colors.values() if c in STRATEGY_PALETTE]
+    assert len(named) == len(set(named)) == len(STRATEGY_PALETTE)
+    # the most used strategy keeps its colour when a rarer one appears
+    assert strategy_colors({"b=dp": 3})["b=dp"] == strategy_colors({"b=dp": 3, "x": 1})["b=dp"]
+    # no two palette hues are near-identical (RGB distance)
+    rgb = np.array([[int(c[k : k + 2], 16) for k in (1, 3, 5)] for c in STRATEGY_PALETTE])
+    d = np.sqrt(((rgb[:, None] - rgb[None]) ** 2).sum(-1))
+    assert d[np.triu_indices(len(rgb), 1)].min() > 60
+
+
+def test_changed_rings_only_for_material_cost_changes(mlp, mesh, mlp_plan):
+    view = GraphView(mlp, mlp_plan)
+    ops = tuple(n.name for n in mlp.ops)
+    tiny = ex.search(mlp, mesh, params=mlp_plan.params.replace(
+        beta_communication=mlp_plan.params.beta_communication * (1 + 1e-4)))  # fmt: skip
+    view.selection.publish(plan=tiny, highlight=ops)
+    assert view.changed == () and len(view.figure.data[TRACE_CHANGED].x) == 0
+    big = ex.search(mlp, mesh, params=mlp_plan.params.replace(
+        beta_communication=mlp_plan.params.beta_communication * 50))  # fmt: skip
+    view.selection.publish(plan=big, highlight=ops)
+    for n in ops:
+        b, a = mlp_plan.node_cost(n).total, big.node_cost(n).total
+        assert (n in view.changed) == (abs(a - b) >= CHANGE_THRESHOLD * abs(b) and a != b)
+    assert len(view.figure.data[TRACE_CHANGED].x) == len(view.changed)
+    view.change_threshold = 1e9  # nothing moves that much
+    assert view.changed == () and len(view.figure.data[TRACE_CHANGED].x) == 0
+
+
+def test_big_model_opens_collapsed_and_expands_one_layer():
+    g = ex.models.build(ex.models.load("llama3-405b"), batch=1, seq=128)
+    view = GraphView(g)
+    assert view.controls["collapsed"].value is True
+    assert len(view.figure.data[TRACE_NODES].x) == 130  # tokens, labels, embed, 126, head
+    view.click("scope:layers.77")
+    units = view.figure.data[TRACE_NODES].customdata
+    assert sum(u.startswith("layers.77.") for u in units) == 31
+    _complete(view)
