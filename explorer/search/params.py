@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass
 from typing import Literal
+
+from .errors import SearchError
 
 __all__ = ["CostParams", "CostUnit"]
 
@@ -64,19 +67,28 @@ class CostParams:
     prefer_data_parallel_on_ties: bool = True
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("unit", "training", "prefer_data_parallel_on_ties") or v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v:
+                raise SearchError(
+                    f"CostParams.{f.name}={v!r}; expected a number (not NaN), in the unit its "
+                    "name says"
+                )
         if self.unit not in ("seconds", "bytes"):
-            raise ValueError(f"CostParams.unit={self.unit!r}; expected 'seconds' or 'bytes'")
+            raise SearchError(f"CostParams.unit={self.unit!r}; expected 'seconds' or 'bytes'")
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if isinstance(v, bool) or f.name == "unit" or v is None:
                 continue
             if v < 0:
-                raise ValueError(f"CostParams.{f.name}={v}; expected a value >= 0")
+                raise SearchError(f"CostParams.{f.name}={v}; expected a value >= 0")
         for k in ("compute_efficiency", "bandwidth_efficiency"):
             if not 0 < getattr(self, k) <= 1:
-                raise ValueError(f"CostParams.{k}={getattr(self, k)}; expected 0 < value <= 1")
+                raise SearchError(f"CostParams.{k}={getattr(self, k)}; expected 0 < value <= 1")
         if not 0 <= self.grad_comm_overlap <= 1:
-            raise ValueError(
+            raise SearchError(
                 f"CostParams.grad_comm_overlap={self.grad_comm_overlap}; expected 0..1"
             )
 

@@ -144,7 +144,9 @@ class ShardingPlan:
         into compute, communication and memory."""
         m = self._model
         if node not in self.assignment:
-            raise SearchError(f"plan has no node %{node}")
+            raise SearchError(f"plan has no node %{node}; its nodes are the graph's")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise SearchError(f"explain(k={k!r}): expected an int >= 0 (runners-up to show)")
         name = node
         i = m.index[name]
         p = self.params

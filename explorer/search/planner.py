@@ -42,6 +42,14 @@ class _Solved:
     diagnostics: dict[str, object]
 
 
+def _check_inputs(graph, mesh) -> None:
+    if not isinstance(graph, Graph):
+        raise SearchError(f"graph={graph!r} is not an explorer.ir.Graph; build one with "
+                          "ex.models.build(...) or GraphBuilder")  # fmt: skip
+    if not isinstance(mesh, Mesh):
+        raise SearchError(f"mesh={mesh!r} is not an explorer Mesh; pass ex.Mesh({{...}})")
+
+
 def _check(method, params, annotations, top_k, time_limit_s) -> None:
     """Bad arguments fail here, each with the value, the reason and the fix."""
     if method not in METHODS:
@@ -86,6 +94,7 @@ class Planner:
     """
 
     def __init__(self, graph: Graph, mesh: Mesh, reuse_layers: bool = True) -> None:
+        _check_inputs(graph, mesh)
         self.graph, self.mesh = graph, mesh
         self.repeats: Repeats | None = find_repeats(graph) if reuse_layers else None
         g = self.repeats.reduced if self.repeats else graph
@@ -288,11 +297,7 @@ def search(
     'optimal'
     """
     _check(method, params, annotations, top_k, time_limit_s)
-    if not isinstance(graph, Graph):
-        raise SearchError(f"graph={graph!r} is not an explorer.ir.Graph; build one with "
-                          "ex.models.build(...) or GraphBuilder")  # fmt: skip
-    if not isinstance(mesh, Mesh):
-        raise SearchError(f"mesh={mesh!r} is not an explorer Mesh; pass ex.Mesh({{...}})")
+    _check_inputs(graph, mesh)
     planner = _PLANNERS.get((graph, mesh, reuse_layers),
                             lambda: Planner(graph, mesh, reuse_layers))  # fmt: skip
     return planner.search(method, params, annotations, top_k, time_limit_s)

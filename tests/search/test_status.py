@@ -134,3 +134,26 @@ def test_bad_graph_mesh_node_and_top_k_raise_explorer_errors():
     with pytest.raises(SearchError, match="plan has no node %nope"):
         plan.node_cost("nope")
     assert issubclass(SearchError, ExplorerError)
+
+
+@pytest.mark.parametrize(
+    "field, value, match",
+    [("alpha_compute", math.nan, "expected a number"), ("beta_communication", "1", "expected a number"),
+     ("gamma_param_comm", -1.0, "expected a value >= 0"), ("compute_efficiency", 0.0, "0 < value <= 1"),
+     ("unit", "flops", "expected 'seconds' or 'bytes'")],
+)  # fmt: skip
+def test_bad_cost_params_raise_search_error(field, value, match):
+    with pytest.raises(SearchError, match=match):
+        ex.CostParams(**{field: value})
+    assert ex.CostParams(alpha_compute=np.float64(2.0)).alpha_compute == 2.0
+
+
+def test_planner_and_explain_check_their_arguments():
+    with pytest.raises(SearchError, match="not an explorer.ir.Graph"):
+        ex.search.Planner(None, MESH)
+    plan = search(two_matmuls(), MESH, "ilp")
+    with pytest.raises(SearchError, match=r"explain\(k=-1\): expected an int >= 0"):
+        plan.explain("fc1", k=-1)
+    no_hw = ex.Mesh({"tp": 2})
+    with pytest.raises(SearchError, match="no hardware"):
+        search(two_matmuls(), no_hw, "ilp", ex.CostParams())
