@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{gv['nodes']} nodes; errors during the run: "
           f"{(t['errors'] + tr['errors']) or 'none'}")  # fmt: skip
     res["cost_tuner_latency"] = cost_tuner_latency(args.quick)
+    res["training_views_latency"] = training_views_latency(args.quick)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=2, default=str))
     print(f"wrote {RESULTS}")
@@ -266,3 +267,65 @@ def cost_tuner_latency(quick: bool) -> dict:
 
 if __name__ == "__main__":
     main()
+
+
+# --- training views on GPT-3 175B (issue 12) -------------------------------------------------
+def training_views_latency(quick: bool) -> dict:
+    """PipelineView, MemoryView and ScalingView on GPT-3 175B over 1,024 A100s (Megatron's
+    dp8 x tp8 x pp16, interleaved v=2, full recompute, global batch 1536, seq 2048): each
+    view's first draw (construction, simulate included) and its updates, timed from the
+    Python call; the simulate part of each pipeline update is reported beside it (0 on a
+    cache hit). Printed, never a gate."""
+    from widgets import ScalingView, Series
+
+    cfg = ex.models.load("gpt3-175b")
+    par = ex.ParallelConfig(dp=8, tp=8, pp=16, microbatch_size=1, schedule="interleaved_1f1b",
+                            virtual_stages=2, recompute="full")  # fmt: skip
+    med = statistics.median
+    t0 = time.perf_counter()
+    pipe = PipelineView(cfg, par, global_batch=1536, seq=2048)
+    pipe_first = time.perf_counter() - t0
+    events, first_config = len(pipe.sim.timeline.events), str(pipe.sim.config)
+    counts = (96, 48) if quick else (96, 64, 48, 32)  # new counts: no cache hit
+    mb, mb_sim = [], []
+    for m in counts:
+        mb.append(_ms(lambda m=m: setattr(pipe.controls["microbatches"], "value", m)))
+        mb_sim.append(pipe.simulate_s * 1e3)
+    zoom = [_ms(lambda z=z: setattr(pipe.controls["zoom"], "value", z))
+            for z in ((0, 5), (40, 60), (0, 100))]  # fmt: skip
+    refused = _ms(lambda: setattr(pipe.controls["microbatches"], "value", 5))
+    t0 = time.perf_counter()
+    mem = MemoryView(cfg, par, global_batch=1536, seq=2048)
+    mem_first = time.perf_counter() - t0
+    mem_updates = [_ms(lambda z=z: setattr(mem.controls["zero"], "value", z)) for z in (1, 3, 0)]
+    mem_updates += [_ms(lambda r=r: setattr(mem.controls["recompute"], "value", r))
+                    for r in ("selective", "full")]  # fmt: skip
+    counts_s = (512, 1024) if quick else (256, 512, 1024)
+    t0 = time.perf_counter()
+    scal = ScalingView([Series("gpt3-175b", "a100-80g", "strong", 1536, 2048, counts_s)])
+    scal_first = time.perf_counter() - t0
+    metric = _ms(lambda: setattr(scal.controls["metric"], "value", "mfu"))
+    mode = _ms(lambda: setattr(scal.controls["mode"], "value", "weak"))
+    res = {
+        "config": first_config, "pipeline_events": events,
+        "pipeline_first_draw_s": pipe_first, "pipeline_microbatch_change_ms": med(mb),
+        "pipeline_microbatch_change_simulate_ms": med(mb_sim),
+        "pipeline_microbatch_changes_ms": mb, "pipeline_zoom_ms": med(zoom),
+        "pipeline_refused_count_ms": refused,
+        "bubble_formula": pipe.bubble.formula, "bubble_simulated": pipe.bubble.simulated,
+        "memory_first_draw_s": mem_first, "memory_update_ms": med(mem_updates),
+        "memory_updates_ms": mem_updates, "scaling_counts": counts_s,
+        "scaling_first_draw_s": scal_first, "scaling_metric_change_ms": metric,
+        "scaling_mode_change_ms": mode,
+        "errors": pipe.errors.errors + mem.errors.errors + scal.errors.errors,
+    }  # fmt: skip
+    print(f"training views gpt3-175b on 1024 x a100-80g ({res['config']}):")
+    print(f"  PipelineView first draw {pipe_first:.2f} s ({events} events); microbatch change "
+          f"{med(mb):.0f} ms (simulate {med(mb_sim):.0f} ms; each {[round(x) for x in mb]}); "
+          f"zoom {med(zoom):.0f} ms; refused count {refused:.0f} ms")  # fmt: skip
+    print(f"  MemoryView first draw {mem_first:.2f} s; ZeRO / recompute change "
+          f"{med(mem_updates):.0f} ms (each {[round(x) for x in mem_updates]})")  # fmt: skip
+    print(f"  ScalingView strong {counts_s} first draw {scal_first:.1f} s; metric change "
+          f"{metric:.0f} ms; weak/strong change (recomputes) {mode / 1e3:.1f} s; errors: "
+          f"{res['errors'] or 'none'}")  # fmt: skip
+    return res

@@ -326,7 +326,6 @@ class PipelineView(TrainingView):
 
 
 _STEP_NAMES = {
-    "uniform": "identical stages simulated",
     "uneven": "+ this split's stage times",
     "with_p2p": "+ pipeline transfers",
     "simulated": "+ gradient reduction and optimizer",

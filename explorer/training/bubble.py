@@ -4,8 +4,9 @@ The textbook bubble, ``(p-1)/(m+p-1)`` (``/v`` interleaved), assumes identical s
 free transfers. A simulated step differs for three reasons, each measured here by
 re-running the step's own schedule with one more effect switched on:
 
-1. ``uniform``: every stage gets the mean forward and backward time of this split, no
-   transfers, no tail — the formula's world (equal to it for GPipe and 1F1B);
+1. ``uniform`` (computed on request, ``check_uniform=True``): every stage gets the mean
+   forward and backward time of this split, no transfers, no tail — the formula's world,
+   which the simulation reproduces (a check of the two against each other);
 2. ``uneven``: the split's real per-stage times (the embedding on the first stage, the
    head and loss on the last, layers that do not divide evenly): the slowest stage paces
    the pipeline and the others wait;
@@ -14,7 +15,8 @@ re-running the step's own schedule with one more effect switched on:
    backward (devices with less to do wait for the others) — the step as simulated.
 
 The per-stage times are read back from the simulated timeline (every microbatch of a stage
-takes the same time), so the last step reproduces ``sim.timeline`` exactly.
+takes the same time); with ``check_uniform`` the whole step is re-simulated from them too
+and must reproduce ``sim.timeline`` (``resimulated``).
 
 Also here: :func:`microbatch_size_for`, the microbatch size that keeps a global batch when
 the microbatch count changes.
@@ -22,8 +24,8 @@ the microbatch count changes.
 >>> import explorer as ex
 >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4, microbatch_size=2),
 ...                   global_batch=32, seq=512)
->>> b = bubble_breakdown(sim)
->>> round(b.formula, 4), round(b.uniform, 4), abs(b.simulated - sim.bubble_fraction) < 1e-9
+>>> b = bubble_breakdown(sim, check_uniform=True)
+>>> round(b.formula, 4), round(b.uniform, 4), abs(b.resimulated - b.simulated) < 1e-9
 (0.2727, 0.2727, True)
 """
 
@@ -39,9 +41,8 @@ __all__ = ["BubbleBreakdown", "bubble_breakdown", "microbatch_size_for", "BUBBLE
 
 _FORWARD_TAIL = ("tp-comm", "ep-comm")  # segments that follow compute-forward in a forward
 
-# (field, what the step adds) in the order the effects are switched on
+# (field, what the step adds) in the order the effects are switched on, from the formula
 BUBBLE_STEPS: tuple[tuple[str, str], ...] = (
-    ("uniform", "identical stages, no transfers (the formula's assumptions)"),
     ("uneven", "this split's stage times: the slowest stage paces the others"),
     ("with_p2p", "point-to-point transfers between pipeline devices"),
     ("simulated", "gradient reduction and optimizer after the last backward"),
@@ -55,8 +56,10 @@ class BubbleBreakdown:
     Attributes:
         schedule, pp, microbatches, virtual_stages: the pipeline.
         formula: the closed form ``bubble_fraction(schedule, pp, m, v)``.
-        uniform, uneven, with_p2p, simulated: the step re-simulated with one more effect
-            at a time (see the module docstring); ``simulated`` is the step itself.
+        uneven, with_p2p: the step re-simulated with one more effect at a time (see the
+            module docstring); ``simulated``: the step itself (``sim.timeline``).
+        uniform, resimulated: with ``check_uniform``, the formula's world simulated and
+            the whole step re-simulated from the extracted times (None otherwise).
         stage_forward_s, stage_backward_s: seconds of one microbatch's forward and backward
             on each stage (blocking collectives included).
         p2p_s: seconds of one point-to-point transfer.
@@ -68,7 +71,6 @@ class BubbleBreakdown:
     microbatches: int
     virtual_stages: int
     formula: float
-    uniform: float
     uneven: float
     with_p2p: float
     simulated: float
@@ -76,6 +78,8 @@ class BubbleBreakdown:
     stage_backward_s: tuple[float, ...]
     p2p_s: float
     step_time_s: float
+    uniform: float | None = None
+    resimulated: float | None = None
 
     def steps(self) -> tuple[tuple[str, float, float, str], ...]:
         """``(field, fraction, change from the previous step, what the step adds)``."""
@@ -127,9 +131,10 @@ def _p2p(timeline: Timeline) -> float:
     return next((e.duration_s for e in timeline.events if e.kind == "pp-comm"), 0.0)
 
 
-def bubble_breakdown(sim) -> BubbleBreakdown:
+def bubble_breakdown(sim, check_uniform: bool = False) -> BubbleBreakdown:
     """The formula's bubble and the simulated one of ``sim`` (a ``SimResult`` with a
-    timeline), with the effects that separate them measured one at a time.
+    timeline), with the effects that separate them measured one at a time (two re-runs of
+    the schedule; ``check_uniform`` adds two more: the formula's world and the whole step).
 
     Raises:
         ValueError: ``sim`` has no timeline (an ``estimate``); simulate it instead.
@@ -147,19 +152,18 @@ def bubble_breakdown(sim) -> BubbleBreakdown:
     f_s = tuple(sum(d for _, d in seg) for seg in fwd)
     b_s = tuple(sum(d for _, d in seg) for seg in bwd)
     p2p, tails = _p2p(tl), _tails(tl)
-    mean_f, mean_b = sum(f_s) / len(f_s), sum(b_s) / len(b_s)
-    runs = (
-        simulate_schedule(schedule, mean_f, mean_b),
-        simulate_schedule(schedule, fwd, bwd),
-        simulate_schedule(schedule, fwd, bwd, p2p),
-        simulate_schedule(schedule, fwd, bwd, p2p, tails),
-    )  # fmt: skip
+    uniform = resimulated = None
+    if check_uniform:
+        mean_f, mean_b = sum(f_s) / len(f_s), sum(b_s) / len(b_s)
+        uniform = simulate_schedule(schedule, mean_f, mean_b).bubble_fraction()
+        resimulated = simulate_schedule(schedule, fwd, bwd, p2p, tails).bubble_fraction()
     return BubbleBreakdown(
         schedule=c.schedule, pp=c.pp, microbatches=m, virtual_stages=v,
         formula=bubble_fraction(c.schedule, c.pp, m, v),
-        uniform=runs[0].bubble_fraction(), uneven=runs[1].bubble_fraction(),
-        with_p2p=runs[2].bubble_fraction(), simulated=runs[3].bubble_fraction(),
-        stage_forward_s=f_s, stage_backward_s=b_s, p2p_s=p2p, step_time_s=runs[3].step_time_s,
+        uneven=simulate_schedule(schedule, fwd, bwd).bubble_fraction(),
+        with_p2p=simulate_schedule(schedule, fwd, bwd, p2p).bubble_fraction(),
+        simulated=tl.bubble_fraction(), stage_forward_s=f_s, stage_backward_s=b_s,
+        p2p_s=p2p, step_time_s=tl.step_time_s, uniform=uniform, resimulated=resimulated,
     )  # fmt: skip
 
 

@@ -93,9 +93,11 @@ def timeline_columns(timeline: Timeline, scale: float | None = None) -> dict[str
         dtype=float, count=6 * n,
     ).reshape(n, 6)  # fmt: skip
     return {
-        "kind": kind, "device": num[:, 0].astype(int), "start": num[:, 1] * scale,
-        "end": num[:, 2] * scale, "stage": num[:, 3].astype(int), "mb": num[:, 4].astype(int),
-        "chunk": num[:, 5].astype(int), "span": timeline.step_time_s * scale,
+        # int32, not int64: plotly sends int64 arrays as JSON lists, int32 as binary buffers
+        "kind": kind, "device": num[:, 0].astype(np.int32), "start": num[:, 1] * scale,
+        "end": num[:, 2] * scale, "stage": num[:, 3].astype(np.int32),
+        "mb": num[:, 4].astype(np.int32), "chunk": num[:, 5].astype(np.int32),
+        "span": timeline.step_time_s * scale,
     }  # fmt: skip
 
 
@@ -116,7 +118,7 @@ def selected_arrays(
     """Outline bars: the compute steps of ``microbatch`` (on ``stage`` only, if given), or
     of every microbatch on ``stage``; nothing when neither is given."""
     if microbatch is None and stage is None:
-        return {"y": np.array([], int), "base": np.array([]), "x": np.array([])}
+        return {"y": np.array([], np.int32), "base": np.array([]), "x": np.array([])}
     m = np.isin(cols["kind"], ("compute-forward", "compute-backward", "recompute"))
     if microbatch is not None:
         m &= cols["mb"] == microbatch
@@ -155,50 +157,53 @@ def label_mode(cols: dict[str, np.ndarray], window: tuple[float, float] | None =
     return "boxes" if px >= BOX_LABEL_PX else "groups"
 
 
-def _ranges(mbs: list[int]) -> str:
-    return f"{mbs[0]}" if mbs[0] == mbs[-1] else f"{mbs[0]}–{mbs[-1]}"
-
-
 def label_groups(
     cols: dict[str, np.ndarray], window: tuple[float, float] | None = None
 ) -> list[dict]:
-    """Groups of consecutive forward/backward boxes per device whose label fits above them:
-    ``{"device", "x0", "x1", "text"}`` with text such as ``"F16–19 B0–3"`` (the range of
-    microbatch numbers of each phase in the group). Every box in ``window`` is in exactly one
-    group."""
+    """Groups of consecutive forward/backward boxes per device, each as wide as its label:
+    ``{"device", "x0", "x1", "text", "boxes"}`` with text such as ``"F16–19 B0–3"`` (the
+    range of microbatch numbers of each phase in the group). The row is cut into stretches
+    of one label's width (at ``PLOT_WIDTH_PX`` over ``window``) and the boxes starting in a
+    stretch form its group, so every box in ``window`` is in exactly one group (vectorised:
+    GPT-3's 46,000 events group in milliseconds)."""
     m = _visible(cols, window)
-    span = (window[1] - window[0]) if window is not None else float(cols["span"])
-    px_per_unit = PLOT_WIDTH_PX / max(span, 1e-30)
-    out: list[dict] = []
-    dev, start, end = cols["device"][m], cols["start"][m], cols["end"][m]
-    kind, mb = cols["kind"][m], cols["mb"][m]
-    for d in np.unique(dev):
-        idx = np.flatnonzero(dev == d)
-        idx = idx[np.argsort(start[idx], kind="stable")]
-        group: list[int] = []
-        for i in idx:
-            group.append(i)
-            text = _group_text(kind[group], mb[group])
-            if (end[i] - start[group[0]]) * px_per_unit >= (len(text) + 2) * GROUP_LABEL_PX:
-                out.append(_group(d, start, end, group, text))
-                group = []
-        if group:  # the last stretch of the row, even if narrower than its label
-            out.append(_group(d, start, end, group, _group_text(kind[group], mb[group])))
+    idx = np.flatnonzero(m)
+    if not len(idx):
+        return []
+    origin, span = (window[0], window[1] - window[0]) if window else (0.0, float(cols["span"]))
+    digits = len(str(int(cols["mb"].max())))
+    label_px = (2 * (2 * digits + 2) + 3) * GROUP_LABEL_PX  # "F12–15 B8–11" and a margin
+    width = label_px * max(span, 1e-30) / PLOT_WIDTH_PX
+    idx = idx[np.lexsort((cols["start"][idx], cols["device"][idx]))]
+    dev, start, end = cols["device"][idx], cols["start"][idx], cols["end"][idx]
+    fwd = cols["kind"][idx] == "compute-forward"
+    mb = cols["mb"][idx].astype(float)
+    stretch = np.floor((start - origin) / width).astype(np.int64)
+    key = dev.astype(np.int64) * (int(stretch.max()) + 2) + stretch
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    count = np.diff(np.r_[first, len(idx)])
+    x0 = np.minimum.reduceat(start, first)
+    x1 = np.maximum.reduceat(end, first)
+    inf = np.inf
+    ranges = [
+        (np.minimum.reduceat(np.where(sel, mb, inf), first),
+         np.maximum.reduceat(np.where(sel, mb, -inf), first))
+        for sel in (fwd, ~fwd)
+    ]  # fmt: skip
+    out = []
+    for g, i in enumerate(first):
+        parts = [
+            f"{short}{_ranges(int(lo[g]), int(hi[g]))}"
+            for short, (lo, hi) in zip("FB", ranges, strict=True)
+            if np.isfinite(lo[g])
+        ]
+        out.append({"device": int(dev[i]), "x0": float(x0[g]), "x1": float(x1[g]),
+                    "text": " ".join(parts), "boxes": int(count[g])})  # fmt: skip
     return out
 
 
-def _group(d, start, end, group, text) -> dict:
-    return {"device": int(d), "x0": float(start[group[0]]), "x1": float(end[group[-1]]),
-            "text": text, "boxes": len(group)}  # fmt: skip
-
-
-def _group_text(kinds: np.ndarray, mbs: np.ndarray) -> str:
-    parts = []
-    for k, short in (("compute-forward", "F"), ("compute-backward", "B")):
-        sel = sorted(set(mbs[kinds == k].tolist()))
-        if sel:
-            parts.append(short + _ranges(sel))
-    return " ".join(parts)
+def _ranges(lo: int, hi: int) -> str:
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
 
 def group_arrays(groups: list[dict]) -> dict:
