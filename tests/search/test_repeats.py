@@ -69,3 +69,32 @@ def test_layers_of_the_chain_may_take_different_strategies():
     names = {tuple(s.name for n, s in plan.assignment.items() if n.startswith(f"layers.{k}."))
              for k in range(1, 12)}  # fmt: skip
     assert len(names) > 1
+
+
+def shared_input_layers(layers=5):
+    """Identical layers that each also read one outside value (``bias``): the layers do not
+    meet through one value only, so the chain does not apply."""
+    b = ex.ir.GraphBuilder("shared")
+    h = b.input("x", (8, 32))
+    bias = b.input("bias", (8, 32))
+    for k in range(layers):
+        with b.scope(f"layers.{k}"):
+            h = b.op("matmul", h, b.param("w", (32, 32)), name="fc")
+            h = b.op("add", h, bias, name="res")
+    return b.build([h])
+
+
+@pytest.mark.parametrize("method", ["ilp", "dynamic_programming", "sharding_propagation"])
+def test_without_a_chain_every_layer_alike_is_priced_exactly(method):
+    g = shared_input_layers()
+    mesh = ex.Mesh({"dp": 2, "tp": 2}, hardware=A100)
+    kw = {"annotations": {"layers.0.fc": "a=dp"}} if method == "sharding_propagation" else {}
+    plan = ex.search(g, mesh, method, PARAMS, **kw)
+    assert "every layer alike" in plan.diagnostics["repeated_layers"]
+    assert plan.cost.total == pytest.approx(full_cost(plan), rel=1e-9)
+    names = {plan.assignment[f"layers.{k}.fc"].name for k in range(2, 5)}
+    assert len(names) == 1  # the copies repeat the tile
+    if method != "sharding_propagation":
+        best = Planner(g, mesh, reuse_layers=False).search("ilp", PARAMS)
+        assert best.cost.total <= plan.cost.total * (1 + 1e-9)
+    assert ex.sharding.verify(g, plan, mesh).ok
