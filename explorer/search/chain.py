@@ -14,7 +14,11 @@ the layers' strategies are recovered backwards. Layers may take different strate
 the chain's optimum is the optimum of the expanded graph (no "every layer alike"
 restriction), for tables built for two layers only.
 
->>> # used by Planner.search; see tests/search/test_repeats.py
+>>> import explorer as ex
+>>> g = ex.models.build(ex.models.load("gpt2").replace(num_layers=4), batch=8, seq=128)
+>>> plan = ex.search(g, ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g"), "dynamic_programming")
+>>> plan.status, "solved as a chain" in plan.diagnostics["repeated_layers"]
+('optimal', True)
 """
 
 from __future__ import annotations

@@ -72,7 +72,10 @@ class ShardingPlan:
         status: ``"optimal"`` (an exact method proved it), ``"time-limited"`` (the ILP
             stopped at ``time_limit_s``; ``gap`` is its relative MIP gap) or
             ``"heuristic"`` (recursive programming, propagation); ``status_text`` both.
-        solve_time_s, diagnostics: how the search went (eliminations, tiled layers, ...).
+        gap: the relative MIP gap of a time-limited plan (0.0 when optimal, None for a
+            heuristic).
+        solve_time_s, diagnostics: how the search went (eliminations, repeated layers, the
+            solver's objective, ...).
     """
 
     graph: Graph
