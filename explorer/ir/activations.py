@@ -10,7 +10,7 @@ float64 ``x**3``) and can write into a preallocated ``out``.
 
 >>> import numpy as np
 >>> y = gelu(np.array([-1.0, 0.0, 2.0], np.float32))
->>> y.dtype, y.round(4).tolist()
+>>> y.dtype, [round(float(v), 4) for v in y]
 (dtype('float32'), [-0.1588, 0.0, 1.9546])
 """
 
