@@ -21,10 +21,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
+
+from .errors import ExplorerError
+
 __all__ = [
     "TraceEvent", "Trace", "Recorder", "record", "active", "compare", "Comparison",
-    "to_chrome", "from_chrome", "save_chrome", "load_chrome",
+    "to_chrome", "from_chrome", "save_chrome", "load_chrome", "TraceError", "Timing",
+    "RepeatedRuns", "repeat_runs", "Flow", "flows", "slice_names", "comparison_to_chrome",
 ]  # fmt: skip
+
+
+class TraceError(ExplorerError, ValueError):
+    """A trace computation got input it cannot use (no runs, a negative time, bad index)."""
+
 
 EventKind = Literal["op", "kernel", "compile", "recompile", "bind", "graph_break", "cache_hit",
                     "note", "python"]  # fmt: skip
@@ -321,3 +331,214 @@ def save_chrome(trace: Trace, path: str | Path) -> Path:
 def load_chrome(path: str | Path) -> Trace:
     path = Path(path)
     return from_chrome(json.loads(path.read_text()), name=path.stem)
+
+
+# --- repeated timing ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Repeated measurements of one quantity: the samples and their median and spread.
+
+    Quartiles use linear interpolation between order statistics (numpy's default), so
+    ``q1 <= median <= q3`` and ``low <= q1``, ``q3 <= high``.
+
+    >>> t = Timing.of([3.0, 1.0, 2.0, 10.0, 2.5])
+    >>> t.median, t.low, t.high, (t.q1, t.q3)
+    (2.5, 1.0, 10.0, (2.0, 3.0))
+    """
+
+    samples: tuple[float, ...]
+
+    @classmethod
+    def of(cls, samples) -> Timing:
+        vals = tuple(float(v) for v in samples)
+        if not vals:
+            raise TraceError("a Timing needs at least one sample; run the workload once or more")
+        bad = [v for v in vals if not np.isfinite(v) or v < 0]
+        if bad:
+            raise TraceError(f"timing samples must be finite and >= 0, got {bad[:3]}; "
+                             "check the runs that produced them")  # fmt: skip
+        return cls(vals)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @property
+    def median(self) -> float:
+        return float(np.median(self.samples))
+
+    @property
+    def q1(self) -> float:
+        return float(np.percentile(self.samples, 25))
+
+    @property
+    def q3(self) -> float:
+        return float(np.percentile(self.samples, 75))
+
+    @property
+    def low(self) -> float:
+        return min(self.samples)
+
+    @property
+    def high(self) -> float:
+        return max(self.samples)
+
+    def median_index(self) -> int:
+        """The index of the sample closest to the median (the representative run)."""
+        m = self.median
+        return min(range(len(self.samples)), key=lambda i: (abs(self.samples[i] - m), i))
+
+
+@dataclass(frozen=True)
+class RepeatedRuns:
+    """N interleaved eager and static runs of one workload.
+
+    ``speedup`` holds the per-pair ratios eager[i] / static[i] (runs i were made back to
+    back, so they share the machine's load); its median is the headline and its min-max
+    and quartiles the spread. ``comparison`` aligns the representative pair: the eager and
+    the static run whose total times are closest to their medians.
+    """
+
+    eager: tuple[Trace, ...]
+    static: tuple[Trace, ...]
+
+    def __post_init__(self) -> None:
+        if not self.eager or len(self.eager) != len(self.static):
+            raise TraceError(f"need the same number (>= 1) of eager and static runs, got "
+                             f"{len(self.eager)} and {len(self.static)}")  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.eager)
+
+    @property
+    def eager_time(self) -> Timing:
+        """Total time of each eager run, in µs."""
+        return Timing.of(t.summary()["total_us"] for t in self.eager)
+
+    @property
+    def static_time(self) -> Timing:
+        return Timing.of(t.summary()["total_us"] for t in self.static)
+
+    @property
+    def speedup(self) -> Timing:
+        e, s = self.eager_time.samples, self.static_time.samples
+        if min(s) <= 0:
+            raise TraceError("a static run took 0 µs: it recorded nothing; check that the "
+                             "static function was called inside the recorder")  # fmt: skip
+        return Timing.of(a / b for a, b in zip(e, s, strict=True))
+
+    @property
+    def representative(self) -> tuple[int, int]:
+        """Indices of the eager and static runs closest to their medians."""
+        return self.eager_time.median_index(), self.static_time.median_index()
+
+    def comparison(self, static_prefix: tuple[TraceEvent, ...] = ()) -> Comparison:
+        """``compare`` of the representative runs; ``static_prefix`` (e.g. the compile
+        events of the first call) is put before the static run's events."""
+        ie, is_ = self.representative
+        st = self.static[is_]
+        static = Trace(static_prefix + st.events, st.name, st.wall_us)
+        return compare(self.eager[ie], static)
+
+
+def repeat_runs(eager_fn, static_fn, args: tuple, n: int = 7) -> RepeatedRuns:
+    """Run ``eager_fn(*args)`` and ``static_fn(*args)`` ``n`` times each, interleaved, each
+    call recorded on its own. ``static_fn`` should already be compiled for ``args`` (call it
+    once first): these runs measure the steady state, compilation is not part of them.
+
+    >>> import explorer as ex, numpy as np
+    >>> f = lambda x: ex.F.relu(x * 2.0)
+    >>> x = ex.tensor(np.ones((2, 3)))
+    >>> runs = repeat_runs(f, f, (x,), n=3)
+    >>> len(runs), len(runs.speedup)
+    (3, 3)
+    """
+    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
+        raise TraceError(f"n={n!r} runs: need a whole number >= 1 (7 gives a stable median)")
+    eager, static = [], []
+    for _ in range(int(n)):
+        with record("eager") as te:
+            eager_fn(*args)
+        with record("static") as ts:
+            static_fn(*args)
+        eager.append(te.trace)
+        static.append(ts.trace)
+    return RepeatedRuns(tuple(eager), tuple(static))
+
+
+# --- flows and slice names ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Flow:
+    """An eager op and the static kernel that does its work (a fused kernel absorbs several).
+
+    ``eager_index`` and ``kernel_index`` index ``compute_events`` of the eager and the static
+    trace; ``fused`` is true when the kernel stands for two or more eager ops.
+    """
+
+    eager_index: int
+    kernel_index: int
+    eager: TraceEvent
+    kernel: TraceEvent
+    fused: bool
+
+
+def flows(cmp: Comparison) -> tuple[Flow, ...]:
+    """One ``Flow`` per (eager op, kernel) pair of ``cmp.rows``, in kernel order.
+
+    >>> e = Trace((TraceEvent("add"), TraceEvent("gelu", start_us=1.0)), "eager")
+    >>> s = Trace((TraceEvent("fused", "kernel", replaced=("add", "gelu")),), "static")
+    >>> [(f.eager.name, f.kernel_index, f.fused) for f in flows(compare(e, s))]
+    [('add', 0, True), ('gelu', 0, True)]
+    """
+    e_pos = {id(e): i for i, e in enumerate(cmp.eager.compute_events)}
+    k_pos = {id(k): i for i, k in enumerate(cmp.static.compute_events)}
+    out = []
+    for ops, k in cmp.rows:
+        if k is None:
+            continue
+        for e in ops:
+            out.append(Flow(e_pos[id(e)], k_pos[id(k)], e, k, len(ops) > 1))
+    return tuple(out)
+
+
+def slice_names(*traces: Trace) -> tuple[str, ...]:
+    """The names of the compute slices of ``traces``, sorted: index i is a stable colour id
+    per name (the same workload gives the same names, hence the same colours, every run)."""
+    return tuple(sorted({e.name for t in traces for e in t.compute_events}))
+
+
+# --- one Chrome trace for a comparison ----------------------------------------------------
+
+_PROCESSES = ((1, "eager run"), (2, "static run (@jit)"), (3, "compilation (first call)"))
+
+
+def comparison_to_chrome(cmp: Comparison) -> dict[str, Any]:
+    """The eager run, the static run and the compilation as three named processes, each
+    from time 0, with a flow arrow (``ph: s``/``f``) from every eager op to the kernel that
+    did its work. Open the file at ui.perfetto.dev (Open trace file)."""
+    evs: list[dict[str, Any]] = []
+    for pid, name in _PROCESSES:
+        evs.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                    "args": {"name": name}})  # fmt: skip
+        evs.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                    "args": {"sort_index": pid}})  # fmt: skip
+    compiles = [e for e in cmp.static.events if e.kind in ("compile", "recompile")]
+    groups = ((1, cmp.eager.compute_events), (2, cmp.static.compute_events), (3, compiles))
+    for pid, events in groups:
+        t0 = min((e.start_us for e in events), default=0.0)
+        for e in events:
+            one = to_chrome(Trace((e,), "one"))["traceEvents"][0]
+            evs.append(dict(one, pid=pid, ts=e.start_us - t0))
+    te = min((e.start_us for e in cmp.eager.compute_events), default=0.0)
+    ts = min((e.start_us for e in cmp.static.compute_events), default=0.0)
+    for i, f in enumerate(flows(cmp)):
+        common = {"name": "absorbed by", "cat": "flow", "id": i + 1, "tid": 0}
+        evs.append(dict(common, ph="s", pid=1, ts=f.eager.start_us - te + f.eager.dur_us / 2))
+        evs.append(
+            dict(common, ph="f", bp="e", pid=2, ts=f.kernel.start_us - ts + f.kernel.dur_us / 2)
+        )
+    return {"traceEvents": evs, "displayTimeUnit": "ms",
+            "otherData": {"name": f"{cmp.eager.name} vs {cmp.static.name}"}}  # fmt: skip

@@ -1,8 +1,17 @@
-"""``TraceCompare``: one Python model run eagerly and under ``@jit``, side by side."""
+"""``TraceCompare``: one Python model run eagerly and under ``@jit``, read like Perfetto.
+
+Tracks per run with every slice named, a colour per op name with its legend, flows from
+each eager op to the kernel that absorbed it, the compilation on its own track (a
+recompile in red with its reason), the speed-up as the median of N runs with its spread,
+the compiler's rewrite steps as a before/after diff, and the Chrome-trace file for Perfetto.
+"""
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as ipw
@@ -11,21 +20,28 @@ import plotly.graph_objects as go
 import traitlets as tl
 
 import explorer as ex
-from explorer.trace import Trace
+from explorer.compiler.rewrite_diff import rewrite_diff
+from explorer.trace import comparison_to_chrome, repeat_runs, slice_names
 
 from .base import View, replace_figure
 from .coalesce import Coalescer
+from .errors import field
 from .figures.trace import (
+    TRACE_OTHER,
     TRACE_PICKED,
-    TRACE_STATIC,
-    kernel_links,
+    flow_lines,
     rewrite_figure,
+    speedup_text,
     summary_figure,
+    time_unit,
     trace_figure,
 )
+from .format import fmt_seconds
 from .selection import Selection
 
 __all__ = ["TraceCompare", "gpt_workload"]
+
+DATA_URI_MAX_BYTES = 4 * 2**20  # a larger trace is offered as a file path only
 
 
 def _infer(model, tokens):
@@ -49,8 +65,16 @@ def gpt_workload(
     return _infer, make_args
 
 
+def _slider(value: int, lo: int, hi: int, step: int, text: str, tip: str) -> ipw.IntSlider:
+    return ipw.IntSlider(
+        value=value, min=lo, max=hi, step=step, description=text, tooltip=tip,
+        readout_format="d", continuous_update=False, style={"description_width": "initial"},
+        layout=ipw.Layout(width="19em", min_width="15em"),
+    )  # fmt: skip
+
+
 class TraceCompare(View):
-    """Eager and static timelines, the summary table and the compiler's rewrite steps.
+    """Eager and static tracks, the summary table and the compiler's rewrite steps.
 
     Args:
         fn: the Python function (defined in a file: ``@jit`` converts its source); default:
@@ -58,34 +82,42 @@ class TraceCompare(View):
         make_args: ``(batch, size) -> args`` for ``fn``.
         batch, size: the starting input; the controls of the same names re-run both modes.
         level: ``@jit`` optimisation level (``"O0"``, ``"O1"``, ``"O2"``).
+        runs: how many eager and static runs the speed-up is the median of.
+        perfetto_path: where "Write Perfetto trace" writes the Chrome-trace JSON.
 
     One ``@jit`` function lives as long as the view: a shape seen before hits its cache; a
-    new one shows a ``recompile`` bar with its reason.
+    new one shows a red ``recompile`` bar with its reason on the compile track.
 
-    >>> view = TraceCompare(batch=1, size=16)
+    >>> view = TraceCompare(batch=1, size=16, runs=3)
     >>> view.controls["batch"].value = 2
-    >>> view.recompiles, view.figure.data[2].hovertext[0][:9]
-    (1, 'recompile')
+    >>> view.recompiles, view.figure.data[0].marker.color[0]
+    (1, '#E4002B')
     """
 
     # --- inputs -------------------------------------------------------------------------
     batch = tl.Int(2)
     size = tl.Int(32)
+    runs_n = tl.Int(7, help="runs of each mode behind the median speed-up")
     level = tl.Enum(("O0", "O1", "O2"), default_value="O2")
     # --- results ------------------------------------------------------------------------
     comparison = tl.Any(None, allow_none=True)
+    runs = tl.Any(None, allow_none=True, help="explorer.trace.RepeatedRuns")
+    compile_events = tl.Tuple()
     steps = tl.List()
     recompiles = tl.Int(0, help="compilations after the first (new shapes)")
     # --- display ------------------------------------------------------------------------
     step = tl.Int(0)
     kernel = tl.Int(None, allow_none=True, help="the picked static kernel (index)")
+    all_flows = tl.Bool(True)
 
     selection_traits = ()
     name = "traces"
 
     def __init__(
         self, fn: Callable | None = None, make_args: Callable[[int, int], tuple] | None = None,
-        *, batch: int = 2, size: int = 32, level: str = "O2", selection: Selection | None = None,
+        *, batch: int = 2, size: int = 32, level: str = "O2", runs: int = 7,
+        perfetto_path: str | Path = "eager_vs_jit.trace.json",
+        selection: Selection | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         if (fn is None) != (make_args is None):
@@ -93,106 +125,250 @@ class TraceCompare(View):
         if fn is None:
             fn, make_args = gpt_workload()
         self.fn, self.make_args = fn, make_args
-        self.batch, self.size, self.level = batch, size, level
+        self.level = level
+        self.perfetto_path = Path(perfetto_path)
         self.jitted = ex.jit(fn, level=level)
         self._compiles = 0
-        self._rerun_soon = Coalescer(self.errors.guard(self._run))
-        self._run(draw=False)
-        self.figure = go.FigureWidget(trace_figure(self.comparison))
-        self.summary_figure = go.FigureWidget(summary_figure(self.comparison))
-        self.steps_figure = go.FigureWidget(rewrite_figure(self._step()))
+        self._rerun_soon = Coalescer(self._rerun)
+        self._compute(batch, size, runs)  # bad starting values raise here, to the caller
+        self.batch, self.size, self.runs_n = batch, size, runs
+        self.names = slice_names(*self.runs.eager, *self.runs.static)
+        self.figure = go.FigureWidget(self._trace_fig())
+        self.summary_figure = go.FigureWidget(summary_figure(self.comparison, self.runs))
+        self.steps_figure = go.FigureWidget(self._steps_fig())
         self.controls = {
-            "batch": ipw.IntSlider(value=batch, min=1, max=16, description="batch"),
-            "size": ipw.IntSlider(value=size, min=8, max=128, step=8, description="size"),
-            "step": ipw.IntSlider(value=0, min=0, max=max(len(self.steps) - 1, 0),
-                                  description="pass step"),
+            "batch": _slider(batch, 1, 16, 1, "batch", "input batch size: re-runs both"),
+            "size": _slider(size, 8, 128, 8, "sequence length", "tokens per input"),
+            "runs": _slider(runs, 1, 21, 2, "runs (median of)",
+                            "eager and static runs behind the median speed-up"),
+            "kernel": ipw.Dropdown(options=self._kernel_options(), value=-1,
+                                   description="flows of kernel",
+                                   style={"description_width": "initial"},
+                                   layout=ipw.Layout(width="auto", max_width="100%")),
+            "all_flows": ipw.Checkbox(value=True, description="all fused-kernel flows",
+                                      indent=False, layout=ipw.Layout(width="auto")),
+            "step": _slider(0, 0, max(len(self.steps) - 1, 0), 1, "pass step",
+                            "one rewrite of the compiler's passes"),
         }  # fmt: skip
+        self.controls["step"].disabled = not self.steps
+        boxes, self.field_errors = {}, {}
+        for key in ("batch", "size", "runs"):
+            boxes[key], self.field_errors[key] = field(self.controls[key])
         for w in self.controls.values():
             w.observe(self.errors.guard(self._on_control), names="value")
-        self.compile_info = ipw.HTML(self._compile_html())
-        self.kernel_info = ipw.HTML()
-        self.figure.data[TRACE_STATIC].on_click(self.errors.guard(self._on_click))
+        self.perfetto_button = ipw.Button(
+            description="Write Perfetto trace", icon="download",
+            tooltip="write the Chrome-trace JSON of both runs (opens in ui.perfetto.dev)",
+            layout=ipw.Layout(width="auto"),
+        )  # fmt: skip
+        self.perfetto_button.on_click(self.errors.guard(lambda _: self.write_perfetto()))
+        self.perfetto_info = ipw.HTML(
+            "Open in Perfetto: press the button, then at <b>ui.perfetto.dev</b> choose "
+            "<b>Open trace file</b> and pick the file.",
+            layout=ipw.Layout(width="auto"),
+        )  # fmt: skip
+        self.headline = ipw.HTML(self._headline_html(), layout=ipw.Layout(width="auto"))
+        self.kernel_info = ipw.HTML(
+            "Click a slice (or pick a kernel above) to draw its flows in bold.",
+            layout=ipw.Layout(width="auto"),
+        )  # fmt: skip
+        self.step_info = ipw.HTML(self._step_html(), layout=ipw.Layout(width="auto"))
+        for k in range(TRACE_OTHER, len(self.figure.data)):
+            self.figure.data[k].on_click(self.errors.guard(self._on_click))
+        wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         c = self.controls
         self._layout_children(
-            ipw.HBox([c["batch"], c["size"]]), self.compile_info, self.figure, self.kernel_info,
-            self.summary_figure, c["step"], self.steps_figure,
+            ipw.HBox([boxes["batch"], boxes["size"], boxes["runs"]], layout=wrap),
+            self.headline,
+            ipw.HBox([c["kernel"], c["all_flows"], self.perfetto_button],
+                     layout=ipw.Layout(flex_flow="row wrap", align_items="center",
+                                       width="100%")),
+            self.perfetto_info, self.figure, self.kernel_info, self.summary_figure,
+            ipw.HBox([c["step"], self.step_info], layout=ipw.Layout(
+                flex_flow="row wrap", align_items="center", width="100%")),
+            self.steps_figure,
         )  # fmt: skip
 
     # --- running ------------------------------------------------------------------------
-    def _run(self, draw: bool = True) -> None:
-        args = self.make_args(self.batch, self.size)
+    def _compute(self, batch: int, size: int, n: int) -> None:
+        """Run both modes for (batch, size), ``n`` times each; commit results on success."""
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"runs={n!r}: need a whole number >= 1 (7 gives a stable median)")
+        args = self.make_args(batch, size)
         with self.progress.task("running eager and @jit", steps=3) as step:
             self.fn(*args)  # warm-up, as the static side gets its first call
-            with ex.trace.record("eager") as te:
-                self.fn(*args)
-            step("eager done")
             with ex.trace.record("static") as first:  # compiles when the shape is new
                 self.jitted(*args)
             step("compiled")
-            with ex.trace.record("static") as ts:  # steady state: what the speedup compares
-                self.jitted(*args)
-            step("static done")
+            runs = repeat_runs(self.fn, self.jitted, args, n)
+            step(f"{n} runs of each mode")
+            steps = list(self.jitted.steps(*args))
+            step("rewrite steps")
         compiles = tuple(e for e in first.trace.events if e.kind in ("compile", "recompile"))
         kinds = [e.kind for e in compiles]
         self.recompiles += kinds.count("recompile")
         self._compiles += len(kinds)
-        # The compilation is shown on its own row; timing the steady-state call keeps the
-        # one-off compile time out of the eager/static ratio.
-        static = Trace(compiles + ts.trace.events, "static", ts.trace.wall_us)
-        self.comparison = ex.trace.compare(te.trace, static)
-        self.steps = list(self.jitted.steps(*args))
-        self.step = min(self.step, max(len(self.steps) - 1, 0))
-        self._last_events = list(compiles)
-        if draw:
-            self.kernel = None
-            self.kernel_info.value = ""
-            replace_figure(self.figure, trace_figure(self.comparison))
-            replace_figure(self.summary_figure, summary_figure(self.comparison))
-            replace_figure(self.steps_figure, rewrite_figure(self._step()))
-            self.controls["step"].max = max(len(self.steps) - 1, 0)
-            self.compile_info.value = self._compile_html()
+        self.compile_events = compiles
+        self.runs = runs
+        self.comparison = runs.comparison()
+        self.steps = steps
+        self._diffs = [rewrite_diff(s) for s in steps]
+        self.step = min(self.step, max(len(steps) - 1, 0))
 
-    def click_kernel(self, index: int) -> None:
-        """What a click on a static kernel does: link it, bold, to the eager ops it replaced."""
+    def _rerun(self, key: str) -> None:
+        c = self.controls
+        batch, size, n = c["batch"].value, c["size"].value, c["runs"].value
+        err = self.field_errors[key]
+        if not err.run(lambda _: self._compute(batch, size, n), c[key].value):
+            self.mark_stale(f"{key} = {c[key].value} was not run: {err.text.splitlines()[0]}")
+            return
+        for e in self.field_errors.values():
+            if e is not err and e.visible:
+                e.last_valid = e.control.value
+                e.clear()
+        self.batch, self.size, self.runs_n = batch, size, n
+        self.clear_stale()
+        self.kernel = None
+        self._draw()
+
+    def _draw(self) -> None:
+        replace_figure(self.figure, self._trace_fig())
+        replace_figure(self.summary_figure, summary_figure(self.comparison, self.runs))
+        replace_figure(self.steps_figure, self._steps_fig())
+        kernel = self.controls["kernel"]
+        kernel.options = self._kernel_options()
+        kernel.value = -1
+        s = self.controls["step"]
+        s.max = max(len(self.steps) - 1, 0)
+        s.disabled = not self.steps
+        self.headline.value = self._headline_html()
+        self.step_info.value = self._step_html()
+        self.kernel_info.value = "Click a slice (or pick a kernel above) to draw its flows in bold."
+
+    def _trace_fig(self) -> go.Figure:
+        return trace_figure(self.comparison, self.names, runs=self.runs,
+                            compile_events=self.compile_events, picked=self.kernel,
+                            all_flows=self.all_flows, level=self.level)  # fmt: skip
+
+    def _steps_fig(self) -> go.Figure:
+        if not self.steps:
+            return rewrite_figure(None)
+        return rewrite_figure(self.steps[self.step], self._diffs[self.step])
+
+    def _kernel_options(self) -> list[tuple[str, int]]:
+        opts = [("none", -1)]
+        for i, k in enumerate(self.comparison.static.compute_events):
+            rep = f" = {' + '.join(k.replaced)}" if len(k.replaced) > 1 else ""
+            opts.append((f"#{i} {k.name}{rep}", i))
+        return opts
+
+    # --- picking ------------------------------------------------------------------------
+    def click_kernel(self, index: int | None) -> None:
+        """Draw the flows of static kernel ``index`` in bold (None: none) and say what it
+        stands for."""
         kernels = self.comparison.static.compute_events
-        if not 0 <= index < len(kernels):
-            raise ValueError(f"kernel {index} does not exist; the static run has {len(kernels)}")
+        if index is not None and not 0 <= index < len(kernels):
+            raise ValueError(f"kernel {index} does not exist; the static run has "
+                             f"{len(kernels)} kernels (0-{len(kernels) - 1})")  # fmt: skip
         self.kernel = index
-        x, y = kernel_links(self.comparison, index, fused_only=False)
+        if self.controls["kernel"].value != (-1 if index is None else index):
+            self.controls["kernel"].value = -1 if index is None else index
+        eager, static = self.comparison.eager.compute_events, kernels
+        span = max([e.start_us - eager[0].start_us + e.dur_us for e in eager]
+                   + [k.start_us - static[0].start_us + k.dur_us for k in static] + [1.0])  # fmt: skip
+        _, scale = time_unit(span)
+        x, y = flow_lines(self.comparison, index, fused_only=False, scale=scale) if (
+            index is not None) else ([], [])  # fmt: skip
         with self.figure.batch_update():
-            self.figure.data[TRACE_PICKED].x = x
-            self.figure.data[TRACE_PICKED].y = y
+            t = self.figure.data[TRACE_PICKED]
+            t.x, t.y, t.visible = x, y, bool(x)
+        if index is None:
+            self.kernel_info.value = "No kernel picked."
+            return
         k = kernels[index]
         row = next(ops for ops, kk in self.comparison.rows if kk is k)
         eager_us = sum(e.dur_us for e in row)
         names = " + ".join(e.name for e in row) or "(no eager op)"
         self.kernel_info.value = (
-            f"kernel <b>{k.name}</b> {k.dur_us:.1f} µs stands for eager {names} ({eager_us:.1f} µs)"
+            f"kernel #{index} <b>{k.name}</b> ({fmt_seconds(k.dur_us * 1e-6)}) does the work "
+            f"of eager <b>{names}</b> ({fmt_seconds(eager_us * 1e-6)} in {len(row)} op(s))"
         )
 
     def _on_click(self, trace, points, state) -> None:
-        if points.point_inds:
-            self.click_kernel(points.point_inds[0])
+        if not points.point_inds:
+            return
+        row, _name, kernel = trace.customdata[points.point_inds[0]]
+        if kernel is not None and kernel >= 0:
+            self.click_kernel(int(kernel))
 
-    def _step(self):
-        return self.steps[self.step] if self.steps else None
+    # --- Perfetto -----------------------------------------------------------------------
+    def write_perfetto(self, path: str | Path | None = None) -> Path:
+        """Write the Chrome-trace JSON (eager, static, compilation; flows between them) and
+        show its path with a download link."""
+        path = Path(path) if path is not None else self.perfetto_path
+        data = comparison_to_chrome(self._chrome_comparison())
+        text = json.dumps(data)
+        path.write_text(text)
+        link = ""
+        if len(text) <= DATA_URI_MAX_BYTES:
+            b64 = base64.b64encode(text.encode()).decode()
+            link = (f" <a download='{path.name}' href='data:application/json;base64,{b64}' "
+                    f"style='text-decoration:underline'>download {path.name}</a>")  # fmt: skip
+        self.perfetto_info.value = (
+            f"Wrote <code>{path}</code> ({len(text) / 1024:.0f} KiB).{link} Open in Perfetto: "
+            "at <b>ui.perfetto.dev</b> choose <b>Open trace file</b> and pick this file."
+        )  # fmt: skip
+        return path
 
-    def _compile_html(self) -> str:
-        cache = len(self.jitted.cache)
-        if self._last_events:
-            e = self._last_events[-1]
-            what = f"<b>{e.kind}</b> ({e.dur_us / 1e3:.1f} ms): {e.detail}"
+    def _chrome_comparison(self):
+        cmp = self.comparison
+        static = ex.trace.Trace(self.compile_events + cmp.static.compute_events, cmp.static.name,
+                                cmp.static.wall_us)  # fmt: skip
+        return ex.trace.compare(cmp.eager, static)
+
+    # --- text ---------------------------------------------------------------------------
+    def _headline_html(self) -> str:
+        r = self.runs
+        e, s = r.eager_time, r.static_time
+        if self.compile_events:
+            ev = self.compile_events[-1]
+            color = "#E4002B" if ev.kind == "recompile" else "#B35A00"
+            what = (f"<b style='color:{color}'>{ev.kind}</b> "
+                    f"{fmt_seconds(ev.dur_us * 1e-6)}: {ev.detail or 'first call'}")  # fmt: skip
         else:
-            what = "cache hit: this shape was compiled before"
-        return f"{what} — {cache} compiled shape(s), {len(self.steps)} rewrite steps"
+            what = "<b>cache hit</b>: this input shape was compiled before"
+        return (
+            f"<b>@jit {self.level} speed-up {speedup_text(r, self.comparison)}</b>; eager "
+            f"{fmt_seconds(e.median * 1e-6)}, static {fmt_seconds(s.median * 1e-6)} (medians)."
+            f"<br>{what}; {len(self.jitted.cache)} compiled shape(s), "
+            f"{self.recompiles} recompile(s), {len(self.steps)} rewrite step(s)."
+        )
 
+    def _step_html(self) -> str:
+        if not self.steps:
+            return f"level {self.level} runs no rewriting pass"
+        d = self._diffs[self.step]
+        return (f"step {self.step + 1} of {len(self.steps)}: pass <b>{d.pass_name}</b>, rule "
+                f"<b>{d.rule}</b>")  # fmt: skip
+
+    # --- controls -----------------------------------------------------------------------
     def _on_control(self, change: dict[str, Any]) -> None:
         key = next(k for k, w in self.controls.items() if w is change["owner"])
-        setattr(self, key, change["new"])
         if key == "step":
-            replace_figure(self.steps_figure, rewrite_figure(self._step()))
+            self.step = change["new"]
+            replace_figure(self.steps_figure, self._steps_fig())
+            self.step_info.value = self._step_html()
+        elif key == "kernel":
+            new = change["new"]
+            if (new if new >= 0 else None) != self.kernel:
+                self.click_kernel(None if new < 0 else new)
+        elif key == "all_flows":
+            self.all_flows = change["new"]
+            with self.figure.batch_update():
+                t = self.figure.data[1]
+                t.visible = bool(self.all_flows and t.x)
         else:
-            self._rerun_soon.submit()
+            self._rerun_soon.submit(key)
 
     def flush(self) -> None:
         self._rerun_soon.flush()

@@ -15,7 +15,6 @@ from widgets import (
     GraphView,
     MeshView,
     Selection,
-    TraceCompare,
     link,
 )
 from widgets.figures.graph import TRACE_CHANGED, TRACE_NODES, TRACE_SELECTED
@@ -417,42 +416,7 @@ def test_selection_rejects_unknown_node(mlp):
         sel.select(node="nope")
 
 
-# --- TraceCompare ------------------------------------------------------------------------
-
-
-def test_trace_compare_reruns_and_shows_recompilation():
-    view = TraceCompare(batch=1, size=16)
-    assert view.recompiles == 0 and "compile" in view.compile_info.value
-    view.controls["size"].value = 24
-    d = view.figure.to_dict()
-    assert view.recompiles == 1 and d["data"][2]["text"][0].startswith("recompile")
-    assert "recompile" in view.compile_info.value
-    view.controls["size"].value = 16  # seen before: a cache hit, no new compile
-    assert view.recompiles == 1 and "cache hit" in view.compile_info.value
-    view.controls["step"].value = 1
-    assert view.steps_figure.layout.title.text == str(view.steps[1])
-    assert view.summary_figure.to_dict()["data"][0]["type"] == "table"
-
-
-def test_trace_compare_links_a_fused_kernel_to_its_eager_ops():
-    view = TraceCompare(batch=1, size=16)
-    kernels = view.comparison.static.compute_events
-    i = next(i for i, k in enumerate(kernels) if len(k.replaced) > 1)
-    view.click_kernel(i)
-    picked = view.figure.data[4]
-    assert picked.name == "picked"
-    assert len([v for v in picked.x if v is None]) == len(kernels[i].replaced)
-    assert " + ".join(kernels[i].replaced) in view.kernel_info.value
-
-
-def test_trace_compare_bad_size_goes_to_error_pane():
-    view = TraceCompare(batch=1, size=16)
-    view.make_args(1, 16)
-    view.controls["size"].value = 128
-    assert view.errors.last is None
-    view.size = 256
-    view._rerun_soon.submit()
-    assert "max_seq_len" in view.errors.last
+# TraceCompare: tests/widgets/test_trace_compare.py
 
 
 # --- infrastructure ----------------------------------------------------------------------

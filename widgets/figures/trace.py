@@ -1,150 +1,376 @@
-"""Trace figures: eager vs static Gantt with fused kernels linked to the eager ops they
-replaced, the summary table, and one compiler RewriteStep (graph before and after)."""
+"""Trace figures in the manner of Perfetto: named slices on one track per run, colours per op
+name with a legend, flows from each eager op to the kernel that absorbed it, the compilation
+on its own track and time origin; the summary table; one compiler RewriteStep as a diff.
+
+Builders draw what the core computed (``explorer.trace``: ``RepeatedRuns``, ``flows``,
+``slice_names``; ``explorer.compiler.rewrite_diff``); the only arithmetic here is layout
+geometry and the choice of a time unit for the axis.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.trace import Comparison, TraceEvent
+from explorer.compiler.rewrite_diff import RewriteDiff, rewrite_diff
+from explorer.trace import Comparison, RepeatedRuns, TraceEvent, flows
 
-from ..colors import CHANGED, color_for
-from .layout import graph_layout
+from ..colors import CHANGED, NEUTRAL, PALETTE
+from ..format import fmt_bytes, fmt_number, fmt_seconds
+from .style import base_layout
 
-__all__ = ["trace_figure", "summary_figure", "rewrite_figure", "kernel_links", "SUMMARY_ROWS",
-           "TRACE_EAGER", "TRACE_STATIC", "TRACE_COMPILE", "TRACE_LINKS", "TRACE_PICKED"]  # fmt: skip
+__all__ = [
+    "trace_figure", "summary_figure", "rewrite_figure", "flow_lines", "time_unit",
+    "name_colors", "speedup_text", "SUMMARY_ROWS", "TRACE_COMPILE", "TRACE_FLOWS",
+    "TRACE_PICKED", "TRACE_OTHER", "FIRST_NAME", "EAGER_ROW", "STATIC_ROW", "COMPILE_ROW",
+    "STATUS_COLORS", "RECOMPILE", "COMPILE",
+]  # fmt: skip
 
-ROWS = ("compile", "static", "eager")
-TRACE_EAGER, TRACE_STATIC, TRACE_COMPILE, TRACE_LINKS, TRACE_PICKED = range(5)
+# Trace order of trace_figure: fixed traces first, then one bar trace per slice name.
+TRACE_COMPILE, TRACE_FLOWS, TRACE_PICKED, TRACE_OTHER, FIRST_NAME = range(5)
+EAGER_ROW, STATIC_ROW, COMPILE_ROW = "eager", "static (@jit)", "compile"
+COMPILE = "#FFA15A"
+RECOMPILE = CHANGED  # red: a new input shape made @jit compile again
+CACHE_HIT = "#B0B0B0"
+OTHER = "#7F7F7F"
 SUMMARY_ROWS = ("total_us", "ops", "op_us", "python_overhead_us", "peak_bytes", "flops",
                 "compiles", "graph_breaks")  # fmt: skip
+_SUMMARY_LABELS = {
+    "total_us": "Total time",
+    "ops": "Ops (eager) / kernels (static)",
+    "op_us": "Time inside ops",
+    "python_overhead_us": "Time outside ops (Python)",
+    "peak_bytes": "Peak live memory",
+    "flops": "FLOPs",
+    "compiles": "Compilations in this run",
+    "graph_breaks": "Graph breaks",
+}
 
 
-def _origin(events: tuple[TraceEvent, ...]) -> float:
-    ops = [e.start_us for e in events if e.kind in ("op", "kernel")]
-    return min(ops, default=0.0)
+def time_unit(span_us: float) -> tuple[str, float]:
+    """The axis unit for a span of ``span_us`` µs: ``("ms", 1e3)`` means divide µs by 1e3."""
+    if span_us >= 2e6:
+        return "s", 1e6
+    if span_us >= 2e3:
+        return "ms", 1e3
+    return "µs", 1.0
 
 
-def kernel_links(cmp: Comparison, kernel: int, fused_only: bool = True) -> tuple[list, list]:
-    """Line segments from static kernel ``kernel`` (its index among the static compute
-    events) to the eager ops it stands for; ``fused_only`` skips one-to-one kernels."""
-    t_e, t_s = _origin(cmp.eager.events), _origin(cmp.static.events)
-    lx: list[float | None] = []
-    ly: list[str | None] = []
-    k_index = -1
-    for ops, k in cmp.rows:
-        if k is None:
+def name_colors(names: Sequence[str]) -> dict[str, str]:
+    """Colour per slice name: index in ``names`` (``explorer.trace.slice_names``, sorted) ->
+    palette, so up to 20 names get 20 distinct colours and the same names the same colours."""
+    return {n: PALETTE[i % len(PALETTE)] for i, n in enumerate(names)}
+
+
+def speedup_text(runs: RepeatedRuns | None, cmp: Comparison) -> str:
+    """ "3.41x (median of 7 runs; min-max 2.90-3.80x, IQR 3.20-3.60x)" or the one-run ratio."""
+    if runs is None:
+        return f"{cmp.speedup:.2f}x (one run)"
+    s = runs.speedup
+    if len(s) == 1:
+        return f"{s.median:.2f}x (one run: no spread)"
+    return (f"{s.median:.2f}x (median of {len(s)} runs; min-max {s.low:.2f}-{s.high:.2f}x, "
+            f"IQR {s.q1:.2f}-{s.q3:.2f}x)")  # fmt: skip
+
+
+def _origin(events: Sequence[TraceEvent]) -> float:
+    return min((e.start_us for e in events), default=0.0)
+
+
+def _hover(e: TraceEvent, t0: float) -> str:
+    rep = f" = {' + '.join(e.replaced)}" if e.replaced else ""
+    shapes = " ".join(str(list(s)) for s in e.shapes)
+    lines = [f"<b>{e.name}</b>{rep}", f"duration {fmt_seconds(e.dur_us * 1e-6)}",
+             f"starts at {fmt_seconds((e.start_us - t0) * 1e-6)}"]  # fmt: skip
+    if shapes:
+        lines.append(f"shapes {shapes}")
+    if e.flops:
+        lines.append(f"{fmt_number(e.flops)} FLOP")
+    return "<br>".join(lines)
+
+
+def flow_lines(
+    cmp: Comparison, kernel: int | None = None, fused_only: bool = True, scale: float = 1.0
+) -> tuple[list, list]:
+    """Line segments (x, y with None breaks) from each eager op to its kernel: for kernel
+    index ``kernel`` only, or all (``None``); ``fused_only`` keeps kernels that absorbed 2+."""
+    t_e = _origin(cmp.eager.compute_events)
+    t_s = _origin(cmp.static.compute_events)
+    xs: list[float | None] = []
+    ys: list[str | None] = []
+    for f in flows(cmp):
+        if kernel is not None and f.kernel_index != kernel:
             continue
-        k_index += 1
-        if kernel >= 0 and k_index != kernel:
+        if fused_only and not f.fused:
             continue
-        if fused_only and len(k.replaced) < 2:
-            continue
-        kx = k.start_us - t_s + k.dur_us / 2
-        for e in ops:
-            lx += [kx, e.start_us - t_e + e.dur_us / 2, None]
-            ly += ["static", "eager", None]
-    return lx, ly
+        xe = (f.eager.start_us - t_e + f.eager.dur_us / 2) / scale
+        xk = (f.kernel.start_us - t_s + f.kernel.dur_us / 2) / scale
+        xs += [xe, xk, None]
+        ys += [EAGER_ROW, STATIC_ROW, None]
+    return xs, ys
 
 
-def trace_figure(cmp: Comparison, title: str = "", picked: int | None = None) -> go.Figure:
-    """Gantt rows ``eager`` and ``static`` (time from each run's first op, in µs) and
-    ``compile`` (compilations end at 0: they happen before the run). Lines link each fused
-    kernel to the eager ops it replaced.
+def trace_figure(
+    cmp: Comparison,
+    names: Sequence[str],
+    *,
+    runs: RepeatedRuns | None = None,
+    compile_events: Sequence[TraceEvent] = (),
+    picked: int | None = None,
+    all_flows: bool = True,
+    level: str = "",
+) -> go.Figure:
+    """Two tracks of the steady-state runs (eager, static), each from 0, and above them the
+    compilation of the first call with this input shape on its own time origin.
 
-    Traces: eager, static, compile (horizontal bars), links, picked (the links of the
-    ``picked`` kernel, drawn bold).
+    Args:
+        cmp: the aligned representative runs (``RepeatedRuns.comparison()``).
+        names: slice names with their own colour and legend entry (``slice_names``); other
+            names share one grey "other" trace.
+        runs: the repeated runs behind the headline speed-up (median and spread).
+        compile_events: ``compile``/``recompile`` events of the first call (none: a cache
+            hit, drawn as a grey bar saying so).
+        picked: index of a static kernel whose flows are drawn bold.
+        all_flows: draw the flows of every fused kernel (thin).
+        level: the ``@jit`` level, for the title.
+
+    Traces: compile, flows, picked, other, then one per name (fixed count for a view).
     """
-    t_e, t_s = _origin(cmp.eager.events), _origin(cmp.static.events)
-    eager = cmp.eager.compute_events
-    static = cmp.static.compute_events
-    comp = [e for e in cmp.static.events if e.kind in ("compile", "recompile")]
-
-    def bars(events, row: str, t0: float) -> go.Bar:
-        return go.Bar(
-            y=[row] * len(events), x=[max(e.dur_us, 0.01) for e in events],
-            base=[e.start_us - t0 for e in events], orientation="h", name=row,
-            marker={"color": [color_for(e.name) for e in events],
-                    "line": {"width": [2 if len(e.replaced) > 1 else 0 for e in events],
-                             "color": "#111"}},
-            customdata=[e.name for e in events],
-            hovertext=[f"{e.name}{' = ' + '+'.join(e.replaced) if e.replaced else ''}<br>"
-                       f"{e.dur_us:.1f} µs<br>{' '.join(str(list(s)) for s in e.shapes)}"
-                       for e in events], hoverinfo="text",
-        )  # fmt: skip
-
-    compile_bar = go.Bar(
-        y=["compile"] * len(comp), x=[e.dur_us for e in comp], base=[-e.dur_us for e in comp],
-        orientation="h", name="compile", marker={"color": "#FFA15A"},
-        text=[f"{e.kind} {e.dur_us / 1e3:.1f} ms" for e in comp], textposition="inside",
-        hovertext=[f"{e.kind}: {e.detail}" for e in comp], hoverinfo="text",
-    )  # fmt: skip
-    lx, ly = kernel_links(cmp, -1)
-    links = go.Scatter(x=lx, y=ly, mode="lines", name="links", hoverinfo="skip",
-                       line={"width": 1, "color": "rgba(80,80,80,0.5)"})  # fmt: skip
-    px, py = kernel_links(cmp, picked, fused_only=False) if picked is not None else ([], [])
-    pick = go.Scatter(x=px, y=py, mode="lines+markers", name="picked", hoverinfo="skip",
-                      line={"width": 3, "color": "#E4002B"})  # fmt: skip
-    fig = go.Figure(
-        [bars(eager, "eager", t_e), bars(static, "static", t_s), compile_bar, links, pick]
-    )
+    eager, static = cmp.eager.compute_events, cmp.static.compute_events
+    t_e, t_s = _origin(eager), _origin(static)
     span = max([e.start_us - t_e + e.dur_us for e in eager]
                + [e.start_us - t_s + e.dur_us for e in static] + [1.0])  # fmt: skip
-    s = cmp.eager.summary(), cmp.static.summary()
-    fig.update_layout(
-        title=title or f"eager {s[0]['ops']} ops vs static {s[1]['ops']} kernels: "
-        f"{cmp.speedup:.2f}x (total time of the run; compilation on its own row)",
-        barmode="overlay", showlegend=False, height=300, bargap=0.3,
-        xaxis={"title": "µs from the run's first op", "range": [-0.08 * span, 1.03 * span]},
-        yaxis={"categoryorder": "array", "categoryarray": list(ROWS)},
-        margin={"l": 10, "r": 10, "t": 40, "b": 30},
+    unit, scale = time_unit(span)
+    colors = name_colors(names)
+    fig = make_subplots(
+        rows=2, cols=1, row_heights=[0.2, 0.8], vertical_spacing=0.2,
+        subplot_titles=("Compilation: the first call with this input shape (its own time "
+                        "origin)", "Steady state: the median eager and static runs, each from 0"),
     )  # fmt: skip
+
+    # --- compile track --------------------------------------------------------------------
+    comp = [e for e in compile_events if e.kind in ("compile", "recompile")]
+    c0 = _origin(comp)
+    c_unit, c_scale = time_unit(max([e.start_us - c0 + e.dur_us for e in comp] + [1.0]))
+    if comp:
+        cx = [max(e.dur_us, 1e-3) / c_scale for e in comp]
+        cbase = [(e.start_us - c0) / c_scale for e in comp]
+        ccol = [RECOMPILE if e.kind == "recompile" else COMPILE for e in comp]
+        ctext = [f"<b>{e.kind}</b> {fmt_seconds(e.dur_us * 1e-6)}"
+                 + (f": {e.detail}" if e.kind == "recompile" and e.detail else "")
+                 for e in comp]  # fmt: skip
+        chover = [f"<b>{e.kind}</b> of {e.name}: {fmt_seconds(e.dur_us * 1e-6)}"
+                  + (f"<br>reason: {e.detail}" if e.detail else "") for e in comp]  # fmt: skip
+    else:
+        cx, cbase, ccol = [1.0], [0.0], [CACHE_HIT]
+        ctext = ["<b>cache hit</b>: this input shape was compiled before, no compilation"]
+        chover = ctext
+    fig.add_trace(go.Bar(
+        y=[COMPILE_ROW] * len(cx), x=cx, base=cbase, orientation="h", name="compilation",
+        marker={"color": ccol, "line": {"width": 0}}, text=ctext, textposition="inside",
+        insidetextanchor="start", textangle=0, textfont={"color": "white"},
+        hovertext=chover, hoverinfo="text", showlegend=False,
+    ), 1, 1)  # fmt: skip
+
+    # --- flows ----------------------------------------------------------------------------
+    fx, fy = flow_lines(cmp, None, fused_only=True, scale=scale)
+    fig.add_trace(go.Scatter(
+        x=fx, y=fy, mode="lines", name="flow: eager op → fused kernel", hoverinfo="skip",
+        line={"width": 1, "color": "rgba(60,60,60,0.45)"}, visible=bool(fx) and all_flows,
+    ), 2, 1)  # fmt: skip
+    px, py = flow_lines(cmp, picked, fused_only=False, scale=scale) if picked is not None else (
+        [], [])  # fmt: skip
+    fig.add_trace(go.Scatter(
+        x=px, y=py, mode="lines+markers", name="picked kernel's flows", hoverinfo="skip",
+        line={"width": 3, "color": "#111111"},
+        marker={"symbol": "arrow", "angleref": "previous", "size": 12, "color": "#111111"},
+        visible=bool(px),
+    ), 2, 1)  # fmt: skip
+
+    # --- slices, one trace per name (plus "other") ----------------------------------------
+    def bars(label: str, color: str, picked_names: set[str] | None) -> go.Bar:
+        rows = [(EAGER_ROW, e, t_e) for e in eager] + [(STATIC_ROW, e, t_s) for e in static]
+        keep = [
+            (r, e, t0)
+            for r, e, t0 in rows
+            if (e.name not in colors if picked_names is None else e.name in picked_names)
+        ]
+        return go.Bar(
+            y=[r for r, _, _ in keep], x=[max(e.dur_us, 1e-3) / scale for _, e, _ in keep],
+            base=[(e.start_us - t0) / scale for _, e, t0 in keep], orientation="h",
+            name=label, legendgroup=label, visible=bool(keep),
+            marker={"color": color, "line": {"color": "#111111",
+                    "width": [1.5 if len(e.replaced) > 1 else 0 for _, e, _ in keep]}},
+            text=[e.name for _, e, _ in keep], textposition="inside",
+            insidetextanchor="middle", textangle=0,
+            customdata=[[r, e.name] for r, e, _ in keep],
+            hovertext=[_hover(e, t0) for _, e, t0 in keep], hoverinfo="text",
+        )  # fmt: skip
+
+    fig.add_trace(bars("other", OTHER, None), 2, 1)
+    for n in names:
+        fig.add_trace(bars(n, colors[n], {n}), 2, 1)
+
+    title = f"@jit {level + ' ' if level else ''}vs eager: {speedup_text(runs, cmp)}"
+    layout = base_layout(title, height=470, legend=True)
+    layout["legend"] = {"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.14,
+                        "yanchor": "top", "font": {"size": 11}, "title": {"text": "op "}}  # fmt: skip
+    layout["margin"] = dict(layout["margin"], t=layout["margin"]["t"] - 24 + 10, b=110)
+    fig.update_layout(
+        **layout, barmode="overlay", bargap=0.25, uniformtext={"mode": "hide", "minsize": 9},
+        plot_bgcolor="white", hovermode="closest",
+    )  # fmt: skip
+    fig.update_xaxes(title_text=f"time from the compilation's start ({c_unit})", row=1, col=1,
+                     showticklabels=bool(comp), rangemode="tozero", gridcolor="#EEE")  # fmt: skip
+    fig.update_xaxes(title_text=f"time from the run's start ({unit})", row=2, col=1,
+                     range=[0, 1.02 * span / scale], gridcolor="#EEE")  # fmt: skip
+    fig.update_yaxes(categoryorder="array", categoryarray=[STATIC_ROW, EAGER_ROW], row=2, col=1)
     return fig
 
 
-def summary_figure(cmp: Comparison) -> go.Figure:
-    """The summary table: time, ops, overhead, peak memory, compiles, eager vs static."""
+def summary_figure(cmp: Comparison, runs: RepeatedRuns | None = None) -> go.Figure:
+    """The summary table in human units; the total time is the median over ``runs`` with
+    its min-max (the other rows are those of the representative runs)."""
     e, s = cmp.eager.summary(), cmp.static.summary()
 
-    def fmt(v) -> str:
-        return f"{v:,.0f}" if isinstance(v, float) else f"{v:,}"
+    def cell(k: str, v, timing=None) -> str:
+        if timing is not None and len(timing) > 1:
+            lo, hi = fmt_seconds(timing.low * 1e-6), fmt_seconds(timing.high * 1e-6)
+            return f"{fmt_seconds(timing.median * 1e-6)} (median; {lo} - {hi})"
+        if k.endswith("_us"):
+            return fmt_seconds(v * 1e-6)
+        if k.endswith("bytes"):
+            return fmt_bytes(v)
+        if k == "flops":
+            return fmt_number(v)
+        return f"{v:,}"
 
-    ratio = [f"{e[k] / s[k]:.2f}x" if s[k] and k != "compiles" else "-" for k in SUMMARY_ROWS]
+    et = runs.eager_time if runs is not None else None
+    st = runs.static_time if runs is not None else None
+    ratio = []
+    for k in SUMMARY_ROWS:
+        if k == "total_us" and runs is not None:
+            ratio.append(f"{runs.speedup.median:.2f}x (median of ratios)")
+        elif s[k] and k not in ("compiles", "graph_breaks"):
+            ratio.append(f"{e[k] / s[k]:.2f}x")
+        else:
+            ratio.append("-")
     fig = go.Figure(go.Table(
-        header={"values": ["", "eager", "static", "eager / static"]},
-        cells={"values": [list(SUMMARY_ROWS), [fmt(e[k]) for k in SUMMARY_ROWS],
-                          [fmt(s[k]) for k in SUMMARY_ROWS], ratio]},
+        columnwidth=[3, 4, 4, 3],
+        header={"values": ["", "eager", "static (@jit)", "eager / static"], "align": "left",
+                "fill": {"color": "#F2F2F2"}},
+        cells={"values": [[_SUMMARY_LABELS[k] for k in SUMMARY_ROWS],
+                          [cell(k, e[k], et if k == "total_us" else None) for k in SUMMARY_ROWS],
+                          [cell(k, s[k], st if k == "total_us" else None) for k in SUMMARY_ROWS],
+                          ratio], "align": "left", "height": 24},
     ))  # fmt: skip
-    fig.update_layout(height=260, margin={"l": 10, "r": 10, "t": 10, "b": 10})
+    fig.update_layout(**base_layout("", height=270, legend=False))
+    fig.update_layout(margin={"l": 10, "r": 10, "t": 30, "b": 10})
     return fig
 
 
-def rewrite_figure(step, title: str = "") -> go.Figure:
-    """One RewriteStep: the graph before (matched nodes in red) and after (new nodes in red).
+# --- one rewrite step as a diff -----------------------------------------------------------
 
-    ``step`` is an ``explorer.compiler.RewriteStep`` (or None: an empty two-panel figure).
+STATUS_COLORS = {
+    "removed": CHANGED,
+    "added": "#2CA02C",
+    "rewritten": "#FF7F0E",
+    "matched": "#636EFA",
+    "context": NEUTRAL,
+}
+_STATUS_LABEL = {
+    "removed": "removed by the rule",
+    "added": "added by the rule",
+    "rewritten": "rewritten (op, inputs or attributes changed)",
+    "matched": "matched, graph unchanged (e.g. buffer reused)",
+    "context": "unchanged neighbour",
+}
+
+
+def _diff_positions(step, diff: RewriteDiff) -> dict[str, tuple[float, float]]:
+    """Columns by dependency depth over both sides, rows in graph order; a node present on
+    both sides sits at the same place in both panels, so only the changes move."""
+    names = list(dict.fromkeys([*diff.before_focus, *diff.after_focus]))
+    keep = set(names)
+    inputs: dict[str, set[str]] = {n: set() for n in names}
+    for graph, focus in ((step.before, diff.before_focus), (step.after, diff.after_focus)):
+        for n in focus:
+            inputs[n].update(i for i in graph.node(n).inputs if i in keep)
+    depth = dict.fromkeys(names, 0)
+    for _ in range(len(names)):  # longest path; graphs are DAGs, so this settles
+        moved = False
+        for n in names:
+            d = 1 + max((depth[i] for i in inputs[n]), default=-1)
+            if d > depth[n]:
+                depth[n], moved = d, True
+        if not moved:
+            break
+    rows: dict[int, int] = {}
+    pos = {}
+    for n in names:
+        r = rows.get(depth[n], 0)
+        rows[depth[n]] = r + 1
+        pos[n] = (float(depth[n]), -float(r))
+    return pos
+
+
+def rewrite_figure(step, diff: RewriteDiff | None = None, title: str = "") -> go.Figure:
+    """One RewriteStep before and after: the nodes the rule removed (red), added (green),
+    rewrote (orange) or matched (blue), with their unchanged neighbours (grey), labelled by
+    op; an unchanged node keeps its place in both panels.
+
+    Traces per panel (before, then after): edges, then one per status of STATUS_COLORS.
+    ``step`` None gives the same traces, hidden (no pass ran).
     """
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("before", "after"))
-    for col, graph in ((1, step.before if step else None), (2, step.after if step else None)):
-        if graph is None:
-            fig.add_trace(go.Scatter(x=[], y=[], mode="markers", name=f"g{col}"), 1, col)
-            continue
-        lay = graph_layout(graph)
-        if col == 1:
-            marked = set(step.nodes)
-        else:
-            old = {n.name for n in step.before.nodes}
-            marked = {n.name for n in graph.nodes if n.name not in old}
-        names = [lay.members[u][0] for u in lay.units]
-        fig.add_trace(go.Scatter(
-            x=lay.x, y=lay.y, mode="markers", name="before" if col == 1 else "after",
-            marker={"size": 8, "color": [CHANGED if n in marked else "#9FB4D0" for n in names]},
-            hovertext=[f"%{n} = {graph.node(n).op}" for n in names], hoverinfo="text",
-        ), 1, col)  # fmt: skip
-    fig.update_layout(
-        title=title or (str(step) if step else "no rewrite step"), showlegend=False, height=300,
-        margin={"l": 10, "r": 10, "t": 60, "b": 10}, plot_bgcolor="white",
-    )  # fmt: skip
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("before", "after"),
+                        horizontal_spacing=0.04)  # fmt: skip
+    if step is not None and diff is None:
+        diff = rewrite_diff(step)
+    pos = _diff_positions(step, diff) if step is not None else {}
+    shown: set[str] = set()
+    for col, side in ((1, "before"), (2, "after")):
+        graph = getattr(step, side) if step is not None else None
+        focus = getattr(diff, f"{side}_focus") if diff is not None else ()
+        ex_, ey = [], []
+        for n in focus:
+            for i in graph.node(n).inputs:
+                if i in pos and i in focus:
+                    ex_ += [pos[i][0], pos[n][0], None]
+                    ey += [pos[i][1], pos[n][1], None]
+        fig.add_trace(go.Scatter(x=ex_, y=ey, mode="lines", name=f"{side} edges",
+                                 hoverinfo="skip", showlegend=False, visible=bool(ex_),
+                                 line={"width": 1, "color": "#9A9A9A"}), 1, col)  # fmt: skip
+        for status, color in STATUS_COLORS.items():
+            ns = [n for n in focus if diff.status(n, side) == status] if diff else []
+            nodes = [graph.node(n) for n in ns]
+            fig.add_trace(go.Scatter(
+                x=[pos[n][0] for n in ns], y=[pos[n][1] for n in ns], mode="markers+text",
+                name=_STATUS_LABEL[status], legendgroup=status,
+                showlegend=bool(ns) and status not in shown, visible=bool(ns),
+                marker={"size": 13, "color": color, "line": {"width": 1, "color": "#555"},
+                        "symbol": "square" if status == "context" else "circle"},
+                text=[n.op for n in nodes], textposition="top center", textfont={"size": 9},
+                hovertext=[f"%{n.name} = {n.op}({', '.join('%' + i for i in n.inputs)})"
+                           f"<br>{n.type}<br>{_STATUS_LABEL[status]}" for n in nodes],
+                hoverinfo="text",
+            ), 1, col)  # fmt: skip
+            if ns:
+                shown.add(status)
+    if diff is None:
+        text = title or "no rewrite step (this level runs no pass)"
+    else:
+        more = f" — {diff.detail}" if diff.detail else ""
+        cut = "; neighbours cut to fit" if diff.truncated else ""
+        text = title or (f"pass {diff.pass_name}, rule {diff.rule}: {len(diff.removed)} removed, "
+                         f"{len(diff.added)} added, {len(diff.rewritten)} rewritten, "
+                         f"{len(diff.matched)} matched{more}{cut}")  # fmt: skip
+    layout = base_layout(text, height=380, legend=True)
+    layout["legend"] = {"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.04,
+                        "yanchor": "top", "font": {"size": 11}}  # fmt: skip
+    layout["margin"] = dict(layout["margin"], t=layout["margin"]["t"] - 24 + 8, b=60, l=16)
+    fig.update_layout(**layout, plot_bgcolor="white")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
