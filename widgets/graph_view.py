@@ -21,17 +21,19 @@ from explorer.ir.hierarchy import (
     hierarchy,
 )
 
-from .base import View, replace_figure
+from .base import View
 from .errors import field
 from .figures.graph import (
     COLOR_BY,
     OPEN_PREFIX,
     PLOT_PX,
+    TRACE_BOXES,
     TRACE_CHANGED,
     TRACE_GROUPS,
     TRACE_NODES,
     TRACE_SELECTED,
-    graph_figure,
+    graph_figure_spec,
+    unit_hover,
     unit_labels,
 )
 from .figures.layout import BOX_PREFIX, LARGE_GRAPH, GraphLayout, graph_layout
@@ -44,6 +46,18 @@ OPEN_BELOW = 200  # nodes: smaller graphs open with every group open, larger one
 FOCUS_SPAN = 40.0  # data units shown around a search match (op labels fit at this zoom)
 _COLOR_OPTIONS = [("op group", "group"), ("strategy", "strategy"), ("cost", "cost"),
                   ("communication", "communication"), ("pipeline stage", "stage")]  # fmt: skip
+
+
+def _same(a, b) -> bool:
+    """Equal spec values (arrays element by element; nested dicts holding arrays and
+    arrays of another length count as changed)."""
+    try:
+        eq = a == b
+        if isinstance(eq, bool):
+            return eq
+        return np.shape(a) == np.shape(b) and bool(np.all(eq))
+    except (ValueError, TypeError):
+        return False
 
 
 class GraphView(View):
@@ -106,10 +120,13 @@ class GraphView(View):
         self._matches: tuple[Match, ...] = ()
         self._match_i = 0
         self._layout: GraphLayout = graph_layout(graph, expanded=self.expanded)
-        self.figure = go.FigureWidget(self._build())
+        self._hover: dict[str, str] = {}  # unit -> hover text, for the current plan
+        self._spec = self._build()
+        self.figure = go.FigureWidget(self._spec)
         self.figure.layout.width = None
         self.figure.data[TRACE_NODES].on_click(self.errors.guard(self._on_click))
         self.figure.data[TRACE_GROUPS].on_click(self.errors.guard(self._on_click))
+        self.figure.data[TRACE_BOXES].on_click(self.errors.guard(self._on_click))
         self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
         wide = {"description_width": "initial"}
         self.controls = {
@@ -144,16 +161,34 @@ class GraphView(View):
         self.link(selection or Selection())
 
     # --- building -----------------------------------------------------------------------
-    def _build(self, span: float | None = None) -> go.Figure:
-        return graph_figure(
+    def _build(self, span: float | None = None) -> dict:
+        hover = self._hover
+        for u in self._layout.units:
+            if u not in hover:
+                hover[u] = unit_hover(self.graph, self._layout, u, self.plan)
+        return graph_figure_spec(
             self.graph, self.plan, color_by=self.color_by, highlight=self.changed,
             selected=self.selected, webgl=self.webgl, stages=self.stages, layout=self._layout,
             change_threshold=self.change_threshold, span=span,
+            hovertext=[hover[u] for u in self._layout.units],
         )  # fmt: skip
 
     def _redraw(self) -> None:
-        """Copy a fresh figure of the current state into the one on screen (one message)."""
-        replace_figure(self.figure, self._build())
+        """Apply a fresh spec of the current state to the figure on screen, as one message:
+        only what differs from the last spec is validated and sent."""
+        new, old = self._build(), self._spec
+        with self.figure.batch_update():
+            for trace, was, now in zip(self.figure.data, old["data"], new["data"], strict=True):
+                changes = {k: v for k, v in now.items() if k != "type" and not _same(was.get(k), v)}
+                if trace.name in ("changed", "selected"):  # _mark may have moved them since
+                    changes.update(x=now["x"], y=now["y"], marker=now["marker"])
+                if changes:
+                    trace.update(changes, overwrite=True)
+            lay = {k: v for k, v in new["layout"].items()
+                   if not _same(old["layout"].get(k), v)}  # fmt: skip
+            if lay:
+                self.figure.layout.update(lay, overwrite=True)
+        self._spec = new
         self._mark_found()
 
     def _relayout(self) -> None:
@@ -194,6 +229,7 @@ class GraphView(View):
     @tl.observe("plan")
     def _plan_changed(self, change: dict[str, Any]) -> None:
         new = change["new"]
+        self._hover = {}
         if self.baseline is None or (new is not None and self.baseline.graph is not new.graph):
             self.baseline = new
         self._update_changed()
@@ -243,8 +279,10 @@ class GraphView(View):
             return
         span = abs(float(x_range[1]) - float(x_range[0]))
         text = unit_labels(self.graph, self._layout, span, PLOT_PX)
-        if list(self.figure.data[TRACE_NODES].text or ()) != text:
+        shown = self.figure.data[TRACE_NODES].text
+        if shown is None or list(shown) != text:
             self.figure.data[TRACE_NODES].text = text
+            self._spec["data"][TRACE_NODES]["text"] = np.array(text, dtype=object)
 
     def _on_collapse(self, change: dict[str, Any]) -> None:
         if change["new"]:
@@ -307,6 +345,7 @@ class GraphView(View):
         text = change["new"]
         if not text.strip():
             self._matches, self.found = (), None
+            self._mark(TRACE_SELECTED, [self.selected] if self.selected else [])
             self.match_info.value = ""
             self.controls["next"].disabled = True
             self.search_error.clear()
@@ -418,6 +457,7 @@ class GraphView(View):
     def _set_graph(self, graph: Graph) -> None:
         groups = hierarchy(graph).groups
         self.graph = graph
+        self._hover = {}
         self.baseline = None
         self.expanded = tuple(p for p in self.expanded if p in groups)
         self._layout = graph_layout(graph, expanded=self.expanded)

@@ -16,12 +16,9 @@ from widgets.figures import (
     graph_layout,
     layer_scopes,
     mesh_figure,
-    rewrite_figure,
     ring_figure,
     ring_steps,
     sharding_figure,
-    summary_figure,
-    trace_figure,
 )
 from widgets.figures.graph import STRATEGY_PALETTE
 from widgets.figures.layout import LARGE_GRAPH
@@ -51,7 +48,8 @@ def test_graph_figure_traces_and_colours(mlp, mlp_plan):
     fig = graph_figure(mlp, mlp_plan, color_by="strategy", highlight=["layers.0.fc1"],
                        selected="layers.1.fc2")  # fmt: skip
     d = fig.to_dict()
-    assert [t["name"] for t in d["data"]] == ["edges", "nodes", "changed", "selected", "groups"]
+    names = ["edges", "nodes", "changed", "selected", "groups", "frames", "boxes"]
+    assert [t["name"] for t in d["data"]] == names
     nodes = d["data"][1]
     assert list(nodes["customdata"]) == [n.name for n in mlp.nodes]
     i = list(nodes["customdata"]).index("layers.0.fc1")
@@ -156,27 +154,3 @@ def test_cost_figure_bytes_unit_reads_in_binary_units():
     assert fig.layout.title.text == "total 3.00 GiB"
     assert fig.layout.annotations[0].text == "memory per device 1000 B"
     assert fig.layout.yaxis.ticksuffix == "B"
-
-
-def test_trace_figures_from_a_recorded_run():
-    from widgets.trace_compare import gpt_workload
-
-    fn, make_args = gpt_workload()
-    args = make_args(1, 16)
-    jitted = ex.jit(fn)
-    with ex.trace.record("eager") as te:
-        fn(*args)
-    with ex.trace.record("static") as ts:
-        jitted(*args)
-    cmp = ex.trace.compare(te.trace, ts.trace)
-    d = trace_figure(cmp).to_dict()
-    assert [t["name"] for t in d["data"]] == ["eager", "static", "compile", "links", "picked"]
-    assert len(d["data"][0]["x"]) == len(te.trace.compute_events)
-    assert d["data"][2]["text"][0].startswith("compile")
-    assert len([v for v in d["data"][3]["x"] if v is None]) > 0  # fused kernels linked
-    table = summary_figure(cmp).to_dict()["data"][0]
-    assert table["cells"]["values"][0][0] == "total_us"
-    step = jitted.steps(*args)[0]
-    rw = rewrite_figure(step).to_dict()
-    assert rw["layout"]["title"]["text"] == str(step)
-    assert "#E4002B" in rw["data"][0]["marker"]["color"]

@@ -104,9 +104,9 @@ def test_every_edge_ends_in_an_arrow_at_its_consumer(llama):
     assert len(tips) == len(arrowed) == len(lay.arrow_x)
     for (_, j), t in zip(arrowed, tips, strict=True):
         assert lay.edge_x[t] < lay.x[j] and math.isclose(lay.edge_y[t], lay.y[j])
-    fig = graph_figure(llama, layout=lay).to_dict()
-    sizes = np.asarray(fig["data"][TRACE_EDGES]["marker"]["size"])
-    assert fig["data"][TRACE_EDGES]["marker"]["symbol"] == "triangle-right"
+    edges = graph_figure(llama, layout=lay).data[TRACE_EDGES]
+    sizes = np.asarray(edges.marker.size)
+    assert edges.marker.symbol == "triangle-right"
     assert (sizes > 0).sum() == len(tips)
 
 

@@ -29,16 +29,19 @@ from .layout import BOX_PREFIX, GraphLayout, graph_layout
 from .style import base_layout
 
 __all__ = [
-    "graph_figure", "ColorBy", "COLOR_BY", "unit_colors", "unit_hover", "node_hover",
-    "unit_labels", "legend_text", "group_shapes", "strategy_colors", "STRATEGY_PALETTE",
+    "graph_figure", "graph_figure_spec", "ColorBy", "COLOR_BY", "unit_colors", "unit_hover", "node_hover",
+    "unit_labels", "legend_text", "strategy_colors", "STRATEGY_PALETTE",
     "TRACE_EDGES", "TRACE_NODES", "TRACE_CHANGED", "TRACE_SELECTED", "TRACE_GROUPS",
+    "TRACE_FRAMES", "TRACE_BOXES",
     "OPEN_PREFIX", "PLOT_PX",
 ]  # fmt: skip
 
 ColorBy = Literal["group", "strategy", "cost", "communication", "stage"]
 COLOR_BY: tuple[str, ...] = get_args(ColorBy)
 # Trace order is fixed: views update traces by these indices inside batch_update().
+# Frames and boxes are bar traces (rectangles in data units, one colour each, clickable).
 TRACE_EDGES, TRACE_NODES, TRACE_CHANGED, TRACE_SELECTED, TRACE_GROUPS = range(5)
+TRACE_FRAMES, TRACE_BOXES = 5, 6
 BOX_COLOR = "#8FA8C8"  # a closed group under the op-group colouring
 FRAME_FILL, FRAME_LINE = "rgba(120,140,175,0.07)", "#9AA7BF"
 OPEN_PREFIX = "open:"  # the customdata of an open group's label (a click closes it)
@@ -259,19 +262,28 @@ def unit_labels(graph: Graph, lay: GraphLayout, span: float | None = None,
     return out
 
 
-def group_shapes(lay: GraphLayout, colors) -> list[dict]:
-    """Frames of the open groups, then the closed groups' boxes filled with their colour."""
-    shapes = [
-        {"type": "rect", "x0": f.x0, "x1": f.x1, "y0": f.y0, "y1": f.y1, "layer": "below",
-         "line": {"color": FRAME_LINE, "width": 1}, "fillcolor": FRAME_FILL}
-        for f in lay.frames
-    ]  # fmt: skip
-    for i in np.flatnonzero(lay.is_box):
-        x, y, w, h = lay.x[i], lay.y[i], lay.w[i], lay.h[i]
-        shapes.append({"type": "rect", "x0": x - w / 2, "x1": x + w / 2, "y0": y - h / 2,
-                       "y1": y + h / 2, "layer": "below", "fillcolor": colors[i],
-                       "opacity": 0.55, "line": {"color": "#5B6B85", "width": 1}})  # fmt: skip
-    return shapes
+def _bars(lay: GraphLayout, colors, hovertext) -> tuple[dict, dict]:
+    """The open groups' frames and the closed groups' boxes as rectangles in data units
+    (bars with a base and a width: one trace each, whatever their number)."""
+    f = lay.frames
+    frames = dict(  # noqa: C408  (a trace spec reads best as keywords)
+        type="bar",
+        x=[(a.x0 + a.x1) / 2 for a in f], width=[a.x1 - a.x0 for a in f],
+        base=[a.y0 for a in f], y=[a.y1 - a.y0 for a in f], name="frames", hoverinfo="skip",
+        marker={"color": FRAME_FILL, "line": {"color": FRAME_LINE, "width": 1}},
+        showlegend=False,
+    )  # fmt: skip
+    b = np.flatnonzero(lay.is_box)
+    boxes = dict(  # noqa: C408
+        type="bar",
+        x=lay.x[b], width=lay.w[b], base=lay.y[b] - lay.h[b] / 2, y=lay.h[b], name="boxes",
+        customdata=[lay.units[i] for i in b], marker={
+            "color": [colors[i] for i in b], "opacity": 0.6,
+            "line": {"color": "#5B6B85", "width": 1}},
+        hovertext=[hovertext[i] for i in b] if hovertext else None,
+        hoverinfo="text" if hovertext else "skip", showlegend=False,
+    )  # fmt: skip
+    return frames, boxes
 
 
 def _group_points(graph: Graph, lay: GraphLayout, plan, hover: bool):
@@ -308,13 +320,14 @@ def _colors_rgb(colors, numeric: bool) -> list[str]:
     return sample_colorscale(COST_COLORSCALE, list(t)) if len(v) else []
 
 
-def graph_figure(
+def graph_figure_spec(
     graph: Graph, plan=None, *, collapsed: Iterable[str] = (), color_by: ColorBy = "group",
     highlight: Iterable[str] = (), selected: str | None = None, webgl: bool | None = None,
     stages: Mapping[str, int] | None = None, layout: GraphLayout | None = None,
     hover: bool = True, expanded: Iterable[str] | None = None,
     change_threshold: float = CHANGE_THRESHOLD, span: float | None = None,
-) -> go.Figure:  # fmt: skip
+    hovertext: list[str] | None = None,
+) -> dict:  # fmt: skip
     """The graph as nested groups, left to right (see ``layout.graph_layout``).
 
     Args:
@@ -328,27 +341,29 @@ def graph_figure(
         webgl: Scattergl for the nodes (default: SVG, which draws text labels sharply).
         change_threshold: what the legend says a red ring means.
         span: the x-axis span the labels are chosen for (default: everything).
+        hovertext: the units' hover texts when the caller has them (a view caches them).
 
     Traces, in this order: edges (with arrow heads), nodes (``customdata`` = unit id),
-    changed, selected, groups (the open groups' labels; ``customdata`` = ``open:<path>``).
+    changed, selected, groups (the open groups' labels; ``customdata`` = ``open:<path>``),
+    frames (the open groups), boxes (the closed groups; ``customdata`` = unit id).
+    Plain dicts: a view applies them to its FigureWidget without building a second figure.
 
     >>> import explorer as ex
-    >>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
-    >>> fig = graph_figure(g)
-    >>> [t.name for t in fig.data], len(fig.data[1].x) == len(g.nodes)
-    (['edges', 'nodes', 'changed', 'selected', 'groups'], True)
+    >>> spec = graph_figure_spec(ex.models.build(ex.models.load("mlp-small"), batch=8))
+    >>> [t["type"] for t in spec["data"]][:2], spec["layout"]["yaxis"]["scaleanchor"]
+    (['scatter', 'scatter'], 'x')
     """
     lay = layout or graph_layout(graph, collapsed, expanded=expanded)
-    Scatter = go.Scattergl if webgl else go.Scatter
+    kind_gl = "scattergl" if webgl else "scatter"
     colors, numeric = unit_colors(graph, lay, color_by, plan, stages)
     rgb = _colors_rgb(colors, numeric)
     kind = lay.kind
-    size = np.where(kind == "box", 10, np.where(kind == "sat", 7, 13)).tolist()
+    size = np.where(kind == "box", 10, np.where(kind == "sat", 7, 13))
     marker: dict = {
         "size": size,
-        "symbol": ["square" if k == "box" else "circle" for k in kind],
+        "symbol": np.where(kind == "box", "square", "circle").astype(object),
         "line": {"width": 0.6, "color": "#444"},
-        "opacity": np.where(kind == "box", 0.0, 1.0).tolist(),
+        "opacity": np.where(kind == "box", 0.0, 1.0),
     }
     if numeric:
         unit = "s" if plan.cost.unit == "seconds" else "B"
@@ -358,33 +373,34 @@ def graph_figure(
     else:
         marker["color"] = colors
     labels = unit_labels(graph, lay, span)
-    positions = ["middle center" if k == "box" else "bottom center" for k in kind]
-    hovertext = [unit_hover(graph, lay, u, plan) for u in lay.units] if hover else None
+    positions = np.where(kind == "box", "middle center", "bottom center").astype(object)
+    if hovertext is None and hover:
+        hovertext = [unit_hover(graph, lay, u, plan) for u in lay.units]
     hi = _marked(lay, highlight)
     sel = _marked(lay, [selected] if selected else [])
     gx, gy, gtext, gids, gtips = _group_points(graph, lay, plan, hover)
-    tip_size = np.where(lay.edge_tip, 8, 0).tolist()
+    tip_size = np.where(lay.edge_tip, 8, 0)
     ring = {"line": {"width": 2.5}}
     traces = [
-        Scatter(x=lay.edge_x, y=lay.edge_y, mode="lines+markers", name="edges",
+        dict(type=kind_gl, x=lay.edge_x, y=lay.edge_y, mode="lines+markers", name="edges",
                 hoverinfo="skip", line={"width": 1, "color": "#8C8C8C"},
                 marker={"symbol": "triangle-right", "size": tip_size, "color": "#6E6E6E"}),
-        Scatter(x=lay.x, y=lay.y, mode="markers+text", name="nodes", marker=marker,
-                customdata=list(lay.units), text=labels, textposition=positions,
+        dict(type=kind_gl, x=lay.x, y=lay.y, mode="markers+text", name="nodes", marker=marker,
+                customdata=np.array(lay.units, dtype=object), text=np.array(labels, dtype=object), textposition=positions,
                 textfont={"size": 10}, hovertext=hovertext,
                 hoverinfo="text" if hover else "skip"),
-        Scatter(x=lay.x[hi], y=lay.y[hi], mode="markers", name="changed", hoverinfo="skip",
+        dict(type=kind_gl, x=lay.x[hi], y=lay.y[hi], mode="markers", name="changed", hoverinfo="skip",
                 marker={**ring, "symbol": ["square-open" if lay.is_box[i] else "circle-open"
                                            for i in hi], "size": 20, "color": CHANGED}),
-        Scatter(x=lay.x[sel], y=lay.y[sel], mode="markers", name="selected", hoverinfo="skip",
+        dict(type=kind_gl, x=lay.x[sel], y=lay.y[sel], mode="markers", name="selected", hoverinfo="skip",
                 marker={"symbol": "circle-open", "size": 26, "color": SELECTED,
                         "line": {"width": 3}}),
-        go.Scatter(x=gx, y=gy, mode="markers+text", name="groups", text=gtext,
+        dict(type="scatter", x=gx, y=gy, mode="markers+text", name="groups", text=gtext,
                    textposition="middle right", textfont={"size": 10, "color": "#3B4A66"},
                    customdata=gids, hovertext=gtips, hoverinfo="text",
                    marker={"symbol": "square", "size": 7, "color": FRAME_LINE}),
     ]  # fmt: skip
-    fig = go.Figure(traces)
+    data = [*traces, *_bars(lay, rgb, hovertext)]
     ex0, ex1, ey0, ey1 = lay.extent
     w, h = ex1 - ex0, ey1 - ey0 + 1.5
     scale = min(PLOT_PX / max(w, 1e-9), 48.0)
@@ -395,16 +411,28 @@ def graph_figure(
              + (f" — coloured by {human_label(color_by).lower()}" if color_by != "group" else ""))  # fmt: skip
     base = base_layout(title, height=height, legend=False)
     base["margin"] = {**base["margin"], "l": 10, "r": 10, "b": 10, "t": base["margin"]["t"] + 34}
-    fig.update_layout(
+    layout = dict(  # noqa: C408
         **base, hovermode="closest", dragmode="pan", plot_bgcolor="white",
         xaxis={"visible": False, "range": [ex0 - 0.5, ex1 + 0.5]},
         yaxis={"visible": False, "scaleanchor": "x", "scaleratio": 1,
                "range": [ey0 - 0.5, ey1 + 1.0]},
-        shapes=group_shapes(lay, rgb),
+        barmode="overlay",
         annotations=[{"text": legend_text(graph, lay, color_by, plan, stages, change_threshold),
                       "xref": "paper", "yref": "paper", "x": 0, "y": 1, "yshift": 8,
                       "xanchor": "left", "yanchor": "bottom", "showarrow": False,
                       "align": "left", "font": {"size": 11}}],
         uirevision=graph.name,  # keep zoom and pan across re-colourings
     )  # fmt: skip
-    return fig
+    return {"data": data, "layout": layout}
+
+
+def graph_figure(graph: Graph, plan=None, **kwargs) -> go.Figure:
+    """``graph_figure_spec`` as a ``go.Figure`` (the arguments are the same).
+
+    >>> import explorer as ex
+    >>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
+    >>> fig = graph_figure(g)
+    >>> [t.name for t in fig.data], len(fig.data[1].x) == len(g.nodes)
+    (['edges', 'nodes', 'changed', 'selected', 'groups', 'frames', 'boxes'], True)
+    """
+    return go.Figure(graph_figure_spec(graph, plan, **kwargs))
