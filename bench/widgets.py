@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{(t['errors'] + tr['errors']) or 'none'}")  # fmt: skip
     res["cost_tuner_latency"] = cost_tuner_latency(args.quick)
     res["training_views_latency"] = training_views_latency(args.quick)
+    res["graph_view_latency"] = graph_view_latency(args.quick)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=2, default=str))
     print(f"wrote {RESULTS}")
@@ -327,5 +328,60 @@ def training_views_latency(quick: bool) -> dict:
           f"{med(mem_updates):.0f} ms (each {[round(x) for x in mem_updates]})")  # fmt: skip
     print(f"  ScalingView strong {counts_s} first draw {scal_first:.1f} s; metric change "
           f"{metric:.0f} ms; weak/strong change (recomputes) {mode / 1e3:.1f} s; errors: "
+          f"{res['errors'] or 'none'}")  # fmt: skip
+    return res
+
+
+# --- GraphView on llama3-405b (issue 12, item 3) ---------------------------------------------
+
+
+def graph_view_latency(quick: bool) -> dict:
+    """GraphView on llama3-405b's whole forward graph (126 layers, 3,916 nodes, seq 2048):
+    the first draw (opens collapsed: one box per layer), opening one layer (its attention
+    and MLP ops), closing it again, a search that jumps to a weight inside a closed layer,
+    and opening every group; each timed from the Python call to the updated FigureWidget.
+    The graph build and the first FigureWidget of the process are timed on their own lines.
+    Printed, never a gate (targets from the issue: open < 2 s, expand a layer < 0.5 s)."""
+    from widgets.figures.layout import graph_layout
+
+    t0 = time.perf_counter()
+    g = ex.models.build(ex.models.load("llama3-405b"), batch=1, seq=2048)
+    build_s = time.perf_counter() - t0
+    go.FigureWidget(go.Figure(go.Scatter(x=[0], y=[0])))  # plotly's one-time start
+    t0 = time.perf_counter()
+    view = GraphView(g)
+    first_s = time.perf_counter() - t0
+    units = len(view.layout_data.units)
+    n = 3 if quick else 5
+    opens, closes, searches, warm = [], [], [], []
+    for i in range(n):
+        layer = f"layers.{10 + 17 * i}"
+        opens.append(_ms(lambda p=layer: view.click(f"scope:{p}")))
+        shown = len(view.layout_data.units)
+        closes.append(_ms(lambda p=layer: view.click(f"open:{p}")))
+        searches.append(_ms(lambda k=i: setattr(view.controls["search"], "value",
+                                                f"layers.{40 + 13 * k}.mlp.up_w")))  # fmt: skip
+        view.controls["search"].value = ""
+        view.collapse("")
+        warm.append(_ms(lambda: GraphView(g)))
+    layout_ms = _ms(lambda: graph_layout(g, expanded=()))
+    all_s = _ms(view.open_all) / 1e3
+    med = statistics.median
+    res = {
+        "nodes": len(g), "build_graph_s": build_s, "first_draw_s": first_s,
+        "warm_draw_ms": med(warm), "collapsed_units": units, "layer_units": shown,
+        "expand_layer_ms": med(opens), "expand_layer_each_ms": opens,
+        "collapse_layer_ms": med(closes), "search_ms": med(searches),
+        "collapsed_layout_ms": layout_ms, "open_all_s": all_s,
+        "open_all_units": len(view.layout_data.units),
+        "errors": view.errors.errors,
+    }  # fmt: skip
+    print(f"GraphView llama3-405b ({len(g):,} nodes; graph build {build_s:.2f} s):")
+    print(f"  first draw, collapsed ({units} units) {first_s:.2f} s (again {med(warm):.0f} ms; "
+          f"layout alone {layout_ms:.0f} ms)  target < 2 s")  # fmt: skip
+    print(f"  open a layer ({shown} units) {med(opens):.0f} ms (each "
+          f"{[round(x) for x in opens]})  target < 0.5 s; close it {med(closes):.0f} ms; "
+          f"search into a closed layer {med(searches):.0f} ms")  # fmt: skip
+    print(f"  open every group ({res['open_all_units']:,} units) {all_s:.1f} s; errors: "
           f"{res['errors'] or 'none'}")  # fmt: skip
     return res
