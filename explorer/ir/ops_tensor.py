@@ -8,7 +8,6 @@ with a short printed form); ``run_graph`` is the reference interpreter they use.
 
 from __future__ import annotations
 
-import math
 import string
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import signature as sigmod
+from .activations import GELU_C, GELU_K, gelu_grad
 from .dtype import DType
 from .errors import IRError
 from .opdef import REQUIRED, OpDef, OpGroup, register
@@ -27,8 +27,6 @@ __all__ = [
     "Const", "Subgraph", "run_graph", "index_tuple", "GELU_C", "GELU_K", "dtype_of_array",
 ]  # fmt: skip
 
-GELU_C = math.sqrt(2.0 / math.pi)  # the tanh approximation of GELU (Hendrycks & Gimpel)
-GELU_K = 0.044715
 _LETTERS = string.ascii_lowercase
 
 
@@ -143,12 +141,6 @@ register(OpDef("where", OpGroup.ELEMENTWISE, "...,...,...->...", 3, 1, _where,
                doc="select a where the condition holds, else b"))  # fmt: skip
 
 
-def _gelu_grad(x, g):
-    t = np.tanh(GELU_C * (x + GELU_K * x**3))
-    d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_C * (1 + 3 * GELU_K * x * x)
-    return (g * d).astype(x.dtype)
-
-
 def _silu_grad(x, g):
     s = 1.0 / (1.0 + np.exp(-x))
     return (g * (s * (1 + x * (1 - s)))).astype(x.dtype)
@@ -163,7 +155,7 @@ def _causal_mask_grad(g, offset=0):
     return np.where(_causal_keep(g.shape, offset), g, 0).astype(g.dtype)
 
 
-register(OpDef("gelu_grad", OpGroup.ELEMENTWISE, "...,...->...", 2, 14, _gelu_grad,
+register(OpDef("gelu_grad", OpGroup.ELEMENTWISE, "...,...->...", 2, 14, gelu_grad,
                doc="d gelu(x) * g"))  # fmt: skip
 register(OpDef("silu_grad", OpGroup.ELEMENTWISE, "...,...->...", 2, 6, _silu_grad,
                doc="d silu(x) * g"))  # fmt: skip
