@@ -129,9 +129,10 @@ class Planner:
                 "device_memory_cap_bytes"
             )
         fixed = self._fixed(annotations or {}) if method == "sharding_propagation" else {}
-        chain = None
+        chain, alike = None, "sharding propagation repeats the tile"
         if self.repeats is not None and method != "sharding_propagation":
             chain = build_chain(p, self.repeats)
+            alike = "the layers do not meet through one value only"
         full = self.full_model
         solved = self._solve(method, chain.outer if chain else p, cap, top_k, time_limit_s, fixed)
         choices = [self._full_choice(p, chain, c) for c in solved.choices]
@@ -141,7 +142,7 @@ class Planner:
             solved = self._solve(method, p, cap, top_k, time_limit_s, fixed)
             choices = [self._full_choice(p, None, c) for c in solved.choices]
             memory = self._memory(choices[0])
-            chain = None
+            chain, alike = None, "the chain's plan was over the memory cap"
         elapsed = time.perf_counter() - t0
         if cap is not None and memory > cap * (1 + 1e-9):
             raise SearchError(
@@ -150,15 +151,22 @@ class Planner:
             )
         diag = dict(solved.diagnostics)
         diag["memory_bytes"] = memory
+        status = solved.status
         if self.repeats:
-            how = ("solved as a chain: layers may differ" if chain else
-                   "every layer alike (the chain does not apply)")  # fmt: skip
+            how = (
+                "solved as a chain: layers may differ" if chain else f"every layer alike ({alike})"
+            )
             diag["repeated_layers"] = f"{self.repeats.describe()}; {how}"
+            if chain is None and status != "heuristic":
+                # best among plans whose repeated layers are alike, not proved for the graph
+                diag["solver_status"] = status
+                status = "heuristic"
+        gap = None if status == "heuristic" else solved.gap
         plans = [
             ShardingPlan(
                 graph=self.graph, mesh=self.mesh, method=method, params=params,
                 assignment={n: full.nodes[i].strategies[c[i]] for i, n in enumerate(full.names)},
-                cost=plan_breakdown(full, params, c), status=solved.status, gap=solved.gap,
+                cost=plan_breakdown(full, params, c), status=status, gap=gap,
                 solve_time_s=elapsed, diagnostics=dict(diag), _model=full, _choice=tuple(c),
             )
             for c in choices
