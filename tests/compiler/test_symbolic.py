@@ -5,6 +5,8 @@ import threading
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.compiler import F
@@ -70,3 +72,19 @@ def test_bound_size_equal_to_the_sentinel_runs():
     x = ex.tensor(np.ones((PRIMES[0], 2)))
     out = _finishes(lambda: fn(x).numpy(), timeout_s=60.0)
     np.testing.assert_allclose(out, 1.0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rest=st.integers(1, 5000).filter(lambda r: all(r % p for p in PRIMES[:3])),
+    powers=st.lists(st.integers(0, 3), min_size=3, max_size=3),
+    values=st.lists(st.integers(1, 3 * PRIMES[2]), min_size=3, max_size=3),
+)
+def test_sub_replaces_each_sentinel_factor_by_its_size(rest, powers, values):
+    size = rest
+    expected = rest
+    for p, k, v in zip(PRIMES[:3], powers, values, strict=True):
+        size *= p**k
+        expected *= v**k
+    mapping = dict(zip(PRIMES[:3], values, strict=True))
+    assert _finishes(lambda: _sub(size, mapping)) == expected
