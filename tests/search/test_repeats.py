@@ -100,3 +100,17 @@ def test_without_a_chain_every_layer_alike_is_priced_exactly(method):
         best = Planner(g, mesh, reuse_layers=False).search("ilp", PARAMS)
         assert best.cost.total <= plan.cost.total * (1 + 1e-9)
     assert ex.sharding.verify(g, plan, mesh).ok
+
+
+def test_a_chain_plan_over_the_memory_cap_falls_back_to_alike_layers_under_it():
+    g = ex.models.build(ex.models.load("gpt2").replace(num_layers=4), batch=8, seq=128)
+    mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware=A100)
+    free = ex.search(g, mesh, "ilp", PARAMS)
+    assert "solved as a chain" in free.diagnostics["repeated_layers"]
+    need = free.diagnostics["memory_bytes"]
+    capped = ex.search(g, mesh, "ilp", PARAMS.replace(device_memory_cap_bytes=need * 0.98))
+    assert capped.diagnostics["memory_bytes"] <= need * 0.98
+    assert "over the memory cap" in capped.diagnostics["repeated_layers"]
+    assert capped.status == "heuristic"
+    assert capped.cost.total >= free.cost.total * (1 - 1e-9)
+    assert capped.cost.total == pytest.approx(full_cost(capped), rel=1e-9)
