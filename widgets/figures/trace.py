@@ -190,6 +190,10 @@ def trace_figure(
     ), 2, 1)  # fmt: skip
 
     # --- slices, one trace per name (plus "other") ----------------------------------------
+    # the kernel each slice belongs to: a click on either end picks that kernel's flows
+    kernel_of = {id(k): i for i, k in enumerate(static)}
+    kernel_of.update({id(f.eager): f.kernel_index for f in flows(cmp)})
+
     def bars(label: str, color: str, picked_names: set[str] | None) -> go.Bar:
         rows = [(EAGER_ROW, e, t_e) for e in eager] + [(STATIC_ROW, e, t_s) for e in static]
         keep = [
@@ -205,7 +209,7 @@ def trace_figure(
                     "width": [1.5 if len(e.replaced) > 1 else 0 for _, e, _ in keep]}},
             text=[e.name for _, e, _ in keep], textposition="inside",
             insidetextanchor="middle", textangle=0,
-            customdata=[[r, e.name] for r, e, _ in keep],
+            customdata=[[r, e.name, kernel_of.get(id(e), -1)] for r, e, _ in keep],
             hovertext=[_hover(e, t0) for _, e, t0 in keep], hoverinfo="text",
         )  # fmt: skip
 
@@ -352,6 +356,7 @@ def rewrite_figure(step, diff: RewriteDiff | None = None, title: str = "") -> go
                 marker={"size": 13, "color": color, "line": {"width": 1, "color": "#555"},
                         "symbol": "square" if status == "context" else "circle"},
                 text=[n.op for n in nodes], textposition="top center", textfont={"size": 9},
+                customdata=ns,
                 hovertext=[f"%{n.name} = {n.op}({', '.join('%' + i for i in n.inputs)})"
                            f"<br>{n.type}<br>{_STATUS_LABEL[status]}" for n in nodes],
                 hoverinfo="text",
