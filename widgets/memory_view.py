@@ -143,7 +143,8 @@ class MemoryView(TrainingView):
             tot.x, tot.y, tot.text = cols["x"], cols["totals"], cols["total_text"]
             tot.textfont.color = total_colors(cols, sim.memory_cap_bytes)
             fig.layout.update(memory_layout(cols, sim.memory_cap_bytes, len(mems),
-                                            self._selected(len(mems)), memory_title(sim)))  # fmt: skip
+                                            self._selected(len(mems)), memory_title(sim),
+                                            sim.config.virtual_stages))  # fmt: skip
         self.info.value = self._info()
 
     def _selected(self, n: int) -> int | None:
@@ -167,8 +168,9 @@ class MemoryView(TrainingView):
         verdict = "fits" if s.fits else (
             f"<b style='color:#E4002B'>over by {fmt_bytes(s.over_memory_bytes)}</b>"
         )  # fmt: skip
+        where = "stage" if s.config.virtual_stages == 1 else "pipeline device"
         return (
-            f"worst device: stage {worst.stage}, {fmt_bytes(worst.total)} of "
+            f"worst device: {where} {worst.stage}, {fmt_bytes(worst.total)} of "
             f"{fmt_bytes(s.memory_cap_bytes)} ({verdict}) — {rows}{extra}; step "
             f"{fmt_seconds(s.step_time_s)}"
         )

@@ -100,11 +100,11 @@ class PipelineView(TrainingView):
             "microbatches": ipw.IntSlider(min=1, max=MAX_MICROBATCHES, description="microbatches",
                                           continuous_update=False, style=_WIDE,
                                           readout_format="d",
-                                          layout=ipw.Layout(width="min(100%, 34em)")),
+                                          layout=ipw.Layout(width="30em")),
             "zoom": ipw.IntRangeSlider(min=0, max=100, value=(0, 100), readout_format="d",
                                        description="zoom (% of the step)",
                                        continuous_update=False, style=_WIDE,
-                                       layout=ipw.Layout(width="min(100%, 34em)")),
+                                       layout=ipw.Layout(width="30em")),
         }  # fmt: skip
         self.fields: dict[str, FieldError] = {}
         boxes = {}

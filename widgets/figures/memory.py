@@ -48,7 +48,7 @@ _GIB = 2**30
 def memory_columns(mems: Sequence[MemoryBreakdown], chunks: int = 1) -> dict:
     """x labels, per-row heights (GiB) with their hover texts, totals (GiB) and their
     labels, for ``mems`` (one per pipeline device). Plain lists: a few bars."""
-    x = [f"stage {m.stage}" if chunks == 1 else f"device {m.stage}" for m in mems]
+    x = [str(m.stage) for m in mems]  # short: 16 bars fit a laptop column unrotated
     rows = {r: [float(getattr(m, r)) / _GIB for m in mems] for r in ROWS}
     hover = {r: [fmt_bytes(getattr(m, r)) for m in mems] for r in ROWS}
     totals = [float(m.total) / _GIB for m in mems]
@@ -76,7 +76,7 @@ def _shapes(cap_gib: float, n: int, selected: int | None) -> list[dict]:
 
 
 def memory_layout(
-    cols: dict, cap_bytes: float, n: int, selected: int | None, title: str
+    cols: dict, cap_bytes: float, n: int, selected: int | None, title: str, chunks: int = 1
 ) -> dict:  # fmt: skip
     """The layout keys that change with the data: title, y range, capacity line, frame."""
     cap_gib = cap_bytes / _GIB
@@ -84,9 +84,12 @@ def memory_layout(
     base = base_layout(title, legend=False)
     return {
         "title": base["title"],
-        "margin": {"t": base["margin"]["t"], "b": 90},
+        "margin": {"t": base["margin"]["t"], "b": 120},
         "yaxis": {"title": {"text": "memory per device (GiB)"}, "range": [0, top],
                   "autorange": False, "gridcolor": "#EEE"},
+        "xaxis": {"title": {"text": "pipeline stage" if chunks == 1 else
+                            f"pipeline device (device d runs stages d, d+{n}, …)"},
+                  "type": "category", "tickangle": 0},
         "shapes": _shapes(cap_gib, n, selected),
         "annotations": [{"text": f"capacity {fmt_bytes(cap_bytes)}", "xref": "paper", "x": 1,
                          "yref": "y", "y": cap_gib, "showarrow": False, "xanchor": "right",
@@ -139,11 +142,12 @@ def memory_figure(
         textfont={"color": total_colors(cols, cap)}, hoverinfo="skip",
     ))  # fmt: skip
     fig = go.Figure(traces)
-    fig.update_layout(base_layout(title or "memory per device", height=440, legend=False))
+    fig.update_layout(base_layout(title or "memory per device", height=480, legend=False))
     fig.update_layout(
         barmode="stack", plot_bgcolor="white", showlegend=True,
-        legend={"orientation": "h", "x": 0.0, "y": -0.12, "yanchor": "top",
-                "xanchor": "left", "font": {"size": 11}, "traceorder": "normal"},
-        **memory_layout(cols, cap, len(mems), selected_stage, title or "memory per device"),
+        legend={"orientation": "h", "x": 0.0, "xanchor": "left", "yref": "container", "y": 0.0,
+                "yanchor": "bottom", "font": {"size": 11}, "traceorder": "normal"},
+        **memory_layout(cols, cap, len(mems), selected_stage, title or "memory per device",
+                        chunks),
     )  # fmt: skip
     return fig

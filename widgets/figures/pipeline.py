@@ -49,12 +49,15 @@ EVENT_NAMES: dict[str, str] = {
     "optimizer": "Optimizer step",
     "idle": "Idle (bubble)",
 }
-# The plot area of a figure in the notebook column of a 1440 px laptop screen with the file
-# browser open (~1000 px column minus the axis labels); what label decisions are made for.
-PLOT_WIDTH_PX = 880
-BOX_LABEL_PX = 26  # narrowest box that holds "F99" at 9 px
+# The plot area label decisions are made for: plotly's default 700 px figure less the axis
+# labels. A FigureWidget is first drawn at that width in JupyterLab 4 (the page does not
+# autosize it until its first update); in the full notebook column (~1000 px at 1440x900
+# with the file browser open) groups are then wider than their labels, never narrower.
+PLOT_WIDTH_PX = 640
+BOX_LABEL_PX = 20  # narrowest box that holds "F99" at 9 px (3 x 5.5 px and a margin)
 GROUP_LABEL_PX = 7  # width of one character of a group label (10 px font)
 ROW_PX = 56  # one pipeline device: the bars and the group labels above them
+LEGEND_PX = 64  # the legend under the time axis (up to three lines)
 _BAR = (-0.2, 0.55)  # bar offset and width in row units: the 0.3 above holds group labels
 _STRIP = (0.37, 0.1)  # pp-comm strip under the bar
 
@@ -69,7 +72,7 @@ def time_unit(step_s: float) -> tuple[str, float]:
 
 
 def figure_height(pp: int) -> int:
-    return max(260, 150 + ROW_PX * pp)
+    return max(300, 150 + LEGEND_PX + ROW_PX * pp)
 
 
 def row_labels(pp: int, chunks: int) -> list[str]:
@@ -314,10 +317,18 @@ def pipeline_figure(
     pp = timeline.devices
     fig.update_layout(
         **base_layout(title or pipeline_title(sim, timeline, formula),
-                      height=height or figure_height(pp)),
+                      height=height or figure_height(pp), legend=False),
         **pipeline_axes(cols, pp, chunks, unit, window),
         barmode="overlay", bargap=0.0, uniformtext={"minsize": 8, "mode": "hide"},
         plot_bgcolor="white", clickmode="event",
+    )  # fmt: skip
+    # the legend under the time axis (ten kinds wrap to two or three lines: above the plot
+    # they would cover the title)
+    fig.update_layout(
+        showlegend=True,
+        legend={"orientation": "h", "x": 0.0, "xanchor": "left", "yref": "container", "y": 0.0,
+                "yanchor": "bottom", "font": {"size": 11}},
+        margin={"b": 44 + LEGEND_PX},
     )  # fmt: skip
     return fig
 
