@@ -39,6 +39,8 @@ STATUS_WORDS = {
     "heuristic": "heuristic: a good plan, not proved optimal",
 }
 _STYLE = {"description_width": "initial"}
+LABELS = {"gamma_param_comm": "Gamma (gradient comm)", "grad_comm_overlap": "Gradient comm overlap",
+          "memory_weight_per_byte": "Memory weight"}  # fmt: skip
 
 
 def mesh_shapes(size: int, axes: int) -> tuple[tuple[int, ...], ...]:
@@ -104,10 +106,10 @@ def _control(name: str, value: Any) -> ipw.Widget:
     """The widget for one CostParams field: a human label, no built-in readout (the value
     with its unit is shown beside it), text fields that keep what was typed (a bad value
     is refused beside the control, never clamped)."""
-    label = human_label(name)
+    label = LABELS.get(name) or human_label(name)
     common = {"description": label, "style": _STYLE}
     slider = {**common, "readout": False, "continuous_update": False,
-              "layout": ipw.Layout(width="19em")}  # fmt: skip
+              "layout": ipw.Layout(width="22em")}  # fmt: skip
     if name == "unit":
         return ipw.Dropdown(options=("seconds", "bytes"), value=value, **common,
                             layout=ipw.Layout(width="auto"))  # fmt: skip
@@ -121,9 +123,10 @@ def _control(name: str, value: Any) -> ipw.Widget:
         return ipw.FloatSlider(value=value, min=0.0, max=1.0, step=0.05, **slider)
     if name.endswith("_ratio"):
         return ipw.FloatSlider(value=value, min=0.0, max=4.0, step=0.1, **slider)
-    text = {**common, "layout": ipw.Layout(width="17em")}
+    text = {**common, "layout": ipw.Layout(width="22em")}
     if name == "device_memory_cap_bytes":  # None (the chip's memory) is shown as 0
         text["description"] = f"{label} (B, 0 = chip)"
+        text["layout"] = ipw.Layout(width="26em")
         return ipw.FloatText(value=value or 0.0, **text)
     if name in BYTE_FIELDS:
         text["description"] = f"{label} (B)"
@@ -203,11 +206,13 @@ class CostTuner(View):
         self.readouts: dict[str, ipw.HTML] = {}
         self.field_errors: dict[str, FieldError] = {}
         self.controls = self._make_controls()
-        self.changes = ipw.HTML(layout=ipw.Layout(width="100%", overflow="auto"))
+        self.changes = ipw.HTML(layout=ipw.Layout(width="auto", overflow="auto"))
         self.status = ipw.HTML(layout=ipw.Layout(width="auto"))
         self._replan(publish=False)
         self.baseline = self.plan
         self.figure = go.FigureWidget(self._figure())
+        # plotly's own window-resize handler: the chart follows the notebook column
+        self.figure._config = {**self.figure._config, "responsive": True}
         self._publish()
         self._layout_children(*self._rows())
 
@@ -215,7 +220,9 @@ class CostTuner(View):
     def _boxed(self, key: str) -> ipw.Widget:
         """A control, its value with units beside it, and its error line under it."""
         c = self.controls[key]
-        row = ipw.HBox([c, self.readouts[key]], layout=ipw.Layout(align_items="center"))
+        # a plain Box (not an HBox): the closest .widget-hbox of a slider stays the one that
+        # also holds the chart (the browser test finds the figure that way)
+        row = ipw.Box([c, self.readouts[key]], layout=ipw.Layout(align_items="center"))
         box, err = field(c)
         box.children = (row, err)
         self.field_errors[key] = err
@@ -227,7 +234,7 @@ class CostTuner(View):
         top = ipw.HBox([c["preset"], self._boxed("method"), self._boxed("mesh_shape")], layout=wrap)
         fields = ipw.VBox(
             [self._boxed(k) for k in self.params.fields()],
-            layout=ipw.Layout(flex="0 0 auto", width="27em", margin="0 12px 0 0"),
+            layout=ipw.Layout(flex="0 0 auto", width="30em", margin="0 12px 0 0"),
         )
         buttons = ipw.HBox([c["scale"], c["pin"], c["reset"]], layout=wrap)
         results = ipw.VBox(
@@ -242,7 +249,7 @@ class CostTuner(View):
         for k, v in self.params.fields().items():
             controls[k] = _control(k, v)
             self.readouts[k] = ipw.HTML(
-                _readout(k, v), layout=ipw.Layout(width="auto", min_width="6em")
+                _readout(k, v), layout=ipw.Layout(width="auto", min_width="6em", flex="0 0 auto")
             )
         for k in ("method", "mesh_shape"):
             self.readouts[k] = ipw.HTML(layout=ipw.Layout(width="auto"))

@@ -88,6 +88,8 @@ def _axis(unit: str, scale: str) -> dict:
     axis = {"title": {"text": f"cost ({word})"}, "tickformat": "~s",
             "ticksuffix": "s" if unit == "seconds" else "B",
             "type": "log" if scale == "log" else "linear"}  # fmt: skip
+    if scale == "log":  # ticks at powers of ten only: plotly drops the unit on the 2s and 5s
+        axis["dtick"] = 1
     return axis
 
 
