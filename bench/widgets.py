@@ -287,6 +287,7 @@ def training_views_latency(quick: bool) -> dict:
     pipe = PipelineView(cfg, par, global_batch=1536, seq=2048)
     pipe_first = time.perf_counter() - t0
     events, first_config = len(pipe.sim.timeline.events), str(pipe.sim.config)
+    first_bubble = (pipe.bubble.formula, pipe.bubble.simulated)
     counts = (96, 48) if quick else (96, 64, 48, 32)  # new counts: no cache hit
     mb, mb_sim = [], []
     for m in counts:
@@ -313,7 +314,7 @@ def training_views_latency(quick: bool) -> dict:
         "pipeline_microbatch_change_simulate_ms": med(mb_sim),
         "pipeline_microbatch_changes_ms": mb, "pipeline_zoom_ms": med(zoom),
         "pipeline_refused_count_ms": refused,
-        "bubble_formula": pipe.bubble.formula, "bubble_simulated": pipe.bubble.simulated,
+        "bubble_formula": first_bubble[0], "bubble_simulated": first_bubble[1],
         "memory_first_draw_s": mem_first, "memory_update_ms": med(mem_updates),
         "memory_updates_ms": mem_updates, "scaling_counts": counts_s,
         "scaling_first_draw_s": scal_first, "scaling_metric_change_ms": metric,
@@ -323,7 +324,8 @@ def training_views_latency(quick: bool) -> dict:
     print(f"training views gpt3-175b on 1024 x a100-80g ({res['config']}):")
     print(f"  PipelineView first draw {pipe_first:.2f} s ({events} events); microbatch change "
           f"{med(mb):.0f} ms (simulate {med(mb_sim):.0f} ms; each {[round(x) for x in mb]}); "
-          f"zoom {med(zoom):.0f} ms; refused count {refused:.0f} ms")  # fmt: skip
+          f"zoom {med(zoom):.0f} ms; refused count {refused:.0f} ms; bubble at first draw "
+          f"{first_bubble[0]:.1%} formula / {first_bubble[1]:.1%} simulated")  # fmt: skip
     print(f"  MemoryView first draw {mem_first:.2f} s; ZeRO / recompute change "
           f"{med(mem_updates):.0f} ms (each {[round(x) for x in mem_updates]})")  # fmt: skip
     print(f"  ScalingView strong {counts_s} first draw {scal_first:.1f} s; metric change "

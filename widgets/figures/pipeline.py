@@ -260,7 +260,7 @@ def _bar_trace(kind: str, a: dict, unit: str) -> go.Bar:
         x=a["x"], customdata=a["customdata"],
         texttemplate=f"{short}%{{customdata[1]}}" if short else None,
         hovertemplate=hover_template(kind, unit),
-        textposition="inside" if short else "none", insidetextanchor="middle",
+        textposition="inside" if short else "none", insidetextanchor="middle", textangle=0,
         textfont={"size": 9, "color": "white"}, marker=marker, width=width, offset=offset,
         cliponaxis=True,
     )  # fmt: skip
