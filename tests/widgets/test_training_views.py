@@ -290,6 +290,7 @@ def test_pipeline_view_microbatches_keep_the_global_batch(pipeline):
     assert v.global_batch == 32 and v.config.microbatch_size == 4  # 32 / (dp 2 x 4)
     assert "4 microbatches of 4" in d["layout"]["title"]["text"]
     assert "global batch <b>32</b> (fixed)" in v.info.value
+    assert "simulating and drawing the step" in v.progress.shown  # a first redraw shows progress
     v.controls["schedule"].value = "interleaved_1f1b"
     assert v.config.virtual_stages == 3 and not v.controls["virtual_stages"].disabled
     assert v.figure.to_dict()["layout"]["yaxis"]["ticktext"][0] == "dev 0: st 0,4,8"
