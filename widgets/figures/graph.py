@@ -46,7 +46,8 @@ BOX_COLOR = "#8FA8C8"  # a closed group under the op-group colouring
 FRAME_FILL, FRAME_LINE = "rgba(120,140,175,0.07)", "#9AA7BF"
 OPEN_PREFIX = "open:"  # the customdata of an open group's label (a click closes it)
 PLOT_PX = 1000  # the width the figure is planned for (a laptop's notebook column)
-CHAR_PX = 6.0  # one character of a 10 px label
+CHAR_PX = 7.0  # one character of a 10 px label, with room to spare between neighbours
+BOX_CHAR_PX = 5.5  # inside a box the name only has to fit its own box
 # Ten hues no two of which are alike (Tableau 10 without its grey): strategies are told apart
 # at a glance. A strategy keeps its colour from run to run (by hash, then the next free one).
 STRATEGY_PALETTE: tuple[str, ...] = (
@@ -249,7 +250,7 @@ def unit_labels(graph: Graph, lay: GraphLayout, span: float | None = None,
     widest = max((len(lay.units[i]) - len(BOX_PREFIX) for i in boxes), default=0)
     every = 1
     if boxes:
-        every = max(1, int(np.ceil(widest * CHAR_PX / max(scale * lay.w[boxes[0]], 1e-9))))
+        every = max(1, int(np.ceil(widest * BOX_CHAR_PX / max(scale * lay.w[boxes[0]], 1e-9))))
     k = 0
     for u, kind, w in zip(lay.units, lay.kind, lay.w, strict=True):
         if kind == "box":
