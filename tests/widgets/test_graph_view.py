@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.ir.hierarchy import CHANGE_THRESHOLD, hierarchy
@@ -315,3 +317,28 @@ def test_big_model_opens_collapsed_and_expands_one_layer():
     units = view.figure.data[TRACE_NODES].customdata
     assert sum(u.startswith("layers.77.") for u in units) == 31
     _complete(view)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(["", "a", "a.b", "a.0.x", "a.1.x", "c.2", "c.2.y.z"]),
+                min_size=1, max_size=14), st.data())  # fmt: skip
+def test_any_scopes_lay_out_every_node_once(scopes, data):
+    """Interleaved scopes (a group used, left and used again) still give one unit per
+    node or closed group, and every edge a polyline."""
+    import contextlib
+
+    from explorer.ir import GraphBuilder
+
+    b = GraphBuilder("random")
+    x = b.input("x", (2, 4))
+    y = x
+    for s in scopes:
+        with b.scope(s) if s else contextlib.nullcontext():
+            x = b.op("add", x, y) if data.draw(st.booleans()) else b.op("gelu", x)
+    g = b.build([x])
+    groups = [p for p in hierarchy(g).groups if p]
+    opened = data.draw(st.lists(st.sampled_from(groups), unique=True)) if groups else []
+    lay = graph_layout(g, expanded=opened)
+    assert sorted(m for u in lay.units for m in lay.members[u]) == sorted(n.name for n in g.nodes)
+    assert len(list(_polylines(lay))) == len(lay.edges)
+    assert np.isfinite(lay.x).all() and np.isfinite(lay.y).all()
