@@ -124,9 +124,29 @@ def main() -> None:
     replans = {}
     for method in ("dynamic_programming", "recursive_programming"):
         planner24.search(method, PARAMS)
-        t = time.perf_counter()
-        planner24.search(method, PARAMS.replace(beta_communication=2.0))
-        replans[method] = time.perf_counter() - t
+        times = []  # the fastest of five re-plans: the machine may be shared
+        for beta in (2.0, 3.0, 4.0, 5.0, 6.0):
+            t = time.perf_counter()
+            planner24.search(method, PARAMS.replace(beta_communication=beta))
+            times.append(time.perf_counter() - t)
+        replans[method] = min(times)
+    # Repeated layers (issue 13, bug 1): tables for two layers, cost and optimum of the
+    # whole graph, against tables built for every layer.
+    tiling = {}
+    g2 = next(g for n, g, _ in graphs() if n == "gpt2-12l")
+    for mesh in (MESHES[2], MESHES[3]):
+        tiled = Planner(g2, mesh).search("dynamic_programming", PARAMS)
+        whole = Planner(g2, mesh, reuse_layers=False)
+        wm = whole.model
+        choice = [[s.name for s in wm.nodes[i].strategies].index(tiled.assignment[n].name)
+                  for i, n in enumerate(wm.names)]  # fmt: skip
+        expanded = wm.total(wm.weigh(PARAMS), choice)
+        full = whole.search("dynamic_programming", PARAMS)
+        tiling[str(mesh).split(" on ")[0]] = {
+            "reported_over_expanded": tiled.cost.total / expanded,
+            "tiled_over_full_optimum": tiled.cost.total / full.cost.total,
+            "tiled_s": tiled.solve_time_s, "full_s": full.solve_time_s,
+        }  # fmt: skip
     replan = min(replans.values())
     speed = {
         "recursive_programming gpt3-175b on 1024 devices (tables + search) / 1 s": rp_175 / 1.0,
@@ -142,14 +162,20 @@ def main() -> None:
         f"ILP and DP (proved optimal) / optimum: min {min(exact):.3f} max {max(exact):.3f} "
         "(target 1.000)"
     )
+    for mesh, t in tiling.items():
+        print(f"gpt2-12l batch 64 on {mesh}, repeated layers: reported / expanded cost "
+              f"{t['reported_over_expanded']:.6f}, tiled / full-graph DP optimum "
+              f"{t['tiled_over_full_optimum']:.6f} (target 1 and 1)")  # fmt: skip
     print(f"time-limited (not proved optimal): {len(limited)} rows")
     for r in limited:
         ratio = f"{r['ratio']:.3f}" if "ratio" in r else "-"
         print(f"  {r['graph']} {r['mesh']} {r['method']}: {r['status_text']}, ratio {ratio}")
     print(f"cases without a proven optimum (no ratio): {len(no_optimum)}")
-    print(f"searches that raised: {len(errors)}")
+    refused = [r for r in errors if r["method"] == "exhaustive" and "would visit" in r["error"]]
+    print(f"searches that raised: {len(errors)} ({len(refused)} exhaustive over its limit)")
     for r in errors:
-        print(f"  {r['graph']} {r['mesh']} {r['method']}: {r['error'][:80]}")
+        if r not in refused:
+            print(f"  {r['graph']} {r['mesh']} {r['method']}: {r['error'][:80]}")
     print(f"SPMD verification failures: {len(failed)}")
     for k, v in speed.items():
         print(f"{k}: ratio {v:.2f} ({'met' if v < 1 else 'MISSED'})")
@@ -157,6 +183,7 @@ def main() -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "worst_rp_ratio": worst_rp, "replan_s": replans,
                                "time_limited_rows": len(limited), "error_rows": len(errors),
+                               "repeated_layers": tiling,
                                "speed_ratios_to_target": speed}, indent=2) + "\n")  # fmt: skip
 
 

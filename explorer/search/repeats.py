@@ -66,10 +66,7 @@ class Repeats:
 
     def rep(self, name: str) -> str:
         """The node of the reduced graph that stands for ``name``."""
-        m = _LAYER.match(name)
-        if m and self.rep_layer < int(m.group(1)) <= self.last:
-            return f"layers.{self.rep_layer}." + name[m.end() :]
-        return name
+        return _rep_name(name, self.rep_layer, self.last)
 
     def expand(self, assignment: dict[str, Strategy]) -> tuple[dict[str, Strategy], dict[str, str]]:
         """The strategy of every node of the full graph (dropped layers repeat the tile's),
@@ -86,6 +83,13 @@ class Repeats:
                 f"(layer {self.rep_layer} counted {self.last - self.first} times, "
                 f"{len(self.wrap_edges)} layer-to-layer edge(s) priced "
                 f"{self.last - self.first - 1} times)")  # fmt: skip
+
+
+def _rep_name(name: str, rep_layer: int, last: int) -> str:
+    m = _LAYER.match(name)
+    if m and rep_layer < int(m.group(1)) <= last:
+        return f"layers.{rep_layer}." + name[m.end() :]
+    return name
 
 
 def _layer_of(name: str) -> int | None:
@@ -164,7 +168,6 @@ def find_repeats(graph: Graph, min_run: int = 3) -> Repeats | None:
                 emult[x, n.name] = 1
                 wraps.append(WrapEdge(here + x[len(prev) :], n.name, pos, b - a - 1))
     names = tuple(n.name for n in graph.nodes)
-    r = Repeats(reduced, mult, emult, tuple(wraps), a, b, rep, {}, names)
-    reps = {name: r.rep(name) for name in names}
-    r._reps.update({k: v for k, v in reps.items() if k != v})
-    return r
+    reps = {name: _rep_name(name, rep, b) for name in names}
+    reps = {k: v for k, v in reps.items() if k != v}
+    return Repeats(reduced, mult, emult, tuple(wraps), a, b, rep, reps, names)
