@@ -32,6 +32,7 @@ from .figures.graph import (
     TRACE_GROUPS,
     TRACE_NODES,
     TRACE_SELECTED,
+    changed_marks,
     graph_figure_spec,
     unit_hover,
     unit_labels,
@@ -200,12 +201,11 @@ class GraphView(View):
         lay = self._layout
         idx = sorted({lay.index(u) for n in names if (u := lay.unit_of(n)) is not None})
         with self.figure.batch_update():
-            self.figure.data[trace].x = lay.x[idx]
-            self.figure.data[trace].y = lay.y[idx]
             if trace == TRACE_CHANGED:
-                self.figure.data[trace].marker.symbol = [
-                    "square-open" if lay.is_box[i] else "circle-open" for i in idx
-                ]
+                self.figure.data[trace].update(changed_marks(lay, idx), overwrite=True)
+            else:
+                self.figure.data[trace].x = lay.x[idx]
+                self.figure.data[trace].y = lay.y[idx]
 
     def _mark_found(self) -> None:
         """A found group's label carries the selection ring (a node's is its own)."""

@@ -32,7 +32,7 @@ __all__ = [
     "graph_figure", "graph_figure_spec", "ColorBy", "COLOR_BY", "unit_colors", "unit_hover", "node_hover",
     "unit_labels", "legend_text", "strategy_colors", "STRATEGY_PALETTE",
     "TRACE_EDGES", "TRACE_NODES", "TRACE_CHANGED", "TRACE_SELECTED", "TRACE_GROUPS",
-    "TRACE_FRAMES", "TRACE_BOXES",
+    "TRACE_FRAMES", "TRACE_BOXES", "changed_marks",
     "OPEN_PREFIX", "PLOT_PX",
 ]  # fmt: skip
 
@@ -305,6 +305,23 @@ def _group_points(graph: Graph, lay: GraphLayout, plan, hover: bool):
     return xs, ys, text, ids, tips
 
 
+def changed_marks(lay: GraphLayout, idx: list[int]) -> dict:
+    """The "changed" trace's points for units ``idx``: a ring around an op (a small one
+    around a weight), a red badge on a closed group's top-right corner (its name stays
+    readable)."""
+    idx = list(idx)
+    box = lay.is_box[idx] if idx else np.zeros(0, dtype=bool)
+    sat = lay.kind[idx] == "sat" if idx else np.zeros(0, dtype=bool)
+    x = np.where(box, lay.x[idx] + lay.w[idx] / 2, lay.x[idx]) if idx else np.zeros(0)
+    y = np.where(box, lay.y[idx] + lay.h[idx] / 2, lay.y[idx]) if idx else np.zeros(0)
+    return {
+        "x": x, "y": y,
+        "marker": {"symbol": np.where(box, "circle", "circle-open").astype(object),
+                   "size": np.where(box, 10, np.where(sat, 12, 19)), "color": CHANGED,
+                   "line": {"width": 2.5, "color": CHANGED}},
+    }  # fmt: skip
+
+
 def _marked(lay: GraphLayout, names: Iterable[str]) -> list[int]:
     names = set(names)
     if not names:
@@ -381,7 +398,6 @@ def graph_figure_spec(
     sel = _marked(lay, [selected] if selected else [])
     gx, gy, gtext, gids, gtips = _group_points(graph, lay, plan, hover)
     tip_size = np.where(lay.edge_tip, 8, 0)
-    ring = {"line": {"width": 2.5}}
     traces = [
         dict(type=kind_gl, x=lay.edge_x, y=lay.edge_y, mode="lines+markers", name="edges",
                 hoverinfo="skip", line={"width": 1, "color": "#8C8C8C"},
@@ -390,9 +406,8 @@ def graph_figure_spec(
                 customdata=np.array(lay.units, dtype=object), text=np.array(labels, dtype=object), textposition=positions,
                 textfont={"size": 10}, hovertext=hovertext,
                 hoverinfo="text" if hover else "skip"),
-        dict(type=kind_gl, x=lay.x[hi], y=lay.y[hi], mode="markers", name="changed", hoverinfo="skip",
-                marker={**ring, "symbol": ["square-open" if lay.is_box[i] else "circle-open"
-                                           for i in hi], "size": 20, "color": CHANGED}),
+        dict(type=kind_gl, **changed_marks(lay, hi), mode="markers", name="changed",
+             hoverinfo="skip"),
         dict(type=kind_gl, x=lay.x[sel], y=lay.y[sel], mode="markers", name="selected", hoverinfo="skip",
                 marker={"symbol": "circle-open", "size": 26, "color": SELECTED,
                         "line": {"width": 3}}),
