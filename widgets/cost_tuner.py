@@ -90,7 +90,7 @@ def _readout(name: str, value: Any) -> str:
     if isinstance(value, bool) or name == "unit":
         return ""
     if name == "device_memory_cap_bytes":
-        return "the chip's memory" if not value else fmt_bytes(value)
+        return "chip's memory" if not value else fmt_bytes(value)
     if name in BYTE_FIELDS:
         return fmt_bytes(value)
     if name in LOG_FIELDS or name.endswith("_ratio"):
@@ -125,8 +125,8 @@ def _control(name: str, value: Any) -> ipw.Widget:
         return ipw.FloatSlider(value=value, min=0.0, max=4.0, step=0.1, **slider)
     text = {**common, "layout": ipw.Layout(width="22em")}
     if name == "device_memory_cap_bytes":  # None (the chip's memory) is shown as 0
-        text["description"] = f"{label} (B, 0 = chip)"
-        text["layout"] = ipw.Layout(width="26em")
+        text["description"] = "Memory cap (B, 0: chip's)"
+        text["layout"] = ipw.Layout(width="19em")
         return ipw.FloatText(value=value or 0.0, **text)
     if name in BYTE_FIELDS:
         text["description"] = f"{label} (B)"
@@ -222,7 +222,9 @@ class CostTuner(View):
         c = self.controls[key]
         # a plain Box (not an HBox): the closest .widget-hbox of a slider stays the one that
         # also holds the chart (the browser test finds the figure that way)
-        row = ipw.Box([c, self.readouts[key]], layout=ipw.Layout(align_items="center"))
+        row = ipw.Box(
+            [c, self.readouts[key]], layout=ipw.Layout(align_items="center", flex_flow="row wrap")
+        )
         box, err = field(c)
         box.children = (row, err)
         self.field_errors[key] = err

@@ -171,7 +171,8 @@ class FieldError(ipw.VBox):
 
     def show(self, exc: BaseException) -> None:
         self.text = f"{type(exc).__name__}: {exc}"
-        first = self.text.splitlines()[0]
+        # the line shows the message (the type is in the details); long lines wrap
+        first = (str(exc) or type(exc).__name__).splitlines()[0]
         self.message.value = f"<span style='color:#E4002B'>&#9888; {_escape(first)}</span>"
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.output.outputs = ()

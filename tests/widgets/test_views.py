@@ -374,7 +374,7 @@ def test_tuner_bad_value_shows_beside_its_control_and_restores(fresh_tuner):
 def test_tuner_memory_cap_in_human_units(fresh_tuner):
     t = fresh_tuner
     plan = t.plan
-    assert t.readouts["device_memory_cap_bytes"].value == "the chip's memory"
+    assert t.readouts["device_memory_cap_bytes"].value == "chip's memory"
     t.controls["device_memory_cap_bytes"].value = 1000.0
     assert t.readouts["device_memory_cap_bytes"].value == "1000 B"
     err = t.field_errors["device_memory_cap_bytes"]
