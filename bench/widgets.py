@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
     res["cost_tuner_latency"] = cost_tuner_latency(args.quick)
     res["training_views_latency"] = training_views_latency(args.quick)
     res["graph_view_latency"] = graph_view_latency(args.quick)
+    res["trace_compare_latency"] = trace_compare_latency(args.quick)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=2, default=str))
     print(f"wrote {RESULTS}")
@@ -386,4 +387,44 @@ def graph_view_latency(quick: bool) -> dict:
           f"search into a closed layer {med(searches):.0f} ms")  # fmt: skip
     print(f"  open every group ({res['open_all_units']:,} units) {all_s:.1f} s; errors: "
           f"{res['errors'] or 'none'}")  # fmt: skip
+    return res
+
+
+# --- TraceCompare (issue 12, item 6) ---------------------------------------------------------
+
+
+def trace_compare_latency(quick: bool) -> dict:
+    """TraceCompare on its default workload (a 2-layer GPT, batch 2, sequence 32, @jit O2,
+    speed-up the median of 7 runs): the first draw (first compile, 7 eager + 7 static runs,
+    rewrite diffs, three figures) and the re-runs a user triggers: a new sequence length
+    (recompile + 7 runs each), a length seen before (cache hit), a pass step and a kernel
+    pick; each timed from the Python call. Printed, never a gate."""
+    from widgets import TraceCompare
+
+    go.FigureWidget(go.Figure(go.Scatter(x=[0], y=[0])))  # plotly's one-time start
+    t0 = time.perf_counter()
+    view = TraceCompare(batch=2, size=32, runs=7)
+    first_s = time.perf_counter() - t0
+    size = view.controls["size"]
+    sizes = (40, 48) if quick else (40, 48, 56)  # new shapes: each one recompiles
+    rerun = [_ms(lambda s=s: setattr(size, "value", s)) for s in sizes]
+    cached = _ms(lambda: setattr(size, "value", 32))
+    step = _ms(lambda: setattr(view.controls["step"], "value", 1))
+    kernels = view.comparison.static.compute_events
+    fused = next(i for i, k in enumerate(kernels) if len(k.replaced) > 1)
+    pick = _ms(lambda: setattr(view.controls["kernel"], "value", fused))
+    s = view.runs.speedup
+    med = statistics.median
+    res = {
+        "first_draw_s": first_s, "rerun_new_shape_ms": med(rerun), "rerun_each_ms": rerun,
+        "rerun_cache_hit_ms": cached, "step_change_ms": step, "kernel_pick_ms": pick,
+        "recompiles": view.recompiles, "speedup_median": s.median, "speedup_min": s.low,
+        "speedup_max": s.high, "speedup_q1": s.q1, "speedup_q3": s.q3,
+        "errors": view.errors.errors,
+    }  # fmt: skip
+    print(f"TraceCompare 2-layer GPT (batch 2, median of 7 runs): first draw {first_s:.2f} s; "
+          f"re-run on a new length {med(rerun):.0f} ms (each {[round(x) for x in rerun]}); "
+          f"seen length (cache hit) {cached:.0f} ms; pass step {step:.0f} ms; kernel pick "
+          f"{pick:.0f} ms; speed-up {s.median:.2f}x (min-max {s.low:.2f}-{s.high:.2f}x); "
+          f"errors: {res['errors'] or 'none'}")  # fmt: skip
     return res
