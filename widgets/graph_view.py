@@ -45,6 +45,7 @@ __all__ = ["GraphView", "OPEN_BELOW"]
 
 OPEN_BELOW = 200  # nodes: smaller graphs open with every group open, larger ones closed
 FOCUS_SPAN = 40.0  # data units shown around a search match (op labels fit at this zoom)
+FOCUS_MAX_SPAN = 60.0  # ... or its whole layer, when the layer is at most this wide
 _COLOR_OPTIONS = [("op group", "group"), ("strategy", "strategy"), ("cost", "cost"),
                   ("communication", "communication"), ("pipeline stage", "stage")]  # fmt: skip
 
@@ -400,11 +401,17 @@ class GraphView(View):
             self._select(node=m.path)
             i = self._layout.index(m.path)
             center = (float(self._layout.x[i]), float(self._layout.y[i]))
-        self._focus(*center)
+        outer = m.ancestors[0] if m.ancestors else (m.path if m.is_group else None)
+        frame = next((f for f in self._layout.frames if f.path == outer), None)
+        self._focus(*center, frame)
 
-    def _focus(self, x: float, y: float) -> None:
-        """Centre the view on (x, y) at a zoom where op names fit."""
+    def _focus(self, x: float, y: float, frame=None) -> None:
+        """Show (x, y) at a zoom where op names fit; with the whole ``frame`` (the match's
+        layer) in view when it fits at that zoom."""
         span = FOCUS_SPAN
+        if frame is not None and frame.x1 - frame.x0 + 2 <= FOCUS_MAX_SPAN:
+            span = max(span, frame.x1 - frame.x0 + 2)
+            x, y = (frame.x0 + frame.x1) / 2, (frame.y0 + frame.y1) / 2
         aspect = (self.figure.layout.height or 500) / PLOT_PX
         with self.figure.batch_update():
             self.figure.layout.xaxis.range = [x - span / 2, x + span / 2]
