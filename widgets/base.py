@@ -14,6 +14,7 @@ import numpy as np
 import traitlets as tl
 
 from .errors import ErrorPane
+from .fit import FitWidth
 from .progress import Progress
 from .selection import Selection
 
@@ -87,7 +88,8 @@ class View(ipw.VBox):
         self.stale_banner.layout.display = "none"
 
     def _layout_children(self, *rows: ipw.Widget) -> None:
-        self.children = (self.stale_banner, *rows, self.progress, self.errors)
+        # FitWidth: the view's plots take the width the page gives them (see widgets/fit.py).
+        self.children = (self.stale_banner, *rows, self.progress, self.errors, FitWidth())
 
 
 def _escape(text: str) -> str:

@@ -31,11 +31,18 @@ import plotly.graph_objects as go
 
 __all__ = ["FigureWidget"]
 
+
 class FigureWidget(go.FigureWidget):
     """``go.FigureWidget`` that re-sends its whole state after each update message."""
 
     state_syncs = 0  # full-state sends after updates (tests read it); plotly only lets
     # attributes it knows be set, so this one is declared on the class
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Plotly re-measures a responsive plot on a window resize: widgets.fit.FitWidth sends
+        # one when the view gets its width, so the plot fills the column (issue 12).
+        self._config = {**(self._config or {}), "responsive": True}
 
     def _sync_state(self) -> None:
         # As plotly's own _repr_mimebundle_ does at display time: the synced traits hold a

@@ -1,0 +1,71 @@
+"""``FitWidth``: makes the plots of a view take the width the page gives them.
+
+Plotly's FigureWidget draws its plot as soon as its element exists, before JupyterLab has
+attached it to the page: the element has no width yet and plotly falls back to its default of
+700 px, so on a laptop every figure filled about 65% of the notebook column until it was
+updated (issue 12). Plotly only measures again on a window ``resize`` event (with the
+``responsive`` config our figures carry, see ``widgets.figure_widget``), and nothing sends one.
+
+``FitWidth`` is an invisible anywidget placed in every view. In the page it looks at the
+view's plots for 30 s after it is drawn (plots appear when plotly's large module has loaded)
+and then whenever the view's box changes size (a tab selected, the file browser opened or
+closed); when an autosized plot's width differs from its element's, it sends one ``resize``
+event (coalesced to one per animation frame for the whole page) and plotly re-measures.
+"""
+
+from __future__ import annotations
+
+import anywidget
+
+__all__ = ["FitWidth"]
+
+_ESM = """
+function kickSoon() {
+  if (window.__explorerFitPending) return;
+  window.__explorerFitPending = true;
+  requestAnimationFrame(() => {
+    window.__explorerFitPending = false;
+    window.__explorerFitKicks = (window.__explorerFitKicks || 0) + 1;
+    window.dispatchEvent(new Event('resize'));
+  });
+}
+
+// A drawn, visible, autosized plot whose width is not its element's width.
+function misfit(box) {
+  for (const gd of box.querySelectorAll('.js-plotly-plot')) {
+    const full = gd._fullLayout;
+    if (!full || !full.autosize || gd.offsetParent === null) continue;
+    const w = Math.round(gd.getBoundingClientRect().width);
+    if (w > 0 && Math.abs(full.width - w) > 2) return true;
+  }
+  return false;
+}
+
+export default {
+  render({ model, el }) {
+    el.style.height = '0px';
+    el.style.overflow = 'hidden';
+    let box = null;
+    const check = () => { if (box && misfit(box)) kickSoon(); };
+    const ro = new ResizeObserver(() => requestAnimationFrame(check));
+    // Plots draw when their (large) module has loaded, possibly after this widget: look
+    // again for a while after the first render, then only on size changes.
+    let ticks = 0;
+    const timer = setInterval(() => {
+      if (!box) {
+        box = el.closest('.widget-vbox, .widget-box, .jp-OutputArea-output');
+        if (box) ro.observe(box);
+      }
+      check();
+      if (++ticks > 120) clearInterval(timer);
+    }, 250);
+    return () => { clearInterval(timer); ro.disconnect(); };
+  },
+};
+"""
+
+
+class FitWidth(anywidget.AnyWidget):
+    """Invisible: re-fits the responsive plots of the enclosing view to its width."""
+
+    _esm = _ESM
