@@ -200,7 +200,9 @@ PLOTS = f"""() => Array.from({NB}.node.querySelectorAll('.js-plotly-plot')).map(
            with_data: traces.filter(has).length,
            visible: gd.offsetParent !== null,
            title: title ? title.textContent : '',
-           width: gd.getBoundingClientRect().width}};
+           width: Math.round(gd.getBoundingClientRect().width),
+           drawn_width: gd._fullLayout ? Math.round(gd._fullLayout.width) : null,
+           autosize: !!(gd._fullLayout && gd._fullLayout.autosize)}};
 }})"""
 
 # The index of the code cell holding an element (-1 outside any cell).
@@ -266,13 +268,22 @@ def run_all(page, timeout_s: float) -> float:
 
 
 def wait_for_plots(page, timeout_s: float = 60.0) -> list[dict]:
-    """Wait until every visible plot has a trace with data (or the timeout); return them."""
+    """Wait until every visible plot has a trace with data and, when autosized, is drawn at
+    the width of its element (or the timeout); return them."""
     try:
         page.wait_for_function(
             f"() => {{ const p = ({PLOTS})(); return p.length > 0 && "
-            "p.filter(x => x.visible).every(x => x.with_data > 0); }",
+            "p.filter(x => x.visible).every(x => x.with_data > 0 && "
+            "(!x.autosize || Math.abs(x.drawn_width - x.width) <= 2)); }",
             timeout=timeout_s * 1000,
         )  # fmt: skip
     except Exception:  # noqa: BLE001  (the caller asserts on what is there)
         pass
     return page.evaluate(PLOTS)
+
+
+def misfit_plots(plots: list[dict]) -> list[dict]:
+    """Visible autosized plots drawn narrower or wider than their element (plotly's 700 px
+    fallback when it drew before the page gave it a width)."""
+    return [p for p in plots if p["visible"] and p["autosize"]
+            and abs((p["drawn_width"] or 0) - p["width"]) > 2]  # fmt: skip

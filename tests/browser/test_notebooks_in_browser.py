@@ -2,8 +2,8 @@
 
 What the browser holds is checked, not what Python holds (issue 12, item 10):
 - every cell runs without an error output;
-- every plot the page shows has at least one trace with data (plots inside tabs are shown one
-  tab at a time and checked too);
+- every plot the page shows has at least one trace with data and is drawn at the width of its
+  element (plots inside tabs are shown one tab at a time and checked too);
 - no ``.widget-readout`` / ``.widget-label`` / button is cut (scrollWidth > clientWidth);
 - no output scrolls sideways;
 - one screenshot per view goes to ``test-artifacts/<notebook>-<k>.png`` and the run-all time
@@ -28,6 +28,7 @@ from lab import (
     LabError,
     chromium,
     jupyterlab,
+    misfit_plots,
     open_notebook,
     run_all,
     wait_for_plots,
@@ -86,13 +87,18 @@ def test_notebook_in_the_browser(lab, browser, name):
         plots = wait_for_plots(page)
         empty = _empty_plots(plots)
         assert not empty, f"{name}: plots drawn without data: {empty}"
+        narrow = misfit_plots(plots)
+        assert not narrow, f"{name}: plots not drawn at their element's width: {narrow}"
 
         # Plots inside tabs: show each tab, its plots must draw with data.
         for tab in page.evaluate(TABS):
             page.locator(".jp-OutputArea-output .lm-TabBar-tab").nth(tab["i"]).click()
             time.sleep(0.3)
-            empty = _empty_plots(wait_for_plots(page, 20))
+            in_tab = wait_for_plots(page, 20)
+            empty = _empty_plots(in_tab)
             assert not empty, f"{name}, tab {tab['label']!r}: plots without data: {empty}"
+            narrow = misfit_plots(in_tab)
+            assert not narrow, f"{name}, tab {tab['label']!r}: plots not at full width: {narrow}"
             clipped = page.evaluate(CLIPPED)
             assert not clipped, f"{name}, tab {tab['label']!r}: cut text: {clipped}"
 
