@@ -8,7 +8,6 @@ from typing import Any
 
 import ipywidgets as ipw
 import numpy as np
-import plotly.graph_objects as go
 import traitlets as tl
 
 from explorer.ir import Graph
@@ -23,6 +22,7 @@ from explorer.ir.hierarchy import (
 
 from .base import View
 from .errors import field
+from .figure_widget import FigureWidget
 from .figures.graph import (
     COLOR_BY,
     OPEN_PREFIX,
@@ -124,7 +124,7 @@ class GraphView(View):
         self._layout: GraphLayout = graph_layout(graph, expanded=self.expanded)
         self._hover: dict[str, str] = {}  # unit -> hover text, for the current plan
         self._spec = self._build()
-        self.figure = go.FigureWidget(self._spec)
+        self.figure = FigureWidget(self._spec)  # complete page state; fills the column
         self.figure.layout.width = None
         self.figure.data[TRACE_NODES].on_click(self.errors.guard(self._on_click))
         self.figure.data[TRACE_GROUPS].on_click(self.errors.guard(self._on_click))
@@ -412,10 +412,19 @@ class GraphView(View):
         if frame is not None and frame.x1 - frame.x0 + 2 <= FOCUS_MAX_SPAN:
             span = max(span, frame.x1 - frame.x0 + 2)
             x, y = (frame.x0 + frame.x1) / 2, (frame.y0 + frame.y1) / 2
-        aspect = (self.figure.layout.height or 500) / PLOT_PX
+        # The y span that keeps the plot's aspect (its axes are locked 1:1): with both
+        # spans consistent, plotly shows exactly this x range and the labels fit it.
+        m = self.figure.layout.margin
+        plot_h = (self.figure.layout.height or 500) - (m.t or 0) - (m.b or 0)
+        plot_w = PLOT_PX - (m.l or 0) - (m.r or 0)
+        aspect = max(plot_h, 50) / max(plot_w, 50)
+        y_span = span * aspect
+        top = y + y_span / 2
+        if frame is not None and frame.y1 - frame.y0 + 2 <= y_span:
+            top = frame.y1 + 1.5  # the layer near the top, what follows it below
         with self.figure.batch_update():
             self.figure.layout.xaxis.range = [x - span / 2, x + span / 2]
-            self.figure.layout.yaxis.range = [y - span * aspect / 2, y + span * aspect / 2]
+            self.figure.layout.yaxis.range = [top - y_span, top]
         self._on_zoom(self.figure.layout, (x - span / 2, x + span / 2))
 
     # --- details ------------------------------------------------------------------------
