@@ -22,4 +22,4 @@ def test_ir_and_lists(capsys):
 def test_unknown_model_is_one_clear_error(capsys):
     assert main(["summary", "llama2-7"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: unknown model 'llama2-7'") and "llama2-7b" in err
+    assert err.startswith("error: argument model: unknown model 'llama2-7'") and "llama2-7b" in err

@@ -131,7 +131,7 @@ def test_unknown_model_lists_close_matches():
 def test_malformed_json(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text('{"name": "x", "arch": "decoder",')
-    with pytest.raises(ModelConfigError, match=r"bad.json: not valid JSON \(line 1"):
+    with pytest.raises(ModelConfigError, match=r"bad.json: malformed JSON at line 1"):
         ex.models.load_file(p)
 
 

@@ -29,19 +29,23 @@ Memory capacity is usually given in GiB because vendors' "80GB" parts hold 80 Gi
 from __future__ import annotations
 
 import difflib
-import json
 import math
 import os
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 from explorer.hardware.chip import DTYPES, Chip
 from explorer.hardware.cluster import Cluster
 from explorer.hardware.errors import HardwareError
+from explorer.jsonfile import as_path, read_json
 
 __all__ = ["datasets_dir", "load", "load_file", "names", "resolve"]
 
 ENV_VAR = "EXPLORER_DATASETS"
+#: Largest number a profile field may hold (in its unit: TFLOP/s, GiB, GB/s, us); real
+#: figures are below 1e6, and larger ones would overflow once scaled to bytes and FLOP/s.
+MAX_FIGURE = 1e30
 _GIB = 2**30
 
 _TOP_FIELDS = {"name", "source", "notes", "chip", "cluster"}
@@ -135,19 +139,18 @@ def load_file(path: str | os.PathLike[str]) -> Cluster:
     >>> load_file(datasets_dir() / "hardware" / "h100-sxm.json").chips_per_node
     8
     """
-    path = Path(path)
+    path = as_path(path, HardwareError, "hardware profile")
     where = _display(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise HardwareError(f"{where}: cannot read hardware profile ({err.strerror})") from err
+        data = read_json(path, HardwareError, "hardware profile")
+    except HardwareError as err:  # the reader names the full path; keep the short one
+        raise HardwareError(str(err).replace(str(path), where, 1)) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise HardwareError(
-            f"{where}: malformed JSON at line {err.lineno} column {err.colno}: {err.msg}"
-        ) from err
-    return _parse(data, where)
+        return _parse(data, where)
+    except HardwareError as err:  # Chip and Cluster checks do not know the file: add it
+        if str(err).startswith(where):
+            raise
+        raise HardwareError(f"{where}: {err}") from None
 
 
 def _parse(data: Any, where: str) -> Cluster:
@@ -262,6 +265,8 @@ class _Reader:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if not ok or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
             self.fail(field, f"is {value!r}", expected)
+        if value >= MAX_FIGURE:
+            self.fail(field, f"is {value!r}", f"{expected} below MAX_FIGURE={MAX_FIGURE:g}")
         return float(value)
 
     def integer(self, data: dict[str, Any], field: str) -> int:
@@ -274,7 +279,7 @@ class _Reader:
 
 def _scale(value: float, exponent: int) -> float:
     """``value * 10**exponent`` correctly rounded (5 us -> 5e-06, not 4.9999999999999996e-06)."""
-    return float(f"{value!r}e{exponent}")
+    return float(Decimal(repr(float(value))).scaleb(exponent))
 
 
 def _display(path: Path) -> str:

@@ -50,6 +50,8 @@ class Cluster:
     source: str = ""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise HardwareError(f"Cluster name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.chip, Chip):
             raise HardwareError(f"Cluster {self.name!r}: chip must be a Chip, got {self.chip!r}")
         for field in ("chips_per_node", "max_nodes"):

@@ -23,7 +23,12 @@ from explorer.hardware.collectives import (
 )
 from explorer.hardware.errors import MeshError
 
-__all__ = ["Mesh"]
+__all__ = ["MAX_DEVICES", "Mesh"]
+
+#: Most devices a mesh may hold. Meshes materialise their device ids (8 bytes each, more for
+#: groups), so 10**12 devices would need terabytes; the largest clusters hold ~10**5 chips.
+#: Raise it by assigning ``explorer.hardware.mesh.MAX_DEVICES``.
+MAX_DEVICES = 2**20
 
 AxesSpec = Mapping[str, int] | Iterable[tuple[str, int]]
 
@@ -64,6 +69,12 @@ class Mesh:
         pairs = _check_axes(axes)
         cluster = None if hardware is None else resolve(hardware)
         size = math.prod(size for _, size in pairs)
+        if size > MAX_DEVICES:
+            raise MeshError(
+                f"mesh {_describe(pairs)} has {size:,} devices, more than MAX_DEVICES="
+                f"{MAX_DEVICES:,}; shrink an axis, or raise explorer.hardware.mesh.MAX_DEVICES "
+                "(the device ids take 8 bytes each)"
+            )
         if cluster is not None and size > cluster.capacity:
             raise MeshError(
                 f"mesh {_describe(pairs)} has {size} devices but {cluster.name} holds at most "

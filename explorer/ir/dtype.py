@@ -7,6 +7,8 @@ from enum import Enum
 
 import numpy as np
 
+from .errors import IRError
+
 __all__ = ["DType"]
 
 
@@ -43,13 +45,17 @@ class DType(Enum):
         """Read a dtype from its short name, e.g. ``"bf16"``; unknown names list close ones."""
         if isinstance(value, DType):
             return value
+        names = [d.value for d in cls]
+        if not isinstance(value, str):
+            raise IRError(
+                f"dtype {value!r} is not a dtype name; expected one of {', '.join(names)}"
+            )
         try:
-            return cls(str(value).lower())
+            return cls(value.lower())
         except ValueError:
-            names = [d.value for d in cls]
-            close = difflib.get_close_matches(str(value), names, n=3)
+            close = difflib.get_close_matches(value, names, n=3)
             hint = f" Did you mean {', '.join(close)}?" if close else ""
-            raise ValueError(
+            raise IRError(
                 f"unknown dtype {value!r}; expected one of {', '.join(names)}.{hint}"
             ) from None
 

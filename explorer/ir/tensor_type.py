@@ -6,8 +6,12 @@ import math
 from dataclasses import dataclass
 
 from .dtype import DType
+from .errors import IRError
 
-__all__ = ["TensorType"]
+__all__ = ["MAX_NUMEL", "TensorType"]
+
+#: Most elements a tensor type may describe: sizes beyond int64 cannot be counted by numpy.
+MAX_NUMEL = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -23,13 +27,22 @@ class TensorType:
     dtype: DType = DType.FP32
 
     def __post_init__(self) -> None:
+        if isinstance(self.shape, str) or not isinstance(self.shape, tuple | list):
+            raise IRError(f"tensor shape {self.shape!r} is not a tuple of ints; e.g. (8, 1024)")
         shape = tuple(self.shape)
         for d in shape:
             if isinstance(d, bool) or not isinstance(d, int | _np_int()) or d < 0:
-                raise ValueError(
+                raise IRError(
                     f"tensor shape {shape!r} has dim {d!r}; every dim must be an int >= 0"
                 )
-        object.__setattr__(self, "shape", tuple(int(d) for d in shape))
+        shape = tuple(int(d) for d in shape)
+        if math.prod(shape) > MAX_NUMEL:
+            raise IRError(
+                f"tensor shape {shape!r} has {math.prod(shape):.3g} elements, more than "
+                f"MAX_NUMEL=2**63-1 that numpy's int64 sizes and offsets can count; "
+                "use smaller dims"
+            )
+        object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", DType.parse(self.dtype))
 
     @property

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ..errors import ExplorerError
+from ..ir.dtype import DType
 
 __all__ = ["ModelConfig", "ModelConfigError", "Arch", "Norm", "Activation", "Position"]
 
@@ -86,6 +89,7 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         where = f"model {self.name!r}"
+        _check_types(self, where)
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if f.name in _LITERALS and v not in _LITERALS[f.name]:
@@ -127,8 +131,17 @@ class ModelConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ModelConfigError(f"{where}: dropout={self.dropout}; expected 0 <= p < 1")
-        if self.capacity_factor <= 0:
-            raise ModelConfigError(f"{where}: capacity_factor must be > 0")
+        if not (math.isfinite(self.capacity_factor) and self.capacity_factor > 0):
+            raise ModelConfigError(
+                f"{where}: capacity_factor={self.capacity_factor!r}; expected a finite number > 0 "
+                "(1.0 = exactly the average tokens per expert)"
+            )
+        if self.dtype not in _FLOAT_DTYPES:
+            raise ModelConfigError(
+                f"{where}: field 'dtype' is {self.dtype!r}; expected one of "
+                f"{', '.join(repr(d) for d in _FLOAT_DTYPES)} (parameters and activations are "
+                "floating point)"
+            )
 
     @property
     def kv_heads(self) -> int:
@@ -168,3 +181,30 @@ _LITERALS = {
     "activation": get_args(Activation),
     "position": get_args(Position),
 }
+
+_FLOAT_DTYPES = tuple(d.value for d in DType if d.is_float)
+
+
+def _check_types(cfg: ModelConfig, where: str) -> None:
+    """Each field holds the type its annotation names (bools are not ints, numbers are
+    finite); range checks follow in ``__post_init__``."""
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        kind = str(f.type)
+        if v is None and "None" in kind:
+            continue
+        if kind.startswith("int"):
+            ok = isinstance(v, int) and not isinstance(v, bool)
+            expected = "an integer"
+        elif kind.startswith("float"):
+            ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+            expected = "a finite number"
+        elif kind == "bool":
+            ok, expected = isinstance(v, bool), "true or false"
+        else:  # str and the Literal aliases
+            ok, expected = isinstance(v, str), "a string"
+        if not ok:
+            null = " or null for the default" if "None" in kind else ""
+            raise ModelConfigError(f"{where}: field {f.name!r} is {v!r}; expected {expected}{null}")
+    if not cfg.name.strip():
+        raise ModelConfigError(f"{where}: field 'name' is empty; give the model a short name")

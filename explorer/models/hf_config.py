@@ -1,0 +1,193 @@
+"""``from_hf_config``: a ``ModelConfig`` from a Hugging Face ``config.json``, read exactly.
+
+Only the model types whose layers our builders reproduce exactly are read (``SUPPORTED``);
+any other ``model_type`` is refused, naming these, instead of being read as LLaMA. Every
+field read is type-checked under its Hugging Face name, and every error names the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..jsonfile import as_path, read_json
+from .config import ModelConfig, ModelConfigError
+
+__all__ = ["SUPPORTED", "from_hf_config"]
+
+#: ``model_type`` -> what it is read as. Other types (gpt_neox, t5, mamba, qwen2, ...) have
+#: layers our builders do not reproduce (parallel residuals, encoder-decoder, state spaces,
+#: q/k/v-only biases), so they are refused rather than approximated.
+SUPPORTED = {
+    "llama": "decoder, RMSNorm, rotary, SwiGLU",
+    "mistral": "decoder, RMSNorm, rotary, SwiGLU",
+    "mixtral": "decoder, RMSNorm, rotary, SwiGLU mixture of experts",
+    "gpt2": "decoder, LayerNorm, learned positions, GELU/ReLU MLP",
+    "bert": "encoder, post-LayerNorm, learned positions, GELU/ReLU MLP",
+}
+_GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python")
+
+
+def from_hf_config(path: str | Path | Mapping[str, Any], name: str | None = None) -> ModelConfig:
+    """Read a Hugging Face ``config.json`` (a file, a folder holding one, or its dict).
+
+    Args:
+        path: ``config.json``, the model folder that contains it, or the parsed dict.
+        name: the config's name (default: ``_name_or_path``, else the folder's name).
+
+    Raises:
+        ModelConfigError: the file is missing, unreadable or not an object; its
+            ``model_type`` is not in ``SUPPORTED``; a field is missing or ill-typed.
+
+    >>> cfg = from_hf_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2,
+    ...                       "n_head": 4, "vocab_size": 100, "n_positions": 32})
+    >>> cfg.arch, cfg.activation, cfg.num_layers
+    ('decoder', 'gelu', 2)
+    """
+    if isinstance(path, Mapping):
+        raw, where, folder = dict(path), "Hugging Face config", ""
+    else:
+        file = as_path(path, ModelConfigError, "Hugging Face config")
+        if file.is_dir():
+            if not (file / "config.json").is_file():
+                raise ModelConfigError(
+                    f"{file}: is a folder without a config.json; give the config.json file "
+                    "or the model folder that holds it"
+                )
+            file = file / "config.json"
+        raw = read_json(file, ModelConfigError, "Hugging Face config")
+        where, folder = str(file), file.resolve().parent.name
+    if not isinstance(raw, dict):
+        raise ModelConfigError(
+            f"{where}: the top level is {kind_of(raw)}; a config.json holds a JSON object"
+        )
+    fields = _Fields(raw, where)
+    mtype = fields.model_type()
+    if name is None:
+        name = fields.optional("_name_or_path", str, None) or folder or mtype
+    if not isinstance(name, str) or not name.strip():
+        raise ModelConfigError(f"{where}: name={name!r}; expected a non-empty string")
+    read = {"gpt2": _gpt2, "bert": _bert}.get(mtype, _llama)
+    values = read(fields, mtype)
+    try:
+        return ModelConfig(name=name, **values)
+    except ModelConfigError as e:
+        raise ModelConfigError(f"{where}: {e}") from None
+
+
+def _gpt2(f: _Fields, mtype: str) -> dict[str, Any]:
+    return dict(
+        arch="decoder", hidden_size=f.positive("n_embd"), num_layers=f.positive("n_layer"),
+        num_heads=f.positive("n_head"), ffn_hidden_size=f.positive_or_none("n_inner"),
+        vocab_size=f.positive("vocab_size"), max_seq_len=f.positive("n_positions", "n_ctx"),
+        activation=f.activation("activation_function", "gelu_new", gated=False),
+        norm="layernorm", position="learned",
+        tied_embeddings=f.optional("tie_word_embeddings", bool, True), bias=True,
+    )  # fmt: skip
+
+
+def _bert(f: _Fields, mtype: str) -> dict[str, Any]:
+    return dict(
+        arch="encoder", hidden_size=f.positive("hidden_size"),
+        num_layers=f.positive("num_hidden_layers"), num_heads=f.positive("num_attention_heads"),
+        ffn_hidden_size=f.positive("intermediate_size"), vocab_size=f.positive("vocab_size"),
+        max_seq_len=f.positive("max_position_embeddings"), norm_position="post",
+        type_vocab_size=f.optional("type_vocab_size", int, 2), embed_norm=True,
+        activation=f.activation("hidden_act", "gelu", gated=False), position="learned",
+    )  # fmt: skip
+
+
+def _llama(f: _Fields, mtype: str) -> dict[str, Any]:
+    if f.optional("mlp_bias", bool, False):
+        raise ModelConfigError(
+            f"{f.where}: field 'mlp_bias' is true; the builders give MLP biases only together "
+            "with attention biases (attention_bias), so this config cannot be read exactly"
+        )
+    moe = {}
+    if mtype == "mixtral":
+        moe = dict(num_experts=f.positive("num_local_experts"),
+                   experts_top_k=f.optional("num_experts_per_tok", int, 2))  # fmt: skip
+    return dict(
+        arch="decoder", hidden_size=f.positive("hidden_size"),
+        num_layers=f.positive("num_hidden_layers"), num_heads=f.positive("num_attention_heads"),
+        num_kv_heads=f.positive_or_none("num_key_value_heads"),
+        head_dim=f.positive_or_none("head_dim"),
+        ffn_hidden_size=f.positive("intermediate_size"), vocab_size=f.positive("vocab_size"),
+        max_seq_len=f.optional("max_position_embeddings", int, 4096), norm="rmsnorm",
+        activation=f.activation("hidden_act", "silu", gated=True), position="rope",
+        tied_embeddings=f.optional("tie_word_embeddings", bool, False),
+        bias=f.optional("attention_bias", bool, False), **moe,
+    )  # fmt: skip
+
+
+class _Fields:
+    """Typed access to a config's fields; errors name the file and the Hugging Face key."""
+
+    def __init__(self, raw: dict[str, Any], where: str) -> None:
+        self.raw, self.where = raw, where
+
+    def fail(self, key: str, value: Any, expected: str) -> None:
+        raise ModelConfigError(f"{self.where}: field {key!r} is {value!r}; expected {expected}")
+
+    def model_type(self) -> str:
+        mtype = self.raw.get("model_type")
+        if mtype is None and "n_embd" in self.raw:
+            return "gpt2"  # GPT-2 configs written before model_type existed
+        if not isinstance(mtype, str) or mtype not in SUPPORTED:
+            got = "missing" if mtype is None else f"{mtype!r}"
+            raise ModelConfigError(
+                f"{self.where}: model_type {got} is not supported; supported model types: "
+                f"{', '.join(SUPPORTED)} (others are not read exactly; trace the model with "
+                "explorer.models.from_hf instead)"
+            )
+        return mtype
+
+    def optional(self, key: str, kind: type, default: Any) -> Any:
+        if key not in self.raw:
+            return default
+        value = self.raw[key]
+        ok = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        if not ok:
+            names = {bool: "true or false", int: "an integer", str: "a string"}
+            self.fail(key, value, names[kind])
+        if kind is int and value <= 0:
+            self.fail(key, value, "an integer > 0")
+        return value
+
+    def positive(self, *keys: str) -> int:
+        for key in keys:
+            if key in self.raw:
+                value = self.raw[key]
+                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                    self.fail(key, value, "an integer > 0")
+                return value
+        raise ModelConfigError(
+            f"{self.where}: field {' or '.join(repr(k) for k in keys)} is missing; "
+            f"a {self.raw.get('model_type') or 'gpt2'} config.json needs it"
+        )
+
+    def positive_or_none(self, key: str) -> int | None:
+        value = self.raw.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):  # fmt: skip
+            self.fail(key, value, "an integer > 0 or null")
+        return value
+
+    def activation(self, key: str, default: str, *, gated: bool) -> str:
+        act = self.raw.get(key, default)
+        if gated:  # LLaMA-family MLPs are act(gate(x)) * up(x): only SiLU is modelled
+            if act in ("silu", "swish"):
+                return "swiglu"
+            self.fail(key, act, "'silu' (the gated MLP is modelled as SwiGLU only)")
+        if act in _GELU:
+            return "gelu"
+        if act == "relu":
+            return "relu"
+        self.fail(key, act, f"one of {', '.join(map(repr, _GELU))} or 'relu'")
+        raise AssertionError  # fail raised
+
+
+def kind_of(value: Any) -> str:
+    kinds = {list: "a list", type(None): "null", str: "a string", bool: "a boolean"}
+    return kinds.get(type(value), "a number")
