@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import ipywidgets as ipw
@@ -13,10 +14,12 @@ from explorer.ir import TensorType
 from explorer.sharding import Layout
 from explorer.sharding.lesson import ring_collective
 
-from .base import View, replace_figure
+from .base import View
+from .base import replace_figure as _replace_figure
 from .errors import field
 from .figures.mesh import TRACE_CELLS, default_dims, mesh_figure, sharding_figure
 from .figures.ring import TEACH_KINDS, ring_rounds_figure
+from .figures.style import base_layout
 from .selection import Selection
 
 __all__ = ["MeshView"]
@@ -74,8 +77,6 @@ class MeshView(View):
         self.tensor_figure = go.FigureWidget(_placeholder())
         self._ring_coll = _teaching_ring(self.teach_kind, mesh, self.teach_axis)
         self.ring_figure = go.FigureWidget(self._ring())
-        for fw in (self.figure, self.tensor_figure, self.ring_figure):
-            fw.layout.autosize = True
         self.figure.data[TRACE_CELLS].on_click(self.errors.guard(self._on_click))
         guard = self.errors.guard
         words = {"style": {"description_width": "initial"}, "layout": ipw.Layout(width="auto")}
@@ -102,8 +103,6 @@ class MeshView(View):
         self.scope = ipw.HTML(layout=ipw.Layout(width="100%"))
         c = self.controls
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
-        for fw in (self.figure, self.tensor_figure, self.ring_figure):
-            fw.layout.width = None
         self._layout_children(
             ipw.HBox([c["operand"], c["dims"], c["collective"]], layout=wrap), self.scope,
             self.figure, self.info, self.tensor_figure,
@@ -429,7 +428,25 @@ def _teaching_ring(kind: str, mesh: Mesh, axis: str):
 
 
 def _placeholder() -> go.Figure:
-    fig = go.Figure(go.Scatter(x=[], y=[], mode="text", name="blocks"))
-    fig.update_layout(title="select a tensor (click a node of the graph)", height=300,
-                      plot_bgcolor="white", xaxis={"visible": False}, yaxis={"visible": False})  # fmt: skip
+    """The tensor figure before any tensor is chosen: one line saying how to choose one."""
+    fig = go.Figure(go.Scatter(x=[0], y=[0], mode="text", name="blocks", hoverinfo="skip",
+                               text=["click an op in the graph (or call show_layout)"],
+                               textfont={"color": "#111"}))  # fmt: skip
+    fig.update_layout(base_layout("no tensor selected", height=300, legend=False))
+    fig.update_layout(plot_bgcolor="white", xaxis={"visible": False}, yaxis={"visible": False})
     return fig
+
+
+def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
+    """`widgets.base.replace_figure`, then the widget's full state re-synced.
+
+    A FigureWidget inside a container (this view's VBox, an HBox, a Tab) is drawn by the
+    page from its synced ``_widget_data``/``_widget_layout``; plotly refreshes those only in
+    the FigureWidget's own ``_repr_mimebundle_``, which a container never calls. Updates
+    made before the page draws the view were then lost or half-applied in Chromium (a
+    trace without ``x``, or plotly's "Cannot use 'in' operator" on a first draw), so the
+    full state is synced after every update.
+    """
+    _replace_figure(target, source)
+    target._widget_layout = copy.deepcopy(target._layout_obj._props)
+    target._widget_data = copy.deepcopy(target._data)

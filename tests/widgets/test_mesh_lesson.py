@@ -157,3 +157,40 @@ def test_any_order_of_control_changes_keeps_traces_complete():
         _complete(view.figure)
         _complete(view.ring_figure)
         assert not view.errors.last, view.errors.last
+
+
+def _page_state(fw):
+    """What a front-end that draws the figure now receives (plotly's synced widget state)."""
+    return fw._widget_data, fw._widget_layout
+
+
+def test_a_view_drawn_after_updates_gets_the_current_figure():
+    # A FigureWidget inside a VBox is drawn from its synced state; updates made before the
+    # page draws it were lost in Chromium (a trace without x, plotly's "Cannot use 'in'
+    # operator" on first draw) until the views re-sync the whole state after each update.
+    view = ParallelismLesson(ex.Mesh({"dp": 2, "tp": 4}))
+    view.controls["step"].value = 4
+    for fw in (view.figure, view.ring_figure):
+        data, layout = _page_state(fw)
+        now = fw.to_dict()
+        assert [list(t["x"]) for t in data] == [list(t["x"]) for t in now["data"]]
+        assert layout["title"]["text"] == now["layout"]["title"]["text"]
+    assert "round 2 of 6" in _page_state(view.ring_figure)[1]["title"]["text"]
+
+
+def test_mesh_view_drawn_after_updates_gets_the_current_figure():
+    from widgets import MeshView
+
+    mesh = ex.Mesh({"dp": 2, "tp": 4})
+    view = MeshView(mesh)
+    view.show_layout(ex.TensorType((2, 4, 8, 16), "bf16"),
+                     ex.sharding.Layout((("dp",), (), (), ("tp",))), "q")  # fmt: skip
+    view.controls["dims"].value = (1, 3)
+    view.click_device(6)
+    for fw in (view.figure, view.tensor_figure, view.ring_figure):
+        data, layout = _page_state(fw)
+        assert layout["title"]["text"] == fw.layout.title.text
+        assert len(data) == len(fw.data)
+    assert "dim 1" in _page_state(view.tensor_figure)[1]["yaxis"]["title"]["text"]
+    shapes = _page_state(view.figure)[1]["shapes"]
+    assert any(s.get("line", {}).get("width") == 4 for s in shapes)  # the selected device

@@ -152,6 +152,7 @@ def mesh_figure(
             gy += [float(rows[d]) for d in ring] + [None]
     color = collective_color(collective) if collective else "#E4002B"
     groups = go.Scatter(x=gx, y=gy, mode="lines+markers", name="groups", hoverinfo="skip",
+                        visible=bool(gx),
                         line={"width": 3, "color": color}, marker={"size": 6, "color": color})  # fmt: skip
     fig = go.Figure([cells, groups])
     shapes = []
@@ -380,7 +381,7 @@ def lesson_blocks_figure(step, *, title: str = "") -> go.Figure:
             (c0, c1) = span[-1]
             x0, x1, y0, y1 = x + c0 * sx, x + c1 * sx, r0 * sy, r1 * sy
             partial = t.is_partial
-            shapes.append({"type": "rect", "x0": x0, "x1": x1, "y0": y0, "y1": y1,
+            shapes.append({"type": "rect", "x0": x0, "x1": x1, "y0": y0, "y1": y1, "layer": "below",
                            "fillcolor": PALETTE[b % len(PALETTE)], "opacity": 0.55 if partial
                            else 0.8, "line": {"color": "#B00020" if partial else "white",
                                               "width": 2.5 if partial else 2,
