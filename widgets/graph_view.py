@@ -186,6 +186,9 @@ class GraphView(View):
                     changes.update(x=now["x"], y=now["y"], marker=now["marker"])
                 if changes:
                     trace.update(changes, overwrite=True)
+            # The height stays the first one: the page does not jump when a group opens,
+            # and a plotly relayout of the height would end the plot's autosized width.
+            new["layout"]["height"] = old["layout"]["height"]
             lay = {k: v for k, v in new["layout"].items()
                    if not _same(old["layout"].get(k), v)}  # fmt: skip
             if lay:
