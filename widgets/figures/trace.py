@@ -220,12 +220,13 @@ def trace_figure(
     title = f"@jit {level + ' ' if level else ''}vs eager: {speedup_text(runs, cmp)}"
     layout = base_layout(title, height=470, legend=True)
     layout["legend"] = {"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.14,
-                        "yanchor": "top", "font": {"size": 11}, "title": {"text": "op "}}  # fmt: skip
+                        "yanchor": "top", "font": {"size": 11}}  # fmt: skip
     layout["margin"] = dict(layout["margin"], t=layout["margin"]["t"] - 24 + 10, b=110)
     fig.update_layout(
         **layout, barmode="overlay", bargap=0.25, uniformtext={"mode": "hide", "minsize": 9},
         plot_bgcolor="white", hovermode="closest",
     )  # fmt: skip
+    fig.update_annotations(font_size=12, x=0.0, xanchor="left")  # the two track titles
     fig.update_xaxes(title_text=f"time from the compilation's start ({c_unit})", row=1, col=1,
                      showticklabels=bool(comp), rangemode="tozero", gridcolor="#EEE")  # fmt: skip
     fig.update_xaxes(title_text=f"time from the run's start ({unit})", row=2, col=1,
@@ -293,13 +294,26 @@ _STATUS_LABEL = {
 }
 
 
+WRAP_COLUMNS = 8  # a long chain wraps into bands this many columns wide
+
+
+def _drawn(step, diff: RewriteDiff, side: str) -> tuple[str, ...]:
+    """The nodes drawn on ``side``: its focus without unchanged weights and inputs (they
+    would crowd the picture; their consumers' hover names them)."""
+    graph = getattr(step, side)
+    return tuple(n for n in getattr(diff, f"{side}_focus")
+                 if not (graph.node(n).is_source and diff.status(n, side) == "context"))  # fmt: skip
+
+
 def _diff_positions(step, diff: RewriteDiff) -> dict[str, tuple[float, float]]:
-    """Columns by dependency depth over both sides, rows in graph order; a node present on
-    both sides sits at the same place in both panels, so only the changes move."""
-    names = list(dict.fromkeys([*diff.before_focus, *diff.after_focus]))
+    """Columns by dependency depth over both sides, wrapped into bands of WRAP_COLUMNS, rows
+    in graph order; a node present on both sides sits at the same place in both panels, so
+    only the changes differ between them."""
+    before, after = _drawn(step, diff, "before"), _drawn(step, diff, "after")
+    names = list(dict.fromkeys([*before, *after]))
     keep = set(names)
     inputs: dict[str, set[str]] = {n: set() for n in names}
-    for graph, focus in ((step.before, diff.before_focus), (step.after, diff.after_focus)):
+    for graph, focus in ((step.before, before), (step.after, after)):
         for n in focus:
             inputs[n].update(i for i in graph.node(n).inputs if i in keep)
     depth = dict.fromkeys(names, 0)
@@ -311,13 +325,17 @@ def _diff_positions(step, diff: RewriteDiff) -> dict[str, tuple[float, float]]:
                 depth[n], moved = d, True
         if not moved:
             break
-    rows: dict[int, int] = {}
-    pos = {}
+    row: dict[str, int] = {}
+    count: dict[int, int] = {}
     for n in names:
-        r = rows.get(depth[n], 0)
-        rows[depth[n]] = r + 1
-        pos[n] = (float(depth[n]), -float(r))
-    return pos
+        row[n] = count.get(depth[n], 0)
+        count[depth[n]] = row[n] + 1
+    bands = max(depth.values(), default=0) // WRAP_COLUMNS + 1
+    height = [max((c for d, c in count.items() if d // WRAP_COLUMNS == b), default=1)
+              for b in range(bands)]  # fmt: skip
+    top = [sum(height[:b]) + 0.8 * b for b in range(bands)]
+    return {n: (float(depth[n] % WRAP_COLUMNS), -(top[depth[n] // WRAP_COLUMNS] + row[n]))
+            for n in names}  # fmt: skip
 
 
 def rewrite_figure(step, diff: RewriteDiff | None = None, title: str = "") -> go.Figure:
@@ -336,7 +354,7 @@ def rewrite_figure(step, diff: RewriteDiff | None = None, title: str = "") -> go
     shown: set[str] = set()
     for col, side in ((1, "before"), (2, "after")):
         graph = getattr(step, side) if step is not None else None
-        focus = getattr(diff, f"{side}_focus") if diff is not None else ()
+        focus = _drawn(step, diff, side) if diff is not None else ()
         ex_, ey = [], []
         for n in focus:
             for i in graph.node(n).inputs:
