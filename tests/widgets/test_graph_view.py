@@ -342,3 +342,15 @@ def test_any_scopes_lay_out_every_node_once(scopes, data):
     assert sorted(m for u in lay.units for m in lay.members[u]) == sorted(n.name for n in g.nodes)
     assert len(list(_polylines(lay))) == len(lay.edges)
     assert np.isfinite(lay.x).all() and np.isfinite(lay.y).all()
+
+
+def test_opening_groups_keeps_the_height_and_the_responsive_width(llama):
+    """A relayout of the height from Python ends plotly's autosized width in the page (the
+    plot falls back to 700 px): the view keeps its first height."""
+    view = GraphView(llama, collapsed=True)
+    height = view.figure.layout.height
+    view.click("scope:layers.0")
+    view.click("scope:layers.3")
+    assert view.figure.layout.height == height
+    assert view.figure.layout.width is None and view.figure.layout.autosize is True
+    assert view.figure._config.get("responsive") is True
