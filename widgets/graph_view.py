@@ -125,7 +125,6 @@ class GraphView(View):
         self._hover: dict[str, str] = {}  # unit -> hover text, for the current plan
         self._spec = self._build()
         self.figure = FigureWidget(self._spec)  # complete page state; fills the column
-        self.figure.layout.width = None
         self.figure.data[TRACE_NODES].on_click(self.errors.guard(self._on_click))
         self.figure.data[TRACE_GROUPS].on_click(self.errors.guard(self._on_click))
         self.figure.data[TRACE_BOXES].on_click(self.errors.guard(self._on_click))
@@ -149,7 +148,6 @@ class GraphView(View):
         self.controls["next"].on_click(self.errors.guard(lambda _: self.next_match()))
         self.controls["collapsed"].observe(self.errors.guard(self._on_collapse), names="value")
         self.match_info = ipw.HTML(layout=ipw.Layout(width="auto"))
-        self.figure.layout.autosize = True
         self.info = ipw.HTML()
         row = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
@@ -158,7 +156,6 @@ class GraphView(View):
                      layout=row),
             self.figure, self.info,
         )  # fmt: skip
-        self.figure.layout  # noqa: B018  (built)
         self._ready = True
         self.link(selection or Selection())
 
