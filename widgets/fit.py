@@ -7,10 +7,12 @@ updated (issue 12). Plotly only measures again on a window ``resize`` event (wit
 ``responsive`` config our figures carry, see ``widgets.figure_widget``), and nothing sends one.
 
 ``FitWidth`` is an invisible anywidget placed in every view. In the page it looks at the
-view's plots for 30 s after it is drawn (plots appear when plotly's large module has loaded)
-and then whenever the view's box changes size (a tab selected, the file browser opened or
-closed); when an autosized plot's width differs from its element's, it sends one ``resize``
-event (coalesced to one per animation frame for the whole page) and plotly re-measures.
+view's plots every 250 ms for 30 s after it is drawn (plots appear when plotly's large module
+has loaded), every second after that (a relayout from Python, e.g. a new height, can make
+plotly fall back to 700 px), and at once when the view's box changes size (a tab selected, the
+file browser opened or closed). When an autosized plot's width differs from its element's, it
+sends one ``resize`` event (coalesced to one per animation frame for the whole page) and
+plotly re-measures.
 """
 
 from __future__ import annotations
@@ -48,18 +50,22 @@ export default {
     let box = null;
     const check = () => { if (box && misfit(box)) kickSoon(); };
     const ro = new ResizeObserver(() => requestAnimationFrame(check));
-    // Plots draw when their (large) module has loaded, possibly after this widget: look
-    // again for a while after the first render, then only on size changes.
+    // Plots draw when their (large) module has loaded, possibly after this widget, and a
+    // relayout from Python (a new height) can make plotly fall back to its 700 px default:
+    // look every 250 ms for the first 30 s, then every second (a cheap check).
     let ticks = 0;
-    const timer = setInterval(() => {
+    let timer = null;
+    const tick = () => {
       if (!box) {
         box = el.closest('.widget-vbox, .widget-box, .jp-OutputArea-output');
         if (box) ro.observe(box);
       }
       check();
-      if (++ticks > 120) clearInterval(timer);
-    }, 250);
-    return () => { clearInterval(timer); ro.disconnect(); };
+      ticks += 1;
+      timer = setTimeout(tick, ticks < 120 ? 250 : 1000);
+    };
+    tick();
+    return () => { clearTimeout(timer); ro.disconnect(); };
   },
 };
 """
