@@ -9,7 +9,6 @@ the compiler's rewrite steps as a before/after diff, and the Chrome-trace file f
 from __future__ import annotations
 
 import base64
-import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -27,13 +26,14 @@ from explorer.trace import comparison_to_chrome, repeat_runs, slice_names
 from .base import View, replace_figure
 from .coalesce import Coalescer
 from .errors import field
+from .figure_widget import FigureWidget
 from .figures.trace import (
     TRACE_OTHER,
     TRACE_PICKED,
     flow_lines,
     rewrite_figure,
     speedup_text,
-    summary_figure,
+    summary_html,
     time_unit,
     trace_figure,
 )
@@ -64,26 +64,6 @@ def gpt_workload(
         return model, ex.tensor(rng.integers(0, vocab, (batch, size)), "int32")
 
     return _infer, make_args
-
-
-def _resync(fig: go.FigureWidget) -> None:
-    """Put the figure's whole state into the synced model after an update.
-
-    plotly sends an update as a restyle/relayout message: a view on screen applies it with
-    plotly.js, but the front-end model applies it to its stored copy with a simpler merge
-    that mangles some properties (table cells, per-point arrays), and a view created later
-    (the cell's output shown after the update, a page reload) draws that copy: seen as an
-    empty trace figure and a table without labels when the view was updated in the same
-    cell that displays it. Re-sending the full state keeps the stored copy exact; views
-    already on screen ignore it (plotly's model has no-op data/layout handlers).
-    """
-    fig._widget_data = copy.deepcopy(fig._data)
-    fig._widget_layout = copy.deepcopy(fig._layout)
-
-
-def _replace(target: go.FigureWidget, source: go.Figure) -> None:
-    replace_figure(target, source)
-    _resync(target)
 
 
 def _slider(value: int, lo: int, hi: int, step: int, text: str, tip: str) -> ipw.IntSlider:
@@ -154,9 +134,11 @@ class TraceCompare(View):
         self._compute(batch, size, runs)  # bad starting values raise here, to the caller
         self.batch, self.size, self.runs_n = batch, size, runs
         self.names = slice_names(*self.runs.eager, *self.runs.static)
-        self.figure = go.FigureWidget(self._trace_fig())
-        self.summary_figure = go.FigureWidget(summary_figure(self.comparison, self.runs))
-        self.steps_figure = go.FigureWidget(self._steps_fig())
+        self.figure = FigureWidget(self._trace_fig())
+        self.summary = ipw.HTML(
+            summary_html(self.comparison, self.runs), layout=ipw.Layout(width="100%")
+        )
+        self.steps_figure = FigureWidget(self._steps_fig())
         self.controls = {
             "batch": _slider(batch, 1, 16, 1, "batch", "input batch size: re-runs both"),
             "size": _slider(size, 8, 128, 8, "sequence length", "tokens per input"),
@@ -204,7 +186,7 @@ class TraceCompare(View):
             ipw.HBox([c["kernel"], c["all_flows"], self.perfetto_button],
                      layout=ipw.Layout(flex_flow="row wrap", align_items="center",
                                        width="100%")),
-            self.perfetto_info, self.figure, self.kernel_info, self.summary_figure,
+            self.perfetto_info, self.figure, self.kernel_info, self.summary,
             ipw.HBox([c["step"], self.step_info], layout=ipw.Layout(
                 flex_flow="row wrap", align_items="center", width="100%")),
             self.steps_figure,
@@ -253,9 +235,9 @@ class TraceCompare(View):
         self._draw()
 
     def _draw(self) -> None:
-        _replace(self.figure, self._trace_fig())
-        _replace(self.summary_figure, summary_figure(self.comparison, self.runs))
-        _replace(self.steps_figure, self._steps_fig())
+        replace_figure(self.figure, self._trace_fig())
+        self.summary.value = summary_html(self.comparison, self.runs)
+        replace_figure(self.steps_figure, self._steps_fig())
         kernel = self.controls["kernel"]
         kernel.options = self._kernel_options()
         kernel.value = -1
@@ -303,7 +285,6 @@ class TraceCompare(View):
         with self.figure.batch_update():
             t = self.figure.data[TRACE_PICKED]
             t.x, t.y, t.visible = x, y, bool(x)
-        _resync(self.figure)
         if index is None:
             self.kernel_info.value = "No kernel picked."
             return
@@ -378,7 +359,7 @@ class TraceCompare(View):
         key = next(k for k, w in self.controls.items() if w is change["owner"])
         if key == "step":
             self.step = change["new"]
-            _replace(self.steps_figure, self._steps_fig())
+            replace_figure(self.steps_figure, self._steps_fig())
             self.step_info.value = self._step_html()
         elif key == "kernel":
             new = change["new"]
@@ -389,7 +370,6 @@ class TraceCompare(View):
             with self.figure.batch_update():
                 t = self.figure.data[1]
                 t.visible = bool(self.all_flows and t.x)
-            _resync(self.figure)
         else:
             self._rerun_soon.submit(key)
 

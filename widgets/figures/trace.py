@@ -22,7 +22,7 @@ from ..format import fmt_bytes, fmt_number, fmt_seconds
 from .style import base_layout
 
 __all__ = [
-    "trace_figure", "summary_figure", "rewrite_figure", "flow_lines", "time_unit",
+    "trace_figure", "summary_figure", "summary_html", "rewrite_figure", "flow_lines", "time_unit",
     "name_colors", "speedup_text", "SUMMARY_ROWS", "TRACE_COMPILE", "TRACE_FLOWS",
     "TRACE_PICKED", "TRACE_OTHER", "FIRST_NAME", "EAGER_ROW", "STATIC_ROW", "COMPILE_ROW",
     "STATUS_COLORS", "RECOMPILE", "COMPILE",
@@ -235,9 +235,9 @@ def trace_figure(
     return fig
 
 
-def summary_figure(cmp: Comparison, runs: RepeatedRuns | None = None) -> go.Figure:
-    """The summary table in human units; the total time is the median over ``runs`` with
-    its min-max (the other rows are those of the representative runs)."""
+def _summary_rows(cmp: Comparison, runs: RepeatedRuns | None) -> list[tuple[str, str, str, str]]:
+    """(label, eager, static, ratio) per SUMMARY_ROWS, in human units; the total time is the
+    median over ``runs`` with its min-max (other rows: the representative runs)."""
     e, s = cmp.eager.summary(), cmp.static.summary()
 
     def cell(k: str, v, timing=None) -> str:
@@ -254,26 +254,45 @@ def summary_figure(cmp: Comparison, runs: RepeatedRuns | None = None) -> go.Figu
 
     et = runs.eager_time if runs is not None else None
     st = runs.static_time if runs is not None else None
-    ratio = []
+    rows = []
     for k in SUMMARY_ROWS:
         if k == "total_us" and runs is not None:
-            ratio.append(f"{runs.speedup.median:.2f}x (median of ratios)")
+            ratio = f"{runs.speedup.median:.2f}x (median of ratios)"
         elif s[k] and k not in ("compiles", "graph_breaks"):
-            ratio.append(f"{e[k] / s[k]:.2f}x")
+            ratio = f"{e[k] / s[k]:.2f}x"
         else:
-            ratio.append("-")
+            ratio = "-"
+        rows.append((_SUMMARY_LABELS[k], cell(k, e[k], et if k == "total_us" else None),
+                     cell(k, s[k], st if k == "total_us" else None), ratio))  # fmt: skip
+    return rows
+
+
+def summary_figure(cmp: Comparison, runs: RepeatedRuns | None = None) -> go.Figure:
+    """The summary as a plotly table (for static reports; the view shows ``summary_html``)."""
+    rows = _summary_rows(cmp, runs)
     fig = go.Figure(go.Table(
         columnwidth=[3, 4, 4, 3],
         header={"values": ["", "eager", "static (@jit)", "eager / static"], "align": "left",
                 "fill": {"color": "#F2F2F2"}},
-        cells={"values": [[_SUMMARY_LABELS[k] for k in SUMMARY_ROWS],
-                          [cell(k, e[k], et if k == "total_us" else None) for k in SUMMARY_ROWS],
-                          [cell(k, s[k], st if k == "total_us" else None) for k in SUMMARY_ROWS],
-                          ratio], "align": "left", "height": 24},
+        cells={"values": [list(c) for c in zip(*rows, strict=True)], "align": "left",
+               "height": 24},
     ))  # fmt: skip
     fig.update_layout(**base_layout("", height=270, legend=False))
     fig.update_layout(margin={"l": 10, "r": 10, "t": 30, "b": 10})
     return fig
+
+
+def summary_html(cmp: Comparison, runs: RepeatedRuns | None = None) -> str:
+    """The summary as an HTML table (wraps on a narrow column; no plot to size)."""
+    head = "".join(f"<th style='text-align:left;padding:2px 10px'>{h}</th>"
+                   for h in ("", "eager", "static (@jit)", "eager / static"))  # fmt: skip
+    body = "".join(
+        "<tr>" + "".join(f"<td style='padding:2px 10px'>{c}</td>" for c in row) + "</tr>"
+        for row in _summary_rows(cmp, runs)
+    )
+    return (f"<table style='border-collapse:collapse;width:100%;font-size:13px'>"
+            f"<thead style='background:#F2F2F2'><tr>{head}</tr></thead><tbody>{body}</tbody>"
+            "</table>")  # fmt: skip
 
 
 # --- one rewrite step as a diff -----------------------------------------------------------
