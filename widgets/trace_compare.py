@@ -135,8 +135,9 @@ class TraceCompare(View):
         self.batch, self.size, self.runs_n = batch, size, runs
         self.names = slice_names(*self.runs.eager, *self.runs.static)
         self.figure = FigureWidget(self._trace_fig())
+        # width auto: the HTML widget's own 2 px margins on top of 100% scrolled sideways
         self.summary = ipw.HTML(
-            summary_html(self.comparison, self.runs), layout=ipw.Layout(width="100%")
+            summary_html(self.comparison, self.runs), layout=ipw.Layout(width="auto")
         )
         self.steps_figure = FigureWidget(self._steps_fig())
         self.controls = {
