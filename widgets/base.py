@@ -7,7 +7,6 @@ and afterwards only update it inside ``figure.batch_update()``.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import ipywidgets as ipw
@@ -88,37 +87,9 @@ class View(ipw.VBox):
         self.stale_banner.value = ""
         self.stale_banner.layout.display = "none"
 
-    def fit_soon(self, delays_s: tuple[float, ...] = (1.0, 3.0)) -> None:
-        """Ask the browser to size ``self.figure`` to its container again, after each of
-        ``delays_s``. A FigureWidget drawn while its output or tab is still being laid out
-        keeps plotly's default 700 px width (wider than a laptop's notebook column) until
-        its layout changes; a relayout of ``autosize`` re-measures it. Called when the view
-        is displayed (``_repr_mimebundle_``) and by the dashboard when it fills a tab."""
-        fig = getattr(self, "figure", None)
-        if fig is None or not hasattr(fig, "batch_update"):
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a script or a test): nothing is drawn
-            return
-        for delay in delays_s:
-            loop.call_later(delay, _refit, fig)
-
-    def _repr_mimebundle_(self, **kwargs: Any):
-        self.fit_soon()
-        return super()._repr_mimebundle_(**kwargs)
-
     def _layout_children(self, *rows: ipw.Widget) -> None:
         # FitWidth: the view's plots take the width the page gives them (see widgets/fit.py).
         self.children = (self.stale_banner, *rows, self.progress, self.errors, FitWidth())
-
-
-def _refit(fig) -> None:
-    """Two relayouts (autosize off, on): the second makes plotly measure the container."""
-    if fig.layout.autosize is False or fig.layout.width is not None:
-        return  # a figure with a fixed size keeps it
-    fig.layout.autosize = False
-    fig.layout.autosize = True
 
 
 def _escape(text: str) -> str:

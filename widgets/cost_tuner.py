@@ -20,6 +20,7 @@ from explorer.search import METHODS, CostParams, Planner
 from .base import View, replace_figure
 from .coalesce import Coalescer
 from .errors import FieldError, field
+from .figure_widget import FigureWidget
 from .figures.cost import SCALES, change_rows, changes_html, cost_figure, fmt_cost
 from .format import fmt_bytes, fmt_number, fmt_percent, human_label
 from .selection import Selection
@@ -210,9 +211,8 @@ class CostTuner(View):
         self.status = ipw.HTML(layout=ipw.Layout(width="auto"))
         self._replan(publish=False)
         self.baseline = self.plan
-        self.figure = go.FigureWidget(self._figure())
-        # plotly's own window-resize handler: the chart follows the notebook column
-        self.figure._config = {**self.figure._config, "responsive": True}
+        # responsive, and its synced state kept current (see widgets.figure_widget)
+        self.figure = FigureWidget(self._figure())
         self._publish()
         self._layout_children(*self._rows())
 

@@ -239,18 +239,10 @@ class StrategyExplorer(View):
         self._build_tab(name)
         return self.views[name]
 
-    def fit_soon(self, delays_s: tuple[float, ...] = (1.0, 3.0)) -> None:
-        """Size every built view's figure to its tab (see ``View.fit_soon``)."""
-        for view in self.views.values():
-            view.fit_soon(delays_s)
-
     def _on_tab(self, change: dict[str, Any]) -> None:
         if change["new"] is None:
             return
-        name = TABS[change["new"]]
-        if name in self.views:  # drawn while hidden (0 px wide): fit it to the tab now
-            self.views[name].fit_soon((0.2, 1.0))
-        self._build_tab(name)
+        self._build_tab(TABS[change["new"]])
 
     def _build_tab(self, name: str) -> None:
         if name in self.views:
@@ -272,7 +264,6 @@ class StrategyExplorer(View):
             return
         self.views[name] = view
         self._place(name)
-        view.fit_soon()  # drawn into a tab still being laid out
 
     def _stale_tuner(self) -> None:
         """The tuner plans one graph; a new plan brings a new graph: rebuild it (now if its

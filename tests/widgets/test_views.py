@@ -526,21 +526,3 @@ def test_dashboard_controls_wrap_and_buttons_fit(dashboard):
     tabs_row = next(w for w in dashboard.children if dashboard.tabs in getattr(w, "children", ()))
     assert controls.layout.flex_flow == "row wrap" and tabs_row.layout.flex_flow == "row wrap"
     assert dashboard.tabs.layout.min_width == "0"  # the tabs shrink instead of overflowing
-
-
-def test_fit_soon_asks_the_browser_to_measure_the_figure_again(mlp, mesh, monkeypatch):
-    """A figure drawn into a container still being laid out keeps plotly's 700 px: the
-    view relayouts ``autosize`` (off, on) after a delay so the browser re-measures it."""
-    tuner = CostTuner(mlp, mesh)
-    sent = []
-    monkeypatch.setattr(tuner.figure, "_send_relayout_msg",
-                        lambda data, source_view_id=None: sent.append(dict(data)))  # fmt: skip
-
-    async def displayed():
-        tuner.fit_soon((0.01,))
-        await asyncio.sleep(0.1)
-
-    asyncio.run(displayed())
-    assert sent == [{"autosize": False}, {"autosize": True}]
-    assert tuner.figure.layout.autosize is True
-    tuner.fit_soon()  # outside an event loop (a script): nothing to do, no error
