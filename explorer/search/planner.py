@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ..hardware import Mesh
-from ..ir import Graph
+from ..ir import Graph, format_bytes
 from ..memo import Memo
 from ..sharding import Strategy
 from .breakdown import plan_breakdown
@@ -124,8 +124,8 @@ class Planner:
         if cap is not None and p.min_memory() > cap:
             raise SearchError(
                 f"no plan fits: the smallest memory per device any plan of {self.graph.name!r} "
-                f"on {self.mesh} needs is {p.min_memory() / 2**30:.2f} GiB, above the cap of "
-                f"{cap / 2**30:.2f} GiB; use more devices, a smaller batch, or raise "
+                f"on {self.mesh} needs is {format_bytes(p.min_memory())}, above the cap of "
+                f"{format_bytes(cap)}; use more devices, a smaller batch, or raise "
                 "device_memory_cap_bytes"
             )
         fixed = self._fixed(annotations or {}) if method == "sharding_propagation" else {}
@@ -146,8 +146,8 @@ class Planner:
         elapsed = time.perf_counter() - t0
         if cap is not None and memory > cap * (1 + 1e-9):
             raise SearchError(
-                f"the {method} plan needs {memory / 2**30:.2f} GiB per device, above the cap of "
-                f"{cap / 2**30:.2f} GiB; use method='ilp', which keeps the cap as a constraint"
+                f"the {method} plan needs {format_bytes(memory)} per device, above the cap of "
+                f"{format_bytes(cap)}; use method='ilp', which keeps the cap as a constraint"
             )
         diag = dict(solved.diagnostics)
         diag["memory_bytes"] = memory
@@ -196,7 +196,7 @@ class Planner:
             if not found:
                 raise SearchError(
                     f"no assignment of {self.graph.name!r} satisfies the memory cap of "
-                    f"{cap / 2**30:.2f} GiB; use more devices or raise device_memory_cap_bytes"
+                    f"{format_bytes(cap)}; use more devices or raise device_memory_cap_bytes"
                 )
             return _Solved([c for _, c in found], "optimal", 0.0, {})
         if method == "ilp":
