@@ -33,7 +33,7 @@ from lab import (
 NOTEBOOK = "01_tour.ipynb"
 RUN_ALL_TIMEOUT_S = 150.0
 MIN_FIGURES = 5  # the tuner's cost bars, the graph, the mesh and its tensor and ring figures
-TUNER_SLIDER = "alpha_compute"
+TUNER_SLIDER = "Alpha (compute)"  # the human label of CostParams.alpha_compute
 
 pytestmark = pytest.mark.browser
 
@@ -106,7 +106,8 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
         )  # fmt: skip
         assert slider.count() == 1, f"expected one {TUNER_SLIDER!r} slider, found {slider.count()}"
         handle = slider.locator(".noUi-handle")
-        readout = slider.locator(".widget-readout")
+        # the value with its unit sits beside the slider (the slider's own readout is off)
+        readout = slider.locator("xpath=..").locator(".widget-html").first
         handle.scroll_into_view_if_needed()
         tuner_box = slider.locator("xpath=ancestor::div[contains(@class,'widget-vbox')][2]")
         before_value = readout.inner_text()
@@ -149,6 +150,28 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
         dash_out.scroll_into_view_if_needed()
         assert dash_out.locator(".js-plotly-plot").count() >= 1, "the dashboard drew no figure"
         dash_out.screenshot(path=str(ARTIFACTS / "dashboard.png"))
+
+        # A bad value: its error shows next to its control, in the viewport, and the results
+        # are marked stale (issue 12, items 8 and 10).
+        batch = dash_out.locator(".widget-text").filter(
+            has=page.locator(".widget-label", has_text="Global batch")
+        ).locator("input")  # fmt: skip
+        assert batch.count() == 1, "the dashboard's global batch box was not found"
+        batch.scroll_into_view_if_needed()
+        batch.fill("-5")
+        batch.press("Enter")
+        error = dash_out.locator(".explorer-field-error").filter(has_text="-5")
+        error.first.wait_for(state="visible", timeout=30_000)
+        box, err_box = batch.bounding_box(), error.first.bounding_box()
+        assert err_box is not None and box is not None
+        assert 0 <= err_box["y"] and err_box["y"] + err_box["height"] <= VIEWPORT["height"], (
+            f"the error is outside the viewport: {err_box}"
+        )
+        assert 0 <= err_box["y"] - (box["y"] + box["height"]) < 120, (
+            f"the error is not next to its control: control {box}, error {err_box}"
+        )
+        assert dash_out.locator(".explorer-stale").first.is_visible(), "results not marked stale"
+        dash_out.screenshot(path=str(ARTIFACTS / "dashboard_bad_value.png"))
     finally:
         page.screenshot(path=str(ARTIFACTS / "tour_last.png"))
         (ARTIFACTS / "browser_timings.json").write_text(json.dumps(timings, indent=2))
