@@ -99,8 +99,8 @@ class MeshView(View):
         for key in ("operand", "dims", "collective", "teach_kind", "teach_axis", "step"):
             self.controls[key].observe(guard(self._on_control), names="value")
         axis_box, self.axis_error = field(self.controls["teach_axis"])
-        self.info = ipw.HTML(layout=ipw.Layout(width="100%"))
-        self.scope = ipw.HTML(layout=ipw.Layout(width="100%"))
+        self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
+        self.scope = ipw.HTML(layout=ipw.Layout(width="auto"))
         c = self.controls
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
         self._layout_children(

@@ -109,9 +109,9 @@ class ParallelismLesson(View):
         c["prev"].on_click(guard(lambda _: self.go(self.step - 1)))
         c["next"].on_click(guard(lambda _: self.go(self.step + 1)))
         axes_box, self.axes_error = field(c["axes"])
-        self.text = ipw.HTML(layout=ipw.Layout(width="100%"))
-        self.check_line = ipw.HTML(layout=ipw.Layout(width="100%"))
-        self.numbers = ipw.HTML(layout=ipw.Layout(width="100%", overflow="auto"))
+        self.text = ipw.HTML(layout=ipw.Layout(width="auto"))
+        self.check_line = ipw.HTML(layout=ipw.Layout(width="auto"))
+        self.numbers = ipw.HTML(layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
         self._layout_children(
             ipw.HBox([c["kind"], axes_box], layout=wrap),

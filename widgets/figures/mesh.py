@@ -390,7 +390,9 @@ def lesson_blocks_figure(step, *, title: str = "") -> go.Figure:
             mark = "Σ " if partial else ""
             bx.append((x0 + x1) / 2)
             by.append((y0 + y1) / 2)
-            btext.append(f"{mark}<b>{device_ranges(ds)}</b><br>{where}")
+            # a narrow block (4+ across) gets its slice one dim per line
+            shown = where.replace(", ", ",<br>") if cols // (c1 - c0) >= 4 else where
+            btext.append(f"{mark}<b>{device_ranges(ds)}</b><br>{shown}")
             what = (f"partial sum over {','.join(t.layout.partial)}: device {ds[0]}'s addend"
                     if partial else f"device {ds[0]}'s block")  # fmt: skip
             bhover.append(f"{t.name}{where} on devices {device_ranges(ds)}<br>{what}:<br>"
@@ -398,12 +400,12 @@ def lesson_blocks_figure(step, *, title: str = "") -> go.Figure:
             bdev.append(ds[0])
         tx.append(x + widths[k] / 2)
         ty.append(-0.06)
-        state = " (in the ring now)" if t.chunks is not None else ""
+        state = " (in the ring)" if t.chunks is not None else ""
         ttext.append(f"{t.name}: {t.notation}{state}")
         x += widths[k] + _GAP
     fig = go.Figure([
         go.Scatter(x=bx, y=by, text=btext, mode="text", hovertext=bhover, hoverinfo="text",
-                   customdata=bdev, name="blocks", textfont={"size": 11, "color": "#111"},
+                   customdata=bdev, name="blocks", textfont={"size": 10, "color": "#111"},
                    showlegend=False),
         go.Scatter(x=tx, y=ty, text=ttext, mode="text", hoverinfo="skip", name="tensors",
                    textfont={"size": 12}, showlegend=False),

@@ -214,11 +214,11 @@ def ring_rounds_figure(
         title = f"ring {coll.kind} over {where_axes}: before round 1 of {len(coll.rounds)}"
     else:
         title = f"the devices of the {coll.kind} over {where_axes} (no communication now)"
-    legend = ("squares: each device's buffer cut into " + f"{n} chunks (chunk 0 left); "
+    legend = (f"squares: each device's buffer cut into {n} chunks (chunk 0 left); "
               + ("green = held, blank = not received yet" if gather else
                  f"number = devices' contributions summed, green = complete ({n})")
-              + "; arrows: this round's sends")  # fmt: skip
-    lines = [title, f"<span style='font-size:11px'>{legend}</span>"]
+              + "<br>arrows: this round's sends, labelled with the chunk they carry")  # fmt: skip
+    lines = [title, *(f"<span style='font-size:11px'>{x}</span>" for x in legend.split("<br>"))]
     if note:
         lines.append(f"<span style='font-size:11px'>{note}</span>")
     zmax = n
