@@ -194,3 +194,32 @@ def test_mesh_view_drawn_after_updates_gets_the_current_figure():
     assert "dim 1" in _page_state(view.tensor_figure)[1]["yaxis"]["title"]["text"]
     shapes = _page_state(view.figure)[1]["shapes"]
     assert any(s.get("line", {}).get("width") == 4 for s in shapes)  # the selected device
+
+
+def test_a_64_device_grid_folds_to_laptop_height_and_shows_every_device():
+    import numpy as np
+
+    from widgets.figures.mesh import mesh_figure
+
+    mesh = ex.Mesh({"dp": 32, "tp": 2}, hardware="a100-80g")
+    fig = mesh_figure(mesh)
+    devs = np.asarray(fig.data[0].customdata)
+    assert devs.shape == (8, 8)  # not a 32-row strip
+    assert sorted(devs.ravel().tolist()) == list(range(64))
+    assert "rows folded: 4 groups of 8 rows" in fig.layout.xaxis.title.text
+    ragged = mesh_figure(ex.Mesh({"dp": 9, "tp": 2}))  # 9 rows fold into 2 x 5, one slot empty
+    cells = np.asarray(ragged.data[0].customdata)
+    assert sorted(d for d in cells.ravel().tolist() if d >= 0) == list(range(18))
+    assert (cells == -1).sum() == 2
+
+
+def test_clicking_an_empty_cell_of_a_folded_grid_selects_nothing():
+    from plotly.callbacks import Points
+
+    from widgets import MeshView
+
+    view = MeshView(ex.Mesh({"dp": 9, "tp": 2}))
+    cells = view.figure.data[0]
+    empty = [(r, c) for r, row in enumerate(cells.customdata) for c, d in enumerate(row) if d < 0]
+    view._on_click(cells, Points([list(empty[0])], [0], [0], "cells", 0), None)
+    assert view.selection.device is None and not view.errors.last
