@@ -124,4 +124,9 @@ def replace_figure(target, source) -> None:
         # The template is the same default on both sides and the costliest part to
         # validate (~70 ms): copying it again would dominate every update.
         layout.pop("template", None)
+        # Arrays of annotations/shapes/images the new figure does not have are emptied: an
+        # update only sets the keys it names, so old arrows or boxes stayed on screen.
+        for key in ("annotations", "shapes", "images"):
+            if key not in layout and len(getattr(target.layout, key, ()) or ()):
+                layout[key] = []
         target.layout.update(layout, overwrite=True)

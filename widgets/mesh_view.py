@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import ipywidgets as ipw
@@ -14,9 +13,9 @@ from explorer.ir import TensorType
 from explorer.sharding import Layout
 from explorer.sharding.lesson import ring_collective
 
-from .base import View
-from .base import replace_figure as _replace_figure
+from .base import View, replace_figure
 from .errors import field
+from .figure_widget import FigureWidget
 from .figures.mesh import TRACE_CELLS, default_dims, mesh_figure, sharding_figure
 from .figures.ring import TEACH_KINDS, ring_rounds_figure
 from .figures.style import base_layout
@@ -73,10 +72,10 @@ class MeshView(View):
         self.mesh, self.plan = mesh, plan
         self.teach_axis = _ring_axis(mesh)
         self._custom: tuple[TensorType, Layout, str] | None = None
-        self.figure = go.FigureWidget(mesh_figure(mesh))
-        self.tensor_figure = go.FigureWidget(_placeholder())
+        self.figure = FigureWidget(mesh_figure(mesh))
+        self.tensor_figure = FigureWidget(_placeholder())
         self._ring_coll = _teaching_ring(self.teach_kind, mesh, self.teach_axis)
-        self.ring_figure = go.FigureWidget(self._ring())
+        self.ring_figure = FigureWidget(self._ring())
         self.figure.data[TRACE_CELLS].on_click(self.errors.guard(self._on_click))
         guard = self.errors.guard
         words = {"style": {"description_width": "initial"}, "layout": ipw.Layout(width="auto")}
@@ -435,18 +434,3 @@ def _placeholder() -> go.Figure:
     fig.update_layout(base_layout("no tensor selected", height=300, legend=False))
     fig.update_layout(plot_bgcolor="white", xaxis={"visible": False}, yaxis={"visible": False})
     return fig
-
-
-def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
-    """`widgets.base.replace_figure`, then the widget's full state re-synced.
-
-    A FigureWidget inside a container (this view's VBox, an HBox, a Tab) is drawn by the
-    page from its synced ``_widget_data``/``_widget_layout``; plotly refreshes those only in
-    the FigureWidget's own ``_repr_mimebundle_``, which a container never calls. Updates
-    made before the page draws the view were then lost or half-applied in Chromium (a
-    trace without ``x``, or plotly's "Cannot use 'in' operator" on a first draw), so the
-    full state is synced after every update.
-    """
-    _replace_figure(target, source)
-    target._widget_layout = copy.deepcopy(target._layout_obj._props)
-    target._widget_data = copy.deepcopy(target._data)

@@ -8,7 +8,6 @@ the unsharded result.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import ipywidgets as ipw
@@ -19,9 +18,9 @@ from explorer.hardware import Mesh
 from explorer.sharding import lesson
 from explorer.sharding.lesson import LESSON_KINDS, LessonCollective, LessonStep
 
-from .base import View
-from .base import replace_figure as _replace_figure
+from .base import View, replace_figure
 from .errors import field
+from .figure_widget import FigureWidget
 from .figures.mesh import TRACE_BLOCKS, lesson_blocks_figure, matrix_text
 from .figures.ring import TRACE_DEVICES, ring_rounds_figure
 from .selection import Selection
@@ -70,8 +69,8 @@ class ParallelismLesson(View):
         self.axes: tuple[str, ...] | None = None
         self.steps: tuple[LessonStep, ...] = lesson(kind, self.mesh)
         first = self.steps[0]
-        self.figure = go.FigureWidget(lesson_blocks_figure(first))
-        self.ring_figure = go.FigureWidget(self._ring(first))
+        self.figure = FigureWidget(lesson_blocks_figure(first))
+        self.ring_figure = FigureWidget(self._ring(first))
         self.figure.data[TRACE_BLOCKS].on_click(self.errors.guard(self._on_click))
         self.ring_figure.data[TRACE_DEVICES].on_click(self.errors.guard(self._on_click))
         axes_options = [("default", DEFAULT_AXES)] + [
@@ -260,18 +259,3 @@ class ParallelismLesson(View):
 
 def _esc(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def replace_figure(target: go.FigureWidget, source: go.Figure) -> None:
-    """`widgets.base.replace_figure`, then the widget's full state re-synced.
-
-    A FigureWidget inside a container (this view's VBox, an HBox, a Tab) is drawn by the
-    page from its synced ``_widget_data``/``_widget_layout``; plotly refreshes those only in
-    the FigureWidget's own ``_repr_mimebundle_``, which a container never calls. Updates
-    made before the page draws the view were then lost or half-applied in Chromium (a
-    trace without ``x``, or plotly's "Cannot use 'in' operator" on a first draw), so the
-    full state is synced after every update.
-    """
-    _replace_figure(target, source)
-    target._widget_layout = copy.deepcopy(target._layout_obj._props)
-    target._widget_data = copy.deepcopy(target._data)
