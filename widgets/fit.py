@@ -32,15 +32,23 @@ function kickSoon() {
   });
 }
 
-// A drawn, visible, autosized plot whose width is not its element's width.
+// A drawn, visible, autosized plot whose width is not its element's width. A mismatch that
+// three resize events did not cure (a plot with a minimum width, say) is left alone, so the
+// page is never redrawn in a loop.
 function misfit(box) {
+  let found = false;
   for (const gd of box.querySelectorAll('.js-plotly-plot')) {
     const full = gd._fullLayout;
     if (!full || !full.autosize || gd.offsetParent === null) continue;
     const w = Math.round(gd.getBoundingClientRect().width);
-    if (w > 0 && Math.abs(full.width - w) > 2) return true;
+    if (w > 0 && Math.abs(full.width - w) > 2) {
+      const key = Math.round(full.width) + '/' + w;
+      gd.__explorerFit = gd.__explorerFit || {};
+      gd.__explorerFit[key] = (gd.__explorerFit[key] || 0) + 1;
+      if (gd.__explorerFit[key] <= 3) found = true;
+    }
   }
-  return false;
+  return found;
 }
 
 export default {
