@@ -109,7 +109,8 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
         # the value with its unit sits beside the slider (the slider's own readout is off)
         readout = slider.locator("xpath=..").locator(".widget-html").first
         handle.scroll_into_view_if_needed()
-        tuner_box = slider.locator("xpath=ancestor::div[contains(@class,'widget-vbox')][2]")
+        tuner_cell = page.locator(".jp-CodeCell").filter(has_text="CostTuner(small")
+        tuner_box = tuner_cell.locator(".jp-OutputArea-output")
         before_value = readout.inner_text()
         try:  # plotly draws asynchronously after the widget view exists
             page.wait_for_function(f"(h) => ({TUNER_FIGURE})(h).y.some(y => y.length)",
