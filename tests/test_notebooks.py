@@ -63,6 +63,53 @@ def test_notebook_uses_public_api_only(path):
         assert "import ipywidgets as ipw" in source
 
 
+# What a view shows, read in the notebook's own kernel after its last cell: each entry prints
+# lines "name: text" that ``_check_claims`` compares with what the notebook printed.
+CLAIMS = {
+    "01_tour.ipynb": (
+        "print('pipeline:', pipeline.figure.layout.title.text)\n"
+        "print('memory:', memory.figure.layout.title.text)"
+    ),
+    "02_parallelism_concepts.ipynb": (
+        "print('pipeline:', pipe.figure.layout.title.text)\n"
+        "print('memory:', memory.figure.layout.title.text)"
+    ),
+}  # fmt: skip
+
+_NUM = r"([0-9][0-9,]*\.?[0-9]*)"
+
+
+def _seconds(number: str, unit: str) -> float:
+    return float(number.replace(",", "")) * {"s": 1.0, "ms": 1e-3, "min": 60.0}[unit]
+
+
+def _check_claims(name: str, printed: str, shown: dict[str, str]) -> None:
+    """The numbers a notebook prints equal the ones its views show (to the digits shown)."""
+    if name == "01_tour.ipynb":
+        # train.report(): "step 21.722 s, ... bubble 5.7%"; the PipelineView of the same
+        # config: "... step 21.7 s<br>bubble 5.7% simulated / 3.8% formula"
+        step = re.search(r"step " + _NUM + r" (s|ms)\b", printed)
+        view = re.search(r"step " + _NUM + r" (s|ms|min)\b", shown["pipeline"])
+        assert step and view, (printed[:300], shown["pipeline"])
+        a, b = _seconds(*step.groups()), _seconds(*view.groups())
+        # the view shows three significant digits: equal to half a unit of the last one
+        assert abs(a - b) <= 0.005 * max(a, b), (step[0], view[0])
+        bubble = re.search(r"bubble " + _NUM + "%", printed)
+        assert bubble and f"bubble {bubble[1]}% simulated" in shown["pipeline"], (
+            bubble and bubble[0], shown["pipeline"])  # fmt: skip
+    if name == "02_parallelism_concepts.ipynb":
+        # "1F1B, p=4, m=8: bubble 27.3%" (the formula) is what the 4-stage PipelineView of
+        # gpt2 with 8 microbatches says under "formula"
+        formula = re.search(r"m=8: bubble " + _NUM + "%", printed)
+        assert formula and f"{formula[1]}% formula" in shown["pipeline"], shown["pipeline"]
+    # The memory table's total (last "total ... GiB" printed) is the view's worst device.
+    totals = re.findall(r"total\s+" + _NUM + r" GiB", printed)
+    worst = re.search(r"worst device " + _NUM + " GiB", shown["memory"])
+    assert totals and worst, (totals, shown["memory"])
+    # the view rounds to 0.1 GiB: equal to half a unit of its last digit
+    assert abs(float(totals[-1]) - float(worst[1])) <= 0.05 + 1e-9, (totals[-1], shown["memory"])
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(path):
     nb = nbformat.read(path, as_version=4)
@@ -70,9 +117,22 @@ def test_notebook_runs(path):
         f"{path.name} is committed with outputs; clear them"
     )
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={
-        "metadata": {"path": str(path.parent)}}).execute()  # fmt: skip
-    elapsed = time.perf_counter() - t0
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", resources={
+        "metadata": {"path": str(path.parent)}})  # fmt: skip
+    shown: dict[str, str] = {}
+    with client.setup_kernel():
+        for i, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                client.execute_cell(cell, i)
+        elapsed = time.perf_counter() - t0
+        if path.name in CLAIMS:
+            probe = nbformat.v4.new_code_cell(CLAIMS[path.name])
+            nb.cells.append(probe)  # nbclient writes results back by index
+            client.execute_cell(probe, len(nb.cells) - 1)
+            nb.cells.pop()
+            for line in "".join(o.get("text", "") for o in probe.outputs).splitlines():
+                key, _, value = line.partition(": ")
+                shown[key] = value
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs)
     text += "".join(o.get("data", {}).get("text/plain", "") for o in outputs)
@@ -89,3 +149,5 @@ def test_notebook_runs(path):
     )
     # Run time is measured by bench/widgets.py (printed, never asserted: machines are noisy).
     print(f"{path.name}: {elapsed:.1f} s")
+    if path.name in CLAIMS:
+        _check_claims(path.name, text, shown)
