@@ -23,3 +23,50 @@ def test_unknown_model_is_one_clear_error(capsys):
     assert main(["summary", "llama2-7"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: argument model: unknown model 'llama2-7'") and "llama2-7b" in err
+
+
+def _no_report_command(monkeypatch):
+    """The report's module cannot load: an error about it means the output check came late."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "widgets.report", None)
+
+
+def test_report_output_is_checked_before_any_work(tmp_path, monkeypatch, capsys):
+    _no_report_command(monkeypatch)
+    base = ["report", "gpt2", "--devices", "4"]
+    for out, why in ((tmp_path, "is a directory"),
+                     (tmp_path / "missing" / "r.html", "does not exist")):  # fmt: skip
+        assert main([*base, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: argument -o/--output: "), err
+        assert str(out) in err and why in err and "notebook extra" not in err
+    monkeypatch.setattr("explorer.cli.os.access", lambda path, mode: False)  # as for non-root
+    assert main([*base, "-o", str(tmp_path / "r.html")]) == 2
+    assert "is not writable" in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_unexpected_error_is_one_line_and_debug_shows_the_traceback(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("explorer.cli.models.build", broken)
+    assert main(["summary", "gpt2"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: boom" in err and "--debug" in err
+    assert main(["summary", "gpt2", "--debug"]) == 1
+    assert "Traceback (most recent call last)" in capsys.readouterr().err
+
+
+def test_a_model_file_path_works_for_summary(tmp_path, capsys):
+    path = tmp_path / "mine.json"
+    path.write_text((ex_root() / "datasets/models/gpt2.json").read_text())
+    assert main(["summary", str(path), "--seq", "16"]) == 0
+    assert "parameters 124,439,808" in capsys.readouterr().out
+
+
+def ex_root():
+    from pathlib import Path
+
+    return Path(__file__).resolve().parents[1]
