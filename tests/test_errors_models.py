@@ -53,9 +53,16 @@ def test_utf8_with_bom_is_read(tmp_path):
 
 
 def test_size_limit_can_be_raised(monkeypatch):
-    cfg = ex.models.load("gpt2").replace(num_layers=3)
-    monkeypatch.setattr("explorer.models.builders.MAX_LAYERS", 2)
-    with pytest.raises(ModelConfigError, match="MAX_LAYERS=2"):
-        ex.models.build(cfg, seq=8)
-    monkeypatch.setattr("explorer.models.builders.MAX_LAYERS", 3)
+    monkeypatch.setattr("explorer.models.config.MAX_LAYERS", 12)  # gpt2 has 12
+    with pytest.raises(ModelConfigError, match="MAX_LAYERS=12"):
+        ex.models.load("gpt2").replace(num_layers=13)
+    monkeypatch.setattr("explorer.models.config.MAX_LAYERS", 13)
+    cfg = ex.models.load("gpt2").replace(num_layers=13)
     assert ex.models.build(cfg, seq=8).num_params() > 0
+
+
+def test_plan_training_with_a_million_layers_is_refused_up_front():
+    # It used to ask numpy for 931 GiB in the pipeline partitioner.
+    with pytest.raises(ModelConfigError, match="num_layers=1,000,000.*MAX_LAYERS"):
+        ex.plan_training(ex.models.load("gpt2").replace(num_layers=10**6), devices=8,
+                         global_batch=8, seq=128)  # fmt: skip

@@ -6,13 +6,7 @@ from ..ir import DType, Graph, GraphBuilder
 from .config import ModelConfig, ModelConfigError
 from .layers import attention, linear, mlp, moe, norm
 
-__all__ = ["MAX_LAYERS", "build"]
-
-#: Most layers `build` lays out node by node. A layer costs about 4 ms and 35 kB to build
-#: (llama3-8b with 1000 layers: 31,010 nodes in 4.1 s), so 10**6 layers would take over an
-#: hour and tens of GiB. The zoo's deepest model has 128 layers; identical layers repeat,
-#: so plan with a few of them. Raise it by assigning ``explorer.models.builders.MAX_LAYERS``.
-MAX_LAYERS = 4096
+__all__ = ["build"]
 
 
 def build(cfg: ModelConfig, batch: int = 1, seq: int | None = None) -> Graph:
@@ -32,13 +26,6 @@ def build(cfg: ModelConfig, batch: int = 1, seq: int | None = None) -> Graph:
         )
     if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
         raise ModelConfigError(f"batch={batch!r}; expected an int > 0")
-    if cfg.num_layers > MAX_LAYERS:
-        raise ModelConfigError(
-            f"{cfg.name!r} has num_layers={cfg.num_layers:,}, more than MAX_LAYERS={MAX_LAYERS:,} "
-            "that build lays out (about 4 ms and 35 kB per layer); build fewer layers with "
-            "cfg.replace(num_layers=...) (the layers are identical), or raise "
-            "explorer.models.builders.MAX_LAYERS if you have the memory"
-        )
     if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0):
         raise ModelConfigError(f"seq={seq!r}; expected an int > 0 (or None for the default)")
     if cfg.arch == "mlp":

@@ -138,10 +138,10 @@ CASES: tuple[Case, ...] = (
     Case("hardware figure overflowing", hw_file(_hw(memory_gib=1e300), "huge.json"),
          HardwareError, ("huge.json", "chip.memory_gib", "1e+300")),
     # Sizes that cannot be built.
-    Case("build num_layers=10**12",
+    Case("num_layers=10**12",
          lambda d: ex.models.build(ex.models.load("gpt2").replace(num_layers=10**12)),
          ModelConfigError, ("num_layers=1,000,000,000,000", "MAX_LAYERS")),
-    Case("build num_layers=10**6",
+    Case("num_layers=10**6",
          lambda d: ex.models.build(ex.models.load("gpt2").replace(num_layers=10**6)),
          ModelConfigError, ("num_layers=1,000,000", "MAX_LAYERS")),
     Case("Mesh with 10**12 devices", lambda d: ex.Mesh({"dp": 10**6, "tp": 10**6}), MeshError,
