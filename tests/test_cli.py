@@ -70,3 +70,16 @@ def ex_root():
     from pathlib import Path
 
     return Path(__file__).resolve().parents[1]
+
+
+def test_python_dash_m_exit_codes_in_a_real_process():
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "explorer", "ir", "gpt2", "--lines", "-5"],
+                         capture_output=True, text=True, cwd=ex_root())  # fmt: skip
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.splitlines() == [
+        "error: argument --lines: -5 is not > 0; give a positive integer "
+        "(see `python -m explorer ir --help`)"
+    ]
