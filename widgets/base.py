@@ -14,6 +14,7 @@ import numpy as np
 import traitlets as tl
 
 from .errors import ErrorPane
+from .figure_widget import FigureWidget
 from .fit import FitWidth
 from .progress import Progress
 from .selection import Selection
@@ -89,7 +90,26 @@ class View(ipw.VBox):
 
     def _layout_children(self, *rows: ipw.Widget) -> None:
         # FitWidth: the view's plots take the width the page gives them (see widgets/fit.py).
-        self.children = (self.stale_banner, *rows, self.progress, self.errors, FitWidth())
+        self.children = (
+            self.stale_banner, *rows, self.progress, self.errors, FitWidth(self._repair_plot),
+        )  # fmt: skip
+
+    def figures_in_page_order(self) -> list:
+        """This view's FigureWidgets in the order the page lays their plots out (depth first
+        through the children, nested views included)."""
+        out, stack = [], [self]
+        while stack:
+            w = stack.pop()
+            if isinstance(w, FigureWidget):
+                out.append(w)
+                continue
+            stack.extend(reversed(getattr(w, "children", ()) or ()))
+        return out
+
+    def _repair_plot(self, index: int) -> None:
+        figures = self.figures_in_page_order()
+        if 0 <= index < len(figures):
+            figures[index].repair()
 
 
 def _escape(text: str) -> str:

@@ -17,6 +17,9 @@ plotly re-measures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import anywidget
 
 __all__ = ["FitWidth"]
@@ -51,12 +54,35 @@ function misfit(box) {
   return found;
 }
 
+// Plots drawn from an empty model (no trace, no title) although their figure has data: on a
+// first Run All a figure's state sometimes never reaches the page before it is drawn (seen
+// on about one run in three of notebook 01). Each is reported once, by its index among the
+// view's plots, after it looked empty on two checks in a row; Python re-sends the figure.
+function reportEmpty(box, model) {
+  const plots = Array.from(box.querySelectorAll('.js-plotly-plot'));
+  plots.forEach((gd, index) => {
+    if (!gd._fullLayout || gd.offsetParent === null || gd.__explorerRepaired) return;
+    const empty = (gd.data || []).length === 0;
+    if (!empty) { gd.__explorerEmpty = 0; return; }
+    gd.__explorerEmpty = (gd.__explorerEmpty || 0) + 1;
+    if (gd.__explorerEmpty >= 2) {
+      gd.__explorerRepaired = true;
+      window.__explorerRepairs = (window.__explorerRepairs || 0) + 1;
+      model.send({ event: 'empty', index });
+    }
+  });
+}
+
 export default {
   render({ model, el }) {
     el.style.height = '0px';
     el.style.overflow = 'hidden';
     let box = null;
-    const check = () => { if (box && misfit(box)) kickSoon(); };
+    const check = () => {
+      if (!box) return;
+      reportEmpty(box, model);
+      if (misfit(box)) kickSoon();
+    };
     const ro = new ResizeObserver(() => requestAnimationFrame(check));
     // Plots draw when their (large) module has loaded, possibly after this widget, and a
     // relayout from Python (a new height) can make plotly fall back to its 700 px default:
@@ -80,6 +106,16 @@ export default {
 
 
 class FitWidth(anywidget.AnyWidget):
-    """Invisible: re-fits the responsive plots of the enclosing view to its width."""
+    """Invisible: re-fits the responsive plots of the enclosing view to its width, and
+    asks ``on_empty(index)`` to re-send a plot the page drew without its data."""
 
     _esm = _ESM
+
+    def __init__(self, on_empty: Callable[[int], None] | None = None) -> None:
+        super().__init__()
+        self.on_empty = on_empty
+        self.on_msg(self._on_msg)
+
+    def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("event") == "empty" and self.on_empty:
+            self.on_empty(int(content.get("index", -1)))
