@@ -29,6 +29,7 @@ from .busy import busy
 from .coalesce import Coalescer
 from .cost_tuner import CostTuner
 from .errors import ErrorPane
+from .fit import figure_box
 from .graph_view import GraphView
 from .memory_view import MemoryView
 from .mesh_view import MeshView
@@ -44,5 +45,5 @@ from .training_view import TrainingView
 __all__ = [
     "StrategyExplorer", "GraphView", "MeshView", "CostTuner", "TraceCompare", "PipelineView",
     "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
-    "ErrorPane", "Coalescer", "Progress", "busy", "ParallelismLesson",
+    "ErrorPane", "Coalescer", "Progress", "busy", "figure_box", "ParallelismLesson",
 ]  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 
 import anywidget
 
-__all__ = ["FitWidth"]
+__all__ = ["FitWidth", "figure_box"]
 
 _ESM = """
 function kickSoon() {
@@ -119,3 +119,23 @@ class FitWidth(anywidget.AnyWidget):
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
         if isinstance(content, dict) and content.get("event") == "empty" and self.on_empty:
             self.on_empty(int(content.get("index", -1)))
+
+
+def figure_box(fig: Any):
+    """A ``go.Figure`` shown as a live plot that fills the notebook column (a FigureWidget
+    with its state kept current, plus a FitWidth): what a notebook cell returns to show a
+    one-off figure.
+
+    >>> import plotly.graph_objects as go
+    >>> box = figure_box(go.Figure(go.Bar(x=[1, 2], y=[3, 4])))
+    >>> type(box.children[0]).__name__, len(box.children)
+    ('FigureWidget', 2)
+    """
+    import ipywidgets as ipw
+
+    from .figure_widget import FigureWidget
+
+    widget = FigureWidget(fig)
+    box = ipw.VBox([widget], layout=ipw.Layout(width="100%"))
+    box.children = (widget, FitWidth(lambda index: widget.repair() if index == 0 else None))
+    return box
