@@ -146,13 +146,16 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
         )
         page.screenshot(path=str(ARTIFACTS / "cost_tuner_after.png"))
         if tuner_box.count():
-            tuner_box.first.screenshot(path=str(ARTIFACTS / "cost_tuner.png"))
+            tuner_box.last.evaluate("el => el.scrollIntoView({block: 'start'})")
+            time.sleep(0.5)
+            page.screenshot(path=str(ARTIFACTS / "cost_tuner.png"))
         # The dashboard (StrategyExplorer, the tour's last view) for the README.
         dash = page.locator(".jp-CodeCell").filter(has_text="StrategyExplorer(").last
         dash_out = dash.locator(".jp-OutputArea-output").last
-        dash_out.scroll_into_view_if_needed()
+        dash_out.evaluate("el => el.scrollIntoView({block: 'start'})")
         assert dash_out.locator(".js-plotly-plot").count() >= 1, "the dashboard drew no figure"
-        dash_out.screenshot(path=str(ARTIFACTS / "dashboard.png"))
+        time.sleep(0.5)
+        page.screenshot(path=str(ARTIFACTS / "dashboard.png"))
 
         # A bad value: its error shows next to its control, in the viewport, and the results
         # are marked stale (issue 12, items 8 and 10).
