@@ -91,7 +91,8 @@ class View(ipw.VBox):
     def _layout_children(self, *rows: ipw.Widget) -> None:
         # FitWidth: the view's plots take the width the page gives them (see widgets/fit.py).
         self.children = (
-            self.stale_banner, *rows, self.progress, self.errors, FitWidth(self._repair_plot),
+            self.stale_banner, *rows, self.progress, self.errors,
+            FitWidth(self._repair_plot, self._fit_plot),
         )  # fmt: skip
 
     def figures_in_page_order(self) -> list:
@@ -105,6 +106,11 @@ class View(ipw.VBox):
                 continue
             stack.extend(reversed(getattr(w, "children", ()) or ()))
         return out
+
+    def _fit_plot(self, index: int, width: int) -> None:
+        figures = self.figures_in_page_order()
+        if 0 <= index < len(figures):
+            figures[index].fit_width(width)
 
     def _repair_plot(self, index: int) -> None:
         figures = self.figures_in_page_order()

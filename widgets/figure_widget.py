@@ -83,3 +83,9 @@ class FigureWidget(go.FigureWidget):
         self.repairs += 1
         self._send_addTraces_msg(deepcopy(self._data))
         self._send_relayout_msg(deepcopy(self._layout))
+
+    def fit_width(self, width: int) -> None:
+        """Tell the page to draw this figure ``width`` px wide (the page measured it; the
+        figure's own layout keeps no width, so the next page measures again)."""
+        if width > 0:
+            self._send_relayout_msg({"width": int(width)})

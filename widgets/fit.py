@@ -38,19 +38,26 @@ function kickSoon() {
 // A drawn, visible, autosized plot whose width is not its element's width. A mismatch that
 // three resize events did not cure (a plot with a minimum width, say) is left alone, so the
 // page is never redrawn in a loop.
-function misfit(box) {
+// When resize events do not cure it (plotly keeps a width it was given once), the view is
+// asked to send that plot its width (twice at most per mismatch).
+function misfit(box, model) {
   let found = false;
-  for (const gd of box.querySelectorAll('.js-plotly-plot')) {
+  Array.from(box.querySelectorAll('.js-plotly-plot')).forEach((gd, index) => {
     const full = gd._fullLayout;
-    if (!full || !full.autosize || gd.offsetParent === null) continue;
+    if (!full || !full.autosize || gd.offsetParent === null) return;
     const w = Math.round(gd.getBoundingClientRect().width);
     if (w > 0 && Math.abs(full.width - w) > 2) {
       const key = Math.round(full.width) + '/' + w;
       gd.__explorerFit = gd.__explorerFit || {};
-      gd.__explorerFit[key] = (gd.__explorerFit[key] || 0) + 1;
-      if (gd.__explorerFit[key] <= 3) found = true;
+      const n = (gd.__explorerFit[key] = (gd.__explorerFit[key] || 0) + 1);
+      if (n <= 3) found = true;
+      else if (n <= 5 && !gd.__explorerWidthAsked) {
+        gd.__explorerWidthAsked = true;
+        setTimeout(() => { gd.__explorerWidthAsked = false; }, 1000);
+        model.send({ event: 'width', index, width: w });
+      }
     }
-  }
+  });
   return found;
 }
 
@@ -81,7 +88,7 @@ export default {
     const check = () => {
       if (!box) return;
       reportEmpty(box, model);
-      if (misfit(box)) kickSoon();
+      if (misfit(box, model)) kickSoon();
     };
     const ro = new ResizeObserver(() => requestAnimationFrame(check));
     // Plots draw when their (large) module has loaded, possibly after this widget, and a
@@ -111,14 +118,22 @@ class FitWidth(anywidget.AnyWidget):
 
     _esm = _ESM
 
-    def __init__(self, on_empty: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, on_empty: Callable[[int], None] | None = None,
+        on_width: Callable[[int, int], None] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
-        self.on_empty = on_empty
+        self.on_empty, self.on_width = on_empty, on_width
         self.on_msg(self._on_msg)
 
     def _on_msg(self, _widget: Any, content: Any, _buffers: Any) -> None:
-        if isinstance(content, dict) and content.get("event") == "empty" and self.on_empty:
-            self.on_empty(int(content.get("index", -1)))
+        if not isinstance(content, dict):
+            return
+        index = int(content.get("index", -1))
+        if content.get("event") == "empty" and self.on_empty:
+            self.on_empty(index)
+        elif content.get("event") == "width" and self.on_width:
+            self.on_width(index, int(content.get("width", 0)))
 
 
 def figure_box(fig: Any):
@@ -137,5 +152,11 @@ def figure_box(fig: Any):
 
     widget = FigureWidget(fig)
     box = ipw.VBox([widget], layout=ipw.Layout(width="100%"))
-    box.children = (widget, FitWidth(lambda index: widget.repair() if index == 0 else None))
+    box.children = (
+        widget,
+        FitWidth(
+            lambda index: widget.repair() if index == 0 else None,
+            lambda index, width: widget.fit_width(width) if index == 0 else None,
+        ),
+    )
     return box
