@@ -219,9 +219,9 @@ def trace_figure(
 
     title = f"@jit {level + ' ' if level else ''}vs eager: {speedup_text(runs, cmp)}"
     layout = base_layout(title, height=470, legend=True)
-    layout["legend"] = {"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.14,
+    layout["legend"] = {"orientation": "h", "x": 0.0, "xanchor": "left", "y": -0.22,
                         "yanchor": "top", "font": {"size": 11}}  # fmt: skip
-    layout["margin"] = dict(layout["margin"], t=layout["margin"]["t"] - 24 + 10, b=110)
+    layout["margin"] = dict(layout["margin"], t=layout["margin"]["t"] - 24 + 10, b=130)
     fig.update_layout(
         **layout, barmode="overlay", bargap=0.25, uniformtext={"mode": "hide", "minsize": 9},
         plot_bgcolor="white", hovermode="closest",
