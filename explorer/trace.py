@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -200,8 +201,16 @@ class Comparison:
 
     @property
     def speedup(self) -> float:
+        """Eager total time / static total time. A static run of 0 µs (no events) raises
+        ``TraceError``: the ratio is undefined, not infinite."""
         a, b = self.eager.summary()["total_us"], self.static.summary()["total_us"]
-        return a / b if b else float("inf")
+        if not b > 0:
+            raise TraceError(
+                f"speedup of {self.eager.name!r} over {self.static.name!r} is undefined: the "
+                f"static run took {b} us ({len(self.static.events)} events); record the static "
+                "run inside ex.trace.record(...) so it has events"
+            )
+        return a / b
 
     def table(self) -> str:
         lines = [f"{'eager ops':40s} {'us':>9s}   {'kernel':24s} {'us':>9s}"]
@@ -211,7 +220,10 @@ class Comparison:
                 f"{names[:40]:40s} {sum(e.dur_us for e in ev):9.1f}   "
                 f"{(k.name if k else '-')[:24]:24s} {(k.dur_us if k else 0.0):9.1f}"
             )
-        lines.append(f"speedup (total time): {self.speedup:.2f}x")
+        try:
+            lines.append(f"speedup (total time): {self.speedup:.2f}x")
+        except TraceError:
+            lines.append("speedup (total time): undefined (the static run took 0 us)")
         return "\n".join(lines)
 
 
@@ -284,42 +296,138 @@ def _kind_of(cat: str) -> EventKind:
     return "python"
 
 
-def from_chrome(data: dict[str, Any] | list, name: str | None = None) -> Trace:
+def from_chrome(
+    data: dict[str, Any] | list, name: str | None = None, where: str = "trace"
+) -> Trace:
     """Read a Chrome trace (ours, or a PyTorch profiler ``export_chrome_trace`` file).
 
     Complete events (``ph: "X"``) and begin/end pairs (``B``/``E``) are read; PyTorch's
     ``cpu_op`` become ``op`` events with their ``Input Dims`` as shapes, GPU kernels
-    become ``kernel`` events, Python function events become ``python`` events.
+    become ``kernel`` events, Python function events become ``python`` events. Other phases
+    (metadata, flows, counters) are skipped.
+
+    Every time must be a finite number and every duration >= 0; a malformed trace raises
+    ``TraceError`` naming ``where`` (the file), the event index and the field.
     """
-    raw = data["traceEvents"] if isinstance(data, dict) else data
-    other = data.get("otherData", {}) if isinstance(data, dict) else {}
+    if isinstance(data, dict):
+        if "traceEvents" not in data:
+            raise TraceError(f"{where}: no 'traceEvents' key (keys: {sorted(map(str, data))[:8]}); "
+                             "a Chrome trace is an object with a 'traceEvents' list")  # fmt: skip
+        raw, other = data["traceEvents"], data.get("otherData", {})
+        if not isinstance(other, dict):
+            raise TraceError(f"{where}: 'otherData' is {type(other).__name__}; expected an object")
+    else:
+        raw, other = data, {}
+    if not isinstance(raw, list):
+        raise TraceError(f"{where}: the events are {type(raw).__name__}; a Chrome trace is a list "
+                         "of events or an object with a 'traceEvents' list")  # fmt: skip
     out: list[TraceEvent] = []
-    open_: dict[tuple, list[dict]] = {}
-    for ev in raw:
+    open_: dict[tuple, list[tuple[int, dict]]] = {}
+    for i, ev in enumerate(raw):
+        at = f"{where}: event {i}"
+        if not isinstance(ev, dict):
+            raise TraceError(f"{at} is {type(ev).__name__} ({_short(ev)}); expected an object")
         ph = ev.get("ph")
         if ph == "B":
-            open_.setdefault((ev.get("pid"), ev.get("tid"), ev.get("name")), []).append(ev)
+            _time(ev, "ts", at)
+            key = (_key(ev.get("pid")), _key(ev.get("tid")), _key(ev.get("name")))
+            open_.setdefault(key, []).append((i, ev))
             continue
         if ph == "E":
-            stack = open_.get((ev.get("pid"), ev.get("tid"), ev.get("name")))
+            end = _time(ev, "ts", at)
+            key = (_key(ev.get("pid")), _key(ev.get("tid")), _key(ev.get("name")))
+            stack = open_.get(key)
             if not stack:
                 continue
-            b = stack.pop()
-            ev = dict(b, dur=float(ev["ts"]) - float(b["ts"]))
+            j, b = stack.pop()
+            dur = end - _time(b, "ts", f"{where}: event {j}")
+            if dur < 0:
+                raise TraceError(f"{at}: 'E' at ts={end} ends before its 'B' (event {j}) at "
+                                 f"ts={end - dur}; check the file's event order")  # fmt: skip
+            ev, at = dict(b, dur=dur), f"{where}: events {j}-{i}"
         elif ph != "X":
             continue
-        args = ev.get("args") or {}
-        shapes = args.get("shapes") or args.get("Input Dims") or ()
-        shapes = tuple(tuple(int(d) for d in s) for s in shapes if isinstance(s, list | tuple))
-        out.append(TraceEvent(
-            name=str(ev.get("name", "")), kind=_kind_of(ev.get("cat", "")),
-            start_us=float(ev.get("ts", 0.0)), dur_us=float(ev.get("dur", 0.0)), shapes=shapes,
-            bytes_allocated=int(args.get("bytes_allocated", 0)), flops=int(args.get("flops", 0)),
-            live_bytes=int(args.get("live_bytes", -1)),
-            replaced=tuple(args.get("replaced", ())), detail=str(args.get("detail", "")),
-        ))  # fmt: skip
+        out.append(_event(ev, at))
     out.sort(key=lambda e: e.start_us)
-    return Trace(tuple(out), name or other.get("name", "imported"), float(other.get("wall_us", 0)))
+    label = other.get("name", "imported") if name is None else name
+    wall = _time(other, "wall_us", f"{where}: otherData", default=0.0)
+    if wall < 0:
+        raise TraceError(f"{where}: otherData wall_us={wall}; expected a time >= 0 in us")
+    return Trace(tuple(out), str(label), wall)
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _key(v: Any) -> Any:
+    return v if isinstance(v, str | int | float | bool | None) else repr(v)
+
+
+def _time(ev: dict, field_: str, at: str, default: float | None = None) -> float:
+    """``ev[field_]`` as a finite float (numbers or numeric strings, as some exporters write)."""
+    if field_ not in ev and default is not None:
+        return default
+    v = ev.get(field_)
+    ok = isinstance(v, int | float | str) and not isinstance(v, bool)
+    try:
+        x = float(v) if ok else math.nan
+    except ValueError:
+        x = math.nan
+    if not math.isfinite(x):
+        raise TraceError(f"{at}: {field_}={_short(v)}; expected a finite number of microseconds")
+    return x
+
+
+def _count(args: dict, field_: str, at: str, default: int, low: int) -> int:
+    v = args.get(field_, default)
+    if isinstance(v, float) and math.isfinite(v) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise TraceError(f"{at}: args.{field_}={_short(v)}; expected a whole number >= {low}")
+    return v
+
+
+def _shapes(args: dict, at: str) -> tuple[tuple[int, ...], ...]:
+    key = "shapes" if "shapes" in args else "Input Dims"
+    shapes = args.get(key) or ()
+    if not isinstance(shapes, list | tuple):
+        raise TraceError(f"{at}: args.{key}={_short(shapes)}; expected a list of shapes")
+    out = []
+    for s in shapes:
+        if isinstance(s, list | tuple) and any(isinstance(d, list | tuple) for d in s):
+            continue  # a tensor list's dims (PyTorch): no single shape
+        good = isinstance(s, list | tuple) and all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in s
+        )
+        if not good:
+            raise TraceError(f"{at}: args.{key} holds {_short(s)}; expected a list of "
+                             "whole numbers >= 0 per shape")  # fmt: skip
+        out.append(tuple(s))
+    return tuple(out)
+
+
+def _event(ev: dict, at: str) -> TraceEvent:
+    start = _time(ev, "ts", at, default=0.0)
+    dur = _time(ev, "dur", at, default=0.0)
+    if dur < 0:
+        raise TraceError(f"{at}: dur={dur}; a duration must be >= 0 microseconds")
+    args = ev.get("args")
+    args = {} if args is None else args
+    if not isinstance(args, dict):
+        raise TraceError(f"{at}: args={_short(args)}; expected an object")
+    replaced = args.get("replaced", ())
+    if not isinstance(replaced, list | tuple) or not all(isinstance(r, str) for r in replaced):
+        raise TraceError(f"{at}: args.replaced={_short(replaced)}; expected a list of op names")
+    cat = ev.get("cat", "")
+    return TraceEvent(
+        name=str(ev.get("name", "")), kind=_kind_of(cat if isinstance(cat, str) else ""),
+        start_us=start, dur_us=dur, shapes=_shapes(args, at),
+        bytes_allocated=_count(args, "bytes_allocated", at, 0, 0),
+        flops=_count(args, "flops", at, 0, 0), live_bytes=_count(args, "live_bytes", at, -1, -1),
+        replaced=tuple(replaced), detail=str(args.get("detail", "")),
+    )  # fmt: skip
 
 
 def save_chrome(trace: Trace, path: str | Path) -> Path:
@@ -329,8 +437,30 @@ def save_chrome(trace: Trace, path: str | Path) -> Path:
 
 
 def load_chrome(path: str | Path) -> Trace:
+    """Read a Chrome trace file; a missing path, a directory, bytes that are not UTF-8,
+    malformed or too deeply nested JSON and malformed events raise ``TraceError`` naming it."""
+    if not isinstance(path, str | Path):
+        raise TraceError(f"path={_short(path)}; expected a file path (str or pathlib.Path)")
     path = Path(path)
-    return from_chrome(json.loads(path.read_text()), name=path.stem)
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory; expected a Chrome trace (a JSON file)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise TraceError(f"{path}: cannot read the trace: no such file") from None
+    except OSError as err:
+        raise TraceError(f"{path}: cannot read the trace ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise TraceError(f"{path}: byte {err.start} is not UTF-8; a Chrome trace is UTF-8 "
+                         "JSON text") from None  # fmt: skip
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply to read; a Chrome trace nests a "
+                         "few levels") from None  # fmt: skip
+    except ValueError as err:
+        raise TraceError(f"{path}: not valid JSON ({err}); check the file") from None
+    return from_chrome(data, name=path.stem, where=str(path))
 
 
 # --- repeated timing ----------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .problem import Problem
 from .repeats import Repeats, find_repeats
 from .solvers.dynamic import solve_dynamic
 from .solvers.exhaustive import solve_exhaustive
-from .solvers.ilp import DEFAULT_TIME_LIMIT_S, solve_ilp
+from .solvers.ilp import DEFAULT_TIME_LIMIT_S, check_top_k, solve_ilp
 from .solvers.propagation import solve_propagation
 from .solvers.recursive import solve_recursive
 
@@ -61,6 +61,8 @@ def _check(method, params, annotations, top_k, time_limit_s) -> None:
         )
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise SearchError(f"top_k={top_k!r}: expected an int >= 1 (the plans to keep)")
+    if method == "ilp":
+        check_top_k(top_k)
     if top_k > 1 and method not in ("ilp", "exhaustive"):
         raise SearchError(
             f"top_k={top_k} ranks whole plans, which only method='ilp' or 'exhaustive' "

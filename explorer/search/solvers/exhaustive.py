@@ -8,7 +8,7 @@ import math
 from ..errors import SearchError
 from ..problem import Problem
 
-__all__ = ["solve_exhaustive", "EXHAUSTIVE_LIMIT"]
+__all__ = ["solve_exhaustive", "check_size", "EXHAUSTIVE_LIMIT"]
 
 EXHAUSTIVE_LIMIT = 200_000
 
@@ -16,12 +16,7 @@ EXHAUSTIVE_LIMIT = 200_000
 def solve_exhaustive(p: Problem, cap: float | None, k: int = 1) -> list[tuple[float, dict]]:
     """Every assignment of the active nodes; the ``k`` best as ``(objective, choice)``."""
     sizes = [len(p.cost[i]) for i in p.active]
-    count = math.prod(sizes)
-    if count > EXHAUSTIVE_LIMIT:
-        raise SearchError(
-            f"exhaustive search would visit {count:,} assignments (limit {EXHAUSTIVE_LIMIT:,}); "
-            "use method='ilp' or 'dynamic_programming' for graphs this size"
-        )
+    check_size(sizes)
     eps = p.eps
     found: list[tuple[float, dict]] = []
     for combo in itertools.product(*(range(s) for s in sizes)):
@@ -35,3 +30,17 @@ def solve_exhaustive(p: Problem, cap: float | None, k: int = 1) -> list[tuple[fl
             del found[k:]
     found.sort(key=lambda t: t[0])
     return found[:k]
+
+
+def check_size(sizes: list[int]) -> None:
+    """Refuse more than ``EXHAUSTIVE_LIMIT`` assignments, counted as a sum of logarithms:
+    the exact product of thousands of choices is an integer too long to print."""
+    log10 = sum(math.log10(s) for s in sizes if s > 0)
+    if 0 in sizes or log10 <= math.log10(EXHAUSTIVE_LIMIT):
+        return
+    count = f"{math.prod(sizes):,}" if log10 < 15 else f"about 10^{log10:.0f}"
+    raise SearchError(
+        f"exhaustive search would visit {count} assignments of {len(sizes)} nodes (limit "
+        f"{EXHAUSTIVE_LIMIT:,}); use method='ilp' or 'dynamic_programming' for graphs this "
+        "size, or raise explorer.search.solvers.exhaustive.EXHAUSTIVE_LIMIT"
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,9 +12,13 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from ..errors import SearchError
 from ..problem import Problem
 
-__all__ = ["solve_ilp", "ILPSolution", "DEFAULT_TIME_LIMIT_S"]
+__all__ = ["solve_ilp", "ILPSolution", "DEFAULT_TIME_LIMIT_S", "ILP_TOP_K_LIMIT"]
 
 DEFAULT_TIME_LIMIT_S = 60.0
+#: Most plans one ILP search ranks: each further plan is one more whole ILP solve (with a
+#: no-good cut), about a second each on a mid-size model. Raise it by assigning
+#: ``explorer.search.solvers.ilp.ILP_TOP_K_LIMIT``; ``time_limit_s`` bounds all solves together.
+ILP_TOP_K_LIMIT = 20
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,12 @@ def solve_ilp(
         memory: sum_{i,a} mem[i][a] * choose[i][a] <= cap
         minimise sum cost[i][a] choose[i][a] + sum M_e[a, b] pair[e][a, b]
     Returns up to ``k`` solutions, each further one excluded by a no-good cut; a solution
-    found when HiGHS hit ``time_limit_s`` has ``optimal=False`` and its gap.
+    found when HiGHS hit ``time_limit_s`` has ``optimal=False`` and its gap. ``time_limit_s``
+    bounds the ``k`` solves together: when it runs out, fewer than ``k`` solutions return.
+    ``k`` above ``ILP_TOP_K_LIMIT`` raises ``SearchError``.
     """
+    check_top_k(k)
+    deadline = time.monotonic() + time_limit_s
     eps = p.eps
     off: dict[int, int] = {}
     n = 0
@@ -97,6 +106,9 @@ def solve_ilp(
     results: list[ILPSolution] = []
     cuts: list[list[int]] = []
     for _ in range(k):
+        left = deadline - time.monotonic()
+        if results and left <= 0:
+            break
         R, C, V, LO, HI = list(rows), list(cols), list(vals), list(lo), list(hi)
         for q, cut in enumerate(cuts):
             for col in cut:
@@ -108,7 +120,7 @@ def solve_ilp(
         A = sp.csr_array((V, (R, C)), shape=(len(LO), total))
         res = milp(cvec, constraints=LinearConstraint(A, LO, HI), integrality=integrality,
                    bounds=Bounds(0, 1),
-                   options={"time_limit": time_limit_s, "mip_rel_gap": 1e-9})  # fmt: skip
+                   options={"time_limit": max(left, 1e-3), "mip_rel_gap": 1e-9})  # fmt: skip
         if res.x is None:
             if not results:
                 raise SearchError(
@@ -125,3 +137,13 @@ def solve_ilp(
         results.append(ILPSolution(p.objective(choice), choice, optimal, gap, res.message))
         cuts.append([off[i] + a for i, a in choice.items()])
     return results
+
+
+def check_top_k(k: int) -> None:
+    """``k`` plans are within ``ILP_TOP_K_LIMIT``, or ``SearchError`` says how to raise it."""
+    if k > ILP_TOP_K_LIMIT:
+        raise SearchError(
+            f"top_k={k:.3g} plans: the ILP ranks at most ILP_TOP_K_LIMIT={ILP_TOP_K_LIMIT} "
+            "(each plan is one more ILP solve); pass a smaller top_k, or raise "
+            "explorer.search.solvers.ilp.ILP_TOP_K_LIMIT and time_limit_s"
+        )
