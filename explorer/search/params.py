@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 from dataclasses import dataclass
 from typing import Literal
@@ -69,12 +70,21 @@ class CostParams:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name in ("unit", "training", "prefer_data_parallel_on_ties") or v is None:
+            if f.name in ("training", "prefer_data_parallel_on_ties") and not isinstance(v, bool):
+                raise SearchError(f"CostParams.{f.name}={v!r}; expected True or False")
+            if f.name in ("unit", "training", "prefer_data_parallel_on_ties"):
                 continue
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != v:
+            if v is None and f.name == "device_memory_cap_bytes":  # None: the chip's memory
+                continue
+            no_cap = f.name == "device_memory_cap_bytes" and v == float("inf")  # +inf: no cap
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, numbers.Real)
+                or not (no_cap or math.isfinite(v))
+            ):
                 raise SearchError(
-                    f"CostParams.{f.name}={v!r}; expected a number (not NaN), in the unit its "
-                    "name says"
+                    f"CostParams.{f.name}={v!r}; expected a finite number (not NaN or inf), in "
+                    "the unit its name says"
                 )
         if self.unit not in ("seconds", "bytes"):
             raise SearchError(f"CostParams.unit={self.unit!r}; expected 'seconds' or 'bytes'")

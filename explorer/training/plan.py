@@ -81,6 +81,18 @@ class SearchSpace:
     # gcd(dp, experts)
 
     def __post_init__(self) -> None:
+        for name in ("schedules", "zero", "recompute", "sp"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple) and not (name == "sp" and values is None):
+                raise TrainingPlanError(
+                    f"SearchSpace.{name}={values!r}; expected a tuple of choices, e.g. "
+                    f"{getattr(SearchSpace, name) or (True, False)!r}"
+                )
+        if self.sp is not None and not (self.sp and all(isinstance(v, bool) for v in self.sp)):
+            raise TrainingPlanError(
+                f"SearchSpace.sp={self.sp!r}; expected a non-empty tuple of True/False (or "
+                "None: True when tp > 1)"
+            )
         for s in self.schedules:
             if s not in SCHEDULES:
                 raise TrainingPlanError(
