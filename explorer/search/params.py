@@ -83,7 +83,7 @@ class CostParams:
                 or not (no_cap or math.isfinite(v))
             ):
                 raise SearchError(
-                    f"CostParams.{f.name}={v!r}; expected a finite number (not NaN or inf), in "
+                    f"CostParams.{f.name}={v!r}; expected a number, finite (not NaN or inf), in "
                     "the unit its name says"
                 )
         if self.unit not in ("seconds", "bytes"):
