@@ -22,10 +22,14 @@ sys.path.insert(0, str(ROOT))
 from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
 from tests.fuzz.interfaces import INTERFACES, outcome  # noqa: E402
+from tests.fuzz.test_fuzz_core import CORE_INTERFACES  # noqa: E402
+
+#: The loaders, ModelConfig, Mesh and the CLI, then the core values and trace import.
+ALL_INTERFACES = {**INTERFACES, **CORE_INTERFACES}
 
 
 def count(name: str, examples: int, folder: Path) -> tuple[Counter, list[str]]:
-    interface = INTERFACES[name]
+    interface = ALL_INTERFACES[name]
     counts: Counter = Counter()
     failures: list[str] = []
 
@@ -50,7 +54,7 @@ def main() -> int:
     rows, bad = [], []
     print(f"{'interface':16} {'tried':>6} {'named':>6} {'valid':>6} {'failed':>6}")
     with tempfile.TemporaryDirectory() as tmp:
-        for name in INTERFACES:
+        for name in ALL_INTERFACES:
             folder = Path(tmp) / name
             folder.mkdir()
             counts, failures = count(name, examples, folder)
