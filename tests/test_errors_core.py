@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 
 import pytest
 
@@ -206,3 +207,16 @@ def test_moe_capacity_factor(value):
     cfg = ex.models.load("mixtral-8x7b")
     with pytest.raises(ex.models.ModelConfigError, match="capacity_factor"):
         dataclasses.replace(cfg, capacity_factor=value)
+
+
+def test_ilp_time_limit_bounds_all_top_k_solves_and_says_so(small, monkeypatch):
+    # a clock that jumps far ahead after the first solve: the budget is spent, the search
+    # stops with one plan and reports it (before, each of the k solves had the whole limit)
+    ticks = iter([0.0, 0.0])
+    monkeypatch.setattr(ilp, "time", types.SimpleNamespace(monotonic=lambda: next(ticks, 1e9)))
+    g, mesh = small
+    plan = ex.search(g, mesh, "ilp", top_k=5, time_limit_s=30.0)
+    assert "ran out after 1 of top_k=5 plans" in plan.diagnostics["top_k"]
+    monkeypatch.undo()
+    plan = ex.search(g, mesh, "ilp", top_k=3)
+    assert "top_k" not in plan.diagnostics

@@ -205,7 +205,11 @@ class Planner:
             sols = solve_ilp(p, cap, top_k, time_limit_s)
             best = sols[0]
             status = "optimal" if best.optimal else "time-limited"
-            return _Solved([s.choice for s in sols], status, best.gap, {"ilp": best.message})
+            diagnostics = {"ilp": best.message}
+            if sols[-1].stopped_early:
+                diagnostics["top_k"] = (f"time_limit_s={time_limit_s} ran out after {len(sols)} "
+                                        f"of top_k={top_k} plans; raise time_limit_s for more")  # fmt: skip
+            return _Solved([s.choice for s in sols], status, best.gap, diagnostics)
         if method == "dynamic_programming":
             choice, d = solve_dynamic(p, time_limit_s)
             status = "optimal" if d["optimal"] else "time-limited"

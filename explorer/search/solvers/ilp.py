@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ class ILPSolution:
     optimal: bool
     gap: float
     message: str
+    #: True on the last solution when ``time_limit_s`` ran out before ``k`` were found.
+    stopped_early: bool = False
 
 
 def solve_ilp(
@@ -108,6 +111,7 @@ def solve_ilp(
     for _ in range(k):
         left = deadline - time.monotonic()
         if results and left <= 0:
+            results[-1] = dataclasses.replace(results[-1], stopped_early=True)
             break
         R, C, V, LO, HI = list(rows), list(cols), list(vals), list(lo), list(hi)
         for q, cut in enumerate(cuts):
@@ -127,6 +131,8 @@ def solve_ilp(
                     f"the ILP found no solution within time_limit_s={time_limit_s}: "
                     f"{res.message}; raise time_limit_s or use method='dynamic_programming'"
                 )
+            if res.status == 1:  # HiGHS hit the time limit before a further plan
+                results[-1] = dataclasses.replace(results[-1], stopped_early=True)
             break
         choice = {}
         for i in p.active:
