@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..ir import DType
-from .tensor import Tensor
+from .errors import JitSyntaxError, ShapeError, user_location
+from .tensor import Tensor, check_array_dtype
 from .trace_stack import apply, current
 
 __all__ = [
@@ -30,7 +31,7 @@ __all__ = [
 
 def constant(value: Any, dtype: DType | str | None = None) -> Tensor:
     """A constant tensor: a plain array eagerly, a ``constant`` node inside ``@jit``."""
-    a = np.asarray(value)
+    a = check_array_dtype(np.asarray(value))
     if dtype is not None:
         a = a.astype(DType.parse(dtype).numpy)
     elif a.dtype == np.float64:
@@ -50,6 +51,23 @@ def _t(x: Any, like: Tensor | None = None) -> Tensor:
 
 def _op(op: str, *inputs: Tensor, **attrs: Any) -> Tensor:
     return apply(op, inputs, attrs)
+
+
+def _bad(message: str) -> ShapeError:
+    return ShapeError(message, user_location())
+
+
+def _axis(x: Tensor, axis: Any, op: str) -> int:
+    """``axis`` as an index in ``[0, x.ndim)``; negative axes count from the end."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise _bad(f"{op}: axis={axis!r} is not an int; pass an int in [{-x.ndim}, {x.ndim})")
+    a = int(axis)
+    if not -x.ndim <= a < x.ndim:
+        raise _bad(
+            f"{op}: axis={a} is out of range for a tensor with ndim={x.ndim} ({x.type}); "
+            f"pass an axis in [{-x.ndim}, {x.ndim})"
+        )
+    return a % x.ndim
 
 
 def _binary(op: str, a: Any, b: Any) -> Tensor:
@@ -154,7 +172,10 @@ def causal_mask(scores: Tensor, offset: int = 0) -> Tensor:
 
 
 def softmax(x: Tensor, axis: int = -1) -> Tensor:
-    if axis % x.ndim != x.ndim - 1:
+    if x.ndim == 0:
+        raise _bad(f"softmax of a 0-d tensor ({x.type}): it needs at least one axis")
+    axis = _axis(x, axis, "softmax")
+    if axis != x.ndim - 1:
         perm = list(range(x.ndim))
         perm[axis], perm[-1] = perm[-1], perm[axis]
         return transpose(softmax(transpose(x, perm)), perm)
@@ -170,12 +191,31 @@ def rms_norm(x: Tensor, gain: Tensor, eps: float = 1e-6) -> Tensor:
 
 
 def embedding(ids: Tensor, table: Tensor) -> Tensor:
-    """Rows of ``table`` picked by integer ``ids``."""
-    return _op("embedding", _t(ids), table)
+    """Rows of ``table`` picked by integer ``ids`` in ``[0, vocab)``."""
+    ids = _t(ids)
+    if ids.dtype.is_float or ids.dtype == DType.BOOL:
+        raise _bad(f"embedding: ids are {ids.type}; they must be integers (cast with .astype)")
+    if table.ndim != 2:
+        raise _bad(f"embedding: the table is {table.type}; it must be 2-D [vocab, dim]")
+    vocab = table.shape[0]
+    if ids.data is not None and ids.tracer is None and ids.size:
+        bad = ids.data[(ids.data < 0) | (ids.data >= vocab)]
+        if bad.size:
+            raise _bad(
+                f"embedding: id {int(bad.flat[0])} is outside [0, {vocab}) (vocab={vocab}, "
+                f"{bad.size} bad ids); clip or remap the ids before the lookup"
+            )
+    return _op("embedding", ids, table)
 
 
 def dropout(x: Tensor, p: float = 0.1, seed: int = 0, training: bool = True) -> Tensor:
-    """Inverted dropout with a mask that is a pure function of the shape and ``seed``."""
+    """Inverted dropout with a mask that is a pure function of the shape and ``seed``;
+    ``p`` is the drop probability, in ``[0, 1)``."""
+    ok = isinstance(p, numbers.Real) and not isinstance(p, bool)
+    if not ok or not 0 <= float(p) < 1:  # NaN fails the comparison too
+        raise _bad(f"dropout: p={p!r} must be a number in [0, 1) (the fraction dropped)")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise _bad(f"dropout: seed={seed!r} must be an int")
     if not training or p == 0:
         return x
     return _op("dropout", x, p=float(p), seed=int(seed))
@@ -188,7 +228,7 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean") -> Te
     if reduction == "none":
         return losses
     if reduction != "mean":
-        raise ValueError(f"reduction={reduction!r}; expected 'mean' or 'none'")
+        raise _bad(f"reduction={reduction!r}; expected 'mean' or 'none'")
     return mean(losses)
 
 
@@ -199,7 +239,7 @@ def cast(x: Tensor, dtype: DType | str) -> Tensor:
 def reshape(x: Tensor, shape) -> Tensor:
     shape = list(int(d) for d in shape)
     if shape.count(-1) > 1:
-        raise ValueError(f"reshape to {tuple(shape)}: at most one dim can be -1")
+        raise _bad(f"reshape to {tuple(shape)}: at most one dim can be -1")
     if -1 in shape:
         known = int(np.prod([d for d in shape if d != -1]))
         shape[shape.index(-1)] = x.size // known if known else 0
@@ -213,7 +253,15 @@ def reshape(x: Tensor, shape) -> Tensor:
 
 
 def transpose(x: Tensor, perm=None) -> Tensor:
-    perm = tuple(reversed(range(x.ndim))) if perm is None else tuple(p % x.ndim for p in perm)
+    if perm is None:
+        perm = tuple(reversed(range(x.ndim)))
+    else:
+        perm = tuple(_axis(x, p, "transpose") for p in perm)
+        if sorted(perm) != list(range(x.ndim)):
+            raise _bad(
+                f"transpose: perm={perm} is not a permutation of the {x.ndim} axes of "
+                f"{x.type}; name each axis in range({x.ndim}) exactly once"
+            )
     return _op("transpose", x, perm=perm)
 
 
@@ -221,15 +269,18 @@ def broadcast_to(x: Tensor, shape) -> Tensor:
     return _op("broadcast_to", x, shape=tuple(int(d) for d in shape))
 
 
-def _axes(x: Tensor, axis) -> tuple[int, ...] | None:
+def _axes(x: Tensor, axis, op: str) -> tuple[int, ...] | None:
     if axis is None:
         return None
     axis = axis if isinstance(axis, tuple | list) else (axis,)
-    return tuple(sorted(a % x.ndim for a in axis))
+    axes = [_axis(x, a, op) for a in axis]
+    if len(set(axes)) != len(axes):
+        raise _bad(f"{op}: axis={tuple(axis)} names an axis twice ({x.type}); name each once")
+    return tuple(sorted(axes))
 
 
 def _reduce(op: str, x: Tensor, axis, keepdims: bool) -> Tensor:
-    axes = _axes(x, axis)
+    axes = _axes(x, axis, op)
     y = _op(op, x, axes=axes)
     if keepdims:
         keep = axes if axes is not None else tuple(range(x.ndim))
@@ -250,25 +301,53 @@ def max(x: Tensor, axis=None, keepdims: bool = False) -> Tensor:  # noqa: A001
 
 
 def getitem(x: Tensor, index) -> Tensor:
-    """Basic indexing: ints, slices and one ``...``."""
+    """Basic indexing: ints, slices and one ``...``.
+
+    A boolean mask (``x[x > 2]``) is refused: its result's shape depends on the data, which
+    a compiled graph cannot have; ``where(mask, x, 0)`` keeps the shape.
+    """
     index = index if isinstance(index, tuple) else (index,)
+    for e in index:
+        if isinstance(e, Tensor) or isinstance(e, np.ndarray | list):
+            hint = (
+                "keep the shape with ex.F.where(mask, x, 0.0) (or sum(where(...)) for a "
+                "masked total); outside @jit, x.numpy()[mask.numpy()] selects the elements"
+            )
+            what = (
+                "boolean-mask" if getattr(e, "dtype", None) in (DType.BOOL, np.bool_) else "array"
+            )
+            if isinstance(e, Tensor) and e.tracer is not None or x.tracer is not None:
+                raise JitSyntaxError(
+                    f"{what} indexing x[index]: the result's shape depends on the data",
+                    user_location(),
+                    hint,
+                )
+            raise _bad(
+                f"{what} indexing of {x.type} is not supported: the result's shape would "
+                f"depend on the data; {hint}"
+            )
+    if [e is Ellipsis for e in index].count(True) > 1:
+        raise _bad(f"index {index}: at most one ... is allowed")
     if any(e is Ellipsis for e in index):
         k = index.index(Ellipsis)
         fill = (slice(None),) * (x.ndim - len(index) + 1)
         index = index[:k] + fill + index[k + 1 :]
     if len(index) > x.ndim:
-        raise IndexError(f"index {index} has more entries than the {x.ndim} dims of {x.type}")
+        raise _bad(f"index {index} has more entries than the {x.ndim} dims of {x.type}")
     norm: list[Any] = []
     for e, d in zip(index, x.shape, strict=False):
         if isinstance(e, slice):
             norm.append(e.indices(d))
-        elif isinstance(e, numbers.Integral):
+        elif isinstance(e, numbers.Integral) and not isinstance(e, bool):
             i = int(e)
             if not -d <= i < d:
-                raise IndexError(f"index {i} is out of range for a dim of size {d} ({x.type})")
+                raise _bad(
+                    f"index {i} is out of range for a dim of size {d} ({x.type}); "
+                    f"use an index in [{-d}, {d})"
+                )
             norm.append(i % d)
         else:
-            raise TypeError(f"index entry {e!r}: only ints, slices and ... are supported")
+            raise _bad(f"index entry {e!r}: only ints, slices and ... are supported")
     return _op("getitem", x, index=tuple(norm))
 
 

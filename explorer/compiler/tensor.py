@@ -20,13 +20,30 @@ import numpy as np
 
 from ..ir import DType, TensorType
 from ..ir.ops_tensor import dtype_of_array
-from .errors import GraphBreak
+from .errors import GraphBreak, ShapeError, user_location
 
-__all__ = ["Tensor", "Parameter", "tensor", "spec"]
+__all__ = ["Tensor", "Parameter", "tensor", "spec", "check_array_dtype"]
+
+
+def check_array_dtype(a: np.ndarray) -> np.ndarray:
+    """``a`` if its numpy dtype is one the IR has (bool, integer, float), else a ShapeError
+    naming the dtype: complex, string and object arrays are not silently called fp32."""
+    if a.dtype.kind not in "biuf":
+        raise ShapeError(
+            f"arrays of numpy dtype {a.dtype} are not supported (the IR has bool, int32, "
+            "int64 and floats); convert the data first, e.g. np.asarray(x, np.float32)",
+            user_location(),
+        )
+    return a
 
 
 def _as_array(data: Any, dtype: DType | str | None = None) -> np.ndarray:
-    a = np.asarray(data)
+    try:
+        a = check_array_dtype(np.asarray(data))
+    except ValueError as e:  # ragged nested lists
+        if isinstance(e, ShapeError):
+            raise
+        raise ShapeError(f"cannot make a tensor from {type(data).__name__}: {e}", None) from e
     if dtype is not None:
         return a.astype(DType.parse(dtype).numpy, copy=False)
     if a.dtype == np.float64 or a.dtype == np.float16:
@@ -57,6 +74,7 @@ class Tensor:
 
     @classmethod
     def wrap(cls, array: np.ndarray) -> Tensor:
+        check_array_dtype(array)
         if array.dtype == np.float64:
             array = array.astype(np.float32)
         return cls(array, TensorType(array.shape, dtype_of_array(array)))
