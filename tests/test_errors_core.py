@@ -143,7 +143,9 @@ def small():
     return ex.models.build(ex.models.load("mlp-small"), batch=8), ex.Mesh({"dp": 2, "tp": 2})
 
 
-@pytest.mark.parametrize("top_k", [ilp.ILP_TOP_K_LIMIT + 1, 10**6])
+@pytest.mark.parametrize(
+    "top_k", [ilp.ILP_TOP_K_LIMIT + 1, 10**6, 10**5000], ids=["limit+1", "1e6", "1e5000"]
+)
 def test_ilp_top_k_above_the_limit_is_refused_up_front(small, top_k):
     g, mesh = small
     with pytest.raises(ex.ExplorerError) as info:
@@ -220,3 +222,11 @@ def test_ilp_time_limit_bounds_all_top_k_solves_and_says_so(small, monkeypatch):
     monkeypatch.undo()
     plan = ex.search(g, mesh, "ilp", top_k=3)
     assert "top_k" not in plan.diagnostics
+
+
+def test_huge_top_k_with_another_method_is_named():
+    # 10**5000 has more digits than Python prints (ValueError from str(int) before)
+    g = ex.models.build(ex.models.load("mlp-small"), batch=8)
+    mesh = ex.Mesh({"dp": 2}, hardware="a100-80g")
+    with pytest.raises(ex.ExplorerError, match=r"top_k=about 2\^16609 ranks whole plans"):
+        ex.search(g, mesh, "dynamic_programming", top_k=10**5000)

@@ -22,7 +22,7 @@ from .problem import Problem
 from .repeats import Repeats, find_repeats
 from .solvers.dynamic import solve_dynamic
 from .solvers.exhaustive import solve_exhaustive
-from .solvers.ilp import DEFAULT_TIME_LIMIT_S, check_top_k, solve_ilp
+from .solvers.ilp import DEFAULT_TIME_LIMIT_S, check_top_k, count_text, solve_ilp
 from .solvers.propagation import solve_propagation
 from .solvers.recursive import solve_recursive
 
@@ -65,7 +65,7 @@ def _check(method, params, annotations, top_k, time_limit_s) -> None:
         check_top_k(top_k)
     if top_k > 1 and method not in ("ilp", "exhaustive"):
         raise SearchError(
-            f"top_k={top_k} ranks whole plans, which only method='ilp' or 'exhaustive' "
+            f"top_k={count_text(top_k)} ranks whole plans, which only method='ilp' or 'exhaustive' "
             f"keeps; {method!r} finds one plan: pass top_k=1 or one of those methods"
         )
     if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float)

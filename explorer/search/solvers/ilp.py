@@ -13,7 +13,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from ..errors import SearchError
 from ..problem import Problem
 
-__all__ = ["solve_ilp", "ILPSolution", "DEFAULT_TIME_LIMIT_S", "ILP_TOP_K_LIMIT"]
+__all__ = ["solve_ilp", "ILPSolution", "DEFAULT_TIME_LIMIT_S", "ILP_TOP_K_LIMIT", "count_text"]
 
 DEFAULT_TIME_LIMIT_S = 60.0
 #: Most plans one ILP search ranks: each further plan is one more whole ILP solve (with a
@@ -149,7 +149,12 @@ def check_top_k(k: int) -> None:
     """``k`` plans are within ``ILP_TOP_K_LIMIT``, or ``SearchError`` says how to raise it."""
     if k > ILP_TOP_K_LIMIT:
         raise SearchError(
-            f"top_k={k:.3g} plans: the ILP ranks at most ILP_TOP_K_LIMIT={ILP_TOP_K_LIMIT} "
+            f"top_k={count_text(k)} plans: the ILP ranks at most ILP_TOP_K_LIMIT={ILP_TOP_K_LIMIT} "
             "(each plan is one more ILP solve); pass a smaller top_k, or raise "
             "explorer.search.solvers.ilp.ILP_TOP_K_LIMIT and time_limit_s"
         )
+
+
+def count_text(k: int) -> str:
+    """``k`` for a message: exact with separators, or its size when too long to print."""
+    return f"{k:,}" if k.bit_length() < 64 else f"about 2^{k.bit_length() - 1}"
