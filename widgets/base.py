@@ -112,10 +112,33 @@ class View(ipw.VBox):
         if 0 <= index < len(figures):
             figures[index].fit_width(width)
 
+    MAX_REPAIRS = 3  # per view: a page that keeps drawing empty plots is not looped on
+
     def _repair_plot(self, index: int) -> None:
+        """The page drew plot ``index`` without data: re-send it, and put a fresh copy (a new
+        model in the page) in its place in case the old model ignores update messages."""
         figures = self.figures_in_page_order()
-        if 0 <= index < len(figures):
-            figures[index].repair()
+        self._repairs = getattr(self, "_repairs", 0) + 1
+        if not 0 <= index < len(figures) or self._repairs > self.MAX_REPAIRS:
+            return
+        old = figures[index]
+        old.repair()
+        self._swap_figure(old, old.fresh_copy())
+
+    def _swap_figure(self, old: FigureWidget, new: FigureWidget) -> None:
+        """Replace ``old`` by ``new`` in the children tree and in every attribute of the views
+        in it that held ``old``."""
+        stack: list = [self]
+        while stack:
+            w = stack.pop()
+            kids = tuple(getattr(w, "children", ()) or ())
+            if any(k is old for k in kids):
+                w.children = tuple(new if k is old else k for k in kids)
+            if isinstance(w, View):
+                for name, value in list(vars(w).items()):
+                    if value is old:
+                        setattr(w, name, new)
+            stack.extend(k for k in kids if k is not old)
 
 
 def _escape(text: str) -> str:

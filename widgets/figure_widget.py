@@ -89,3 +89,17 @@ class FigureWidget(go.FigureWidget):
         figure's own layout keeps no width, so the next page measures again)."""
         if width > 0:
             self._send_relayout_msg({"width": int(width)})
+
+    def fresh_copy(self) -> FigureWidget:
+        """A new FigureWidget (a new model in the page) holding this figure, with the same
+        click/hover/select callbacks on its traces: the last resort for a page that drew this
+        one empty and ignores its update messages."""
+        new = FigureWidget(go.Figure(self.to_dict()))
+        for old_trace, new_trace in zip(self.data, new.data, strict=True):
+            for name in _CALLBACKS:
+                setattr(new_trace, name, list(getattr(old_trace, name, [])))
+        return new
+
+
+_CALLBACKS = ("_click_callbacks", "_hover_callbacks", "_unhover_callbacks",
+              "_select_callbacks", "_deselect_callbacks")  # fmt: skip
