@@ -31,7 +31,7 @@ __all__ = [
 
 def constant(value: Any, dtype: DType | str | None = None) -> Tensor:
     """A constant tensor: a plain array eagerly, a ``constant`` node inside ``@jit``."""
-    a = check_array_dtype(np.asarray(value))
+    a = check_array_dtype(value)
     if dtype is not None:
         a = a.astype(DType.parse(dtype).numpy)
     elif a.dtype == np.float64:
@@ -192,13 +192,13 @@ def rms_norm(x: Tensor, gain: Tensor, eps: float = 1e-6) -> Tensor:
 
 def embedding(ids: Tensor, table: Tensor) -> Tensor:
     """Rows of ``table`` picked by integer ``ids`` in ``[0, vocab)``."""
-    ids = _t(ids)
+    ids, table = _t(ids), _t(table)
     if ids.dtype.is_float or ids.dtype == DType.BOOL:
         raise _bad(f"embedding: ids are {ids.type}; they must be integers (cast with .astype)")
     if table.ndim != 2:
         raise _bad(f"embedding: the table is {table.type}; it must be 2-D [vocab, dim]")
     vocab = table.shape[0]
-    if ids.data is not None and ids.tracer is None and ids.size:
+    if ids.data is not None and ids.size:  # concrete, or traced with its first data
         bad = ids.data[(ids.data < 0) | (ids.data >= vocab)]
         if bad.size:
             raise _bad(

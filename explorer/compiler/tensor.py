@@ -25,9 +25,15 @@ from .errors import GraphBreak, ShapeError, user_location
 __all__ = ["Tensor", "Parameter", "tensor", "spec", "check_array_dtype"]
 
 
-def check_array_dtype(a: np.ndarray) -> np.ndarray:
-    """``a`` if its numpy dtype is one the IR has (bool, integer, float), else a ShapeError
-    naming the dtype: complex, string and object arrays are not silently called fp32."""
+def check_array_dtype(data: Any) -> np.ndarray:
+    """``data`` as a numpy array if its dtype is one the IR has (bool, integer, float), else
+    a ShapeError naming the dtype: complex, string and object arrays are not called fp32."""
+    try:
+        a = np.asarray(data)
+    except ValueError as e:  # ragged nested lists
+        raise ShapeError(
+            f"cannot make a tensor from {type(data).__name__} {data!r:.80}: {e}", user_location()
+        ) from e
     if a.dtype.kind not in "biuf":
         raise ShapeError(
             f"arrays of numpy dtype {a.dtype} are not supported (the IR has bool, int32, "
@@ -38,12 +44,7 @@ def check_array_dtype(a: np.ndarray) -> np.ndarray:
 
 
 def _as_array(data: Any, dtype: DType | str | None = None) -> np.ndarray:
-    try:
-        a = check_array_dtype(np.asarray(data))
-    except ValueError as e:  # ragged nested lists
-        if isinstance(e, ShapeError):
-            raise
-        raise ShapeError(f"cannot make a tensor from {type(data).__name__}: {e}", None) from e
+    a = check_array_dtype(data)
     if dtype is not None:
         return a.astype(DType.parse(dtype).numpy, copy=False)
     if a.dtype == np.float64 or a.dtype == np.float16:

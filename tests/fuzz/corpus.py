@@ -168,3 +168,35 @@ CLI_CASES: tuple[CliCase, ...] = (
     CliCase("summary dir/x.json missing", ("summary", "nowhere/x.json"),
             ("argument model", "nowhere/x.json")),
 )  # fmt: skip
+
+
+# ex.F / Tensor ops (issue 15): bad axes, ids, p, dtypes and boolean masks.
+def _x23():
+    import numpy as np
+
+    return ex.tensor(np.arange(6.0).reshape(2, 3))
+
+
+def _ops_cases() -> tuple[Case, ...]:
+    import numpy as np
+
+    from explorer.compiler import F
+    from explorer.compiler.errors import ShapeError
+
+    x = _x23
+    return (
+        Case("softmax axis=5 on 2-D", lambda d: F.softmax(x(), axis=5), ShapeError,
+             ("axis=5", "ndim=2", "[-2, 2)")),
+        Case("sum axis=9 on 2-D", lambda d: F.sum(x(), axis=9), ShapeError,
+             ("axis=9", "ndim=2", "[-2, 2)")),
+        Case("embedding id -1", lambda d: F.embedding(ex.tensor(np.array([-1])), x()),
+             ShapeError, ("id -1", "[0, 2)")),
+        Case("dropout p=1.5", lambda d: F.dropout(x(), p=1.5), ShapeError, ("p=1.5", "[0, 1)")),
+        Case("complex array", lambda d: ex.tensor(np.array([1j])), ShapeError, ("complex128",)),
+        Case("string array", lambda d: ex.tensor(np.array(["a"])), ShapeError, ("<U1",)),
+        Case("x[x > 2] eager", lambda d: x()[x() > 2], ShapeError,
+             ("boolean-mask", "depend on the data", "where")),
+    )  # fmt: skip
+
+
+CASES = CASES + _ops_cases()
