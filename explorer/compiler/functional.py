@@ -42,6 +42,8 @@ def constant(value: Any, dtype: DType | str | None = None) -> Tensor:
 def _t(x: Any, like: Tensor | None = None) -> Tensor:
     if isinstance(x, Tensor):
         return x
+    if isinstance(x, numbers.Number) and not isinstance(x, numbers.Real):
+        raise _bad(f"{x!r} is a {type(x).__name__}; tensors hold bool, int and float values")
     if isinstance(x, numbers.Number) and like is not None:
         if like.dtype.is_float or isinstance(x, float):
             return constant(np.float32(x) if like.dtype.is_float else x)
@@ -182,29 +184,50 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
     return _op("softmax", x)
 
 
+def _eps(op: str, eps: Any) -> float:
+    ok = isinstance(eps, numbers.Real) and not isinstance(eps, bool)
+    if not ok or not 0 < float(eps) < float("inf"):
+        raise _bad(f"{op}: eps={eps!r} must be a finite number > 0 (e.g. 1e-5)")
+    return float(eps)
+
+
+def _float(op: str, *xs: Tensor) -> None:
+    for x in xs:
+        if not x.dtype.is_float:
+            raise _bad(f"{op}: got {x.type}; it needs float tensors (cast with .astype('fp32'))")
+
+
+def _check_ids(op: str, what: str, ids: Tensor, n: int) -> None:
+    """Integer ``ids`` in ``[0, n)``; checked where their data is known."""
+    if ids.dtype.is_float or ids.dtype == DType.BOOL:
+        raise _bad(f"{op}: {what} are {ids.type}; they must be integers (cast with .astype)")
+    if ids.data is not None and ids.size:  # concrete, or traced with its first data
+        bad = ids.data[(ids.data < 0) | (ids.data >= n)]
+        if bad.size:
+            raise _bad(
+                f"{op}: {what[:-1]} {int(bad.flat[0])} is outside [0, {n}) ({bad.size} "
+                f"bad {what}); clip or remap the {what} first"
+            )
+
+
 def layer_norm(x: Tensor, gain: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    eps = _eps("layer_norm", eps)
+    _float("layer_norm", x, gain, bias)
     return _op("layernorm", x, gain, bias, eps=eps)
 
 
 def rms_norm(x: Tensor, gain: Tensor, eps: float = 1e-6) -> Tensor:
+    eps = _eps("rms_norm", eps)
+    _float("rms_norm", x, gain)
     return _op("rmsnorm", x, gain, eps=eps)
 
 
 def embedding(ids: Tensor, table: Tensor) -> Tensor:
     """Rows of ``table`` picked by integer ``ids`` in ``[0, vocab)``."""
     ids, table = _t(ids), _t(table)
-    if ids.dtype.is_float or ids.dtype == DType.BOOL:
-        raise _bad(f"embedding: ids are {ids.type}; they must be integers (cast with .astype)")
     if table.ndim != 2:
         raise _bad(f"embedding: the table is {table.type}; it must be 2-D [vocab, dim]")
-    vocab = table.shape[0]
-    if ids.data is not None and ids.size:  # concrete, or traced with its first data
-        bad = ids.data[(ids.data < 0) | (ids.data >= vocab)]
-        if bad.size:
-            raise _bad(
-                f"embedding: id {int(bad.flat[0])} is outside [0, {vocab}) (vocab={vocab}, "
-                f"{bad.size} bad ids); clip or remap the ids before the lookup"
-            )
+    _check_ids("embedding", "ids", ids, table.shape[0])
     return _op("embedding", ids, table)
 
 
@@ -224,7 +247,11 @@ def dropout(x: Tensor, p: float = 0.1, seed: int = 0, training: bool = True) -> 
 def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean") -> Tensor:
     """Loss of ``logits [..., V]`` against integer ``labels [...]``; ``reduction`` is
     ``"mean"`` (one scalar) or ``"none"`` (per token)."""
-    losses = _op("cross_entropy", logits, _t(labels))
+    labels = _t(labels)
+    if logits.ndim == 0:
+        raise _bad(f"cross_entropy: logits are {logits.type}; they need a class axis [..., V]")
+    _check_ids("cross_entropy", "labels", labels, logits.shape[-1])
+    losses = _op("cross_entropy", logits, labels)
     if reduction == "none":
         return losses
     if reduction != "mean":

@@ -46,6 +46,9 @@ OPS = {
     "getitem": lambda x, a: x[a],
     "dropout": lambda x, a: F.dropout(x, p=a),
     "embedding": lambda x, a: F.embedding(a, x),
+    "cross_entropy": lambda x, a: F.cross_entropy(x, a),
+    "layer_norm": lambda x, a: F.layer_norm(x, x, x, eps=a),
+    "add": lambda x, a: x + a,
 }
 calls = st.tuples(
     st.sampled_from(sorted(OPS)),
