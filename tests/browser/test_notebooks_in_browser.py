@@ -117,3 +117,42 @@ def test_notebook_in_the_browser(lab, browser, name):
         page.screenshot(path=str(ARTIFACTS / f"{stem}-last.png"))
         (ARTIFACTS / "browser_notebooks.json").write_text(json.dumps(TIMINGS, indent=2))
         context.close()
+
+
+REPAIR_CELL = """import plotly.graph_objects as go
+import ipywidgets as ipw
+from widgets import View
+from widgets.figure_widget import FigureWidget
+
+class Demo(View):
+    def __init__(self):
+        super().__init__()
+        self.figure = FigureWidget(go.Figure())
+        self._layout_children(ipw.HTML("demo"), self.figure)
+
+demo = Demo()
+# Data that reached Python but never the page: what a first Run All sometimes leaves behind.
+demo.figure._data.append(go.Scatter(x=[1, 2, 3], y=[3, 1, 2]).to_plotly_json())
+demo.figure._data_objs = ()
+demo"""
+
+
+def test_a_plot_the_page_drew_empty_is_repaired(lab, browser):
+    """The page reports a plot drawn without data and the view re-sends it (widgets/fit.py)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(REPAIR_CELL)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}  # fmt: skip
+    nbformat.write(nb, lab["root"] / "repair_check.ipynb")
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    try:
+        open_notebook(page, lab, "repair_check.ipynb")
+        run_all(page, 120)
+        assert not page.evaluate(OUTPUT_ERRORS)
+        plots = wait_for_plots(page, 30)
+        assert len(plots) == 1 and plots[0]["with_data"] == 1, plots
+        assert page.evaluate("() => window.__explorerRepairs") == 1
+    finally:
+        context.close()
