@@ -19,6 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import functional as F
+from .errors import ShapeError, user_location
 from .tensor import Parameter, Tensor
 from .trace_stack import capturing
 
@@ -28,9 +29,29 @@ __all__ = [
 ]  # fmt: skip
 
 INIT_STD = 0.02  # GPT-2's weight init standard deviation
+MAX_PARAMETER_SIZE = 2**31
+"""Elements in one cell parameter (8 GiB of fp32); raise it here for a bigger eager model."""
+
+
+def _dims(shape: tuple[Any, ...]) -> tuple[int, ...]:
+    """``shape`` if every size is a positive int and the parameter fits in memory."""
+    for d in shape:
+        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d <= 0:
+            raise ShapeError(
+                f"a cell parameter of shape {shape}: size {d!r} must be a positive int",
+                user_location(),
+            )
+    if math.prod(shape) > MAX_PARAMETER_SIZE:
+        raise ShapeError(
+            f"a cell parameter of shape {shape} has {math.prod(shape):,} elements, over "
+            f"nn.MAX_PARAMETER_SIZE={MAX_PARAMETER_SIZE:,}; use smaller sizes or raise it",
+            user_location(),
+        )
+    return tuple(int(d) for d in shape)
 
 
 def _normal(seed: int, shape: tuple[int, ...], std: float = INIT_STD) -> Parameter:
+    shape = _dims(shape)
     rng = np.random.default_rng(seed)
     return Parameter((rng.standard_normal(shape) * std).astype(np.float32))
 
@@ -125,6 +146,7 @@ class Embedding(Cell):
 
 class LayerNorm(Cell):
     def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        _dims((dim,))
         self.g = Parameter(np.ones(dim, np.float32))
         self.b = Parameter(np.zeros(dim, np.float32))
         self.eps = eps
@@ -135,6 +157,7 @@ class LayerNorm(Cell):
 
 class RMSNorm(Cell):
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        _dims((dim,))
         self.g = Parameter(np.ones(dim, np.float32))
         self.eps = eps
 
@@ -150,8 +173,11 @@ class Attention(Cell):
                  head_dim: int | None = None, bias: bool = True, causal: bool = True, *,
                  seed: int = 0) -> None:  # fmt: skip
         kv = num_kv_heads or num_heads
+        _dims((hidden, num_heads, kv))
         if num_heads % kv:
-            raise ValueError(f"num_kv_heads={kv} must divide num_heads={num_heads}")
+            raise ShapeError(
+                f"num_kv_heads={kv} must divide num_heads={num_heads}", user_location()
+            )
         d = head_dim or hidden // num_heads
         self.n, self.kv, self.d, self.causal = num_heads, kv, d, causal
         self.q = Linear(hidden, num_heads * d, bias, seed=seed)

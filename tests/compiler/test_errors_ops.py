@@ -137,3 +137,16 @@ def test_norm_of_an_int_tensor_is_refused_under_jit_too():
     # found by the fuzz: under @jit it ended in numpy's UFuncTypeError inside the kernel
     with pytest.raises(ShapeError, match=r"layer_norm: got int64\[4\]; it needs float"):
         ex.jit(norm_of_ints)(ex.tensor(np.arange(4)))
+
+
+@pytest.mark.parametrize(
+    "make, says",
+    [(lambda: ex.nn.Linear(0, 3), "size 0"), (lambda: ex.nn.Embedding(-1, 4), "size -1"),
+     (lambda: ex.nn.LayerNorm(2.5), "size 2.5"),
+     (lambda: ex.nn.Linear(10**6, 10**6), "MAX_PARAMETER_SIZE"),
+     (lambda: ex.nn.Attention(8, 4, num_kv_heads=3), "must divide")],
+)  # fmt: skip
+def test_cells_refuse_bad_sizes_before_allocating(make, says):
+    with pytest.raises(ShapeError, match=says):
+        make()
+    assert ex.nn.Linear(4, 3)(ex.tensor(np.ones((2, 4)))).shape == (2, 3)
