@@ -17,6 +17,7 @@ from ..ir import Node, TensorType, opdef
 from ..ir.activations import gelu
 from ..ir.contraction import einsum_as_matmul
 from ..ir.ops_tensor import index_tuple
+from .errors import ShapeError
 from .ufunc_program import UnsupportedExpr, compile_expr
 
 __all__ = ["make_kernel", "BUILDERS", "WRITES_OUT", "IN_PLACE", "ALIASES"]
@@ -162,7 +163,18 @@ def _reduce(fn) -> Builder:
 
 
 def _embedding(node, in_types, attrs) -> Kernel:
-    return lambda ids, table, out=None: np.take(table, ids, axis=0, out=out)
+    def k(ids, table, out=None):
+        # a compiled graph sees new ids at every call: -1 must not wrap to the last row
+        if ids.size and (ids.min() < 0 or ids.max() >= table.shape[0]):
+            bad = ids[(ids < 0) | (ids >= table.shape[0])]
+            raise ShapeError(
+                f"embedding: id {int(bad.flat[0])} is outside [0, {table.shape[0]}) "
+                f"({bad.size} bad ids); clip or remap the ids before the lookup",
+                None,
+            )
+        return np.take(table, ids, axis=0, out=out)
+
+    return k
 
 
 def _getitem(node, in_types, attrs) -> Kernel:

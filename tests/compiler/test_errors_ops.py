@@ -150,3 +150,17 @@ def test_cells_refuse_bad_sizes_before_allocating(make, says):
     with pytest.raises(ShapeError, match=says):
         make()
     assert ex.nn.Linear(4, 3)(ex.tensor(np.ones((2, 4)))).shape == (2, 3)
+
+
+TABLE = ex.tensor(np.arange(6.0).reshape(2, 3))
+
+
+def look_up(ids):
+    return F.embedding(ids, TABLE)
+
+
+def test_a_compiled_embedding_checks_the_ids_of_every_call():
+    f = ex.jit(look_up)
+    np.testing.assert_allclose(f(ex.tensor(np.array([1, 0]))).numpy(), [[3, 4, 5], [0, 1, 2]])
+    with pytest.raises(ShapeError, match=r"id -1 is outside \[0, 2\)"):
+        f(ex.tensor(np.array([0, -1])))  # same shapes: the compiled graph runs, no recapture
