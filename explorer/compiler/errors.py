@@ -11,7 +11,7 @@ from ..errors import ExplorerError
 
 __all__ = [
     "CompilerError", "JitSyntaxError", "ShapeError", "GraphBreak", "SourceLocation",
-    "user_location",
+    "user_location", "TensorIndexError",
 ]  # fmt: skip
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../explorer
@@ -97,3 +97,7 @@ class GraphBreak(CompilerError):
         self.hint = hint
         self.location = location if location is not None else user_location(2)
         super().__init__(f"{self.location}: {construct}")
+
+
+class TensorIndexError(ShapeError, IndexError):
+    """An index outside a tensor's dim; also an ``IndexError``, so ``for row in x`` ends."""

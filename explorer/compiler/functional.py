@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..ir import DType
-from .errors import JitSyntaxError, ShapeError, user_location
+from .errors import JitSyntaxError, ShapeError, TensorIndexError, user_location
 from .tensor import Tensor, check_array_dtype
 from .trace_stack import apply, current
 
@@ -360,7 +360,9 @@ def getitem(x: Tensor, index) -> Tensor:
         fill = (slice(None),) * (x.ndim - len(index) + 1)
         index = index[:k] + fill + index[k + 1 :]
     if len(index) > x.ndim:
-        raise _bad(f"index {index} has more entries than the {x.ndim} dims of {x.type}")
+        raise TensorIndexError(
+            f"index {index} has more entries than the {x.ndim} dims of {x.type}", user_location()
+        )
     norm: list[Any] = []
     for e, d in zip(index, x.shape, strict=False):
         if isinstance(e, slice):
@@ -368,9 +370,10 @@ def getitem(x: Tensor, index) -> Tensor:
         elif isinstance(e, numbers.Integral) and not isinstance(e, bool):
             i = int(e)
             if not -d <= i < d:
-                raise _bad(
+                raise TensorIndexError(
                     f"index {i} is out of range for a dim of size {d} ({x.type}); "
-                    f"use an index in [{-d}, {d})"
+                    f"use an index in [{-d}, {d})",
+                    user_location(),
                 )
             norm.append(i % d)
         else:

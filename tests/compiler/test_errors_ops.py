@@ -164,3 +164,12 @@ def test_a_compiled_embedding_checks_the_ids_of_every_call():
     np.testing.assert_allclose(f(ex.tensor(np.array([1, 0]))).numpy(), [[3, 4, 5], [0, 1, 2]])
     with pytest.raises(ShapeError, match=r"id -1 is outside \[0, 2\)"):
         f(ex.tensor(np.array([0, -1])))  # same shapes: the compiled graph runs, no recapture
+
+
+def test_iterating_a_tensor_still_stops_at_its_length():
+    from explorer.compiler.errors import TensorIndexError
+
+    assert [r.numpy().tolist() for r in x23()] == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(TensorIndexError) as info:
+        x23()[2]
+    assert isinstance(info.value, IndexError) and isinstance(info.value, ex.ExplorerError)
