@@ -100,10 +100,13 @@ class SearchSpace:
                 )
         for name in ("tp", "pp", "microbatch_sizes", "virtual_stages", "ep"):
             values = getattr(self, name)
-            if values is not None and not _positive_ints(values):
+            optional = name in ("tp", "pp", "ep")  # None: every valid value
+            if (values is None and not optional) or (
+                values is not None and not _positive_ints(values)
+            ):
                 raise TrainingPlanError(
                     f"SearchSpace.{name}={values!r}; expected a non-empty tuple of ints >= 1"
-                    + (" (or None: every valid value)" if name in ("tp", "pp", "ep") else "")
+                    + (" (or None: every valid value)" if optional else "")
                 )
         if any(v < 2 for v in self.virtual_stages):
             raise TrainingPlanError(
