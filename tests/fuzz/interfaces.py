@@ -307,3 +307,19 @@ def outcome(interface: Interface, value: Any, folder: Path) -> str:
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def fuzz_outcomes(interface: Interface, examples: int, folder: Path, fuzz: Any) -> list[str]:
+    """Drive ``interface`` with ``examples`` generated inputs under the hypothesis settings
+    ``fuzz``; return each input's outcome (see :func:`outcome`)."""
+    from hypothesis import given, settings
+
+    seen: list[str] = []
+
+    @settings(fuzz, max_examples=examples)
+    @given(interface.inputs)
+    def run(value):
+        seen.append(outcome(interface, value, folder))
+
+    run()
+    return seen

@@ -9,9 +9,9 @@ the same on every machine; ``bench/fuzz.py`` counts the outcomes.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, settings
 
-from .interfaces import INTERFACES, outcome
+from .interfaces import INTERFACES, fuzz_outcomes
 
 #: Examples per interface: the whole folder ran in about 5 s on the shared 2-core box.
 EXAMPLES = {
@@ -34,15 +34,6 @@ FUZZ = settings(
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_fuzz_interface(name, tmp_path_factory):
-    interface = INTERFACES[name]
-    folder = tmp_path_factory.mktemp(name)
-    seen = []
-
-    @settings(FUZZ, max_examples=EXAMPLES[name])
-    @given(interface.inputs)
-    def run(value):
-        seen.append(outcome(interface, value, folder))
-
-    run()
+    seen = fuzz_outcomes(INTERFACES[name], EXAMPLES[name], tmp_path_factory.mktemp(name), FUZZ)
     # The generators must reach both sides, or the fuzzing proves little.
     assert {"valid", "named"} <= set(seen), (name, seen)

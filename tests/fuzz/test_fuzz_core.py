@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import explorer as ex
@@ -24,7 +23,16 @@ from explorer.search.planner import Planner
 from explorer.trace import Trace, TraceEvent, load_chrome, to_chrome
 from explorer.training.plan import ParallelConfig, SearchSpace, TrainingParams
 
-from .interfaces import FLOATS, INTS, JSON_VALUES, JUNK_FILES, TEXT, Interface, _dump, outcome
+from .interfaces import (
+    FLOATS,
+    INTS,
+    JSON_VALUES,
+    JUNK_FILES,
+    TEXT,
+    Interface,
+    _dump,
+    fuzz_outcomes,
+)
 from .test_fuzz import FUZZ
 
 # ----- values -------------------------------------------------------------------------------
@@ -169,14 +177,5 @@ EXAMPLES = {name: 200 for name in CORE_INTERFACES}
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_fuzz_core_interface(name, tmp_path_factory):
-    interface = CORE_INTERFACES[name]
-    folder = tmp_path_factory.mktemp(name)
-    seen = []
-
-    @settings(FUZZ, max_examples=EXAMPLES[name])
-    @given(interface.inputs)
-    def run(value):
-        seen.append(outcome(interface, value, folder))
-
-    run()
+    seen = fuzz_outcomes(CORE_INTERFACES[name], EXAMPLES[name], tmp_path_factory.mktemp(name), FUZZ)
     assert {"valid", "named"} <= set(seen), (name, seen)
