@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 from lab import (
@@ -23,9 +22,6 @@ from lab import (
     OUTPUT_ERRORS,
     PROMPTS,
     VIEWPORT,
-    LabError,
-    chromium,
-    jupyterlab,
     open_notebook,
     run_all,
 )
@@ -36,24 +32,6 @@ MIN_FIGURES = 5  # the tuner's cost bars, the graph, the mesh and its tensor and
 TUNER_SLIDER = "Alpha (compute)"  # the human label of CostParams.alpha_compute
 
 pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> Iterator[dict]:
-    try:
-        with jupyterlab(tmp_path_factory.mktemp("lab")) as info:
-            yield info
-    except LabError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    try:
-        with chromium() as b:
-            yield b
-    except LabError as e:
-        pytest.fail(str(e), pytrace=False)
 
 
 FIGURES_RENDERED = f"""(n) => {{

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,9 +24,6 @@ from lab import (
     OUTPUT_ERRORS,
     SIDEWAYS,
     VIEWPORT,
-    LabError,
-    chromium,
-    jupyterlab,
     misfit_plots,
     open_notebook,
     run_all,
@@ -47,24 +43,6 @@ VIEWS = f"""() => Array.from({NB}.node.querySelectorAll('.jp-OutputArea-output')
 
 TABS = f"""() => Array.from({NB}.node.querySelectorAll('.jp-OutputArea-output .lm-TabBar-tab'))
   .map((t, i) => ({{i, label: t.textContent.trim()}}))"""
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory) -> Iterator[dict]:
-    try:
-        with jupyterlab(tmp_path_factory.mktemp("lab")) as info:
-            yield info
-    except LabError as e:
-        pytest.fail(str(e), pytrace=False)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    try:
-        with chromium() as b:
-            yield b
-    except LabError as e:
-        pytest.fail(str(e), pytrace=False)
 
 
 def _empty_plots(plots: list[dict]) -> list[dict]:
