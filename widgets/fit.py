@@ -40,15 +40,27 @@ function kickSoon() {
 // page is never redrawn in a loop.
 // When resize events do not cure it (plotly keeps a width it was given once), the view is
 // asked to send that plot its width (twice at most per mismatch).
+// The tally of tries starts again when a plot is shown again (a tab selected) and every 5 s,
+// so a plot that once could not be fitted is fitted when its box changes later.
+// A width the page once pinned (``fit_width`` from Python, or a relayout) stops plotly's
+// resize handler for good: it skips plots whose layout has both a width and a height. A
+// pinned width that is no longer the element's is dropped before the resize event is sent.
 function misfit(box, model) {
   let found = false;
+  const now = Date.now();
   Array.from(box.querySelectorAll('.js-plotly-plot')).forEach((gd, index) => {
     const full = gd._fullLayout;
-    if (!full || !full.autosize || gd.offsetParent === null) return;
+    if (!full || !full.autosize) return;
+    if (gd.offsetParent === null) { gd.__explorerFit = null; return; }
     const w = Math.round(gd.getBoundingClientRect().width);
     if (w > 0 && Math.abs(full.width - w) > 2) {
       const key = Math.round(full.width) + '/' + w;
-      gd.__explorerFit = gd.__explorerFit || {};
+      if (!gd.__explorerFit || now - gd.__explorerFit.since > 5000) {
+        gd.__explorerFit = { since: now };
+      }
+      if (gd.layout && gd.layout.width && Math.abs(gd.layout.width - w) > 2) {
+        delete gd.layout.width;
+      }
       const n = (gd.__explorerFit[key] = (gd.__explorerFit[key] || 0) + 1);
       if (n <= 3) found = true;
       else if (n <= 5 && !gd.__explorerWidthAsked) {
