@@ -12,11 +12,11 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 explore: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[notebook,jax,torch]'
+	$(BIN)/python -m pip install --quiet -e '.[notebook,jax,torch,hf]'
 	$(BIN)/jupyter lab notebooks/
 
 test: $(BIN)/python /usr/bin/chromium
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch,hf]'
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest
