@@ -17,6 +17,8 @@ __all__ = [
     "RECOMPUTE_POLICIES",
     "ZeroStage",
     "ZERO_STAGES",
+    "KvExchange",
+    "KV_EXCHANGES",
 ]
 
 ScheduleKind = Literal["gpipe", "1f1b", "interleaved_1f1b"]
@@ -25,6 +27,11 @@ RecomputePolicy = Literal["none", "selective", "full", "per_layer"]
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 ZeroStage = Literal[0, 1, 2, 3]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
+# How context-parallel ranks exchange keys and values (``terms/cp.py``): Llama 3's all-gather
+# of K and V before attention (reduce-scatter of dK, dV after), or a ring of send/recv steps
+# overlapped with the attention of the chunk already held (ring attention).
+KvExchange = Literal["all_gather", "ring"]
+KV_EXCHANGES: tuple[str, ...] = get_args(KvExchange)
 
 
 class ParallelConfigError(ExplorerError, ValueError):
@@ -37,7 +44,7 @@ class ParallelConfig:
     """One point of the training-parallelism space.
 
     Args:
-        dp, tp, pp: data-, tensor- and pipeline-parallel degrees; devices = dp * tp * pp.
+        dp, tp, pp: data-, tensor- and pipeline-parallel degrees; devices = dp * tp * pp * cp.
         sp: sequence parallelism (Korthikanti et al. 2022): the activations that tensor
             parallelism leaves replicated (norms, dropout) are split over ``tp`` too.
         ep: expert parallelism for mixture-of-experts models: experts split over ``ep``
@@ -56,6 +63,14 @@ class ParallelConfig:
             ``recompute_num_layers`` layers per stage, selective for the others; None picks
             the fewest that fit in memory).
         recompute_num_layers: layers per stage with full recomputation (``per_layer``).
+        cp: context parallelism (Llama 3, section 3.3.2): every sequence is split over
+            ``cp`` devices (in ``2 cp`` chunks, so causal attention is balanced); each holds
+            ``seq / cp`` positions of every activation and the same weights, so gradients
+            are reduced over ``dp * cp`` devices (`weight_replicas`).
+        cp_kv_exchange: how the ``cp`` ranks get the keys and values of the other chunks:
+            ``all_gather`` (Llama 3: all-gather K, V per layer forward, reduce-scatter
+            dK, dV backward; exposed) or ``ring`` (cp - 1 send/recv steps, each overlapped
+            with the attention of the chunk in hand).
 
     >>> ParallelConfig(dp=8, tp=8, pp=16, schedule="interleaved_1f1b", virtual_stages=2).devices
     1024
@@ -75,12 +90,14 @@ class ParallelConfig:
     zero: ZeroStage = 0
     recompute: RecomputePolicy = "none"
     recompute_num_layers: int | None = None
+    cp: int = 1
+    cp_kv_exchange: KvExchange = "all_gather"
 
     def __post_init__(self) -> None:
         if self.virtual_stages is None:  # Megatron-LM's usual two chunks when interleaving
             v = 2 if self.schedule == "interleaved_1f1b" else 1
             object.__setattr__(self, "virtual_stages", v)
-        for k in ("dp", "tp", "pp", "ep", "microbatch_size", "virtual_stages"):
+        for k in ("dp", "tp", "pp", "ep", "microbatch_size", "virtual_stages", "cp"):
             _check_int(k, getattr(self, k))
         if self.num_microbatches is not None:
             _check_int("num_microbatches", self.num_microbatches)
@@ -93,6 +110,11 @@ class ParallelConfig:
             raise ParallelConfigError(
                 f"ParallelConfig.recompute={self.recompute!r} is unknown; expected one of "
                 f"{', '.join(repr(s) for s in RECOMPUTE_POLICIES)}"
+            )
+        if self.cp_kv_exchange not in KV_EXCHANGES:
+            raise ParallelConfigError(
+                f"ParallelConfig.cp_kv_exchange={self.cp_kv_exchange!r} is unknown; expected "
+                f"one of {', '.join(repr(s) for s in KV_EXCHANGES)}"
             )
         if isinstance(self.zero, bool) or self.zero not in ZERO_STAGES:
             raise ParallelConfigError(
@@ -113,6 +135,11 @@ class ParallelConfig:
                 "sp=True splits the sequence over the tensor-parallel group, but tp=1; "
                 "set tp > 1 or sp=False"
             )
+        if self.cp_kv_exchange == "ring" and self.cp == 1:
+            raise ParallelConfigError(
+                "cp_kv_exchange='ring' passes key/value chunks between context-parallel "
+                "ranks, but cp=1; set cp > 1 or cp_kv_exchange='all_gather'"
+            )
         if self.dp % self.ep:
             raise ParallelConfigError(
                 f"ep={self.ep} does not divide dp={self.dp}; experts are split over data-"
@@ -131,7 +158,18 @@ class ParallelConfig:
 
     @property
     def devices(self) -> int:
-        return self.dp * self.tp * self.pp
+        """Devices of the job: ``dp * tp * pp * cp``."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def weight_replicas(self) -> int:
+        """Devices holding the same weights, over which gradients are reduced and ZeRO
+        shards: ``dp * cp`` (context-parallel ranks hold the same weights).
+
+        >>> ParallelConfig(dp=8, cp=16).weight_replicas
+        128
+        """
+        return self.dp * self.cp
 
     @property
     def stages(self) -> int:
@@ -184,6 +222,9 @@ class ParallelConfig:
             extra += " +sp"
         if self.ep > 1:
             extra += f" ep{self.ep}"
+        if self.cp > 1:
+            ring = " ring" if self.cp_kv_exchange == "ring" else ""
+            extra = f" x cp{self.cp}{ring}{extra}"
         sched = self.schedule + (f"(v{self.virtual_stages})" if self.virtual_stages > 1 else "")
         rec = self.recompute
         if self.recompute_num_layers is not None:
