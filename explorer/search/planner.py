@@ -20,6 +20,7 @@ from .params import CostParams
 from .plan import ShardingPlan, Status
 from .problem import Problem
 from .repeats import Repeats, find_repeats
+from .solvers.deadline import Deadline
 from .solvers.dynamic import solve_dynamic
 from .solvers.exhaustive import solve_exhaustive
 from .solvers.ilp import DEFAULT_TIME_LIMIT_S, check_top_k, count_text, solve_ilp
@@ -159,11 +160,13 @@ class Planner:
                 "solved as a chain: layers may differ" if chain else f"every layer alike ({alike})"
             )
             diag["repeated_layers"] = f"{self.repeats.describe()}; {how}"
-            if chain is None and status != "heuristic":
+            if chain is None and status == "optimal":
                 # best among plans whose repeated layers are alike, not proved for the graph
                 diag["solver_status"] = status
                 status = "heuristic"
-        gap = None if status == "heuristic" else solved.gap
+        # a gap over alike layers is not the whole graph's gap
+        alike_only = self.repeats is not None and chain is None
+        gap = None if status == "heuristic" or alike_only else solved.gap
         plans = [
             ShardingPlan(
                 graph=self.graph, mesh=self.mesh, method=method, params=params,
@@ -193,14 +196,17 @@ class Planner:
         return solved
 
     def _run(self, method, p: Problem, cap, top_k, time_limit_s, fixed) -> _Solved:
+        deadline = Deadline(time_limit_s)
         if method == "exhaustive":
-            found = solve_exhaustive(p, cap, top_k)
+            found = solve_exhaustive(p, cap, top_k, deadline)
             if not found:
+                ran_out = deadline.report()
                 raise SearchError(
                     f"no assignment of {self.graph.name!r} satisfies the memory cap of "
-                    f"{format_bytes(cap)}; use more devices or raise device_memory_cap_bytes"
-                )
-            return _Solved([c for _, c in found], "optimal", 0.0, {})
+                    f"{format_bytes(cap)}" + (f" before {ran_out}" if ran_out else "")
+                    + "; use more devices or raise device_memory_cap_bytes"
+                )  # fmt: skip
+            return self._stopped([c for _, c in found], "optimal", 0.0, {}, deadline)
         if method == "ilp":
             sols = solve_ilp(p, cap, top_k, time_limit_s)
             best = sols[0]
@@ -209,14 +215,34 @@ class Planner:
             if sols[-1].stopped_early:
                 diagnostics["top_k"] = (f"time_limit_s={time_limit_s} ran out after {len(sols)} "
                                         f"of top_k={top_k} plans; raise time_limit_s for more")  # fmt: skip
+            if status == "time-limited":
+                diagnostics["stopped_early"] = (
+                    f"time_limit_s={time_limit_s:g} ran out before HiGHS proved the plan optimal "
+                    "(see plan.gap); raise time_limit_s to let the search finish"
+                )
             return _Solved([s.choice for s in sols], status, best.gap, diagnostics)
         if method == "dynamic_programming":
             choice, d = solve_dynamic(p, time_limit_s)
             status = "optimal" if d["optimal"] else "time-limited"
+            if status == "time-limited":
+                d["stopped_early"] = (
+                    f"time_limit_s={time_limit_s:g} ran out in the ILP over the nodes left after "
+                    "elimination; raise time_limit_s to let the search finish"
+                )
             return _Solved([choice], status, float(d["gap"]), d)
         if method == "recursive_programming":
-            return _Solved([solve_recursive(p)], "heuristic", None, {})
-        return _Solved([solve_propagation(p, fixed)], "heuristic", None, {})
+            choice = solve_recursive(p, deadline)
+            return self._stopped([choice], "heuristic", None, {}, deadline)
+        choice = solve_propagation(p, fixed, deadline)
+        return self._stopped([choice], "heuristic", None, {}, deadline)
+
+    @staticmethod
+    def _stopped(choices, status, gap, diagnostics, deadline: Deadline) -> _Solved:
+        """A solver's result, marked ``time-limited`` when its deadline stopped it early."""
+        ran_out = deadline.report()
+        if ran_out is None:
+            return _Solved(choices, status, gap, diagnostics)
+        return _Solved(choices, "time-limited", None, {**diagnostics, "stopped_early": ran_out})
 
     def _full_choice(self, p: Problem, chain: Chain | None, choice: dict[int, int]) -> list[int]:
         """Strategy index of every node of the full graph."""
@@ -293,9 +319,13 @@ def search(
         top_k: keep this many whole plans (exhaustive and ILP).
         reuse_layers: build tables for two copies of identical transformer layers only; the
             run of layers is then solved exactly as a chain (layers may differ).
-        time_limit_s: the ILP's time limit (``ilp``, and the remainder ``dynamic_programming``
-            hands to the ILP); a plan found at the limit has status ``"time-limited"`` and
-            its relative MIP gap in ``plan.gap``.
+        time_limit_s: every method's time limit. ``ilp`` (and the remainder
+            ``dynamic_programming`` hands to the ILP) returns the best plan HiGHS found, with
+            its relative MIP gap in ``plan.gap``; ``exhaustive`` the best of the assignments
+            visited; ``recursive_programming`` skips the starts not yet made and stops its
+            descent; ``sharding_propagation`` gives the nodes not yet reached their cheapest
+            own strategy. A plan stopped early has status ``"time-limited"`` and says where
+            it stopped in ``plan.diagnostics["stopped_early"]``.
 
     Raises:
         SearchError: an unknown method, ``top_k < 1``, ``time_limit_s`` not > 0, no plan

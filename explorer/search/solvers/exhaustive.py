@@ -7,19 +7,30 @@ import math
 
 from ..errors import SearchError
 from ..problem import Problem
+from .deadline import Deadline
 
 __all__ = ["solve_exhaustive", "check_size", "EXHAUSTIVE_LIMIT"]
 
 EXHAUSTIVE_LIMIT = 200_000
 
 
-def solve_exhaustive(p: Problem, cap: float | None, k: int = 1) -> list[tuple[float, dict]]:
-    """Every assignment of the active nodes; the ``k`` best as ``(objective, choice)``."""
+def solve_exhaustive(
+    p: Problem, cap: float | None, k: int = 1, deadline: Deadline | None = None
+) -> list[tuple[float, dict]]:
+    """Every assignment of the active nodes; the ``k`` best as ``(objective, choice)``.
+    When ``deadline`` passes, the best of the assignments visited so far."""
     sizes = [len(p.cost[i]) for i in p.active]
     check_size(sizes)
+    total = math.prod(sizes)
     eps = p.eps
     found: list[tuple[float, dict]] = []
-    for combo in itertools.product(*(range(s) for s in sizes)):
+    for n, combo in enumerate(itertools.product(*(range(s) for s in sizes))):
+        if (
+            deadline is not None
+            and n % 1024 == 1023
+            and deadline.passed(f"after {n + 1:,} of {total:,} assignments")
+        ):
+            break
         choice = dict(zip(p.active, combo, strict=True))
         if cap is not None and sum(p.mem[i][c] for i, c in choice.items()) > cap:
             continue

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import SearchError
 from ..problem import Problem
+from .deadline import Deadline
 
 __all__ = ["solve_propagation", "neighbours"]
 
@@ -21,10 +22,14 @@ def neighbours(p: Problem) -> list[list[tuple[int, np.ndarray]]]:
     return nb
 
 
-def solve_propagation(p: Problem, fixed: dict[int, int]) -> dict[int, int]:
+def solve_propagation(
+    p: Problem, fixed: dict[int, int], deadline: Deadline | None = None
+) -> dict[int, int]:
     """Sharding propagation: annotated nodes keep their strategy; breadth-first from them,
     each reached node takes the strategy with the cheapest own cost plus redistribution to
-    its already fixed neighbours. Nodes no annotation reaches follow in graph order."""
+    its already fixed neighbours. Nodes no annotation reaches follow in graph order.
+    When ``deadline`` passes, the nodes not yet reached take their cheapest own strategy
+    (their neighbours unseen)."""
     nb = neighbours(p)
     choice = dict(fixed)
     queue = deque(sorted(fixed))
@@ -33,6 +38,12 @@ def solve_propagation(p: Problem, fixed: dict[int, int]) -> dict[int, int]:
 
     def settle(v: int) -> None:
         costs = p.cost[v] + p.eps * p.tie[v]
+        if deadline is not None and deadline.passed(
+            f"after placing {len(choice) - len(fixed)} of {len(p.active) - len(fixed)} nodes "
+            "by propagation (the rest took their cheapest own strategy)"
+        ):
+            choice[v] = int(np.argmin(costs))
+            return
         for j, m in nb[v]:
             if j in choice:
                 costs = costs + m[:, choice[j]]

@@ -11,6 +11,7 @@ import numpy as np
 from ...memo import Memo
 from ...sharding import Strategy
 from ..problem import Problem
+from .deadline import Deadline
 from .propagation import neighbours
 
 __all__ = ["solve_recursive"]
@@ -29,7 +30,7 @@ def _axis_letters(s: Strategy, axes: tuple[str, ...]) -> tuple[str | None, ...]:
     return tuple(owner.get(a) for a in axes)
 
 
-def solve_recursive(p: Problem) -> dict[int, int]:
+def solve_recursive(p: Problem, deadline: Deadline | None = None) -> dict[int, int]:
     """Recursive programming (see ``_rounds``) from a few starts, refined by local descent;
     the cheapest wins. Starts: rounds over the mesh axes outermost first, ops by descending
     cost and in graph order; the all-replicated plan (rounds are myopic where latency
@@ -42,16 +43,22 @@ def solve_recursive(p: Problem) -> dict[int, int]:
     and edge moves; the few cheapest distinct results descend further with chain moves,
     which re-pick three ops in a row together (e.g. a value gathered once after a chain of
     elementwise ops instead of at its start). No exact solver is called: every move is
-    local, and each start's result is a local optimum of these moves."""
+    local, and each start's result is a local optimum of these moves.
+
+    When ``deadline`` passes, the starts not yet made are skipped and the descent stops
+    where it is: the cheapest plan so far (a descent never raises a plan's total)."""
     model = p.model
     local = _Local(p)
+    local.deadline = deadline
     axes = tuple(a for a in model.mesh.axis_names if model.mesh.axis_size(a) > 1)
     nb = neighbours(p)
     by_cost = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
     by_graph = sorted(p.active)
     starts = [np.zeros(local.n, dtype=np.intp)]
     memo: dict = {}
-    for order in (by_cost, by_graph):
+    for n, order in enumerate((by_cost, by_graph)):
+        if n and deadline is not None and deadline.passed("while making the starting plans"):
+            break
         starts.append(local.array(_rounds(p, axes, order, nb, memo, local.base)))
     tops, scopes = [], set()
     for i in by_cost:  # the costliest op of each scope (attention, MLP, experts, head)
@@ -61,13 +68,16 @@ def solve_recursive(p: Problem) -> dict[int, int]:
             scopes.add(scope)
             tops.append(i)
     for top in tops[:TOP_OPS]:
+        if deadline is not None and deadline.passed("while making the starting plans"):
+            break
         cuts = np.argsort(local.ahead(top), kind="stable")[:TOP_CUTS]
         starts.extend(local.propagate(top, cuts))
     # propagation from different cuts often lands on one plan: each distinct start once
     x = _unique_rows(np.stack(starts))
     x = local.distinct(local.descend(x, by_cost, chains=False))
-    x = x[:CHAIN_STARTS]
-    x = local.distinct(local.descend(x, by_cost, chains=True, settled=True))
+    if deadline is None or not deadline.passed("before the chain moves"):
+        x = x[:CHAIN_STARTS]
+        x = local.distinct(local.descend(x, by_cost, chains=True, settled=True))
     return {i: int(x[0, i]) for i in p.active}
 
 
@@ -242,6 +252,7 @@ class _Local:
     every plan, is one gather (``unary``)."""
 
     def __init__(self, p: Problem) -> None:
+        self.deadline: Deadline | None = None  # set per search by solve_recursive
         # memoized on everything _Structure reads: the node count, the active nodes, the
         # edges' ends and every node's strategy count
         sizes = tuple(0 if c is None else len(c) for c in p.cost)
@@ -382,7 +393,10 @@ class _Descent:
         plan is looked at: cheaper than tracking which ones changed, and a plan whose
         neighbours did not change keeps its strategy (only a strict gain moves)."""
         x, rows = self.x, self.rows_all
+        deadline = self.local.deadline
         while self.heap:
+            if deadline is not None and deadline.passed("during the local descent"):
+                break
             sweep, q, i = heapq.heappop(self.heap)
             if not self.pending[i] or self.key[i] != (sweep, q):
                 continue
@@ -450,8 +464,11 @@ class _Descent:
         if settled:  # edge moves failed everywhere: re-tried only after a change near them
             tried[:, :n_edge_moves] = 1  # the clock when it last failed
             low[:n_edge_moves] = [1] * n_edge_moves
+        deadline = self.local.deadline
         for _ in range(self.max_sweeps):
             self.singles()
+            if deadline is not None and deadline.passed("during the local descent"):
+                break
             improved = False
             for mx, path in enumerate(moves):
                 if 0 < low[mx] > max(map(self.last.__getitem__, path[4])):
