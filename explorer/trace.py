@@ -39,6 +39,7 @@ class TraceError(ExplorerError, ValueError):
 
 EventKind = Literal["op", "kernel", "compile", "recompile", "bind", "graph_break", "cache_hit",
                     "note", "python"]  # fmt: skip
+EVENT_KINDS: tuple[str, ...] = EventKind.__args__
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,28 @@ class TraceEvent:
     replaced: tuple[str, ...] = ()
     detail: str = ""
 
+    def __post_init__(self) -> None:
+        """Checked at construction: a trace built in Python is held to what an imported one
+        is (a negative or NaN time would make every total after it wrong)."""
+        if not isinstance(self.name, str):
+            raise TraceError(f"TraceEvent name={self.name!r}: expected a str")
+        if self.kind not in EVENT_KINDS:
+            raise TraceError(f"TraceEvent {self.name!r}: kind={self.kind!r} is not one of "
+                             f"{', '.join(EVENT_KINDS)}")  # fmt: skip
+        for field_name in ("start_us", "dur_us"):
+            v = getattr(self, field_name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise TraceError(f"TraceEvent {self.name!r}: {field_name}={v!r}; expected a "
+                                 "finite number of microseconds")  # fmt: skip
+        if self.dur_us < 0:
+            raise TraceError(f"TraceEvent {self.name!r}: dur_us={self.dur_us!r} is negative; "
+                             "a duration is >= 0 (end before start?)")  # fmt: skip
+        for field_name, low in (("bytes_allocated", 0), ("flops", 0), ("live_bytes", -1)):
+            v = getattr(self, field_name)
+            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
+                raise TraceError(f"TraceEvent {self.name!r}: {field_name}={v!r}; expected an "
+                                 f"int >= {low}")  # fmt: skip
+
     def __str__(self) -> str:
         rep = f" = {'+'.join(self.replaced)}" if self.replaced else ""
         return f"{self.kind} {self.name}{rep} {self.dur_us:.1f} us"
@@ -85,6 +108,19 @@ class Trace:
     events: tuple[TraceEvent, ...] = ()
     name: str = "trace"
     wall_us: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.events, tuple):
+            raise TraceError(f"Trace {self.name!r}: events is a {type(self.events).__name__}; "
+                             "pass a tuple of TraceEvent")  # fmt: skip
+        for k, e in enumerate(self.events):
+            if not isinstance(e, TraceEvent):
+                raise TraceError(f"Trace {self.name!r}: events[{k}] is a {type(e).__name__}, "
+                                 "not a TraceEvent")  # fmt: skip
+        w = self.wall_us
+        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+            raise TraceError(f"Trace {self.name!r}: wall_us={w!r}; expected a finite number "
+                             "of microseconds >= 0")  # fmt: skip
 
     def __len__(self) -> int:
         return len(self.events)
