@@ -17,6 +17,7 @@ from ..ir import Node, TensorType, opdef
 from ..ir.activations import gelu
 from ..ir.contraction import einsum_as_matmul
 from ..ir.ops_tensor import index_tuple
+from .codegen.build import elementwise_kernel, load, rows_kernel
 from .errors import ShapeError
 from .ufunc_program import UnsupportedExpr, compile_expr
 
@@ -33,7 +34,7 @@ _UFUNC = {
 }  # fmt: skip
 
 IN_PLACE = frozenset(_UFUNC) | {"fused", "scale", "relu", "softmax", "causal_mask",
-                                "masked_softmax"}  # fmt: skip
+                                "masked_softmax", "generated"}  # fmt: skip
 WRITES_OUT = IN_PLACE | {"gelu", "silu", "matmul", "bmm", "einsum", "layernorm", "rmsnorm",
                          "sum", "mean", "max", "embedding", "where"}  # fmt: skip
 ALIASES = frozenset({"reshape", "transpose", "broadcast_to", "getitem", "dropout"})
@@ -196,6 +197,18 @@ def _fused(node, in_types, attrs) -> Kernel:
     return _fused_kernel(node, in_types)
 
 
+def _generated(node, in_types, attrs) -> Kernel:
+    """A generated numba kernel (``explorer.compiler.codegen``): every element (row) is read
+    before its output is written, so ``out`` may be an input of the output's shape."""
+    fn = load(attrs["source"], attrs["entry"])
+    parallel, shape = attrs["parallel"], node.type.shape
+    if attrs["origin"] == "fused":
+        return elementwise_kernel(fn, parallel, shape, attrs["split"], attrs["kinds"],
+                                  [t.shape for t in in_types], node.type.dtype.numpy)  # fmt: skip
+    extra = (shape[-2] if len(shape) >= 2 else 1,) if attrs["entry"] == "softmax_kernel" else ()
+    return rows_kernel(fn, parallel, shape, len(in_types) - 1, extra)
+
+
 def _generic(node, in_types, attrs) -> Kernel:
     """An op without a builder: its registry impl (it never fills ``out``)."""
     impl = opdef.get(node.op).impl
@@ -214,7 +227,7 @@ BUILDERS: dict[str, Builder] = {
     "softmax": _softmax, "masked_softmax": _softmax, "causal_mask": _causal_mask,
     "layernorm": _norm, "rmsnorm": _norm, "sum": _reduce(np.sum), "mean": _reduce(np.mean),
     "max": _reduce(np.max), "embedding": _embedding, "getitem": _getitem,
-    "reshape": _reshape, "transpose": _transpose,
+    "reshape": _reshape, "transpose": _transpose, "generated": _generated,
 }  # fmt: skip
 """op name -> kernel builder (as ``explorer.sharding.kernels.KERNELS``); any other op runs
 its registry impl."""

@@ -35,6 +35,7 @@ from ...ir import Graph, TensorType
 from ..errors import GraphBreak, JitSyntaxError
 from ..nn import Cell
 from ..passes import Level, RewriteStep, optimize
+from ..passes.driver import BACKENDS, Backend
 from ..tensor import Tensor, tensor
 from ..trace_stack import capturing, tracing
 from . import runtime, transform
@@ -87,9 +88,13 @@ class JitFunction:
     ``steps(*args)``, ``cache`` and ``lower(*args)``."""
 
     def __init__(self, fn: Callable, *, level: Level = "O2", syntax: Syntax = "strict",
-                 capture: Capture = "ast", dynamic: Dynamic | None = None) -> None:  # fmt: skip
+                 capture: Capture = "ast", dynamic: Dynamic | None = None,
+                 backend: Backend = "numpy") -> None:  # fmt: skip
         if level not in ("O0", "O1", "O2"):
             raise ValueError(f"level={level!r}; expected 'O0', 'O1' or 'O2'")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r}; expected one of {', '.join(BACKENDS)}")
+        self.backend = backend
         if syntax not in ("strict", "lax"):
             raise ValueError(f"syntax={syntax!r}; expected 'strict' or 'lax'")
         if capture not in ("ast", "trace"):
@@ -216,12 +221,12 @@ class JitFunction:
                 self._last_key = key
                 return entry
             captured, params, tree, called = head
-            graph, steps, plan = optimize(captured, self.level)
+            graph, steps, plan = optimize(captured, self.level, self.backend)
             ms = (time.perf_counter() - t0) * 1e3
             entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms, gb, split,
                                symbols, tensor_guards([self.fn, *called]))  # fmt: skip
             return self._store(entry, reason)
-        graph, steps, plan = optimize(captured, self.level)
+        graph, steps, plan = optimize(captured, self.level, self.backend)
         ms = (time.perf_counter() - t0) * 1e3
         entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms,
                            symbols=symbols, guards=tensor_guards([self.fn, *called]))  # fmt: skip
@@ -325,7 +330,8 @@ def _diff(old: tuple | None, new: tuple) -> str:
 
 
 def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "strict",
-        capture: Capture = "ast", dynamic: Dynamic | None = None):  # fmt: skip
+        capture: Capture = "ast", dynamic: Dynamic | None = None,
+        backend: Backend = "numpy"):  # fmt: skip
     """Compile ``fn`` (decorator, with or without arguments).
 
     Args:
@@ -339,6 +345,9 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
             nodes); ``"trace"`` records one run (a tensor branch is frozen to this run's).
         dynamic: symbolic dims, ``{"x": {0: "B"}}``: one compilation serves every size of
             that dim (the graph is re-specialised per size without retracing).
+        backend: ``"numba"`` compiles the fused regions the cost model picks to generated
+            numba kernels (``explorer.compiler.codegen``; numpy when numba is missing);
+            ``"numpy"`` runs numpy/numexpr kernels only.
 
     Tensors read from module scope or closures (not passed as arguments) are baked into the
     graph as constants and *guarded on identity*: rebinding such a name (``W = new``) makes
@@ -351,8 +360,9 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
     """
     if fn is None:
         return lambda f: JitFunction(f, level=level, syntax=syntax, capture=capture,
-                                     dynamic=dynamic)  # fmt: skip
-    return JitFunction(fn, level=level, syntax=syntax, capture=capture, dynamic=dynamic)
+                                     dynamic=dynamic, backend=backend)  # fmt: skip
+    return JitFunction(fn, level=level, syntax=syntax, capture=capture, dynamic=dynamic,
+                       backend=backend)  # fmt: skip
 
 
 def capture(fn: Callable, *args: Any, level: Level = "O0", **kwargs: Any) -> Graph:

@@ -1,5 +1,6 @@
 """Compiler passes: each a named ``Graph -> Graph`` function recording ``RewriteStep``s."""
 
+from .codegen import codegen
 from .cse import cse
 from .dce import dce
 from .driver import LEVELS, PASSES, Level, optimize
@@ -13,5 +14,5 @@ from .simplify import simplify
 __all__ = [
     "fold", "cse", "dce", "simplify", "fuse", "fuse_softmax", "memory_plan", "plan_memory", "MemoryPlan",
     "optimize", "LEVELS", "PASSES", "Level", "RewriteStep", "Rule", "Rewrite", "run_rules",
-    "PassDidNotConverge",
+    "PassDidNotConverge", "codegen",
 ]  # fmt: skip

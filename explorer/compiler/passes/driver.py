@@ -1,5 +1,8 @@
 """Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, attention-score
-fusion, elementwise fusion, memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level."""
+fusion, elementwise fusion, memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level.
+
+``backend="numba"`` adds the ``codegen`` pass at O2 (after fusion): regions the cost model
+gives to numba become generated kernels (``codegen``, ``explorer.compiler.codegen``)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,8 @@ from typing import Literal
 
 from ...ir import Graph
 from ...ir.ops_tensor import Subgraph
+from ..errors import CompilerArgumentError
+from .codegen import codegen
 from .cse import cse
 from .dce import dce
 from .fold import fold
@@ -18,9 +23,11 @@ from .memory_plan import MemoryPlan, memory_plan
 from .rewrite import RewriteStep
 from .simplify import simplify
 
-__all__ = ["Level", "LEVELS", "optimize", "PASSES"]
+__all__ = ["Level", "LEVELS", "optimize", "PASSES", "Backend", "BACKENDS"]
 
 Level = Literal["O0", "O1", "O2"]
+Backend = Literal["numpy", "numba"]
+BACKENDS: tuple[str, ...] = ("numpy", "numba")
 PASSES: dict[str, Callable[[Graph], tuple[Graph, list[RewriteStep]]]] = {
     "fold": fold, "cse": cse, "simplify": simplify, "dce": dce, "fuse_softmax": fuse_softmax,
     "fuse": fuse,
@@ -32,7 +39,7 @@ LEVELS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _bodies(graph: Graph, level: Level, steps: list[RewriteStep]) -> Graph:
+def _bodies(graph: Graph, level: Level, steps: list[RewriteStep], backend: Backend) -> Graph:
     changed = False
     nodes = []
     done: dict[int, Subgraph] = {}
@@ -42,7 +49,7 @@ def _bodies(graph: Graph, level: Level, steps: list[RewriteStep]) -> Graph:
             for k, v in n.attrs:
                 if isinstance(v, Subgraph):
                     if id(v) not in done:
-                        g, s, _ = optimize(v.graph, level)
+                        g, s, _ = optimize(v.graph, level, backend)
                         steps.extend(s)
                         done[id(v)] = Subgraph(g)
                     v = done[id(v)]
@@ -54,21 +61,26 @@ def _bodies(graph: Graph, level: Level, steps: list[RewriteStep]) -> Graph:
 
 
 def optimize(
-    graph: Graph, level: Level = "O2"
+    graph: Graph, level: Level = "O2", backend: Backend = "numpy"
 ) -> tuple[Graph, list[RewriteStep], MemoryPlan | None]:
     """Run the passes of ``level``; returns the graph, the RewriteSteps and (O2) the plan."""
     if level not in LEVELS:
-        raise ValueError(f"level={level!r}; expected one of {', '.join(LEVELS)}")
+        raise CompilerArgumentError(f"level={level!r}; expected one of {', '.join(LEVELS)}")
+    if backend not in BACKENDS:
+        raise CompilerArgumentError(f"backend={backend!r}; expected one of {', '.join(BACKENDS)}")
     steps: list[RewriteStep] = []
     if level == "O0":
         return graph, steps, None
-    graph = _bodies(graph, level, steps)
+    graph = _bodies(graph, level, steps, backend)
     for name in LEVELS[level]:
         graph, s = PASSES[name](graph)
         steps.extend(s)
         if name == "fuse" and s:  # fusion can leave constants unused
             graph, s = dce(graph)
             steps.extend(s)
+    if level == "O2" and backend == "numba":
+        graph, s = codegen(graph)
+        steps.extend(s)
     plan = None
     if level == "O2":
         graph, s, plan = memory_plan(graph)

@@ -32,6 +32,7 @@ class RewriteStep:
     before: Graph
     after: Graph
     detail: str = ""
+    source: str = ""  # generated code (the codegen pass's kernels), for the compiler view
 
     def __str__(self) -> str:
         more = f" ({self.detail})" if self.detail else ""

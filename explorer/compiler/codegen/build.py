@@ -1,0 +1,138 @@
+"""Compile generated kernel modules with numba and wrap them as executor kernels.
+
+A module's source is its structural key: the in-process table maps the source's hash to
+the compiled function, and on disk the source is written once to
+``$EXPLORER_CODEGEN_CACHE`` (default ``~/.cache/parallel-explorer/codegen``) as
+``k_<hash>.py`` and imported from there, so numba's own cache (``cache=True``, beside the
+file) serves later processes: a kernel is compiled once per machine, not once per run.
+
+``compile_seconds()`` reports the time spent compiling or loading in this process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import CompilerError
+
+__all__ = ["numba_available", "load", "elementwise_kernel", "rows_kernel", "cache_dir",
+           "compile_seconds", "KernelBuildError"]  # fmt: skip
+
+_LOCK = threading.Lock()  # guards the tables below
+_LOADED: dict[str, Callable] = {}
+_SECONDS: list[float] = [0.0]
+# numba's default "workqueue" threading layer must not be entered by two threads at once:
+# parallel kernels take this lock (serial kernels release the GIL and run concurrently).
+_PARALLEL = threading.Lock()
+
+
+class KernelBuildError(CompilerError):
+    """numba could not compile a generated kernel (the source is in the message)."""
+
+
+def numba_available() -> bool:
+    """numba is importable and not switched off by ``EXPLORER_NO_NUMBA=1``."""
+    if os.environ.get("EXPLORER_NO_NUMBA", "") not in ("", "0"):
+        return False
+    return importlib.util.find_spec("numba") is not None
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("EXPLORER_CODEGEN_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "parallel-explorer" / "codegen"
+
+
+def compile_seconds() -> float:
+    """Seconds this process spent compiling (or loading from numba's cache) kernels."""
+    return _SECONDS[0]
+
+
+def load(source: str, entry: str) -> Callable:
+    """The compiled function ``entry`` of the module ``source`` (compiled once per source
+    per process; numba's disk cache makes later processes load it instead)."""
+    key = hashlib.sha1(source.encode()).hexdigest()[:16]
+    with _LOCK:
+        fn = _LOADED.get(key)
+        if fn is not None:
+            return fn
+        t0 = time.perf_counter()
+        path = cache_dir() / f"k_{key}.py"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():  # written once: numba's cache keys on the file's mtime
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(source)
+                os.replace(tmp, path)
+            name = f"explorer_codegen_k_{key}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+            sys.modules[name] = mod
+            spec.loader.exec_module(mod)  # type: ignore[union-attr]  (compiles: eager sig)
+        except Exception as e:  # noqa: BLE001  (numba's typing errors have many classes)
+            raise KernelBuildError(
+                f"numba could not compile the generated kernel {entry} ({type(e).__name__}: "
+                f"{str(e)[:400]}); source:\n{source}\nrun with backend='numpy' to avoid it"
+            ) from e
+        fn = getattr(mod, entry)
+        _LOADED[key] = fn
+        _SECONDS[0] += time.perf_counter() - t0
+        return fn
+
+
+def _locked(fn: Callable, parallel: bool) -> Callable:
+    if not parallel:
+        return fn
+
+    def run(*args):
+        with _PARALLEL:
+            fn(*args)
+
+    return run
+
+
+def elementwise_kernel(fn: Callable, parallel: bool, out_shape: tuple[int, ...], split: int,
+                       kinds: Sequence[str], in_shapes: Sequence[tuple[int, ...]],
+                       out_dtype: np.dtype) -> Callable[..., np.ndarray]:  # fmt: skip
+    """``kernel(*arrays, out=None)`` running ``fn`` over 2-D views of the arrays."""
+    rows, cols = math.prod(out_shape[:split]), math.prod(out_shape[split:])
+    views = [{"full": (rows, cols), "row": (1, cols), "col": (rows, 1), "scalar": (1, 1)}[k]
+             for k in kinds]  # fmt: skip
+    run = _locked(fn, parallel)
+    flat = (rows, cols)
+    contiguous = np.ascontiguousarray
+
+    def k_generated(*xs, out=None):
+        o = np.empty(out_shape, out_dtype) if out is None else out
+        run(*[contiguous(x.reshape(v)) for x, v in zip(xs, views, strict=True)], o.reshape(flat))
+        return o
+
+    return k_generated
+
+
+def rows_kernel(fn: Callable, parallel: bool, out_shape: tuple[int, ...], n_vectors: int,
+                extra: tuple = ()) -> Callable[..., np.ndarray]:  # fmt: skip
+    """``kernel(x, *vectors, out=None)`` for a row-wise kernel (softmax, norms): ``x`` and
+    ``out`` as ``(rows, d)``, each vector (gain, bias) as ``(1, d)``; ``extra`` scalars
+    follow ``out``."""
+    d = out_shape[-1] if out_shape else 1
+    flat = (math.prod(out_shape[:-1]), d)
+    run = _locked(fn, parallel)
+    contiguous = np.ascontiguousarray
+
+    def k_rows(x, *vs, out=None):
+        o = np.empty(out_shape, np.float32) if out is None else out
+        run(contiguous(x.reshape(flat)), *[contiguous(v.reshape(1, d)) for v in vs],
+            o.reshape(flat), *extra)  # fmt: skip
+        return o
+
+    return k_rows

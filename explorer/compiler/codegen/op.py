@@ -1,0 +1,31 @@
+"""The ``generated`` op: a region (fused elementwise chain, softmax, norm) whose kernel is
+generated source compiled by numba. Its attributes keep the region's original op and
+attributes, so its registry impl (the reference, and what an interpreter runs) is the
+original op's impl; the executor compiles ``source`` instead."""
+
+from __future__ import annotations
+
+from ...ir import DType
+from ...ir import signature as sigmod
+from ...ir.opdef import REGISTRY, REQUIRED, OpDef, OpGroup, get, register
+
+__all__ = ["GENERATED"]
+
+
+def _sig(in_types, attrs) -> str:
+    return sigmod.expand(",".join(["..."] * len(in_types)) + "->...", in_types)
+
+
+def _impl(*arrays, origin: str, origin_attrs: tuple, **_):
+    return get(origin).impl(*arrays, **dict(origin_attrs))
+
+
+GENERATED = "generated"
+if GENERATED not in REGISTRY:
+    register(OpDef(GENERATED, OpGroup.ELEMENTWISE, None, None, 1, _impl,
+                   attrs={"origin": REQUIRED, "origin_attrs": (), "source": REQUIRED,
+                          "entry": REQUIRED, "parallel": False, "split": 0, "kinds": (),
+                          "ops": (), "members": (), "dtype": "fp32", "flops": 0},
+                   signature_rule=_sig, dtype_rule=lambda i, a: DType.parse(a["dtype"]),
+                   flops_rule=lambda i, o, a: a["flops"],
+                   doc="a region run by a generated numba kernel (source in attrs)"))  # fmt: skip

@@ -1,0 +1,253 @@
+"""Python source of generated kernels, compiled by numba (``build``): one module per kernel
+that a person can read, with the decorator, the signature and the loops spelled out.
+
+Three kinds of region get a kernel:
+
+- ``fused`` elementwise chains: the numexpr expression becomes straight-line scalar code
+  (one SSA line per distinct subexpression) inside a loop nest over the output viewed as
+  ``(rows, cols)``; each input is read as a full ``(rows, cols)`` array, a row vector
+  ``(1, cols)``, a column ``(rows, 1)`` or a scalar ``(1, 1)`` (``broadcast_split``).
+- softmax, optionally scaled and causally masked (``masked_softmax``): one row per
+  iteration, max, exp and sum in one buffer.
+- layer norm and RMS norm over the last dim.
+
+Row sums accumulate in float64 (numpy's fp32 pairwise sums are at least as far from the
+exact value as that), every other value stays fp32: constants are spelled
+``np.float32(...)`` so that no operation promotes to float64.
+
+>>> src = elementwise_source("k", "(in0 + in1) * k0", ("float32", "float32"), (2.0,),
+...                          ("full", "row"), "float32", parallel=False)
+>>> print(src.splitlines()[-2])
+            out[i, j] = t1
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+
+__all__ = ["elementwise_source", "softmax_source", "norm_source", "broadcast_split",
+           "UnsupportedRegion", "NUMBA_TYPES"]  # fmt: skip
+
+NUMBA_TYPES = {"float32": "float32", "bool": "boolean"}
+_BINOP = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
+_CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+_CALL = {"exp": "np.exp", "log": "np.log", "sqrt": "np.sqrt", "abs": "abs", "tanh": "np.tanh"}
+# how an input of each broadcast kind is read inside the loop nest
+_READ = {"full": "{a}[i, j]", "row": "{a}[0, j]", "col": "{a}[i, 0]", "scalar": "{a}[0, 0]"}
+
+
+class UnsupportedRegion(ValueError):
+    """A region this generator does not translate (the numpy path runs it)."""
+
+
+def broadcast_split(out_shape: tuple[int, ...], in_shapes: Sequence[tuple[int, ...]]
+                    ) -> tuple[int, tuple[str, ...]] | None:  # fmt: skip
+    """A split ``p`` of the output's dims into rows ``shape[:p]`` and columns ``shape[p:]``
+    under which every input is full, a row, a column or a scalar; with the kinds. Prefers
+    the split with the most rows that keeps the columns contiguous. None when no split
+    works (a broadcast along a middle dim, say ``(a, 1, c)`` into ``(a, b, c)``).
+
+    >>> broadcast_split((4, 8), [(4, 8), (8,), (4, 1), ()])
+    (1, ('full', 'row', 'col', 'scalar'))
+    """
+    nd = len(out_shape)
+    candidates = [p for p in range(nd - 1, 0, -1)] + [0, nd] if nd else [0]
+    for p in candidates:
+        kinds = []
+        for s in in_shapes:
+            padded = (1,) * (nd - len(s)) + tuple(s)
+            lead = padded[:p] == out_shape[:p]
+            lead1 = all(d == 1 for d in padded[:p])
+            tail = padded[p:] == out_shape[p:]
+            tail1 = all(d == 1 for d in padded[p:])
+            if lead and tail:
+                kinds.append("full")
+            elif lead1 and tail:
+                kinds.append("row")
+            elif lead and tail1:
+                kinds.append("col")
+            elif lead1 and tail1:
+                kinds.append("scalar")
+            else:
+                break
+        else:
+            return p, tuple(kinds)
+    return None
+
+
+class _Lines:
+    """SSA lines of the loop body; repeated subexpressions computed once."""
+
+    def __init__(self, n_inputs: int, consts: Sequence[float], kinds: Sequence[str]) -> None:
+        self.n_inputs, self.n_consts, self.kinds = n_inputs, len(consts), kinds
+        self.body: list[str] = []
+        self.memo: dict[str, str] = {}
+        self.used: set[int] = set()
+
+    def value(self, e: ast.expr) -> str:
+        key = ast.dump(e)
+        v = self.memo.get(key)
+        if v is None:
+            v = self._value(e)
+            self.memo[key] = v
+        return v
+
+    def emit(self, text: str) -> str:
+        name = f"t{len(self.body)}"
+        self.body.append(f"{name} = {text}")
+        return name
+
+    def _value(self, e: ast.expr) -> str:
+        if isinstance(e, ast.Name) and e.id[:2] == "in" and e.id[2:].isdigit():
+            i = int(e.id[2:])
+            if i >= self.n_inputs:
+                raise UnsupportedRegion(f"input {e.id} of {self.n_inputs}")
+            self.used.add(i)
+            return f"x{i}"
+        if isinstance(e, ast.Name) and e.id[:1] == "k" and e.id[1:].isdigit():
+            if int(e.id[1:]) >= self.n_consts:
+                raise UnsupportedRegion(f"constant {e.id} of {self.n_consts}")
+            return e.id
+        if isinstance(e, ast.Constant) and type(e.value) in (int, float):
+            return f"np.float32({float(e.value)!r})"
+        if isinstance(e, ast.BinOp) and type(e.op) in _BINOP:
+            a, b = self.value(e.left), self.value(e.right)
+            return self.emit(f"{a} {_BINOP[type(e.op)]} {b}")
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
+            return self.emit(f"-{self.value(e.operand)}")
+        if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.Invert):
+            return self.emit(f"not {self.value(e.operand)}")
+        if isinstance(e, ast.Compare) and len(e.ops) == 1 and type(e.ops[0]) in _CMP:
+            a, b = self.value(e.left), self.value(e.comparators[0])
+            return self.emit(f"{a} {_CMP[type(e.ops[0])]} {b}")
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and not e.keywords:
+            if e.func.id in _CALL and len(e.args) == 1:
+                return self.emit(f"{_CALL[e.func.id]}({self.value(e.args[0])})")
+            if e.func.id == "where" and len(e.args) == 3:
+                c, a, b = (self.value(x) for x in e.args)
+                return self.emit(f"{a} if {c} else {b}")
+        raise UnsupportedRegion(ast.unparse(e))
+
+
+def _header(parallel: bool, sig: str) -> list[str]:
+    return [
+        "import numpy as np",
+        "from numba import njit, prange",
+        "",
+        "",
+        f'@njit("{sig}", parallel={parallel}, fastmath=False, cache=True, nogil=True)',
+    ]
+
+
+def _sig(arg_types: Sequence[str]) -> str:
+    return "void(" + ", ".join(f"{NUMBA_TYPES[t]}[:, ::1]" for t in arg_types) + ")"
+
+
+def elementwise_source(name: str, expr: str, in_dtypes: Sequence[str], consts: Sequence[float],
+                       kinds: Sequence[str], out_dtype: str, parallel: bool) -> str:  # fmt: skip
+    """A module defining ``name(a0, .., out)`` over 2-D views (``kinds`` say how each input
+    broadcasts); ``expr`` is the ``fused`` node's expression."""
+    try:
+        tree = ast.parse(expr, mode="eval").body
+    except SyntaxError as e:
+        raise UnsupportedRegion(expr) from e
+    for t in (*in_dtypes, out_dtype):
+        if t not in NUMBA_TYPES:
+            raise UnsupportedRegion(f"dtype {t}")
+    body = _Lines(len(in_dtypes), consts, kinds)
+    root = body.value(tree)
+    args = [f"a{i}" for i in range(len(in_dtypes))]
+    lines = _header(parallel, _sig([*in_dtypes, out_dtype]))
+    lines.append(f"def {name}({', '.join([*args, 'out'])}):")
+    lines += [f"    k{i} = np.float32({float(c)!r})" for i, c in enumerate(consts)]
+    lines.append("    rows, cols = out.shape")
+    used = sorted(body.used)
+    for i in used:  # scalars read once, columns once per row, the rest per element
+        if kinds[i] == "scalar":
+            lines.append(f"    x{i} = a{i}[0, 0]")
+    lines.append(f"    for i in {'prange' if parallel else 'range'}(rows):")
+    for i in used:
+        if kinds[i] == "col":
+            lines.append(f"        x{i} = a{i}[i, 0]")
+    lines.append("        for j in range(cols):")
+    for i in used:
+        if kinds[i] in ("full", "row"):
+            lines.append(f"            x{i} = {_READ[kinds[i]].format(a=f'a{i}')}")
+    lines += [f"            {line}" for line in body.body]
+    lines.append(f"            out[i, j] = {root}")
+    return "\n".join(lines) + "\n"
+
+
+def softmax_source(name: str, scale: float, causal: bool, offset: int,
+                   parallel: bool) -> str:  # fmt: skip
+    """``name(x, out)``: ``softmax(causal_mask(x * scale))`` over rows of ``x`` viewed as
+    ``(rows, d)``; row ``r`` is query ``r % seq`` of its attention matrix."""
+    lines = _header(parallel, _sig(["float32", "float32"])[:-1] + ", int64)")
+    lines += [
+        f"def {name}(x, out, seq):",
+        f"    scale = np.float32({float(scale)!r})",
+        "    rows, d = x.shape",
+        f"    for r in {'prange' if parallel else 'range'}(rows):",
+    ]
+    if causal:  # keys after query + offset are masked: exp(-inf) = 0
+        lines.append(f"        n = min(d, max(0, r % seq + {offset} + 1))")
+    else:
+        lines.append("        n = d")
+    lines += [
+        "        peak = np.float32(-np.inf)",
+        "        for j in range(n):",
+        "            v = x[r, j] * scale",
+        "            if v > peak or v != v:",
+        "                peak = v",
+        "        total = 0.0",
+        "        for j in range(n):",
+        "            e = np.exp(x[r, j] * scale - peak)",
+        "            out[r, j] = e",
+        "            total += e",
+        "        if n == 0:",
+        "            total = np.nan  # a fully masked row is 0/0, as unfused",
+        "        denom = np.float32(total)",
+        "        for j in range(n):",
+        "            out[r, j] = out[r, j] / denom",
+        "        for j in range(n, d):",
+        "            out[r, j] = np.float32(0.0) if n else np.float32(np.nan)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def norm_source(name: str, center: bool, eps: float, parallel: bool) -> str:
+    """``name(x, g, [b,] out)``: layer norm (``center``) or RMS norm over rows of ``x``
+    viewed as ``(rows, d)``, with ``g`` and ``b`` as ``(1, d)``."""
+    args = ["x", "g", "b", "out"] if center else ["x", "g", "out"]
+    lines = _header(parallel, _sig(["float32"] * len(args)))
+    lines += [
+        f"def {name}({', '.join(args)}):",
+        f"    eps = np.float32({float(eps)!r})",
+        "    rows, d = x.shape",
+        f"    for r in {'prange' if parallel else 'range'}(rows):",
+    ]
+    if center:
+        lines += [
+            "        acc = 0.0",
+            "        for j in range(d):",
+            "            acc += x[r, j]",
+            "        mean = np.float32(acc / d)",
+            "        acc = 0.0",
+            "        for j in range(d):",
+            "            c = x[r, j] - mean",
+            "            acc += c * c",
+            "        inv = np.float32(1.0) / np.sqrt(np.float32(acc / d) + eps)",
+            "        for j in range(d):",
+            "            out[r, j] = (x[r, j] - mean) * inv * g[0, j] + b[0, j]",
+        ]
+    else:
+        lines += [
+            "        acc = 0.0",
+            "        for j in range(d):",
+            "            acc += x[r, j] * x[r, j]",
+            "        inv = np.float32(1.0) / np.sqrt(np.float32(acc / d) + eps)",
+            "        for j in range(d):",
+            "            out[r, j] = x[r, j] * inv * g[0, j]",
+        ]
+    return "\n".join(lines) + "\n"
