@@ -13,7 +13,16 @@ from .errors import ExplorerError
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
 from .search import CostBreakdown, CostParams, ShardingPlan
-from .training import ParallelConfig, TrainingPlan, plan_training, scaling_curve, simulate
+from .training import (
+    Calibration,
+    MeasuredRun,
+    ParallelConfig,
+    TrainingPlan,
+    calibrate,
+    plan_training,
+    scaling_curve,
+    simulate,
+)
 
 __version__ = "0.1.0"
 
@@ -22,4 +31,5 @@ __all__ = [
     "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
     "compiler", "trace", "export", "jit", "tensor", "Tensor", "grad", "F", "nn",
     "ParallelConfig", "simulate", "plan_training", "TrainingPlan", "scaling_curve",
+    "MeasuredRun", "calibrate", "Calibration",
 ]  # fmt: skip

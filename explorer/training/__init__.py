@@ -8,6 +8,7 @@ model, simulate(), plan_training(), scaling curves and the published runs they a
 True
 """
 
+from .calibrate import Calibration, CalibrationRow, calibrate
 from .config import ParallelConfig, ParallelConfigError
 from .memory import (
     ActivationTerms,
@@ -17,6 +18,7 @@ from .memory import (
     TrainingParamsError,
     activation_bytes_per_layer,
 )
+from .measured import CalibrationError, MeasuredRun, published_runs
 from .pipeline import (
     PartitionError,
     Schedule,
@@ -55,4 +57,6 @@ __all__ = [
     "TrainingPlan", "TrainingPlanError", "plan_training", "ScalingCurve", "ScalingPoint",
     "scaling_curve",
     "load_published", "megatron_flops_per_iteration", "compare_megatron",
+    "MeasuredRun", "CalibrationError", "published_runs", "calibrate", "Calibration",
+    "CalibrationRow",
 ]  # fmt: skip

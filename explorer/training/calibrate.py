@@ -1,0 +1,444 @@
+"""``calibrate(runs)``: fit the step model's knobs to measured step times.
+
+The fitted knobs are float fields of `TrainingParams`, named by their path
+(``"cost.compute_efficiency"``) or, when unambiguous, by their last part
+(``"compute_efficiency"``). The fit is a bounded least-squares problem on
+``log(predicted) - log(measured)`` per run (`scipy.optimize.least_squares`, trust region
+reflective); the predictions are `estimate`'s (the model `plan_training` ranks with) or,
+on request, `simulate`'s.
+
+Fit data and check data stay apart: ``runs`` are fitted, ``check`` runs are only
+predicted, and every row of `Calibration.table` says which it is. ``loo_error`` is the
+median |error| of each fit run predicted by a fit on the other runs (leave-one-out).
+
+>>> import explorer as ex
+>>> runs = [ex.MeasuredRun("gpt2", ex.ParallelConfig(dp=d, tp=8 // d), "a100-80g", 32, 512,
+...                        t) for d, t in ((8, 0.05), (4, 0.055), (2, 0.06))]
+>>> cal = ex.calibrate(runs, fit=("compute_efficiency",), loo=False)
+>>> cal.fit
+('cost.compute_efficiency',)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from .calibration_io import calibration_from_json, calibration_to_json
+from .measured import CalibrationError, MeasuredRun
+from .simulate import TrainingParams, estimate, simulate
+
+__all__ = [
+    "calibrate",
+    "Calibration",
+    "CalibrationRow",
+    "Evaluator",
+    "float_fields",
+    "default_fit",
+    "default_bounds",
+    "resolve_fit",
+    "with_values",
+    "predict",
+]
+
+Evaluator = Literal["estimate", "simulate"]
+EVALUATORS = ("estimate", "simulate")
+Role = Literal["fit", "check"]
+
+# Default search range for a knob in (0, 1] (an efficiency): a kernel or link reaching
+# under 5% of its peak is not a calibration issue but a bug in the run.
+EFFICIENCY_BOUNDS = (0.05, 1.0)
+# Fractions and overlaps may be 0.
+FRACTION_BOUNDS = (0.0, 1.0)
+# Any other positive knob: a decade either side of its start.
+DECADE = 10.0
+
+
+# ----- the knobs -------------------------------------------------------------------------
+def float_fields(params: TrainingParams | None = None) -> tuple[str, ...]:
+    """Paths of every float field of ``params`` (nested dataclasses walked), in order.
+
+    >>> "cost.compute_efficiency" in float_fields()
+    True
+    """
+    params = params or TrainingParams()
+    out: list[str] = []
+    stack = [("", params)]
+    while stack:
+        prefix, obj = stack.pop(0)
+        for f in dataclasses.fields(obj):
+            v = getattr(obj, f.name)
+            path = prefix + f.name
+            if dataclasses.is_dataclass(v) and not isinstance(v, type):
+                stack.append((path + ".", v))
+            elif isinstance(v, float) and not isinstance(v, bool):
+                out.append(path)
+    return tuple(out)
+
+
+def _is_efficiency(path: str) -> bool:
+    return path.rsplit(".", 1)[-1].endswith("_efficiency")
+
+
+def _is_fraction(path: str) -> bool:
+    leaf = path.rsplit(".", 1)[-1]
+    return leaf.endswith(("_fraction", "_overlap")) or "overlap" in leaf
+
+
+def default_fit(params: TrainingParams | None = None) -> tuple[str, ...]:
+    """The knobs fitted when ``fit`` is not given: every ``*_efficiency`` float field."""
+    return tuple(p for p in float_fields(params) if _is_efficiency(p))
+
+
+def get_value(params: TrainingParams, path: str) -> float:
+    obj: object = params
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[return-value]
+
+
+def with_values(params: TrainingParams, values: dict[str, float]) -> TrainingParams:
+    """``params`` with the fields at the given paths replaced (nested dataclasses rebuilt,
+    so each level validates its new value)."""
+
+    def put(obj, parts, v):
+        if len(parts) == 1:
+            return dataclasses.replace(obj, **{parts[0]: v})
+        child = getattr(obj, parts[0])
+        return dataclasses.replace(obj, **{parts[0]: put(child, parts[1:], v)})
+
+    for path, v in values.items():
+        params = put(params, path.split("."), float(v))
+    return params
+
+
+def resolve_fit(fit: Sequence[str] | None, params: TrainingParams) -> tuple[str, ...]:
+    """Full paths of the requested knobs; raises `CalibrationError` naming an unknown or
+    ambiguous one and listing the float fields there are."""
+    if fit is None:
+        names = default_fit(params)
+        if not names:
+            raise CalibrationError(
+                "TrainingParams has no *_efficiency field to fit by default; name the "
+                f"fields to fit with fit=(...), among {', '.join(float_fields(params))}"
+            )
+        return names
+    if isinstance(fit, str) or not isinstance(fit, Sequence) or not fit:
+        raise CalibrationError(
+            f"fit={fit!r}; expected a non-empty tuple of TrainingParams field names, e.g. "
+            "('compute_efficiency', 'bandwidth_efficiency')"
+        )
+    known = float_fields(params)
+    out = []
+    for name in fit:
+        if not isinstance(name, str):
+            raise CalibrationError(f"fit entry {name!r} is not a field name (a str)")
+        hits = [p for p in known if p == name or p.rsplit(".", 1)[-1] == name]
+        if len(hits) != 1:
+            why = "is ambiguous" if hits else "is not a float field of TrainingParams"
+            raise CalibrationError(f"fit name {name!r} {why}; expected one of {', '.join(known)}")
+        if hits[0] in out:
+            raise CalibrationError(f"fit names {hits[0]!r} twice; name each field once")
+        out.append(hits[0])
+    return tuple(out)
+
+
+def default_bounds(path: str, start: float) -> tuple[float, float]:
+    """The search range of a knob when ``bounds`` does not give one."""
+    if _is_efficiency(path):
+        return EFFICIENCY_BOUNDS
+    if _is_fraction(path):
+        return FRACTION_BOUNDS
+    if start > 0:
+        return (start / DECADE, start * DECADE)
+    raise CalibrationError(
+        f"{path} starts at {start!r}, so it has no natural scale; give its range with "
+        f"bounds={{'{path}': (low, high)}}"
+    )
+
+
+def _bounds(names, bounds, params) -> list[tuple[float, float]]:
+    given = dict(bounds or {})
+    if not isinstance(given, dict):
+        raise CalibrationError(f"bounds={bounds!r}; expected {{field name: (low, high)}}")
+    full: dict[str, tuple[float, float]] = {}
+    for key, b in given.items():
+        (path,) = resolve_fit((key,), params)
+        ok = isinstance(b, (tuple, list)) and len(b) == 2
+        ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in b)
+        if not ok or not all(math.isfinite(x) for x in b) or not b[0] < b[1]:
+            raise CalibrationError(
+                f"bounds[{key!r}]={b!r}; expected (low, high) with finite low < high"
+            )
+        if path not in names:
+            raise CalibrationError(
+                f"bounds name {key!r} but it is not fitted ({', '.join(names)}); add it to "
+                "fit or drop its bounds"
+            )
+        full[path] = (float(b[0]), float(b[1]))
+    return [full.get(n) or default_bounds(n, get_value(params, n)) for n in names]
+
+
+# ----- predictions -----------------------------------------------------------------------
+def predict(run: MeasuredRun, params: TrainingParams, evaluator: Evaluator = "estimate"):
+    """The step model's `SimResult` for ``run`` under ``params``; a run the model
+    cannot take raises `CalibrationError` naming the run."""
+    fn = estimate if evaluator == "estimate" else simulate
+    try:
+        return fn(run.cfg, run.config, run.hardware, run.global_batch, run.seq, params)
+    except CalibrationError:
+        raise
+    except Exception as e:  # the model's own errors: say which run
+        raise CalibrationError(f"the step model cannot predict run {run.label}: {e}") from e
+
+
+# ----- result ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CalibrationRow:
+    """One run: measured, predicted before the fit and after it.
+
+    Attributes:
+        role: ``fit`` (the least squares saw it) or ``check`` (predicted only).
+        measured_s, before_s, after_s: step times in seconds.
+        loo_s: a fit row's prediction by a fit on the other fit rows (None for check
+            rows or when leave-one-out was not run).
+        fits_memory: whether the fitted model says the configuration fits in memory.
+    """
+
+    run: MeasuredRun
+    role: Role
+    measured_s: float
+    before_s: float
+    after_s: float
+    loo_s: float | None = None
+    fits_memory: bool = True
+
+    @property
+    def error_before(self) -> float:
+        """predicted / measured - 1, before the fit."""
+        return self.before_s / self.measured_s - 1
+
+    @property
+    def error_after(self) -> float:
+        return self.after_s / self.measured_s - 1
+
+    @property
+    def error_loo(self) -> float | None:
+        return None if self.loo_s is None else self.loo_s / self.measured_s - 1
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "run": self.run.as_dict(), "label": self.run.label, "role": self.role,
+            "measured_s": self.measured_s, "before_s": self.before_s,
+            "after_s": self.after_s, "loo_s": self.loo_s, "fits_memory": self.fits_memory,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """`TrainingParams` fitted to measured runs.
+
+    Attributes:
+        params: the fitted `TrainingParams` (pass to `simulate` / `plan_training`).
+        base: the params the fit started from.
+        fit: paths of the fitted fields; ``start``, ``values``: their values before and
+            after; ``bounds``: their ranges.
+        table: one `CalibrationRow` per run, fit rows first, then check rows.
+        loo_error: median |leave-one-out error| over the fit rows (None when not run or
+            with fewer fit runs than two).
+        evaluator: ``estimate`` or ``simulate``; ``rms_log_error``: the fit's
+            root-mean-square residual in log step time; ``evaluations``: step-model calls
+            of the main fit; ``seconds``: wall time of the whole call.
+    """
+
+    params: TrainingParams
+    base: TrainingParams
+    fit: tuple[str, ...]
+    start: tuple[float, ...]
+    values: tuple[float, ...]
+    bounds: tuple[tuple[float, float], ...]
+    table: tuple[CalibrationRow, ...]
+    loo_error: float | None
+    evaluator: Evaluator
+    rms_log_error: float
+    evaluations: int
+    seconds: float
+
+    @property
+    def fitted(self) -> dict[str, float]:
+        return dict(zip(self.fit, self.values, strict=True))
+
+    @property
+    def at_bounds(self) -> tuple[str, ...]:
+        """Fitted fields that ended on (within 0.1% of the range of) a bound."""
+        out = []
+        for n, v, (lo, hi) in zip(self.fit, self.values, self.bounds, strict=True):
+            tol = 1e-3 * (hi - lo)
+            if v - lo <= tol or hi - v <= tol:
+                out.append(n)
+        return tuple(out)
+
+    def rows(self, role: Role) -> tuple[CalibrationRow, ...]:
+        return tuple(r for r in self.table if r.role == role)
+
+    def median_error(self, role: Role = "fit", which: str = "after") -> float | None:
+        errs = [abs(getattr(r, f"error_{which}")) for r in self.rows(role)]
+        errs = [e for e in errs if e is not None]
+        return float(np.median(errs)) if errs else None
+
+    def to_json(self) -> str:
+        return calibration_to_json(self)
+
+    @classmethod
+    def from_json(cls, text: str) -> Calibration:
+        return calibration_from_json(text, cls, CalibrationRow)
+
+    def save(self, path) -> None:
+        from pathlib import Path
+
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def load(cls, path) -> Calibration:
+        from pathlib import Path
+
+        return cls.from_json(Path(path).read_text())
+
+    def __str__(self) -> str:
+        vals = ", ".join(f"{n}={v:.4g}" for n, v in self.fitted.items())
+        med = self.median_error("fit")
+        loo = "n/a" if self.loo_error is None else f"{self.loo_error:.1%}"
+        return (
+            f"Calibration of {len(self.rows('fit'))} runs ({len(self.rows('check'))} check): "
+            f"{vals}; median |error| {med:.1%} fitted, leave-one-out {loo}"
+        )
+
+
+# ----- the fit ---------------------------------------------------------------------------
+def _check_runs(runs, what: str, allow_empty: bool) -> tuple[MeasuredRun, ...]:
+    if isinstance(runs, MeasuredRun) or not isinstance(runs, Sequence):
+        raise CalibrationError(f"{what}={runs!r}; expected a list of MeasuredRun")
+    runs = tuple(runs)
+    if not runs and not allow_empty:
+        raise CalibrationError(f"{what} is empty; give at least one MeasuredRun to fit")
+    for i, r in enumerate(runs):
+        if not isinstance(r, MeasuredRun):
+            raise CalibrationError(f"{what}[{i}]={r!r}; expected a MeasuredRun")
+    return runs
+
+
+class _Objective:
+    """Residuals ``log(predicted) - log(measured)`` of some runs, counting evaluations."""
+
+    def __init__(self, runs, base, names, evaluator):
+        self.runs, self.base, self.names, self.evaluator = runs, base, names, evaluator
+        self.log_measured = np.log([r.step_time_s for r in runs])
+        self.calls = 0
+
+    def params(self, x) -> TrainingParams:
+        return with_values(self.base, dict(zip(self.names, x, strict=True)))
+
+    def __call__(self, x) -> np.ndarray:
+        p = self.params(x)
+        self.calls += len(self.runs)
+        t = [predict(r, p, self.evaluator).step_time_s for r in self.runs]
+        return np.log(t) - self.log_measured
+
+
+def _solve(objective: _Objective, x0, lo, hi, max_nfev: int | None):
+    from scipy.optimize import least_squares
+
+    span = hi - lo
+    # Relative finite-difference step of 1e-3: the step model is piecewise smooth (a
+    # strategy or a recompute count can switch), so tiny steps would see the jumps.
+    return least_squares(
+        objective, x0, bounds=(lo, hi), method="trf", diff_step=1e-3,
+        x_scale=np.maximum(np.abs(x0), span / 10), xtol=1e-4, ftol=1e-6, max_nfev=max_nfev,
+    )  # fmt: skip
+
+
+def calibrate(
+    runs: Sequence[MeasuredRun],
+    params: TrainingParams | None = None,
+    fit: Sequence[str] | None = None,
+    bounds: dict[str, tuple[float, float]] | None = None,
+    *,
+    check: Sequence[MeasuredRun] = (),
+    loo: bool = True,
+    evaluator: Evaluator = "estimate",
+    max_nfev: int | None = 50,
+) -> Calibration:
+    """Fit the ``fit`` fields of ``params`` to ``runs`` within ``bounds``.
+
+    Args:
+        runs: the measured runs to fit (fit data).
+        params: the starting `TrainingParams` (default: the calibrated defaults).
+        fit: field names or paths (default: every ``*_efficiency`` field, `default_fit`).
+        bounds: ``{name: (low, high)}``; others get `default_bounds`.
+        check: runs predicted before and after but not fitted (check data).
+        loo: also fit once per fit run without it, for ``loo_error``.
+        evaluator: ``estimate`` (closed-form pipeline, as `plan_training` ranks) or
+            ``simulate`` (the event simulation).
+        max_nfev: the most objective evaluations per fit (each evaluates every run).
+
+    Raises:
+        CalibrationError: malformed runs, an unknown field, bounds that are not a range.
+    """
+    t0 = time.perf_counter()
+    runs = _check_runs(runs, "runs", allow_empty=False)
+    check = _check_runs(check, "check", allow_empty=True)
+    base = params if params is not None else TrainingParams()
+    if not isinstance(base, TrainingParams):
+        raise CalibrationError(f"params={params!r}; expected a TrainingParams or None")
+    if evaluator not in EVALUATORS:
+        raise CalibrationError(f"evaluator={evaluator!r}; expected one of {EVALUATORS}")
+    names = resolve_fit(fit, base)
+    rng = _bounds(names, bounds, base)
+    lo = np.array([b[0] for b in rng])
+    hi = np.array([b[1] for b in rng])
+    start = np.array([get_value(base, n) for n in names], dtype=float)
+    # least_squares needs a start strictly inside the range
+    x0 = np.clip(start, lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
+
+    objective = _Objective(runs, base, names, evaluator)
+    sol = _solve(objective, x0, lo, hi, max_nfev)
+    fitted = objective.params(sol.x)
+    evaluations = objective.calls
+
+    loo_s: list[float | None] = [None] * len(runs)
+    if loo and len(runs) >= 2:
+        for i in range(len(runs)):
+            rest = runs[:i] + runs[i + 1 :]
+            o = _Objective(rest, base, names, evaluator)
+            s = _solve(o, sol.x, lo, hi, max_nfev)  # warm start from the full fit
+            loo_s[i] = predict(runs[i], o.params(s.x), evaluator).step_time_s
+
+    table = []
+    for role, group in (("fit", runs), ("check", check)):
+        for j, r in enumerate(group):
+            after = predict(r, fitted, evaluator)
+            table.append(
+                CalibrationRow(
+                    r,
+                    role,
+                    r.step_time_s,
+                    predict(r, base, evaluator).step_time_s,
+                    after.step_time_s,
+                    loo_s[j] if role == "fit" else None,
+                    after.fits,
+                )  # fmt: skip
+            )
+    loo_errs = [abs(x / r.step_time_s - 1) for x, r in zip(loo_s, runs, strict=True) if x]
+    return Calibration(
+        params=fitted, base=base, fit=names, start=tuple(float(v) for v in start),
+        values=tuple(float(v) for v in sol.x), bounds=tuple(rng), table=tuple(table),
+        loo_error=float(np.median(loo_errs)) if loo_errs else None, evaluator=evaluator,
+        rms_log_error=float(np.sqrt(np.mean(sol.fun**2))), evaluations=evaluations,
+        seconds=time.perf_counter() - t0,
+    )  # fmt: skip
