@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import functional as F
+from .errors import CompilerArgumentError, NoGradientRule
 from .nn import Cell
 from .tensor import Tensor, tensor
 from .trace_stack import apply, current, taping
@@ -253,13 +254,13 @@ def _einsum(g, ins, out, attrs):
     lhs, res = eq.split("->")
     specs = lhs.split(",")
     if len(specs) != 2 or "..." in eq:
-        raise NotImplementedError(f"grad of einsum {eq!r}: only two explicit operands")
+        raise NoGradientRule(f"grad of einsum {eq!r}: only two explicit operands")
     grads = []
     for i in (0, 1):
         other = specs[1 - i]
         missing = set(specs[i]) - set(res) - set(other)
         if missing:
-            raise NotImplementedError(
+            raise NoGradientRule(
                 f"grad of einsum {eq!r}: letters {sorted(missing)} appear in one operand only"
             )
         grads.append(F.einsum(f"{res},{other}->{specs[i]}", g, ins[1 - i]))
@@ -317,7 +318,9 @@ def _getitem(g, ins, out, attrs):
 def backward(tape: Tape, out: Tensor, wrt: Sequence[Tensor]) -> list[Tensor]:
     """Gradients of the scalar ``out`` with respect to each of ``wrt`` (zeros if unused)."""
     if out.size != 1:
-        raise ValueError(f"grad needs a scalar output, got {out.type}; reduce it (e.g. .mean())")
+        raise CompilerArgumentError(
+            f"grad needs a scalar output, got {out.type}; reduce it (e.g. .mean())"
+        )
     grads: dict[int, Tensor] = {id(out): F.ones_like(out)}
     for op, inputs, attrs, res in reversed(tape.entries):
         g = grads.get(id(res))
@@ -325,7 +328,7 @@ def backward(tape: Tape, out: Tensor, wrt: Sequence[Tensor]) -> list[Tensor]:
             continue
         rule = VJP.get(op)
         if rule is None:
-            raise NotImplementedError(
+            raise NoGradientRule(
                 f"no gradient rule for op {op!r}; differentiate before fusion, or avoid it"
             )
         for t, gi in zip(inputs, rule(g, inputs, res, attrs), strict=True):

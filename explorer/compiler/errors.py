@@ -60,6 +60,19 @@ class CompilerError(ExplorerError):
     """Base of the compiler's errors."""
 
 
+class CompilerArgumentError(CompilerError, ValueError):
+    """A compiler entry point got an argument it cannot use (an unknown level or backend,
+    a parameter value of the wrong shape, a gradient of a non-scalar)."""
+
+
+class NoGradientRule(CompilerError, NotImplementedError):
+    """An op (or an einsum form) has no gradient rule; the message says what to do instead."""
+
+
+class UndefinedForward(CompilerError, NotImplementedError):
+    """A ``Cell`` subclass called without a ``forward`` of its own."""
+
+
 class JitSyntaxError(CompilerError):
     """A construct ``@jit`` cannot compile in strict mode.
 

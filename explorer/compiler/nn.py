@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from . import functional as F
-from .errors import ShapeError, user_location
+from .errors import CompilerArgumentError, ShapeError, UndefinedForward, user_location
 from .tensor import Parameter, Tensor
 from .trace_stack import capturing
 
@@ -63,7 +63,9 @@ class Cell:
     scope_name = ""  # the dotted scope of this cell in its model, set by parameters()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} has no forward()")
+        raise UndefinedForward(
+            f"{type(self).__name__} has no forward(); define forward(self, ...) in the Cell"
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.run_in_scope(self.forward, *args, **kwargs)
@@ -278,7 +280,7 @@ class GPT(Cell):
     def from_config(cls, cfg, *, seed: int = 0) -> GPT:
         """The cells for a ``ModelConfig`` of a decoder with learned positions."""
         if cfg.arch != "decoder" or cfg.position != "learned" or not cfg.tied_embeddings:
-            raise ValueError(
+            raise CompilerArgumentError(
                 f"GPT.from_config needs a decoder with learned positions and a tied head; "
                 f"{cfg.name!r} is {cfg.arch}/{cfg.position}/tied={cfg.tied_embeddings}"
             )

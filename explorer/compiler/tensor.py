@@ -20,7 +20,7 @@ import numpy as np
 
 from ..ir import DType, TensorType
 from ..ir.ops_tensor import dtype_of_array
-from .errors import GraphBreak, ShapeError, user_location
+from .errors import CompilerArgumentError, GraphBreak, ShapeError, user_location
 
 __all__ = ["Tensor", "Parameter", "tensor", "spec", "check_array_dtype"]
 
@@ -165,7 +165,10 @@ class Parameter(Tensor):
         """Replace the value in place (same shape); compiled functions see it next call."""
         value = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
         if value.shape != self.shape:
-            raise ValueError(f"parameter {self.name!r} is {self.shape}, got {value.shape}")
+            raise CompilerArgumentError(
+                f"parameter {self.name!r} is {self.shape}, got {value.shape}; assign an array "
+                f"of shape {self.shape}"
+            )
         self.data = value.astype(self.data.dtype)
 
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import ParallelConfigError
+from .errors import TrainingError
 from .pipeline.schedule import bubble_fraction, build_schedule
 from .pipeline.timeline import Timeline, simulate_schedule
 
@@ -141,7 +142,7 @@ def bubble_breakdown(sim, check_uniform: bool = False) -> BubbleBreakdown:
     """
     tl = getattr(sim, "timeline", None)
     if tl is None:
-        raise ValueError(
+        raise TrainingError(
             f"bubble_breakdown needs a simulated timeline; {type(sim).__name__} has none "
             "(an estimate): pass ex.simulate(...)'s result"
         )

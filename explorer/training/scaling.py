@@ -15,6 +15,7 @@ from typing import Literal, get_args
 from ..hardware import Cluster, resolve
 from ..models import ModelConfig, load
 from .config import ParallelConfig
+from .errors import TrainingError
 from .plan import ProgressFn, SearchSpace, TrainingPlanError, plan_training
 from .simulate import TrainingParams
 
@@ -114,10 +115,10 @@ def scaling_curve(
     has one.
     """
     if mode not in get_args(ScalingMode):
-        raise ValueError(f"mode={mode!r}; expected 'weak' or 'strong'")
+        raise TrainingError(f"mode={mode!r}; expected 'weak' or 'strong'")
     counts = sorted(set(device_counts))
     if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
-        raise ValueError(f"device_counts={device_counts!r}; expected positive ints")
+        raise TrainingError(f"device_counts={device_counts!r}; expected positive ints")
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     cluster = resolve(hardware)
     seq = cfg.max_seq_len if seq is None else seq

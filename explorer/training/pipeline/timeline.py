@@ -13,13 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, get_args
 
+from ..errors import TrainingError
 from .schedule import Schedule
 
 __all__ = ["EventKind", "EVENT_KINDS", "TimelineEvent", "Timeline", "simulate_schedule"]
 
 EventKind = Literal[
-    "compute-forward", "compute-backward", "recompute", "tp-comm", "ep-comm", "dp-comm",
-    "pp-comm", "zero-gather", "optimizer", "idle",
+    "compute-forward", "compute-backward", "recompute", "tp-comm", "ep-comm", "cp-comm",
+    "dp-comm", "pp-comm", "zero-gather", "optimizer", "idle",
 ]  # fmt: skip
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 Stream = Literal["compute", "comm"]
@@ -104,7 +105,7 @@ def _per_stage(d: Durations, stages: int, default: str) -> list[tuple[tuple[str,
     if isinstance(d, int | float):
         return [_segments(d, default)] * stages
     if len(d) != stages:
-        raise ValueError(
+        raise TrainingError(
             f"durations for {len(d)} stages given but the schedule has {stages} stages; "
             "give one entry per stage (pp * virtual stages)"
         )
@@ -175,7 +176,7 @@ def simulate_schedule(
                 remaining -= 1
                 progressed = True
         if not progressed:
-            raise RuntimeError(
+            raise TrainingError(
                 f"schedule {schedule.kind} deadlocks: no device can run its next step "
                 f"(positions {ptr}); the step order violates a pipeline dependency"
             )
