@@ -68,6 +68,7 @@ EVENT_COLORS: dict[str, str] = {
     "recompute": "#B6E880",
     "tp-comm": "#EF553B",
     "ep-comm": "#AB63FA",
+    "cp-comm": "#FF6692",
     "dp-comm": "#FF7F0E",
     "pp-comm": "#FFA15A",
     "zero-gather": "#19D3F3",

@@ -16,6 +16,14 @@ tensor + sequence par.   ``sbh (34/t + 5as/(ht))``
 selective recompute      the ``5as/(ht)`` term dropped
 full recompute           ``2sbh`` (``2sbh/t`` with sequence parallelism)
 ======================== ==================================
+
+Context parallelism over ``c`` devices (Llama 3, section 3.3.2) keeps ``s/c`` positions of
+every activation, so ``s`` becomes ``s/c`` in each term except the attention scores' key
+length: a device's scores are ``(s/c) x s`` per head, ``(sbh/c) 5as/(ht)``. With the
+all-gather exchange a layer also keeps the other ranks' keys and values for its backward:
+``kv_bytes * b (s - s/c) h_kv / t`` (``h_kv``: key/value channels, GQA's kv heads x head size;
+none under full recompute, where the layer's forward runs again; none with the ring exchange,
+which passes the chunks around again in the backward).
 """
 
 from __future__ import annotations
@@ -84,7 +92,8 @@ class ActivationTerms:
     full recompute keeps ``checkpoint_bytes`` (the layer input in 16 bits). The first stage
     keeps ``embedding_dropout_bytes`` per microbatch in flight; the last stage keeps
     ``head_bytes`` * (1 + V/h) / t for one microbatch (final norm, logits, fp32 loss),
-    section 4.3 of the paper.
+    section 4.3 of the paper. With context parallelism (all-gather exchange) a layer keeps
+    ``gathered_kv_bytes`` per position and key/value channel of the other ranks' K and V.
     """
 
     replicated_bytes: float = 10.0
@@ -93,7 +102,11 @@ class ActivationTerms:
     checkpoint_bytes: float = 2.0
     embedding_dropout_bytes: float = 1.0
     head_bytes: float = 4.0
-    source: str = "Korthikanti et al. 2022, eqs. (1)-(5) and section 4.3"
+    gathered_kv_bytes: float = 4.0
+    source: str = (
+        "Korthikanti et al. 2022, eqs. (1)-(5) and section 4.3; gathered_kv_bytes: K and V "
+        "in 16 bits (2 + 2 bytes per position and kv channel), Llama 3 all-gather CP"
+    )
 
     def __post_init__(self) -> None:
         check_nonnegative(self)
@@ -176,19 +189,28 @@ class MemoryBreakdown:
 def activation_bytes_per_layer(
     seq: int, microbatch: int, hidden: int, heads: int, tp: int = 1, sp: bool = False,
     recompute: str = "none", terms: ActivationTerms = ActivationTerms(),
+    cp: int = 1, kv_hidden: float | None = None, kv_exchange: str = "all_gather",
 ) -> float:  # fmt: skip
-    """Activation bytes one transformer layer keeps for one microbatch until its backward.
+    """Activation bytes one transformer layer keeps for one microbatch until its backward,
+    on one device.
 
     Korthikanti et al. 2022 (see the module docstring); ``recompute`` is ``none``,
-    ``selective`` or ``full``.
+    ``selective`` or ``full``. ``seq`` is the whole sequence; with context parallelism
+    ``cp`` a device keeps ``seq / cp`` positions, and the all-gather exchange
+    (``kv_exchange``) keeps the gathered keys and values of ``kv_hidden`` channels
+    (default ``hidden``: no grouped-query attention).
 
     >>> s, b, h, a = 2048, 1, 12288, 96
     >>> activation_bytes_per_layer(s, b, h, a) == s * b * h * (34 + 5 * a * s / h)
     True
     >>> activation_bytes_per_layer(s, b, h, a, recompute="full") == 2 * s * b * h
     True
+    >>> no_cp = activation_bytes_per_layer(s, b, h, a, recompute="full")
+    >>> activation_bytes_per_layer(s, b, h, a, recompute="full", cp=4) == no_cp / 4
+    True
     """
-    sbh = seq * microbatch * hidden
+    local = seq / cp  # positions this device holds
+    sbh = local * microbatch * hidden
     if recompute == "full":
         return sbh * terms.checkpoint_bytes / (tp if sp else 1)
     attention = 0.0 if recompute == "selective" else terms.attention_bytes * heads * seq / hidden
@@ -196,4 +218,8 @@ def activation_bytes_per_layer(
         per = (terms.replicated_bytes + terms.split_bytes) / tp
     else:
         per = terms.replicated_bytes + terms.split_bytes / tp
-    return sbh * (per + attention / tp)
+    gathered = 0.0
+    if cp > 1 and kv_exchange == "all_gather":
+        kv = hidden if kv_hidden is None else kv_hidden
+        gathered = terms.gathered_kv_bytes * microbatch * (seq - local) * kv / tp
+    return sbh * (per + attention / tp) + gathered

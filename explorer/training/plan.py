@@ -1,9 +1,10 @@
 """``plan_training``: the fastest ParallelConfig that fits, and why the others lost.
 
-The space: every factorisation of the device count into dp x tp x pp (tp among the
+The space: every factorisation of the device count into dp x tp x pp x cp (tp among the
 divisors of the head count up to a node's chips, every stage with a layer), microbatch
 sizes, schedules (GPipe, 1F1B, interleaved with v chunks), ZeRO stages 0-3, sequence
-parallelism, expert parallelism (MoE) and recomputation. Each configuration is ranked by
+parallelism, expert parallelism (MoE), context parallelism with its key/value exchange
+(all-gather, ring) and recomputation. Each configuration is ranked by
 `estimate`; the best few are then simulated event by event (`simulate`) and re-ranked.
 
 Two rules keep the space small without losing the optimum of this cost model:
@@ -11,6 +12,12 @@ Two rules keep the space small without losing the optimum of this cost model:
 - recomputation: time grows none < selective < per-layer < full while memory shrinks,
   so per structure and ZeRO stage we take ``none`` if it fits, else ``per_layer`` with the
   fewest fully recomputed layers that fit (0 layers is ``selective``, all is ``full``);
+- context parallelism is searched only for long sequences: cp = 2, 4, 8, ... while each
+  device keeps at least ``SearchSpace.cp_min_positions`` positions (default 8192, the
+  sequence Llama 3 pretrained at without CP) and ``2 cp`` divides the sequence; below
+  ``2 x 8192`` only cp = 1 (`terms.cp.needs_cp`). Shorter chunks leave small attention
+  matmuls against a key/value exchange per layer, and the space would grow ~5x for
+  nothing at the usual 2-8K sequences;
 - sequence parallelism costs no time here (its collectives are found by the operator
   search either way) and saves memory, so it is on whenever tp > 1 unless the space
   says otherwise;
@@ -34,6 +41,7 @@ from ..hardware import Cluster, Mesh, resolve
 from ..ir import Graph
 from ..models import ModelConfig, build, load
 from .config import (
+    KV_EXCHANGES,
     RECOMPUTE_POLICIES,
     SCHEDULES,
     ZERO_STAGES,
@@ -42,6 +50,7 @@ from .config import (
     ScheduleKind,
 )
 from .simulate import SimResult, TrainingParams, check_seq, estimate, simulate
+from .terms import cp as cp_terms
 from .terms import zero as zero_terms
 
 __all__ = [
@@ -79,6 +88,9 @@ class SearchSpace:
     sp: tuple[bool, ...] | None = None  # None: True when tp > 1
     ep: tuple[int, ...] | None = None  # None: 1 for dense models; for MoE every divisor of
     # gcd(dp, experts)
+    cp: tuple[int, ...] | None = None  # None: terms.cp.needs_cp(seq, cp_min_positions)
+    cp_min_positions: int = 8192
+    cp_kv_exchange: tuple[str, ...] = KV_EXCHANGES
 
     def __post_init__(self) -> None:
         for name in ("schedules", "zero", "recompute", "sp"):
@@ -98,9 +110,9 @@ class SearchSpace:
                 raise TrainingPlanError(
                     f"SearchSpace.schedules has {s!r}; expected among {', '.join(SCHEDULES)}"
                 )
-        for name in ("tp", "pp", "microbatch_sizes", "virtual_stages", "ep"):
+        for name in ("tp", "pp", "microbatch_sizes", "virtual_stages", "ep", "cp"):
             values = getattr(self, name)
-            optional = name in ("tp", "pp", "ep")  # None: every valid value
+            optional = name in ("tp", "pp", "ep", "cp")  # None: every valid value
             if (values is None and not optional) or (
                 values is not None and not _positive_ints(values)
             ):
@@ -112,6 +124,17 @@ class SearchSpace:
             raise TrainingPlanError(
                 f"SearchSpace.virtual_stages={self.virtual_stages!r}; interleaving needs at "
                 "least 2 chunks per device"
+            )
+        if not _positive_ints((self.cp_min_positions,)):
+            raise TrainingPlanError(
+                f"SearchSpace.cp_min_positions={self.cp_min_positions!r}; expected an int >= 1 "
+                "(the fewest sequence positions a context-parallel rank keeps)"
+            )
+        ex = self.cp_kv_exchange
+        if not isinstance(ex, tuple) or not ex or any(e not in KV_EXCHANGES for e in ex):
+            raise TrainingPlanError(
+                f"SearchSpace.cp_kv_exchange={ex!r}; expected a non-empty tuple among "
+                f"{', '.join(repr(e) for e in KV_EXCHANGES)}"
             )
         bad = [z for z in self.zero if isinstance(z, bool) or z not in ZERO_STAGES]
         if bad or not self.zero:
@@ -266,7 +289,8 @@ class TrainingPlan:
     ):  # -> ShardingPlan
         """The operator-level plan behind this configuration: ``explorer.search`` on a
         ``layers``-layer graph of the model (a repeated block; layers are identical) with
-        one global microbatch (``dp * microbatch_size`` sequences) on a ``dp x tp`` mesh.
+        one global microbatch (``dp * microbatch_size`` sequences; with context parallelism,
+        the ``seq / cp`` positions of one rank) on a ``dp x tp`` mesh.
 
         Cheap on purpose (two layers and the dynamic programme: ~0.1 s for a 1.3B model
         on 32 x 2), so the widgets can show and link it after each re-plan.
@@ -277,7 +301,7 @@ class TrainingPlan:
         c = self.config
         graph = build(
             cfg.replace(num_layers=min(layers, cfg.num_layers)),
-            batch=c.dp * c.microbatch_size, seq=self.seq,
+            batch=c.dp * c.microbatch_size, seq=self.seq // c.cp,
         )  # fmt: skip
         mesh = Mesh({"dp": c.dp, "tp": c.tp}, hardware=resolve(self.hardware))
         return search(graph, mesh, method=method, params=params)
@@ -322,29 +346,39 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _structures(cfg: ModelConfig, devices: int, cluster: Cluster, gb: int, space: SearchSpace):
-    """(tp, pp, dp) triples valid for the model, devices and batch; and why others fail."""
+def _structures(
+    cfg: ModelConfig, devices: int, cluster: Cluster, gb: int, seq: int, space: SearchSpace
+):
+    """(tp, pp, dp, cp) valid for the model, devices, batch and sequence; and why others
+    fail."""
     tps = space.tp or [t for t in _divisors(cfg.num_heads) if t <= cluster.chips_per_node]
+    cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
     out, reasons = [], []
-    for tp in tps:
-        if devices % tp:
+    for tp, cp in itertools.product(tps, cps):
+        if devices % (tp * cp):
             continue
-        for pp in space.pp or _divisors(devices // tp):
-            if (devices // tp) % pp:
+        if cp > 1 and seq % (2 * cp):
+            reasons.append(f"cp={cp}: 2 * cp does not divide the sequence {seq}")
+            continue
+        for pp in space.pp or _divisors(devices // (tp * cp)):
+            if (devices // (tp * cp)) % pp:
                 continue
             if pp > cfg.num_layers:
                 reasons.append(f"pp={pp} > {cfg.num_layers} layers")
                 continue
-            dp = devices // (tp * pp)
+            dp = devices // (tp * pp * cp)
             if gb % dp:
-                reasons.append(f"dp={dp} (tp={tp}, pp={pp}) does not divide the batch {gb}")
+                reasons.append(
+                    f"dp={dp} (tp={tp}, pp={pp}, cp={cp}) does not divide the batch {gb}"
+                )
                 continue
-            out.append((tp, pp, dp))
+            out.append((tp, pp, dp, cp))
     return out, reasons
 
 
-def _configs(cfg, tp, pp, dp, gb, space: SearchSpace):
+def _configs(cfg, tp, pp, dp, cp, gb, space: SearchSpace):
     """Per structure, the configurations to estimate (before the recompute ladder)."""
+    exchanges = space.cp_kv_exchange if cp > 1 else ("all_gather",)
     if space.ep is not None:
         eps = tuple(e for e in space.ep if dp % e == 0)
     elif cfg.is_moe:
@@ -366,14 +400,15 @@ def _configs(cfg, tp, pp, dp, gb, space: SearchSpace):
                     continue
                 if v > 1 and cfg.num_layers % (pp * v):
                     continue
-                for zero in zero_terms.stages_worth_searching(space.zero, dp):
+                for zero in zero_terms.stages_worth_searching(space.zero, dp * cp):
                     sps = space.sp if space.sp is not None else (tp > 1,)
-                    for sp, ep in itertools.product(sps, eps):
+                    for sp, ep, kv in itertools.product(sps, eps, exchanges):
                         if sp and tp == 1:
                             continue
                         yield ParallelConfig(
                             dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, microbatch_size=mbs,
-                            schedule=sched, virtual_stages=v, zero=zero,
+                            schedule=sched, virtual_stages=v, zero=zero, cp=cp,
+                            cp_kv_exchange=kv,
                         )  # fmt: skip
 
 
@@ -438,7 +473,7 @@ def plan_training(
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
     Args:
-        devices: chips in the job (all used: dp * tp * pp == devices).
+        devices: chips in the job (all used: dp * tp * pp * cp == devices).
         global_batch, seq: sequences per step and their length.
         params: the training cost model (`TrainingParams`).
         space: restrict the search (`SearchSpace`), e.g. to a published configuration.
@@ -464,21 +499,21 @@ def plan_training(
     tparams = params or TrainingParams()
     space = space or SearchSpace()
     _check_inputs(cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top)
-    structures, why_not = _structures(cfg, devices, cluster, global_batch, space)
+    structures, why_not = _structures(cfg, devices, cluster, global_batch, seq, space)
     if not structures:
         why = "; ".join(why_not[:4]) or "tp must divide the heads and the device count"
         raise TrainingPlanError(
-            f"no dp x tp x pp factorisation of {devices} devices is valid for {cfg.name!r} "
+            f"no dp x tp x pp x cp factorisation of {devices} devices is valid for {cfg.name!r} "
             f"with global batch {global_batch}: {why}. "
             f"Use a global batch divisible by the data-parallel degree (e.g. a multiple of "
             f"{devices}) or another device count"
         )
     results: list[SimResult] = []
     total = len(structures) + simulate_top
-    for done, (tp, pp, dp) in enumerate(structures, 1):
+    for done, (tp, pp, dp, cp) in enumerate(structures, 1):
         if progress is not None:
             progress(done - 1, total)
-        for base in _configs(cfg, tp, pp, dp, global_batch, space):
+        for base in _configs(cfg, tp, pp, dp, cp, global_batch, space):
             for rec in space.recompute:
                 try:
                     r = estimate(
@@ -497,7 +532,8 @@ def plan_training(
         )
     fitting = sorted((r for r in results if r.fits), key=_rank)
     if not fitting:
-        raise _no_fit(cfg, devices, cluster, global_batch, seq, tparams, results)
+        cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
+        raise _no_fit(cfg, devices, cluster, global_batch, seq, tparams, results, cps)
     # Simulate the best few event by event, re-rank.
     exact = []
     for i, r in enumerate(fitting[:simulate_top]):
@@ -566,19 +602,23 @@ def _check_inputs(
         )
 
 
-def _min_memory(cfg, devices, cluster, seq, tparams) -> tuple[float, ParallelConfig | None]:
+def _min_memory(
+    cfg, devices, cluster, seq, tparams, cps=(1,)
+) -> tuple[float, ParallelConfig | None]:
     """The least memory per device of any configuration on ``devices`` (batch ignored:
     one microbatch of one sequence per pipeline stage), and that configuration."""
     best: tuple[float, ParallelConfig | None] = (math.inf, None)
     tps = [t for t in _divisors(cfg.num_heads) if t <= cluster.chips_per_node and devices % t == 0]
-    for tp in tps:
-        for pp in _divisors(devices // tp):
+    for tp, cp in itertools.product(tps, cps):
+        if devices % (tp * cp):
+            continue
+        for pp in _divisors(devices // (tp * cp)):
             if pp > cfg.num_layers:
                 continue
-            dp = devices // (tp * pp)
+            dp = devices // (tp * pp * cp)
             par = ParallelConfig(
-                dp=dp, tp=tp, pp=pp, sp=tp > 1, microbatch_size=1, zero=3 if dp > 1 else 0,
-                recompute="full",
+                dp=dp, tp=tp, pp=pp, sp=tp > 1, microbatch_size=1,
+                zero=3 if dp * cp > 1 else 0, recompute="full", cp=cp,
             )  # fmt: skip
             r = estimate(cfg, par, cluster, dp * pp, seq, tparams)
             if r.memory.total < best[0]:
@@ -586,13 +626,13 @@ def _min_memory(cfg, devices, cluster, seq, tparams) -> tuple[float, ParallelCon
     return best
 
 
-def _no_fit(cfg, devices, cluster, gb, seq, tparams, results) -> TrainingPlanError:
-    least, least_cfg = _min_memory(cfg, devices, cluster, seq, tparams)
+def _no_fit(cfg, devices, cluster, gb, seq, tparams, results, cps=(1,)) -> TrainingPlanError:
+    least, least_cfg = _min_memory(cfg, devices, cluster, seq, tparams, cps)
     cap = results[0].memory_cap_bytes
     need = None
     n = devices * 2
     while n <= cluster.capacity:
-        if _min_memory(cfg, n, cluster, seq, tparams)[0] <= cap:
+        if _min_memory(cfg, n, cluster, seq, tparams, cps)[0] <= cap:
             need = n
             break
         n *= 2

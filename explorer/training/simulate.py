@@ -24,7 +24,7 @@ from .pipeline.schedule import build_schedule, peak_in_flight
 from .pipeline.timeline import Timeline, simulate_schedule
 from .stage_costs import PartCost
 from .step_model import CALIBRATED_COST, COMM_KINDS, StepModel, TrainingParams
-from .terms import ep, recompute, zero
+from .terms import cp, ep, recompute, zero
 
 __all__ = [
     "TrainingParams", "SimResult", "PartitionChoice", "PartitionMethod", "simulate", "estimate",
@@ -316,6 +316,7 @@ def _layer_times(step: StepModel, n_full) -> list[float]:
     n = math.ceil(L / step.par.stages)
     rec = recompute.layers_s(step, n, n_full) / n
     layer = _busy(c.layer) + rec + 2 * ep.stage_s(step, 1)  # all-to-alls forward + backward
+    layer += sum(cp.stage_s(step, n, n_full)) / n  # key/value exchanges, context parallel
     return [_busy(c.embed)] + [layer] * L + [_busy(c.head)]
 
 
@@ -333,7 +334,7 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     the working set are reserved on every stage (the worst case). Raises `PartitionError`."""
     par, L = step.par, step.cfg.num_layers
     n = math.ceil(L / par.stages)
-    per_param = sum(zero.model_state_bytes(1.0, par.dp, par.zero, step.tparams.state))
+    per_param = sum(zero.model_state_bytes(1.0, par.weight_replicas, par.zero, step.tparams.state))
     static = [step.embed_params * per_param] + [step.layer_params * per_param] * L
     static.append(step.head_params * per_param)
     acts = [step.embed_act()] + [recompute.layers_act(step, n, n_full) / n] * L + [0.0]

@@ -24,11 +24,11 @@ from .memory import (
 )
 from .pipeline.partition import StagePartition
 from .stage_costs import StageCosts, stage_costs
-from .terms import dp, ep, pp, recompute, tp, zero
+from .terms import cp, dp, ep, pp, recompute, tp, zero
 
 __all__ = ["TrainingParams", "CALIBRATED_COST", "COMM_KINDS", "StepModel"]
 
-COMM_KINDS = ("tp", "pp", "dp", "zero", "ep")
+COMM_KINDS = ("tp", "pp", "dp", "zero", "ep", "cp")
 
 # The training model's default operator costs: 65% of peak for the searched contractions
 # (a large bf16 GEMM on an A100 reaches 70-80%; the rest covers kernel launches and small
@@ -112,7 +112,7 @@ class TrainingParams:
 class StepModel:
     """Times and sizes of one configuration: shared by `simulate` and `estimate`.
 
-    The parallelisms' terms live in ``terms/`` (tp, pp, dp, zero, recompute, ep); this class
+    The parallelisms' terms live in ``terms/`` (tp, pp, dp, zero, recompute, ep, cp); this class
     holds the configuration and composes them into stage segments, the step's tail, memory
     per device, FLOPs and bytes sent.
     """
@@ -124,7 +124,8 @@ class StepModel:
         _validate(cfg, par, cluster, seq)
         self.m = par.microbatches(gb)
         self.gb = gb
-        self.costs: StageCosts = stage_costs(
+        self.seq_local = cp.local_seq(seq, par.cp)  # positions per context-parallel rank
+        whole = stage_costs(
             cfg,
             seq,
             par.tp,
@@ -134,9 +135,11 @@ class StepModel:
             tp_.search_method,
             tp_.fused_ops,
         )
+        self.costs: StageCosts = cp.split_costs(whole, par.cp)
         dp_outer = par.dp // par.ep
         self.mesh = Mesh(
-            {"pp": par.pp, "dp": dp_outer, "ep": par.ep, "tp": par.tp}, hardware=cluster
+            {"pp": par.pp, "dp": dp_outer, "ep": par.ep, "cp": par.cp, "tp": par.tp},
+            hardware=cluster,
         )
         self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
         self.cap = tp_.cost.device_memory_cap_bytes or float(cluster.chip.memory_bytes)
@@ -146,6 +149,7 @@ class StepModel:
         self.head_params = tp.split_params(pp.head_params(self), par.tp)
         self.p2p_s, self.p2p_bytes = pp.p2p(self)
         self.ep_s, self.ep_bytes = ep.all_to_all(self)
+        self.cp_fwd_s, self.cp_bwd_s, self.cp_fwd_bytes, self.cp_bwd_bytes = cp.exchange(self)
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized)."""
@@ -176,9 +180,12 @@ class StepModel:
         ep_s = ep.stage_s(self, n)
         zg = zero.gather_s(self, params)
         grads = dp.microbatch_s(self, params)
-        f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s)]
+        cpf, cpb = cp.stage_s(self, n, n_full)
+        f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s),
+             ("cp-comm", cpf)]  # fmt: skip
         b = [("zero-gather", zg), ("recompute", rec), ("compute-backward", bwd),
-             ("tp-comm", tpb), ("ep-comm", ep_s), ("dp-comm", grads)]  # fmt: skip
+             ("tp-comm", tpb), ("ep-comm", ep_s), ("cp-comm", cpb),
+             ("dp-comm", grads)]  # fmt: skip
         return f, b
 
     def stage_params(self, part: StagePartition, g: int) -> float:
@@ -192,7 +199,7 @@ class StepModel:
         """Gradient reduction, optimizer step and (ZeRO 1/2) weight all-gather on a
         device holding ``params`` parameters."""
         par, tp_ = self.par, self.tparams
-        local = zero.optimizer_params(params, par.dp, par.zero)
+        local = zero.optimizer_params(params, par.weight_replicas, par.zero)
         opt_s = (
             local
             * tp_.optimizer_step_bytes_per_param
@@ -208,7 +215,7 @@ class StepModel:
     def embed_act(self) -> float:
         """Activation bytes the embedding keeps per microbatch (its dropout mask)."""
         a = self.tparams.activations
-        sbh = self.seq * self.par.microbatch_size * self.cfg.hidden_size
+        sbh = self.seq_local * self.par.microbatch_size * self.cfg.hidden_size
         return sbh * a.embedding_dropout_bytes / (self.par.tp if self.par.sp else 1)
 
     def stage_act(self, part: StagePartition, g: int, n_full: int | None) -> float:
@@ -220,7 +227,7 @@ class StepModel:
 
     def head_act(self) -> float:
         cfg, a = self.cfg, self.tparams.activations
-        sbh = self.seq * self.par.microbatch_size * cfg.hidden_size
+        sbh = self.seq_local * self.par.microbatch_size * cfg.hidden_size
         return sbh * a.head_bytes * (1 + cfg.vocab_size / cfg.hidden_size) / self.par.tp
 
     def device_memory(
@@ -230,7 +237,7 @@ class StepModel:
         par, tp_ = self.par, self.tparams
         chunks = [c * par.pp + d for c in range(par.virtual_stages)]
         params = sum(self.stage_params(part, g) for g in chunks)
-        w, gr, opt = zero.model_state_bytes(params, par.dp, par.zero, tp_.state)
+        w, gr, opt = zero.model_state_bytes(params, par.weight_replicas, par.zero, tp_.state)
         act = live_act + (self.head_act() if any(part.has_head(g) for g in chunks) else 0.0)
         work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
         zbuf = zero.gather_buffer_bytes(self)
@@ -265,6 +272,7 @@ class StepModel:
             ("dp", dp.comm_bytes(self, params)),
             ("zero", zero.comm_bytes(self, params)),
             ("ep", ep.comm_bytes(self, n)),
+            ("cp", cp.comm_bytes(self, n)),
         )
 
 
@@ -276,6 +284,7 @@ def _collective_s(mesh: Mesh, kind: str, size: float, axes: tuple[str, ...]) -> 
 
 
 def _validate(cfg: ModelConfig, par: ParallelConfig, cluster: Cluster, seq: int) -> None:
+    cp.validate(par, seq)
     if par.devices > cluster.capacity:
         raise ParallelConfigError(
             f"{par} needs {par.devices} devices but {cluster.name} holds {cluster.capacity}; "

@@ -12,7 +12,7 @@ import pytest
 
 import explorer as ex
 from explorer.training.step_model import StepModel
-from explorer.training.terms import dp, ep, pp, recompute, tp, zero
+from explorer.training.terms import cp, dp, ep, pp, recompute, tp, zero
 
 HW = "a100-80g"
 # Event durations are differences of absolute times (end_s - start_s), so each carries a
@@ -31,6 +31,8 @@ CASES = [
     ("mixtral-8x7b", 64, 1024, dict(dp=8, tp=8, ep=8, zero=1, recompute="full", sp=True)),
     ("mixtral-8x7b", 64, 1024,
      dict(dp=4, tp=4, pp=2, ep=2, zero=2, recompute="selective", sp=True)),
+    ("llama3-8b", 16, 4096, dict(dp=2, tp=2, pp=2, cp=4, zero=1, recompute="full", sp=True)),
+    ("llama3-8b", 16, 4096, dict(dp=2, tp=4, pp=2, cp=2, cp_kv_exchange="ring")),
 ]  # fmt: skip
 
 
@@ -61,6 +63,7 @@ def test_step_totals_are_the_sum_of_the_terms(model, gb, seq, kw):
         "dp-comm": m * sum(dp.microbatch_s(s, p) for p in stage_params)
         + sum(dp.tail_s(s, p) for p in dev_params),
         "pp-comm": m * 2 * (par.stages - 1) * pp.p2p(s)[0],
+        "cp-comm": m * sum(sum(cp.stage_s(s, part.layers(g), n_full)) for g in stages),
     }
     got = sim.timeline.time_by_kind()
     for kind, seconds in want.items():
@@ -72,7 +75,7 @@ def test_step_totals_are_the_sum_of_the_terms(model, gb, seq, kw):
 
     for mem in sim.memory_per_device:
         params = dev_params[mem.stage]
-        states = zero.model_state_bytes(params, par.dp, par.zero)
+        states = zero.model_state_bytes(params, par.weight_replicas, par.zero)
         assert (mem.parameters, mem.gradients, mem.optimizer_states) == pytest.approx(states)
         assert mem.zero_gather_buffer == zero.gather_buffer_bytes(s)
         chunks = [c * par.pp + mem.stage for c in range(par.virtual_stages)]
@@ -84,7 +87,7 @@ def test_step_totals_are_the_sum_of_the_terms(model, gb, seq, kw):
     assert dict(sim.comm_bytes) == {
         "tp": tp.comm_bytes(s, n), "pp": pp.comm_bytes(s),
         "dp": dp.comm_bytes(s, dev_params[worst]), "zero": zero.comm_bytes(s, dev_params[worst]),
-        "ep": ep.comm_bytes(s, n),
+        "ep": ep.comm_bytes(s, n), "cp": cp.comm_bytes(s, n),
     }  # fmt: skip
 
     model_f, hw_f = s.flops()

@@ -43,6 +43,7 @@ EVENT_NAMES: dict[str, str] = {
     "recompute": "Recompute",
     "tp-comm": "Tensor-parallel communication",
     "ep-comm": "Expert-parallel communication",
+    "cp-comm": "Context-parallel key/value exchange",
     "dp-comm": "Data-parallel gradient reduction",
     "pp-comm": "Pipeline send / receive",
     "zero-gather": "ZeRO weight gather",

@@ -11,8 +11,9 @@ each other's private state, so a change to ZeRO is a change to ``zero.py`` alone
 - ``zero``: what ZeRO stages 1-3 shard (model states) and the collectives that costs.
 - ``recompute``: per-layer recompute policies, their activations, time and FLOPs.
 - ``ep``: expert parallelism: the expert-parameter split and the all-to-all.
+- ``cp``: context parallelism: the sequence split, the key/value exchange, its bytes.
 """
 
-from . import dp, ep, pp, recompute, tp, zero
+from . import cp, dp, ep, pp, recompute, tp, zero
 
-__all__ = ["dp", "ep", "pp", "recompute", "tp", "zero"]
+__all__ = ["cp", "dp", "ep", "pp", "recompute", "tp", "zero"]

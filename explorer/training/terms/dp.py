@@ -1,4 +1,5 @@
-"""Data parallelism: the gradient reduction over the replicas.
+"""Data parallelism: the gradient reduction over the replicas (``dp * cp`` devices: the
+context-parallel ranks hold the same weights).
 
 ZeRO decides its kind and how often it runs (`zero.gradient_collective`,
 `zero.gradients_per_microbatch`); this module prices it.
@@ -27,14 +28,14 @@ def grad_sync_s(s: StepModel, kind: str, params: float) -> float:
 
 def microbatch_s(s: StepModel, params: float) -> float:
     """Seconds of the reduction after each microbatch's backward (ZeRO 2/3), else 0."""
-    if not zero.gradients_per_microbatch(s.par.zero) or s.par.dp == 1:
+    if not zero.gradients_per_microbatch(s.par.zero) or s.par.weight_replicas == 1:
         return 0.0
     return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
 
 
 def tail_s(s: StepModel, params: float) -> float:
     """Seconds of the reduction after the last microbatch (ZeRO 0/1), else 0."""
-    if s.par.dp == 1 or zero.gradients_per_microbatch(s.par.zero):
+    if s.par.weight_replicas == 1 or zero.gradients_per_microbatch(s.par.zero):
         return 0.0
     return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
 

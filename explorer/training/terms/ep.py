@@ -24,7 +24,7 @@ def all_to_all(s: StepModel) -> tuple[float, float]:
     cfg, par = s.cfg, s.par
     if not cfg.is_moe or par.ep == 1:
         return 0.0, 0.0
-    tokens = par.microbatch_size * s.seq * cfg.experts_top_k * cfg.capacity_factor
+    tokens = par.microbatch_size * s.seq_local * cfg.experts_top_k * cfg.capacity_factor
     size = tokens * cfg.hidden_size * s.act_dtype_bytes / par.tp
     bw_eff = s.tparams.cost.bandwidth_efficiency
     seconds = 2 * s.collective_s("all-to-all", size, ("ep",)) / bw_eff

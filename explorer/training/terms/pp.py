@@ -33,7 +33,7 @@ def p2p(s: StepModel) -> tuple[float, float]:
     if par.pp == 1:
         return 0.0, 0.0
     bw_eff = tp_.cost.bandwidth_efficiency
-    msg = par.microbatch_size * s.seq * s.cfg.hidden_size * s.act_dtype_bytes
+    msg = par.microbatch_size * s.seq_local * s.cfg.hidden_size * s.act_dtype_bytes
     t = par.tp
     if tp_.p2p_scatter_gather and t > 1:
         seconds = (

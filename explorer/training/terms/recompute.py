@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..memory import activation_bytes_per_layer
+from . import cp
 
 if TYPE_CHECKING:
     from ..step_model import StepModel
@@ -47,7 +48,7 @@ def layer_act(s: StepModel, policy: str) -> float:
     cfg, par = s.cfg, s.par
     return activation_bytes_per_layer(
         s.seq, par.microbatch_size, cfg.hidden_size, cfg.num_heads, par.tp, par.sp,
-        policy, s.tparams.activations,
+        policy, s.tparams.activations, par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
     )  # fmt: skip
 
 

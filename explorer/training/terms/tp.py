@@ -42,5 +42,5 @@ def comm_bytes(s: StepModel, n_layers: int) -> float:
     par = s.par
     if par.tp <= 1:
         return 0.0
-    per = 2 * s.seq * par.microbatch_size * s.cfg.hidden_size * s.act_dtype_bytes
+    per = 2 * s.seq_local * par.microbatch_size * s.cfg.hidden_size * s.act_dtype_bytes
     return 2 * n_layers * s.mesh.collective_bytes("all-reduce", per, ("tp",)) * s.m

@@ -37,8 +37,9 @@ __all__ = [
 
 _STATE = StateBytes()  # mixed-precision Adam, 16 bytes per parameter
 
-# The data-parallel group of a device: dp replicas, experts split over ep of them.
-AXES = ("dp", "ep")
+# The data-parallel group of a device: dp replicas, experts split over ep of them, and the
+# context-parallel ranks (same weights, other positions of the sequences).
+AXES = ("dp", "ep", "cp")
 
 
 def model_state_bytes(
@@ -76,7 +77,7 @@ def optimizer_params(params: float, dp: int, zero: int) -> float:
 def gather_s(s: StepModel, params: float) -> float:
     """ZeRO-3: seconds to all-gather ``params`` parameters' weights before one forward
     (and again before one backward) of one microbatch."""
-    if s.par.zero < 3 or s.par.dp == 1:
+    if s.par.zero < 3 or s.par.weight_replicas == 1:
         return 0.0
     size = params * s.tparams.state.weight_bytes
     return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
@@ -84,7 +85,7 @@ def gather_s(s: StepModel, params: float) -> float:
 
 def tail_gather_s(s: StepModel, params: float) -> float:
     """ZeRO 1/2: seconds to all-gather the updated weights after the optimizer step."""
-    if s.par.zero not in (1, 2) or s.par.dp == 1:
+    if s.par.zero not in (1, 2) or s.par.weight_replicas == 1:
         return 0.0
     size = params * s.tparams.state.weight_bytes
     return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
