@@ -132,7 +132,17 @@ def _rmsnorm(x, g, eps=1e-6):
     return x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + eps) * g
 
 
+def check_ids(ids: np.ndarray, vocab: int, where: str = "embedding") -> None:
+    """Ids outside ``[0, vocab)`` are refused: numpy would read -1 as the last row and fail on
+    ``vocab`` with a bare IndexError."""
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise IRError(f"{where}: id {bad} is outside 0..{vocab - 1} ({vocab} rows or classes); "
+                      f"ids must be in [0, {vocab})")  # fmt: skip
+
+
 def _cross_entropy(logits, labels):
+    check_ids(np.asarray(labels), logits.shape[-1], "cross_entropy labels")
     m = logits.max(axis=-1, keepdims=True)
     lse = np.log(np.exp(logits - m).sum(axis=-1)) + m[..., 0]
     picked = np.take_along_axis(logits, labels[..., None].astype(np.int64), axis=-1)[..., 0]
@@ -259,8 +269,13 @@ def _embedding_check(in_types, attrs):
     return table.dtype
 
 
+def _embedding_impl(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+    check_ids(np.asarray(ids), table.shape[0])
+    return table[ids]
+
+
 register(OpDef("embedding", OpGroup.MOVEMENT, "...,vh->...h", 2, 0,
-               lambda ids, table: table[ids], dtype_rule=_embedding_check,
+               _embedding_impl, dtype_rule=_embedding_check,
                doc="row lookup of integer ids in a [vocab, hidden] table"))  # fmt: skip
 
 # --- mixture of experts -------------------------------------------------------------------

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..hardware import Mesh
 from ..ir import DType, Node, TensorType, get
-from ..ir.ops import dropout_mask
+from ..ir.ops import check_ids, dropout_mask
 from .collective import Collective
 from .comm import all_reduce
 from .errors import ShardingError
@@ -104,6 +104,9 @@ def _dropout(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
 
 
 def _embedding(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
+    vocab = ctx.in_types[1].shape[0]
+    for ids in ins[0]:
+        check_ids(ids, vocab, f"embedding %{ctx.node.name}")
     if not ctx.split_axes(1, 0):
         return _generic(ctx, ins)
     sl = ctx.slices(1)
@@ -146,6 +149,9 @@ def _norm(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
 
 
 def _cross_entropy(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
+    vocab = ctx.in_types[0].shape[-1]
+    for labels in ins[1]:
+        check_ids(labels, vocab, f"cross_entropy %{ctx.node.name} labels")
     axes = ctx.split_axes(0, -1)
     if not axes:
         return _generic(ctx, ins)
