@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 import explorer as ex
 from explorer.compiler import F
 
+from .interfaces import Interface
+
 #: Examples per test; the file ran in a few seconds on the shared 2-core box.
 EXAMPLES = 600
 FUZZ = settings(
@@ -57,6 +59,14 @@ calls = st.tuples(
 )
 
 
+def consistent(y) -> None:
+    """A result passes its own validation: a Tensor whose data agrees with its type."""
+    assert isinstance(y, ex.Tensor), type(y)
+    data = y.numpy()
+    assert data.shape == y.shape, (data.shape, y.type)
+    assert data.dtype.kind in "biuf", data.dtype
+
+
 def outcome(fn) -> str:
     """'valid' (a consistent Tensor), 'named' (an ExplorerError with a message) or raise."""
     try:
@@ -64,10 +74,7 @@ def outcome(fn) -> str:
     except ex.ExplorerError as e:
         assert str(e).strip(), type(e)
         return "named"
-    assert isinstance(y, ex.Tensor), type(y)
-    data = y.numpy()
-    assert data.shape == y.shape, (data.shape, y.type)
-    assert data.dtype.kind in "biuf", data.dtype
+    consistent(y)
     return "valid"
 
 
@@ -110,3 +117,21 @@ def test_fuzz_ops_under_jit():
     run()
     print(f"\nex.F @jit: {sum(seen.values())} cases, {dict(seen)}")
     assert seen["valid"] and seen["named"], seen
+
+
+def _eager_call(call, _folder) -> None:
+    name, array, arg = call
+    consistent(OPS[name](ex.tensor(array), arg))
+
+
+def _jit_call(call, _folder) -> None:
+    name, array, arg = call
+    x = ex.tensor(array)  # arrays of no numeric dtype are refused here, before any capture
+    consistent(jitted(name, arg)(x))
+
+
+#: The same calls as interfaces of the shared driver, for bench/fuzz.py's counts.
+OPS_INTERFACES: dict[str, Interface] = {
+    "ops_eager": Interface("ops_eager", calls, _eager_call),
+    "ops_jit": Interface("ops_jit", calls, _jit_call),
+}
