@@ -13,6 +13,8 @@ graph demo {
 
 from . import ops as _ops  # noqa: F401  (registers the ops)
 from . import ops_tensor as _ops_tensor  # noqa: F401  (the tensor framework's ops)
+from . import ops_mla as _ops_mla  # noqa: F401  (multi-head latent attention)
+from . import ops_moe as _ops_moe  # noqa: F401  (mixture-of-experts routing)
 from .builder import GraphBuilder
 from .dtype import DType
 from .errors import IRError

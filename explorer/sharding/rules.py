@@ -19,6 +19,14 @@ moe_dispatch/moe_combine  the expert dim may be split (expert parallel; tokens m
                           whole, the all-to-all appears as a redistribution); the token and
                           capacity dims are never split (slots come from a cumulative sum
                           over all tokens)
+moe_router                the expert dim is never split (top-k over every expert's score)
+moe_dispatch_grouped,     GShard's grouped MoE (`explorer.ir.ops_moe`): groups, experts and
+moe_combine_grouped       hidden may be split, tokens and capacity never (slots count over
+                          the group); a split expert dim in the combine is a partial sum, so
+                          expert parallelism is [E, G_dp, C, H] -> [E_dp, G, C, H]: all-to-all
+moe_experts               experts (expert parallel) and f (tensor parallel inside each
+                          expert, output partial) may be split; d and [gate, up] never
+mla_attention             batch and heads may be split; queries and the latent stay whole
 causal_mask, dropout      any dim may be split; the executor uses global offsets (the mask
                           of a shard is the slice of the global mask)
 mean                      a split reduced dim gives a partial sum of local means scaled by
@@ -44,6 +52,7 @@ NO_PARTIAL = frozenset({"cross_entropy"})
 # other op a contracted letter stays whole (a split max or norm is not a sum of pieces).
 LINEAR_CONTRACTION = frozenset({
     "matmul", "bmm", "einsum", "sum", "mean", "embedding", "embedding_grad", "moe_combine",
+    "moe_combine_grouped", "moe_experts",
 })  # fmt: skip
 
 # Ops whose attributes name global shapes or hold subgraphs, and the compiler's fused
@@ -104,6 +113,14 @@ def fixed_letters(op: str, sig: str, attrs: dict | None = None) -> frozenset[str
         return every | frozenset(ins[0][0] + out[1])
     if op == "moe_combine":  # "ech,te->th"
         return every | frozenset(ins[1][0] + ins[0][1])
+    if op == "moe_router":  # "...d,ed(,e)->...e"
+        return every | frozenset(ins[1][0])
+    if op == "moe_combine_grouped":  # "egch,gse->gsh"
+        return every | frozenset(ins[0][2] + ins[1][1])
+    if op == "moe_experts":  # "egcd,eafd,ehf->egch"
+        return every | frozenset(ins[0][3] + ins[1][1])
+    if op == "mla_attention":  # "bsnq,btc,r,nkr,btp,btp->bsnv"
+        return every | frozenset(ins[0][1])
     return every
 
 
