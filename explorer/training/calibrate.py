@@ -92,8 +92,10 @@ def _is_fraction(path: str) -> bool:
 
 
 def default_fit(params: TrainingParams | None = None) -> tuple[str, ...]:
-    """The knobs fitted when ``fit`` is not given: every ``*_efficiency`` float field."""
-    return tuple(p for p in float_fields(params) if _is_efficiency(p))
+    """The knobs `calibrate` considers when ``fit`` is not given: every float field with
+    ``efficiency`` in its name (fractions of a peak: matmul, HBM, links, fused attention).
+    `calibrate` then keeps those that change the runs' predicted times."""
+    return tuple(p for p in float_fields(params) if "efficiency" in p.rsplit(".", 1)[-1])
 
 
 def get_value(params: TrainingParams, path: str) -> float:
@@ -149,8 +151,27 @@ def resolve_fit(fit: Sequence[str] | None, params: TrainingParams) -> tuple[str,
     return tuple(out)
 
 
-def default_bounds(path: str, start: float) -> tuple[float, float]:
-    """The search range of a knob when ``bounds`` does not give one."""
+def _field(params: TrainingParams, path: str) -> dataclasses.Field:
+    obj: object = params
+    parts = path.split(".")
+    for part in parts[:-1]:
+        obj = getattr(obj, part)
+    return next(f for f in dataclasses.fields(obj) if f.name == parts[-1])
+
+
+def default_bounds(path: str, start: float, params: TrainingParams | None = None):
+    """The search range of a knob when ``bounds`` does not give one: the field's own
+    declared range (``kernels.knob`` metadata) when it has one, with efficiencies kept
+    at or above 5%; else (0.05, 1) for an efficiency, (0, 1) for a fraction or overlap,
+    a decade either side of a positive start."""
+    declared = None
+    if params is not None:
+        declared = _field(params, path).metadata.get("range")
+    if declared is not None:
+        lo, hi = (float(x) for x in declared)
+        if "efficiency" in path.rsplit(".", 1)[-1]:
+            lo = max(lo, EFFICIENCY_BOUNDS[0])
+        return (lo, hi)
     if _is_efficiency(path):
         return EFFICIENCY_BOUNDS
     if _is_fraction(path):
@@ -182,7 +203,7 @@ def _bounds(names, bounds, params) -> list[tuple[float, float]]:
                 "fit or drop its bounds"
             )
         full[path] = (float(b[0]), float(b[1]))
-    return [full.get(n) or default_bounds(n, get_value(params, n)) for n in names]
+    return [full.get(n) or default_bounds(n, get_value(params, n), params) for n in names]
 
 
 # ----- predictions -----------------------------------------------------------------------
@@ -351,6 +372,29 @@ class _Objective:
         return np.log(t) - self.log_measured
 
 
+def _sensitive(runs, base, names, evaluator) -> tuple[str, ...]:
+    """The default knobs that move at least one run's predicted time by 1e-4 (relative)
+    when nudged by 1%: fitting a knob the runs never use (fused attention's efficiency
+    without fused attention) only costs evaluations."""
+    ref = _Objective(runs, base, names, evaluator)(np.array([get_value(base, n) for n in names]))
+    keep = []
+    for n in names:
+        v = get_value(base, n)
+        lo, hi = default_bounds(n, v, base)
+        nudged = v * 0.99 if v * 0.99 >= lo else v * 1.01
+        if not lo <= nudged <= hi:
+            continue
+        o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator)
+        if np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)) > 1e-4:
+            keep.append(n)
+    if not keep:
+        raise CalibrationError(
+            f"none of the default knobs ({', '.join(names)}) changes the predicted time of "
+            "these runs; name the fields to fit with fit=(...)"
+        )
+    return tuple(keep)
+
+
 def _solve(objective: _Objective, x0, lo, hi, max_nfev: int | None):
     from scipy.optimize import least_squares
 
@@ -399,6 +443,8 @@ def calibrate(
     if evaluator not in EVALUATORS:
         raise CalibrationError(f"evaluator={evaluator!r}; expected one of {EVALUATORS}")
     names = resolve_fit(fit, base)
+    if fit is None:
+        names = _sensitive(runs, base, names, evaluator)
     rng = _bounds(names, bounds, base)
     lo = np.array([b[0] for b in rng])
     hi = np.array([b[1] for b in rng])
