@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,7 +33,7 @@ import numpy as np
 
 from ... import trace as _trace
 from ...ir import Graph, TensorType
-from ..errors import GraphBreak, JitSyntaxError
+from ..errors import CompilerError, GraphBreak, JitSyntaxError, ShapeError
 from ..nn import Cell
 from ..passes import Level, RewriteStep, optimize
 from ..passes.driver import BACKENDS, Backend
@@ -40,16 +41,18 @@ from ..tensor import Tensor, tensor
 from ..trace_stack import capturing, tracing
 from . import runtime, transform
 from .cache import CacheEntry
-from .capture import Tracer
+from .capture import SymTensor, Tracer
 from .guards import stale, tensor_guards
 from .split import Split, plan_split
-from .symbolic import sentinel
+from .symbolic import MODULUS_BASE, SymContext, sentinel
 
 __all__ = ["jit", "JitFunction", "capture", "CacheEntry"]
 
 Syntax = Literal["strict", "lax"]
 Capture = Literal["ast", "trace"]
 Dynamic = Mapping[str, Mapping[int, str]]
+Bucket = Literal["none", "pow2"]
+MAX_RECAPTURES = 4  # compilations one call may trigger before its sizes are fixed
 
 
 def _flatten(out: Any) -> tuple[list[Tensor], Any]:
@@ -89,7 +92,7 @@ class JitFunction:
 
     def __init__(self, fn: Callable, *, level: Level = "O2", syntax: Syntax = "strict",
                  capture: Capture = "ast", dynamic: Dynamic | None = None,
-                 backend: Backend = "numpy") -> None:  # fmt: skip
+                 backend: Backend = "numpy", bucket: Bucket = "none") -> None:  # fmt: skip
         if level not in ("O0", "O1", "O2"):
             raise ValueError(f"level={level!r}; expected 'O0', 'O1' or 'O2'")
         if backend not in BACKENDS:
@@ -101,6 +104,9 @@ class JitFunction:
             raise ValueError(f"capture={capture!r}; expected 'ast' or 'trace'")
         if dynamic and capture == "trace":
             raise ValueError('symbolic dims need capture="ast" (shape-only capture)')
+        if bucket not in ("none", "pow2"):
+            raise ValueError(f"bucket={bucket!r}; expected 'none' or 'pow2'")
+        self.bucket = bucket
         self.fn = fn
         self.level, self.syntax, self.capture, self.dynamic = (
             level,
@@ -110,6 +116,10 @@ class JitFunction:
         )
         self.sig = inspect.signature(fn)
         self.cache: dict[tuple, CacheEntry] = {}
+        # signature key -> the keys of its compiled variants (symbolic first, then the ones
+        # with dims fixed after a shape guard failed); keys whose capture is per size
+        self._variants: dict[tuple, list[tuple]] = {}
+        self._all_fixed: dict[tuple, bool] = {}
         self._last_key: tuple | None = None
         # compiling and storing entries is one thread at a time; running is not
         self._lock = threading.RLock()
@@ -139,7 +149,7 @@ class JitFunction:
         for name, v in bound.arguments.items():
             if isinstance(v, Tensor | np.ndarray):
                 t = v.type if isinstance(v, Tensor) else tensor(v).type
-                dims = list(t.shape)
+                dims: list[Any] = list(t.shape)
                 for axis, sym in self.dynamic.get(name, {}).items():
                     d = dims[axis]
                     if sizes.setdefault(sym, d) != d:
@@ -147,7 +157,7 @@ class JitFunction:
                             f"symbolic dim {sym!r} is {sizes[sym]} in one argument and {d} in "
                             f"{name!r}; arguments sharing a symbol must agree"
                         )
-                    dims[axis] = sym
+                    dims[axis] = sym if self.bucket == "none" else (sym, bucket_of(d))
                 key.append((name, "T", tuple(dims), t.dtype.value))
             elif isinstance(v, Cell):
                 key.append((name, "C", id(v)))
@@ -165,7 +175,7 @@ class JitFunction:
             return runtime.maybe_convert(self.fn)(*owner, *args, **kwargs)
         bound = self._bind(owner, args, kwargs)
         key, sizes = self._key(bound)
-        entry = self._lookup(bound, key)
+        entry = self._lookup(bound, key, sizes)
         rec = _trace.active()
         if entry.fallback is not None and entry.split is None:
             if rec is not None:
@@ -178,9 +188,15 @@ class JitFunction:
             dims = dict(zip(sorted(entry.symbols), sym, strict=True))
             rec.note("bind", self.fn.__name__, f"symbolic dims {dims}: shapes re-specialised, "
                      "no retrace")  # fmt: skip
-        feeds = [_array(v) for v in _leaves(bound)]
-        feeds += [p.data for _, p in entry.params]
-        outs = entry.run(sym, feeds)
+        feeds = dict(zip(entry.input_names, (_array(v) for v in _leaves(bound)), strict=False))
+        feeds.update((name, p.data) for name, p in entry.params)
+        try:
+            outs = entry.run(sym, feeds)
+        except CompilerError as e:  # these sizes defeat the symbolic graph: specialise
+            with self._lock:
+                entry = self._compile(bound, key, dict(sizes), f"re-specialising failed ({e})",
+                                      all_fixed=True)  # fmt: skip
+            outs = entry.run((), feeds)
         result = _unflatten(entry.out_tree, iter(outs))
         if entry.split is None:
             return result
@@ -191,49 +207,117 @@ class JitFunction:
                      f"eager from line {sp.line}")  # fmt: skip
         return sp.tail(*sp.tail_args(bound.arguments, result))
 
-    def _lookup(self, bound: inspect.BoundArguments, key: tuple) -> CacheEntry:
-        """The entry for ``key``: cached, or compiled now (also when a module-scope tensor
-        it baked in was rebound since: see ``guards``)."""
+    def _lookup(self, bound: inspect.BoundArguments, key: tuple,
+                sizes: dict[str, int] | None = None) -> CacheEntry:  # fmt: skip
+        """The entry for ``key`` whose fixed sizes and shape guards accept ``sizes``: cached,
+        or compiled now. A failed shape guard compiles once more with the dims it names
+        fixed to this call's sizes; a module-scope tensor rebound since (``guards``)
+        compiles that entry again."""
+        sizes = sizes or {}
         with self._lock:
-            entry = self.cache.get(key)
-            if entry is None:
-                return self._compile(bound, key)
+            for _ in range(MAX_RECAPTURES):
+                entry = self._find(bound, key, sizes)
+                if entry.failed_guard(sizes) is None and all(
+                        sizes.get(s) == v for s, v in entry.fixed.items()):  # fmt: skip
+                    return entry
+            return self._compile(bound, key, dict(sizes), "shape guards kept failing",
+                                 all_fixed=True)  # fmt: skip
+
+    def _find(self, bound: inspect.BoundArguments, key: tuple, sizes: dict[str, int]):
+        """One step of ``_lookup``: a matching entry, or the one compiled now (whose own
+        guards the caller checks: a first capture can fail a guard of this very call)."""
+        variants = self._variants.get(key, [])
+        failed: tuple[CacheEntry, Any] | None = None
+        for k in variants:
+            entry = self.cache[k]
+            if any(sizes.get(s) != v for s, v in entry.fixed.items()):
+                continue
+            g = entry.failed_guard(sizes)
+            if g is not None:
+                failed = failed or (entry, g)
+                continue
             moved = stale(entry.guards)
             if moved is None:
                 return entry
-            return self._compile(bound, key, f"{moved} was rebound since it was compiled")
+            return self._compile(bound, key, entry.fixed,
+                                 f"{moved} was rebound since it was compiled",
+                                 moduli=entry.moduli)  # fmt: skip
+        if not variants:
+            return self._compile(bound, key, {})
+        if failed is None or self._all_fixed.get(key):
+            return self._compile(bound, key, dict(sizes), "new sizes for a function "
+                                 "compiled per size", all_fixed=True)  # fmt: skip
+        entry, g = failed
+        fixed, moduli, how = _respecialise(entry, g, sizes)
+        now = ", ".join(f"{n}={sizes[n]}" for n in sorted(sizes))
+        rec = _trace.active()
+        if rec is not None:
+            rec.note("note", "guard failed", f"shape guard {g} of {self.fn.__name__}() "
+                     f"fails for {now}")  # fmt: skip
+        return self._compile(bound, key, fixed, f"shape guard {g} failed for {now}; {how}",
+                             moduli=moduli)  # fmt: skip
 
-    def _compile(self, bound: inspect.BoundArguments, key: tuple,
-                 reason: str | None = None) -> CacheEntry:  # fmt: skip
+    def _compile(self, bound: inspect.BoundArguments, key: tuple, fixed: dict[str, int],
+                 reason: str | None = None, all_fixed: bool = False,
+                 moduli: dict[str, int] | None = None) -> CacheEntry:  # fmt: skip
         t0 = time.perf_counter()
         reason = reason or _diff(self._last_key, key)
         symbols: dict[str, int] = {}
+        moduli = {k: v for k, v in (moduli or {}).items() if k not in fixed and v > 1}
+        full = key
+        if moduli:
+            full += (("multiple of", tuple(sorted(moduli.items()))),)
+        if fixed:
+            full += (("fixed", tuple(sorted(fixed.items()))),)
+        if full in self.cache and all_fixed:
+            return self.cache[full]
         try:
-            captured, params, tree, called = self._capture(bound, symbols)
+            try:
+                captured, params, tree, called, ctx = self._capture(bound, symbols, None, fixed,
+                                                                     moduli)  # fmt: skip
+            except (ShapeError, CompilerError) as e:
+                names = self._symbol_names()
+                if not names or set(names) <= set(fixed):
+                    raise
+                sizes = self._key(bound)[1]
+                rec = _trace.active()
+                if rec is not None:
+                    rec.note("note", "symbolic capture failed", f"{e}; compiling "
+                             f"{self.fn.__name__}() for its sizes {sizes}")  # fmt: skip
+                self._all_fixed[key] = True
+                return self._compile(bound, key, dict(sizes), reason, all_fixed=True)
         except GraphBreak as gb:
             if self.syntax == "strict":
                 raise JitSyntaxError(gb.construct, gb.location, gb.hint) from None
             symbols = {}
-            split, head = self._split(gb, bound, symbols)
+            split, head = self._split(gb, bound, symbols, fixed, moduli)
             if split is None:
-                entry = CacheEntry(key, None, None, [], None, [], None, 0.0, gb)
-                self.cache[key] = entry
-                self._last_key = key
-                return entry
-            captured, params, tree, called = head
+                entry = CacheEntry(full, None, None, [], None, [], None, 0.0, gb, fixed=fixed)
+                return self._store(entry, reason, key)
+            captured, params, tree, called, ctx = head
             graph, steps, plan = optimize(captured, self.level, self.backend)
             ms = (time.perf_counter() - t0) * 1e3
-            entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms, gb, split,
-                               symbols, tensor_guards([self.fn, *called]))  # fmt: skip
-            return self._store(entry, reason)
+            entry = CacheEntry(full, captured, graph, steps, plan, params, tree, ms, gb, split,
+                               symbols, tensor_guards([self.fn, *called]), fixed=fixed,
+                               moduli=moduli, **_sym_fields(ctx, bound))  # fmt: skip
+            return self._store(entry, reason, key)
+        if all_fixed:
+            self._all_fixed[key] = True
         graph, steps, plan = optimize(captured, self.level, self.backend)
         ms = (time.perf_counter() - t0) * 1e3
-        entry = CacheEntry(key, captured, graph, steps, plan, params, tree, ms,
-                           symbols=symbols, guards=tensor_guards([self.fn, *called]))  # fmt: skip
-        return self._store(entry, reason)
+        entry = CacheEntry(full, captured, graph, steps, plan, params, tree, ms,
+                           symbols=symbols, guards=tensor_guards([self.fn, *called]),
+                           fixed=fixed, moduli=moduli, **_sym_fields(ctx, bound))  # fmt: skip
+        return self._store(entry, reason, key)
 
-    def _store(self, entry: CacheEntry, reason: str) -> CacheEntry:
+    def _symbol_names(self) -> list[str]:
+        return sorted({s for axes in self.dynamic.values() for s in axes.values()})
+
+    def _store(self, entry: CacheEntry, reason: str, base: tuple) -> CacheEntry:
         self.cache[entry.key] = entry
+        variants = self._variants.setdefault(base, [])
+        if entry.key not in variants:
+            variants.append(entry.key)
         rec = _trace.active()
         if rec is not None:
             kind = "compile" if self._last_key is None else "recompile"
@@ -241,18 +325,24 @@ class JitFunction:
         self._last_key = entry.key
         return entry
 
-    def _split(self, gb: GraphBreak, bound, symbols: dict[str, int]) -> tuple[Split | None, Any]:
+    def _split(self, gb: GraphBreak, bound, symbols: dict[str, int], fixed: dict[str, int],
+               moduli: dict[str, int]) -> tuple[Split | None, Any]:  # fmt: skip
         """Lax mode: where to cut the function at ``gb`` and the captured head; (None,
         None) when it cannot be cut (the whole function then runs eagerly)."""
         split = plan_split(self.fn, gb, runtime) if self.capture == "ast" else None
         if split is None:
             return None, None
         try:
-            return split, self._capture(bound, symbols, split.upto)
+            return split, self._capture(bound, symbols, split.upto, fixed, moduli)
         except GraphBreak:
             return None, None
 
-    def _capture(self, bound, symbols: dict[str, int], upto: int | None = None):
+    def _capture(self, bound, symbols: dict[str, int], upto: int | None = None,
+                 fixed: dict[str, int] | None = None, moduli: dict[str, int] | None = None):  # fmt: skip
+        """Capture on abstract (or concrete) inputs: (graph, params, output tree, user
+        functions called, the symbolic context or None). Symbolic dims not in ``fixed``
+        get a sentinel size each (added to ``symbols``): a prime times ``moduli[dim]``."""
+        fixed, moduli = fixed or {}, moduli or {}
         if self.capture == "ast":
             issues = transform.check(self.fn)
             if upto is not None:  # only the head is compiled: later issues run eagerly
@@ -269,10 +359,17 @@ class JitFunction:
                 t = tensor(v) if not isinstance(v, Tensor) else v
                 dims = list(t.shape)
                 for axis, sym in self.dynamic.get(name, {}).items():
-                    symbols.setdefault(sym, sentinel(len(symbols)))
+                    if sym in fixed:
+                        continue
+                    symbols.setdefault(sym, sentinel(len(symbols)) * moduli.get(sym, 1))
                     dims[axis] = symbols[sym]
                 data = t.data if self.capture == "trace" else None
                 new[name] = tracer.input(name, TensorType(tuple(dims), t.dtype), data)
+        if symbols:
+            tracer.sym = SymContext(symbols, moduli)
+            for name, v in new.items():  # the inputs were made before the context existed
+                if isinstance(v, Tensor) and v.tracer is tracer:
+                    new[name] = SymTensor(v.data, v.type, tracer, v.value)
         call = inspect.BoundArguments(self.sig, new)
         fn = self.fn
         if self.capture == "ast":
@@ -292,13 +389,18 @@ class JitFunction:
         if rec is not None:
             for kind, detail in tracer.notes:
                 rec.note(kind, "capture", detail)  # type: ignore[arg-type]
-        return graph, tracer.params, tree, tracer.called
+        return graph, tracer.params, tree, tracer.called, tracer.sym
 
     # --- inspection -----------------------------------------------------------------------
     def _entry(self, *args: Any, **kwargs: Any) -> CacheEntry:
         bound = self._bind((), args, kwargs)
-        key, _ = self._key(bound)
-        return self._lookup(bound, key)
+        key, sizes = self._key(bound)
+        return self._lookup(bound, key, sizes)
+
+    @property
+    def shape_guards(self) -> tuple:
+        """The shape guards of every compiled entry, in compile order."""
+        return tuple(g for e in self.cache.values() for g in e.shape_guards)
 
     def lower(self, *args: Any, **kwargs: Any) -> Graph:
         """The optimised graph for these arguments (compiles if needed)."""
@@ -322,6 +424,38 @@ def _array(v: Any) -> np.ndarray:
     return v.data if isinstance(v, Tensor) else tensor(v).data
 
 
+def _sym_fields(ctx: SymContext | None, bound: inspect.BoundArguments) -> dict[str, Any]:
+    names = [n for n, v in bound.arguments.items() if isinstance(v, Tensor | np.ndarray)]
+    if ctx is None:
+        return {"input_names": tuple(names)}
+    return {"input_names": tuple(names), "shape_guards": tuple(ctx.guards.values()),
+            "table": dict(ctx.table), "scalars": tuple(ctx.scalars)}  # fmt: skip
+
+
+def _respecialise(entry: CacheEntry, g, sizes: dict[str, int]):
+    """How to compile again after the shape guard ``g`` of ``entry`` failed for ``sizes``:
+    (fixed dims, moduli, a phrase). The dims ``g`` names are captured again as multiples of
+    the smallest divisor of ``gcd(size, MODULUS_BASE)`` whose sentinel takes the decision
+    this call needs (one compilation per divisibility class), else fixed to their sizes."""
+    names = {p: n for n, p in entry.symbols.items()}
+    mine = [names[p] for p in sorted(g.symbols)]
+    if len(mine) == 1:  # the smallest modulus dividing the size that flips the decision
+        n = mine[0]
+        s, m0 = entry.symbols[n], entry.moduli.get(n, 1)
+        g_n = math.gcd(sizes[n], MODULUS_BASE)
+        for m in (k for k in range(2, g_n + 1) if g_n % k == 0 and k != m0):
+            if not g.holds({s: s // m0 * m}):
+                what = f"{n} a multiple of {m}"
+                return dict(entry.fixed), entry.moduli | {n: m}, f"captured again with {what}"
+    fixed = dict(entry.fixed) | {n: sizes[n] for n in mine}
+    return fixed, entry.moduli, "compiled with " + ", ".join(f"{n}={sizes[n]}" for n in mine)
+
+
+def bucket_of(d: int) -> int:
+    """The ``bucket="pow2"`` bucket of a size: the smallest power of two >= it (0 for 0)."""
+    return 0 if d <= 0 else 1 << (d - 1).bit_length()
+
+
 def _diff(old: tuple | None, new: tuple) -> str:
     if old is None:
         return "first call"
@@ -331,7 +465,7 @@ def _diff(old: tuple | None, new: tuple) -> str:
 
 def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "strict",
         capture: Capture = "ast", dynamic: Dynamic | None = None,
-        backend: Backend = "numpy"):  # fmt: skip
+        backend: Backend = "numpy", bucket: Bucket = "none"):  # fmt: skip
     """Compile ``fn`` (decorator, with or without arguments).
 
     Args:
@@ -344,7 +478,14 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
         capture: ``"ast"`` converts the source (tensor ``if``/``while`` become cond/loop
             nodes); ``"trace"`` records one run (a tensor branch is frozen to this run's).
         dynamic: symbolic dims, ``{"x": {0: "B"}}``: one compilation serves every size of
-            that dim (the graph is re-specialised per size without retracing).
+            that dim (the graph is re-specialised per size without retracing; sizes computed
+            in Python from it, ``x.shape[0] // 2``, slices and reshapes follow it). A Python
+            decision on such a size (``if x.shape[0] > 4``) becomes a shape guard: a call
+            that fails it compiles once more with that dim fixed (a ``recompile`` event
+            names the guard). See ``symbolic``.
+        bucket: cache policy for symbolic dims: ``"none"``, one compilation for all sizes;
+            ``"pow2"``, one compilation per power-of-two bucket of each symbolic dim (sizes
+            3 and 4 share one, 5..8 the next), for passes whose choices depend on size.
         backend: ``"numba"`` compiles the fused regions the cost model picks to generated
             numba kernels (``explorer.compiler.codegen``; numpy when numba is missing);
             ``"numpy"`` runs numpy/numexpr kernels only.
@@ -360,9 +501,9 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
     """
     if fn is None:
         return lambda f: JitFunction(f, level=level, syntax=syntax, capture=capture,
-                                     dynamic=dynamic, backend=backend)  # fmt: skip
+                                     dynamic=dynamic, backend=backend, bucket=bucket)  # fmt: skip
     return JitFunction(fn, level=level, syntax=syntax, capture=capture, dynamic=dynamic,
-                       backend=backend)  # fmt: skip
+                       backend=backend, bucket=bucket)  # fmt: skip
 
 
 def capture(fn: Callable, *args: Any, level: Level = "O0", **kwargs: Any) -> Graph:

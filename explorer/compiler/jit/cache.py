@@ -10,7 +10,6 @@ single-threaded caller reuses one program (and its buffers) call after call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +22,7 @@ from ..passes import MemoryPlan, RewriteStep
 from ..passes.memory_plan import plan_memory
 from .guards import Guard
 from .split import Split
-from .symbolic import rebind
+from .symbolic import ShapeGuard, evaluate, rebind
 
 __all__ = ["CacheEntry"]
 
@@ -48,14 +47,30 @@ class CacheEntry:
     split: Split | None = None
     symbols: dict[str, int] = field(default_factory=dict)
     guards: tuple[Guard, ...] = ()
+    fixed: dict[str, int] = field(default_factory=dict)  # symbolic dims compiled at a size
+    moduli: dict[str, int] = field(default_factory=dict)  # symbolic dims captured as multiples
+    input_names: tuple[str, ...] = ()  # graph inputs fed by the tensor arguments, in order
+    shape_guards: tuple[ShapeGuard, ...] = ()  # Python decisions on symbolic sizes
+    table: dict[int, Any] = field(default_factory=dict)  # sentinel-level value -> expression
+    scalars: tuple = ()  # (input name, expression, dtype): sizes fed as graph inputs
     programs: dict[tuple, list[Program]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _mapping(self, sizes: tuple) -> dict[int, int]:
+        names = sorted(self.symbols)
+        return {self.symbols[s]: v for s, v in zip(names, sizes, strict=True)}
+
+    def failed_guard(self, sizes: dict[str, int]) -> ShapeGuard | None:
+        """The first shape guard that these sizes (by symbol name) make false, or None."""
+        if not self.shape_guards:
+            return None
+        mapping = {p: sizes[s] for s, p in self.symbols.items() if s in sizes}
+        return next((g for g in self.shape_guards if not g.holds(mapping)), None)
 
     def _build(self, sizes: tuple) -> Program:
         g = self.graph
         if self.symbols:
-            names = sorted(self.symbols)
-            g = rebind(g, {self.symbols[s]: v for s, v in zip(names, sizes, strict=True)})
+            g = rebind(g, self._mapping(sizes), self.table)
         return Program(g, plan_memory(g) if self.plan is not None else None)
 
     def program(self, sizes: tuple = ()) -> Program:
@@ -69,15 +84,21 @@ class CacheEntry:
             self.programs.setdefault(sizes, []).append(prog)
         return prog
 
-    def run(self, sizes: tuple, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Run the graph on ``feeds`` with a program no other thread is using."""
+    def run(self, sizes: tuple, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        """Run the graph on ``feeds`` (arrays by input or parameter name) with a program no
+        other thread is using; the symbolic scalars are computed from ``sizes``."""
+        if self.scalars:
+            mapping = self._mapping(sizes)
+            feeds = dict(feeds)
+            for name, expr, dt in self.scalars:
+                feeds[name] = np.asarray(evaluate(expr, mapping), dt)
         with self._lock:
             free = self.programs.setdefault(sizes, [])
             prog = free.pop() if free else None
         if prog is None:
             prog = self._build(sizes)
         try:
-            return prog.run(feeds)
+            return prog.run([feeds[n] for n in prog.feed_names])
         finally:
             with self._lock:
                 self.programs.setdefault(sizes, []).append(prog)

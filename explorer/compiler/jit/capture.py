@@ -23,10 +23,46 @@ from ...ir.ops_tensor import Const, dtype_of_array
 from ..errors import GraphBreak, ShapeError, user_location
 from ..tensor import Parameter, Tensor
 from ..trace_stack import tracing
+from .symbolic import SymContext, SymInt
 
-__all__ = ["Tracer", "tracing"]
+__all__ = ["Tracer", "tracing", "SymTensor"]
 
 CaptureMode = Literal["ast", "trace"]
+
+
+class SymTensor(Tensor):
+    """A traced tensor of a capture with symbolic dims: ``shape`` gives ``SymInt`` values
+    for the dims that depend on them (``symbolic``), so sizes computed in Python follow."""
+
+    __slots__ = ()
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.tracer.root.sym.dims(self.type.shape)
+
+    def __getitem__(self, index: Any) -> Tensor:
+        """Negative and omitted bounds on a symbolic dim become sizes computed from it
+        (``x[:-1]`` stops at ``B - 1``), so re-specialising follows them."""
+        entries = index if isinstance(index, tuple) else (index,)
+        if any(e is Ellipsis for e in entries) or len(entries) > self.ndim:
+            return super().__getitem__(index)
+        out = []
+        for e, d in zip(entries, self.shape, strict=False):
+            if isinstance(d, SymInt) and isinstance(e, slice) and e.step in (None, 1):
+                out.append(slice(_bound(e.start, d, 0), _bound(e.stop, d, d), None))
+            elif isinstance(d, SymInt) and isinstance(e, int) and not isinstance(e, bool) and e < 0:
+                out.append(d + e)
+            else:
+                out.append(e)
+        return super().__getitem__(tuple(out))
+
+
+def _bound(b: Any, d: SymInt, default: int) -> Any:
+    if b is None:
+        return default
+    if isinstance(b, int) and not isinstance(b, bool) and b < 0:
+        return d + b
+    return b
 
 
 class Tracer:
@@ -52,6 +88,7 @@ class Tracer:
         self.params: list[tuple[str, Parameter]] = []
         self.notes: list[tuple[str, str]] = []  # (kind, detail) for the trace
         self.called: list[Any] = []  # user functions converted during this capture (root)
+        self.sym: SymContext | None = None  # symbolic dims of this capture (root only)
 
     @property
     def root(self) -> Tracer:
@@ -87,17 +124,32 @@ class Tracer:
 
     def _add(self, node: Node, data: np.ndarray | None) -> Tensor:
         self.nodes.append(node)
-        return Tensor(data, node.type, self, node.name)
+        cls = SymTensor if self.root.sym is not None else Tensor
+        return cls(data, node.type, self, node.name)
 
     # --- sources --------------------------------------------------------------------------
     def input(self, name: str, type: TensorType, data: np.ndarray | None = None) -> Tensor:
         return self._add(Node(self._unique(name), "input", (), type), data)
 
     def constant(self, array: np.ndarray) -> Tensor:
+        root = self.root
+        expr = root.sym.scalar_expr(np.asarray(array)) if root.sym is not None else None
+        if expr is not None:  # a size computed from symbolic dims: fed at every call
+            return self._sym_scalar(root, expr, np.asarray(array).dtype)
         array = np.array(array, copy=True)  # frozen: later changes to the source do not leak in
         t = TensorType(array.shape, dtype_of_array(array))
         node = Node(self._unique("const"), "constant", (), t, (("value", Const(array)),))
         return self._add(node, array if self.concrete else None)
+
+    def _sym_scalar(self, root: Tracer, expr: tuple, dtype: np.dtype) -> Tensor:
+        name = next((n for n, e, dt in root.sym.scalars if e == expr and dt == dtype), None)
+        if name is None:
+            name = root._unique("__sym", scoped=False)
+            root.sym.scalars.append((name, expr, dtype))
+            t = TensorType((), dtype_of_array(np.empty((), dtype)))
+            root.nodes.append(Node(name, "input", (), t))
+        t = Tensor(None, root.nodes[[n.name for n in root.nodes].index(name)].type, root, name)
+        return t if root is self else Tensor(None, t.type, self, self._capture(t))
 
     def own(self, t: Tensor) -> str:
         """The name of ``t`` in this graph, lifting parameters, constants and captures."""
