@@ -457,8 +457,10 @@ class _Resolver:
             return b
         if 0 < b and b in self.table:
             return self.int(b)
-        if 0 <= b <= d0 and b == d0:
+        if b == d0:
             return d1
+        if b > 0 and _sub(b, self.mapping) != b:
+            return _sub(b, self.mapping)
         if d0 // 2 < b < d0:  # captured as an offset from the end (x[:-1] stored B - 1)
             return max(d1 - (d0 - b), 0)
         return b
