@@ -1,4 +1,5 @@
-"""`Chip`: one accelerator's peak compute per dtype, memory capacity and memory bandwidth."""
+"""`Chip`: one accelerator's peak compute per dtype, memory capacity and memory bandwidth,
+and the facts the training step model's matmul timing needs (compute units, GEMM tiles)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,34 @@ from typing import Literal
 
 from explorer.hardware.errors import HardwareError
 
-__all__ = ["DTYPES", "Chip", "DTypeName"]
+__all__ = ["DTYPES", "Chip", "DTypeName", "KERNEL_FACTS"]
 
 DTypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 # Canonical order used to store and print peak rates, widest first.
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
 
 _HEADLINE = ("bf16", "fp16", "tf32", "fp32")
+
+# The output tiles cuBLAS picks from on Volta, Ampere and Hopper, most efficient first:
+# NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, 2023), section
+# 2.3 "Typical tile dimensions in cuBLAS and performance" (256x128 and 128x256 the most
+# efficient, 64x64 the least) and section 3.2 "Wave quantization" (A100: 108 SMs).
+_CUBLAS_TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64),
+                 (64, 128), (64, 64))  # fmt: skip
+
+# Chip name -> (compute units, GEMM tiles), for chips whose vendor documents them.
+# SM counts: NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs (A100
+# SXM4 40 and 80 GB); NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): 132 SMs
+# (H100 SXM5); H200 SXM is the same GH100 chip with 141 GB of HBM3e (NVIDIA H200 datasheet),
+# 132 SMs; NVIDIA Tesla V100 GPU Architecture whitepaper (2017): 80 SMs (V100 SXM2).
+# Ascend and TPU profiles have no entry: no wave quantization is modelled for them.
+KERNEL_FACTS: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
+    "NVIDIA A100 SXM4 80GB": (108, _CUBLAS_TILES),
+    "NVIDIA A100 SXM4 40GB": (108, _CUBLAS_TILES),
+    "NVIDIA H100 SXM5 80GB": (132, _CUBLAS_TILES),
+    "NVIDIA H200 SXM 141GB": (132, _CUBLAS_TILES),
+    "NVIDIA Tesla V100 SXM2 32GB": (80, _CUBLAS_TILES),
+}
 _TERA = 1e12
 _GIB = 2**30
 _GIGA = 1e9
@@ -32,6 +54,12 @@ class Chip:
             hashable.
         memory_bytes: device memory capacity in bytes.
         memory_bandwidth_bytes_per_s: device memory (HBM) bandwidth in bytes/s.
+        compute_units: streaming multiprocessors (or AI cores) that run one GEMM tile each
+            at a time; a GEMM runs in waves of ``compute_units`` tiles. None: unknown (the
+            matmul model then skips wave quantization). Filled from `KERNEL_FACTS` for the
+            chips it names when not given.
+        matmul_tile_shapes: (rows, columns) of the output tiles the vendor's GEMM library
+            picks from, largest first; ``()``: unknown (no tile quantization).
 
     >>> chip = Chip("toy", {"bf16": 1e12}, memory_bytes=2**30, memory_bandwidth_bytes_per_s=1e11)
     >>> chip.peak_flops("bf16")
@@ -42,10 +70,19 @@ class Chip:
     peak_flops_per_s: tuple[tuple[str, float], ...]
     memory_bytes: int
     memory_bandwidth_bytes_per_s: float
+    compute_units: int | None = None
+    matmul_tile_shapes: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         pairs = _normalize_peaks(self.name, self.peak_flops_per_s)
         object.__setattr__(self, "peak_flops_per_s", pairs)
+        facts = KERNEL_FACTS.get(self.name) if isinstance(self.name, str) else None
+        if facts is not None:
+            if self.compute_units is None:
+                object.__setattr__(self, "compute_units", facts[0])
+            if not self.matmul_tile_shapes:
+                object.__setattr__(self, "matmul_tile_shapes", facts[1])
+        _check_kernel_facts(self)
         if not isinstance(self.name, str) or not self.name:
             raise HardwareError(f"Chip name must be a non-empty string, got {self.name!r}")
         if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
@@ -125,3 +162,24 @@ def _check_positive(owner: str, field: str, value: object) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if not ok or not math.isfinite(value) or value <= 0:
         raise HardwareError(f"{owner!r}: {field} must be a positive finite number, got {value!r}")
+
+
+def _check_kernel_facts(chip: Chip) -> None:
+    u = chip.compute_units
+    if u is not None and (isinstance(u, bool) or not isinstance(u, int) or u < 1):
+        raise HardwareError(
+            f"Chip {chip.name!r}: compute_units={u!r}; expected an int >= 1 (SMs or AI cores) "
+            "or None when unknown"
+        )
+    tiles = chip.matmul_tile_shapes
+    ok = isinstance(tiles, tuple) and all(
+        isinstance(t, tuple)
+        and len(t) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in t)
+        for t in tiles
+    )
+    if not ok:
+        raise HardwareError(
+            f"Chip {chip.name!r}: matmul_tile_shapes={tiles!r}; expected a tuple of (rows, "
+            "columns) int pairs >= 1, e.g. ((256, 128), (128, 128)), or () when unknown"
+        )

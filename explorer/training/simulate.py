@@ -245,7 +245,8 @@ def simulate(
     tails = []
     for d in range(par.pp):
         chunks = [c * par.pp + d for c in range(par.virtual_stages)]
-        tails.append(step.tail(sum(step.stage_params(part, g) for g in chunks)))
+        params_d = sum(step.stage_params(part, g) for g in chunks)
+        tails.append(step.tail(params_d, step.device_backward_s(part, d, n_full)))
     tl = simulate_schedule(schedule, list(fwd), list(bwd), step.p2p_s, tails)
     by_kind = {k: v / par.pp for k, v in tl.time_by_kind().items()}
     return _result(step, split, n_full, tl.step_time_s, mems, tl, by_kind)
@@ -435,7 +436,7 @@ def estimate(
     for d in range(p):
         params_d = sum(step.stage_params(part, c * p + d) for c in range(v))
         if params_d not in tails:
-            tails[params_d] = step.tail(params_d)
+            tails[params_d] = step.tail(params_d, step.device_backward_s(part, d, n_full))
         segs = tails[params_d]
         tail = max(tail, sum(x for _, x in segs))
         for k, x in segs:

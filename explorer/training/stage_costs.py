@@ -3,14 +3,16 @@
 The tensor-parallel layout of every operator comes from ``explorer.search`` on the
 graph of a one-layer and a two-layer model over a ``{"tp": t}`` mesh (so Megatron-style
 column/row splits are found, not assumed); the layer's cost is the difference of the two
-plans' costs and the embedding + head cost is what remains of the one-layer plan. Costs are
+plans' costs and the embedding + head cost is what remains of the one-layer plan. Each part also
+carries its local kernels (`kernels.OpShape`: GEMM dims, bytes) under the chosen layouts,
+which `kernels.timed_costs` turns into compute times by shape. Costs are
 memoized on every argument (model, sequence, tp, microbatch size, hardware, cost
 parameters, search method, fused ops): ``stage_costs.memo``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..hardware import Cluster, Mesh
 from ..memo import memoize
@@ -18,6 +20,7 @@ from ..models import ModelConfig, build
 from ..search.breakdown import CostBreakdown
 from ..search.params import CostParams
 from ..search.planner import Method, search
+from .kernels import OpShape, op_shapes
 
 __all__ = ["PartCost", "StageCosts", "stage_costs"]
 
@@ -38,6 +41,11 @@ class PartCost:
         params: parameters of the part (whole, before any split).
         expert_params: the part of ``params`` in experts (split over ep).
         flops: forward FLOPs for one microbatch (whole, before any split).
+        kernels: the part's local kernels under the chosen layouts (fused ops left out),
+            what the kernel-time model (`explorer.training.kernels`) times.
+
+    ``forward_s``, ``backward_s`` and ``recompute_selective_s`` are the operator search's
+    flat estimate here; the step model replaces them with `kernels.timed_costs`.
     """
 
     forward_s: float = 0.0
@@ -48,6 +56,7 @@ class PartCost:
     params: int = 0
     expert_params: int = 0
     flops: int = 0
+    kernels: tuple[OpShape, ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -134,12 +143,15 @@ def stage_costs(
             "flops": g1.flops(ops),
         }
 
-    layer = _part(layer_cost, p, **sizes("layers.0"))
+    def kernels(scope: str, skip: tuple[str, ...] = ()) -> tuple[OpShape, ...]:
+        return op_shapes(g1, plan1, mesh, scope, skip, _ATTENTION_CORE)
+
+    layer = _part(layer_cost, p, **sizes("layers.0"), kernels=kernels("layers.0", fused))
     layer = replace(layer, recompute_selective_s=_split(core, p)[0])
     out = StageCosts(
         layer=layer,
-        embed=_part(embed_cost, p, **sizes("embed")),
-        head=_part(head_cost, p, **sizes("head")),
+        embed=_part(embed_cost, p, **sizes("embed"), kernels=kernels("embed")),
+        head=_part(head_cost, p, **sizes("head"), kernels=kernels("head")),
         strategies=tuple(
             (n.name, plan1.assignment[n.name].name)
             for n in g1.ops

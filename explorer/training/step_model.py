@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from ..hardware import Cluster, Mesh
 from ..ir import DType
@@ -14,6 +15,7 @@ from ..models import ModelConfig
 from ..search.params import CostParams
 from ..search.planner import METHODS, Method
 from .config import ParallelConfig, ParallelConfigError
+from .kernels import check_knobs, knob, timed_costs
 from .memory import (
     ActivationTerms,
     MemoryAllowances,
@@ -26,7 +28,7 @@ from .pipeline.partition import StagePartition
 from .stage_costs import StageCosts, stage_costs
 from .terms import cp, dp, ep, pp, recompute, tp, zero
 
-__all__ = ["TrainingParams", "CALIBRATED_COST", "COMM_KINDS", "StepModel"]
+__all__ = ["TrainingParams", "CALIBRATED_COST", "COMM_KINDS", "StepModel", "exposed_s"]
 
 COMM_KINDS = ("tp", "pp", "dp", "zero", "ep", "cp")
 
@@ -61,6 +63,33 @@ class TrainingParams:
         fused_ops: layer ops whose cost a fused kernel absorbs (Megatron-LM's
             FusedScaleMaskSoftmax: scale and mask; bias_gelu: the fc1 bias; bias-dropout-
             add: the o and fc2 biases); ``()`` costs every op as its own kernel.
+        kernel_model: ``shape`` times each layer's kernels by their local shapes
+            (`explorer.training.kernels`: tile and wave quantization, rooflines, overheads);
+            ``flat`` keeps the operator search's one fraction of peak
+            (``cost.compute_efficiency``) for every op.
+        flash_attention: the attention core runs as one fused kernel (FlashAttention);
+            False: scores, softmax and context are separate kernels (Megatron-LM 2021).
+            It changes times only; its memory (no stored scores) is that of
+            ``recompute="selective"``.
+
+    The float knobs below carry their unit, range and source in the field's metadata
+    (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
+
+    ============================  =========  ===============================================
+    field                         unit       meaning
+    ============================  =========  ===============================================
+    matmul_efficiency_cap         fraction   of peak FLOP/s a full wave of GEMM tiles runs at
+    tile_reuse_exponent           1          smaller tiles run at (reuse/best reuse)^this
+    hbm_efficiency                fraction   of HBM bandwidth memory-bound kernels reach
+    kernel_overhead_s             s          fixed time per kernel launched
+    microbatch_overhead_s         s          fixed time per forward or backward of a stage
+    memory_bound_backward_ratio   1          backward bytes / forward bytes, memory-bound ops
+    flash_attention_efficiency    fraction   of peak the fused attention kernel runs at
+    flash_backward_flops_ratio    1          fused attention backward FLOPs / forward
+    flash_block_tokens            tokens     fused attention block (causal skip granularity)
+    grad_overlap_fraction         fraction   of gradient reduction hidden behind backward
+    zero_gather_overlap_fraction  fraction   of ZeRO-3 weight gathers hidden behind compute
+    ============================  =========  ===============================================
     """
 
     cost: CostParams = field(default_factory=lambda: CALIBRATED_COST)
@@ -72,6 +101,44 @@ class TrainingParams:
     zero3_prefetch_layers: int = 2
     search_method: Method = "dynamic_programming"
     fused_ops: tuple[str, ...] = ("scale", "mask", "fc1_bias", "o_bias", "fc2_bias")
+    kernel_model: Literal["shape", "flat"] = "shape"
+    flash_attention: bool = False
+    matmul_efficiency_cap: float = knob(
+        0.65, "fraction of peak FLOP/s", 0.0, 1.0, low_open=True,
+        source="assumption, set once so that Narayanan et al. 2021 Table 1 stays within 5% "
+        "(bench/training.py)")  # fmt: skip
+    tile_reuse_exponent: float = knob(
+        0.5, "dimensionless", 0.0, 4.0,
+        source="assumption; smaller cuBLAS tiles are less efficient (NVIDIA Matrix "
+        "Multiplication Background User's Guide, section 2.3)")  # fmt: skip
+    hbm_efficiency: float = knob(
+        0.8, "fraction of HBM bandwidth", 0.0, 1.0, low_open=True,
+        source="assumption (the earlier CostParams.bandwidth_efficiency default)")  # fmt: skip
+    kernel_overhead_s: float = knob(
+        2e-6, "seconds per kernel", 0.0, 1e-3,
+        source="assumption: the gap between dependent kernels on one CUDA stream")  # fmt: skip
+    microbatch_overhead_s: float = knob(
+        0.0, "seconds per stage forward or backward", 0.0, 10.0,
+        source="assumption (0: framework time per microbatch not modelled until fitted)")  # fmt: skip
+    memory_bound_backward_ratio: float = knob(
+        2.0, "backward bytes / forward bytes", 0.0, 10.0,
+        source="assumption (CostParams.backward_compute_ratio's default)")  # fmt: skip
+    flash_attention_efficiency: float = knob(
+        0.6, "fraction of peak FLOP/s", 0.0, 1.0, low_open=True,
+        source="Dao 2023, FlashAttention-2: 50-73% of A100 peak (assumption within it)")  # fmt: skip
+    flash_backward_flops_ratio: float = knob(
+        2.5, "backward FLOPs / forward FLOPs", 0.0, 10.0,
+        source="Dao 2023, FlashAttention-2: 5 matmuls backward (scores recomputed) to 2 "
+        "forward")  # fmt: skip
+    flash_block_tokens: float = knob(
+        128.0, "tokens", 1.0, 65536.0,
+        source="Dao 2023, FlashAttention-2, section 3.3: blocks of 64-128 tokens")  # fmt: skip
+    grad_overlap_fraction: float = knob(
+        0.0, "fraction of the gradient reduction", 0.0, 1.0,
+        source="assumption: Megatron-LM 2021 reduces gradients after the last backward")  # fmt: skip
+    zero_gather_overlap_fraction: float = knob(
+        0.0, "fraction of ZeRO-3 gathers", 0.0, 1.0,
+        source="assumption (0: gathers not prefetched behind compute until fitted)")  # fmt: skip
 
     def __post_init__(self) -> None:
         kinds = (
@@ -86,6 +153,17 @@ class TrainingParams:
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected a {kind.__name__}"
                 )
         check_nonnegative(self, ("optimizer_step_bytes_per_param",))
+        check_knobs(self)
+        if self.kernel_model not in ("shape", "flat"):
+            raise TrainingParamsError(
+                f"TrainingParams.kernel_model={self.kernel_model!r}; expected 'shape' "
+                "(kernel time by shape) or 'flat' (one fraction of peak)"
+            )
+        for name in ("flash_attention", "p2p_scatter_gather"):
+            if not isinstance(getattr(self, name), bool):
+                raise TrainingParamsError(
+                    f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"
+                )
         k = self.zero3_prefetch_layers
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise TrainingParamsError(
@@ -135,6 +213,7 @@ class StepModel:
             tp_.search_method,
             tp_.fused_ops,
         )
+        whole = timed_costs(whole, cluster.chip, tp_)  # kernel time by shape (kernels.py)
         self.costs: StageCosts = cp.split_costs(whole, par.cp)
         dp_outer = par.dp // par.ep
         self.mesh = Mesh(
@@ -174,16 +253,22 @@ class StepModel:
             if has:
                 fwd += P.forward_s
                 bwd += P.backward_s
+        fwd += self.tparams.microbatch_overhead_s
+        bwd += self.tparams.microbatch_overhead_s
         tpf, tpb = tp.stage_comm_s(self, part, g)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
         ep_s = ep.stage_s(self, n)
-        zg = zero.gather_s(self, params)
-        grads = dp.microbatch_s(self, params)
+        zg_raw = zero.gather_s(self, params)
+        z_frac = self.tparams.zero_gather_overlap_fraction
+        zg = exposed_s(zg_raw, fwd, z_frac)  # forward gather behind the forward
+        zgb = exposed_s(zg_raw, bwd + rec, z_frac)  # backward gather behind the backward
+        free = max(bwd + rec - (zg_raw - zgb), 0.0)  # backward time not already hiding it
+        grads = exposed_s(dp.microbatch_s(self, params), free, self.tparams.grad_overlap_fraction)
         cpf, cpb = cp.stage_s(self, n, n_full)
         f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s),
              ("cp-comm", cpf)]  # fmt: skip
-        b = [("zero-gather", zg), ("recompute", rec), ("compute-backward", bwd),
+        b = [("zero-gather", zgb), ("recompute", rec), ("compute-backward", bwd),
              ("tp-comm", tpb), ("ep-comm", ep_s), ("cp-comm", cpb),
              ("dp-comm", grads)]  # fmt: skip
         return f, b
@@ -195,18 +280,32 @@ class StepModel:
             + part.has_head(g) * self.head_params
         )
 
-    def tail(self, params: float) -> list[tuple[str, float]]:
+    def device_backward_s(self, part: StagePartition, d: int, n_full: int | None) -> float:
+        """Compute seconds of one microbatch's backward (with recomputation) over the
+        chunks of pipeline device ``d``: what the last gradient reduction can hide behind."""
+        total = 0.0
+        for c in range(self.par.virtual_stages):
+            g = c * self.par.pp + d
+            _, b = self.stage_segments(part, g, n_full)
+            total += sum(x for k, x in b if k in ("compute-backward", "recompute"))
+        return total
+
+    def tail(self, params: float, backward_window_s: float = 0.0) -> list[tuple[str, float]]:
         """Gradient reduction, optimizer step and (ZeRO 1/2) weight all-gather on a
-        device holding ``params`` parameters."""
+        device holding ``params`` parameters; ``grad_overlap_fraction`` of the reduction
+        runs behind the last microbatch's backward, at most ``backward_window_s`` of it
+        (`device_backward_s`)."""
         par, tp_ = self.par, self.tparams
         local = zero.optimizer_params(params, par.weight_replicas, par.zero)
+        hbm = tp_.hbm_efficiency if tp_.kernel_model == "shape" else tp_.cost.bandwidth_efficiency
         opt_s = (
             local
             * tp_.optimizer_step_bytes_per_param
-            / (self.cluster.chip.memory_bandwidth_bytes_per_s * tp_.cost.bandwidth_efficiency)
+            / (self.cluster.chip.memory_bandwidth_bytes_per_s * hbm)
         )
+        grads = exposed_s(dp.tail_s(self, params), backward_window_s, tp_.grad_overlap_fraction)
         return [
-            ("dp-comm", dp.tail_s(self, params)),
+            ("dp-comm", grads),
             ("optimizer", opt_s),
             ("zero-gather", zero.tail_gather_s(self, params)),
         ]
@@ -274,6 +373,16 @@ class StepModel:
             ("ep", ep.comm_bytes(self, n)),
             ("cp", cp.comm_bytes(self, n)),
         )
+
+
+def exposed_s(comm_s: float, window_s: float, fraction: float) -> float:
+    """Seconds of ``comm_s`` still on the critical path when ``fraction`` of it runs
+    behind ``window_s`` seconds of compute: ``comm_s - min(fraction * comm_s, window_s)``.
+
+    >>> exposed_s(3.0, 2.0, 1.0), exposed_s(3.0, 2.0, 0.5), exposed_s(3.0, 2.0, 0.0)
+    (1.0, 1.5, 3.0)
+    """
+    return comm_s - min(fraction * comm_s, max(window_s, 0.0))
 
 
 @memoize(maxsize=100_000, name="training.collective_s")

@@ -1,0 +1,394 @@
+"""Kernel time by shape: how long each operator of a layer runs on one device.
+
+The operator search (`stage_costs`) picks every op's tensor-parallel layout; this module
+times the local kernels that layout leaves on a device, by kind:
+
+=============  ===========================================================================
+kind           time of one kernel (plus ``kernel_overhead_s`` each)
+=============  ===========================================================================
+gemm           tiles = batch x ceil(M / tile rows) x ceil(N / tile cols); waves =
+               ceil(tiles / compute units); compute = waves x (2 x tile rows x tile cols
+               x K) / (per-unit peak x ``matmul_efficiency_cap`` x tile reuse); the time is
+               the larger of that and bytes / (HBM bandwidth x ``hbm_efficiency``) (a
+               roofline), for the best of the chip's tiles. The backward runs the two
+               gradient GEMMs (dA = dC B^T, dB = A^T dC), each with its own quantization.
+attention      ``flash_attention``: the attention core (scores, scale, mask, softmax,
+               dropout, context) is one fused kernel: its FLOPs (the masked blocks skipped
+               when causal) at ``flash_attention_efficiency`` of peak, or its Q, K, V, O
+               bytes over HBM, whichever is longer; the backward does
+               ``flash_backward_flops_ratio`` x the FLOPs (it recomputes the scores).
+memory         norms, softmax, elementwise, gathers, losses: bytes / (HBM bandwidth x
+               ``hbm_efficiency``); the backward moves ``memory_bound_backward_ratio`` x
+               the bytes.
+view           reshape: no kernel.
+=============  ===========================================================================
+
+>>> import explorer as ex
+>>> chip = ex.hardware.load("a100-80g").chip
+>>> p = ex.training.TrainingParams()
+>>> one, over = gemm_s(1, 256 * 12, 128 * 9, 4096, 2, chip, p), gemm_s(
+...     1, 256 * 12, 128 * 9 + 1, 4096, 2, chip, p)
+>>> over > one  # 108 tiles fill one wave on 108 SMs; one more column needs a second wave
+True
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..hardware import Chip, Mesh
+from ..ir import Graph, OpGroup
+from ..ir.signature import parse
+from ..memo import memoize
+
+if TYPE_CHECKING:
+    from ..search.plan import ShardingPlan
+    from .stage_costs import PartCost, StageCosts
+    from .step_model import TrainingParams
+
+__all__ = [
+    "KernelKind",
+    "OpShape",
+    "PartTimes",
+    "op_shapes",
+    "gemm_s",
+    "memory_s",
+    "attention_s",
+    "part_times",
+    "timed_costs",
+    "KERNEL_FIELDS",
+    "knob",
+    "check_knobs",
+    "knob_table",
+]
+
+KernelKind = Literal["gemm", "memory", "view"]
+
+# Movement ops that only reinterpret a contiguous buffer (a view): no kernel runs.
+_VIEWS = ("reshape",)
+
+
+@dataclass(frozen=True)
+class OpShape:
+    """One operator of a part on one device of its tensor-parallel group, as the kernel
+    model sees it (sizes are local: after the op's layout split them).
+
+    Args:
+        name: the node's name.
+        kind: ``gemm`` (a two-input contraction), ``memory`` (timed by its bytes) or
+            ``view`` (no kernel).
+        flops: local forward FLOPs.
+        read_bytes, written_bytes: local bytes the forward kernel reads and writes.
+        batch, m, n, k: the GEMM ``C[batch, m, n] = A[batch, m, k] B[batch, k, n]``
+            (``gemm`` only).
+        grads: how many of the GEMM's two inputs need a gradient (one backward GEMM each).
+        itemsize: bytes per element of the output.
+        dtype: the output's dtype name (which peak FLOP/s applies).
+        core: part of the attention core (what flash attention fuses and selective
+            recomputation runs again).
+        causal: a causal mask is applied in this op (flash attention skips masked blocks).
+    """
+
+    name: str
+    kind: KernelKind
+    flops: float
+    read_bytes: float
+    written_bytes: float
+    batch: int = 1
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    grads: int = 2
+    itemsize: int = 2
+    dtype: str = "bf16"
+    core: bool = False
+    causal: bool = False
+
+
+@dataclass(frozen=True)
+class PartTimes:
+    """Kernel seconds of one part for one microbatch on one device.
+
+    Args:
+        forward_s, backward_s: every kernel of the forward, of the backward.
+        core_forward_s: the attention core's forward (what selective recomputation runs
+            again; 0 with flash attention, whose backward already recomputes the scores).
+        forward_kernels, backward_kernels: kernels launched (each pays
+            ``kernel_overhead_s``).
+    """
+
+    forward_s: float
+    backward_s: float
+    core_forward_s: float
+    forward_kernels: int
+    backward_kernels: int
+
+
+# --- the knobs (fields of TrainingParams) ---------------------------------------------------
+# The TrainingParams fields kernel times read (the memo key of `part_times`).
+KERNEL_FIELDS = (
+    "matmul_efficiency_cap", "tile_reuse_exponent", "hbm_efficiency", "kernel_overhead_s",
+    "memory_bound_backward_ratio", "flash_attention", "flash_attention_efficiency",
+    "flash_backward_flops_ratio", "flash_block_tokens",
+)  # fmt: skip
+
+
+def knob(
+    default: float, unit: str, low: float, high: float, source: str, low_open: bool = False
+) -> Any:
+    """A float field of `TrainingParams`: its unit, its range ``[low, high]`` (``(low,
+    high]`` with ``low_open``) and where its default comes from (a citation or the word
+    "assumption"), kept in the field's metadata for `check_knobs`, `knob_table` and the
+    calibration."""
+    meta = {"unit": unit, "range": (low, high), "low_open": low_open, "source": source}
+    return field(default=default, metadata=meta)
+
+
+def check_knobs(owner: object) -> None:
+    """Raise `TrainingParamsError` naming the first `knob` field of ``owner`` that is not
+    a finite number in its range."""
+    from .memory import TrainingParamsError
+
+    cls = type(owner).__name__
+    for f in fields(owner):  # type: ignore[arg-type]
+        if "range" not in f.metadata:
+            continue
+        v, (lo, hi), lo_open = getattr(owner, f.name), f.metadata["range"], f.metadata["low_open"]
+        real = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+        if not real or v > hi or v < lo or (lo_open and v == lo):
+            where = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+            raise TrainingParamsError(
+                f"{cls}.{f.name}={v!r}; expected a finite number in {where} "
+                f"({f.metadata['unit']}); default {f.default!r}"
+            )
+
+
+def knob_table(owner: object) -> str:
+    """The `knob` fields of ``owner`` as text: name, value, unit, range, source.
+
+    >>> import explorer as ex
+    >>> print(knob_table(ex.training.TrainingParams()).splitlines()[0])
+    field | value | unit | range | source
+    """
+    rows = ["field | value | unit | range | source"]
+    for f in fields(owner):  # type: ignore[arg-type]
+        if "range" in f.metadata:
+            lo, hi = f.metadata["range"]
+            rows.append(
+                f"{f.name} | {getattr(owner, f.name)!r} | {f.metadata['unit']} | "
+                f"{lo:g}..{hi:g} | {f.metadata['source']}"
+            )
+    return "\n".join(rows)
+
+
+# --- shapes from the searched plan ---------------------------------------------------------
+def op_shapes(
+    graph: Graph, plan: ShardingPlan, mesh: Mesh, scope: str, skip: tuple[str, ...] = (),
+    core: tuple[str, ...] = (),
+) -> tuple[OpShape, ...]:  # fmt: skip
+    """The local kernels of the ops under ``scope`` with the layouts ``plan`` chose.
+
+    Args:
+        skip: ops (by the last part of their name) a fused kernel absorbs.
+        core: ops (by the last part of their name) that form the attention core.
+    """
+    out = []
+    for node in graph.ops:
+        if not node.scope.startswith(scope):
+            continue
+        short = node.name.split(".")[-1]
+        if short in skip:
+            continue
+        s = plan.assignment[node.name]
+        group = graph.group(node.name)
+        in_types = graph.input_types(node.name)
+        inputs = [graph.node(a) for a in node.inputs]
+        common = dict(
+            name=node.name, flops=float(s.local_flops), read_bytes=float(s.bytes_read),
+            written_bytes=float(s.bytes_written), itemsize=node.type.dtype.itemsize,
+            dtype=node.type.dtype.value, core=short in core, causal=node.op == "causal_mask",
+        )  # fmt: skip
+        ins, out_spec = parse(graph.signature(node.name))
+        if group is OpGroup.CONTRACTION and len(ins) == 2:
+            local = [
+                lay.local_shape(t.shape, mesh)
+                for lay, t in zip(s.in_layouts, in_types, strict=True)
+            ]
+            batch, m, n, k = _gemm_dims(ins, out_spec, local)
+            grads = sum(1 for x in inputs if x.op != "input")
+            out.append(OpShape(kind="gemm", batch=batch, m=m, n=n, k=k, grads=grads, **common))
+        elif group is OpGroup.MOVEMENT and node.op in _VIEWS:
+            out.append(OpShape(kind="view", **common))
+        elif group is OpGroup.MOVEMENT and any(x.op == "param" for x in inputs):
+            # a gather (embedding): it reads the rows it returns, not the whole table
+            common["read_bytes"] = common["written_bytes"]
+            out.append(OpShape(kind="memory", **common))
+        else:
+            out.append(OpShape(kind="memory", **common))
+    return tuple(out)
+
+
+def _gemm_dims(ins: tuple[str, ...], out: str, local: list[tuple[int, ...]]):
+    """(batch, M, N, K) of a two-input einsum from its letters and local input shapes."""
+    a, b = ins
+    size: dict[str, int] = {}
+    for spec, shape in zip(ins, local, strict=True):
+        for c, d in zip(spec, shape, strict=True):
+            size[c] = d
+    batch = math.prod(size[c] for c in out if c in a and c in b)
+    m = math.prod(size[c] for c in out if c in a and c not in b)
+    n = math.prod(size[c] for c in out if c in b and c not in a)
+    k = math.prod(size[c] for c in a if c in b and c not in out)
+    return batch, m, n, k
+
+
+# --- one kernel ----------------------------------------------------------------------------
+def _bandwidth(chip: Chip, p: TrainingParams) -> float:
+    return chip.memory_bandwidth_bytes_per_s * p.hbm_efficiency
+
+
+def memory_s(nbytes: float, chip: Chip, p: TrainingParams) -> float:
+    """Seconds of one memory-bound kernel moving ``nbytes``: bytes over the achievable HBM
+    bandwidth, plus the kernel overhead.
+
+    >>> import explorer as ex
+    >>> chip, p = ex.hardware.load("a100-80g").chip, ex.training.TrainingParams(kernel_overhead_s=0.0)
+    >>> round(memory_s(2e9, chip, p) / memory_s(1e9, chip, p), 9)
+    2.0
+    """
+    return nbytes / _bandwidth(chip, p) + p.kernel_overhead_s
+
+
+def gemm_s(
+    batch: int, m: int, n: int, k: int, itemsize: int, chip: Chip, p: TrainingParams,
+    dtype: str = "bf16",
+) -> float:  # fmt: skip
+    """Seconds of ``C[batch, m, n] = A[batch, m, k] B[batch, k, n]``: tile and wave
+    quantization on the chip's compute units (the best of its tiles), capped by the HBM
+    roofline, plus the kernel overhead. Without compute units or tiles (TPU, Ascend
+    profiles) the compute time is the FLOPs at ``matmul_efficiency_cap`` of peak."""
+    flops = 2.0 * batch * m * n * k
+    if flops == 0:
+        return 0.0
+    rate = chip.peak_flops(dtype) * p.matmul_efficiency_cap
+    nbytes = itemsize * batch * (m * k + k * n + m * n)
+    tiles, units = chip.matmul_tile_shapes, chip.compute_units
+    if not tiles or not units:
+        compute = flops / rate
+    else:
+        best_reuse = max(_reuse(t) for t in tiles)
+        compute = math.inf
+        for tm, tn in tiles:
+            count = batch * math.ceil(m / tm) * math.ceil(n / tn)
+            waves = math.ceil(count / units)
+            # a smaller tile reuses each loaded operand less (tm tn / (tm + tn) FLOPs per
+            # element loaded), so it runs below the largest tile's rate
+            eff = (_reuse((tm, tn)) / best_reuse) ** p.tile_reuse_exponent
+            compute = min(compute, waves * 2.0 * tm * tn * k / (rate / units * eff))
+    return max(compute, nbytes / _bandwidth(chip, p)) + p.kernel_overhead_s
+
+
+def _reuse(tile: tuple[int, int]) -> float:
+    tm, tn = tile
+    return tm * tn / (tm + tn)
+
+
+def attention_s(
+    flops: float, nbytes: float, seq: int, causal: bool, backward: bool, chip: Chip,
+    p: TrainingParams, dtype: str = "bf16",
+) -> float:  # fmt: skip
+    """Seconds of the fused (flash) attention kernel of one device: ``flops`` are the
+    unmasked scores and context FLOPs, ``nbytes`` the Q, K, V and O bytes. Causal: only
+    the blocks on or below the diagonal run, ``(n_b + 1) / (2 n_b)`` of them for
+    ``n_b = ceil(seq / flash_block_tokens)`` blocks per side."""
+    if causal:
+        nb = math.ceil(seq / p.flash_block_tokens)
+        flops *= (nb + 1) / (2 * nb)
+    if backward:
+        flops *= p.flash_backward_flops_ratio
+        nbytes *= p.memory_bound_backward_ratio
+    compute = flops / (chip.peak_flops(dtype) * p.flash_attention_efficiency)
+    return max(compute, nbytes / _bandwidth(chip, p)) + p.kernel_overhead_s
+
+
+# --- a part --------------------------------------------------------------------------------
+def part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartTimes:
+    """Forward and backward kernel seconds of one part (`OpShape` list) for one
+    microbatch, the attention core's forward, and the kernels launched."""
+    return _part_times(ops, chip, _knobs(p))
+
+
+def _knobs(p: TrainingParams) -> TrainingParams:
+    # The memo key holds only what kernel times read, so other knobs share entries.
+    return replace(type(p)(), **{f: getattr(p, f) for f in KERNEL_FIELDS})
+
+
+@memoize(maxsize=4096, name="training.part_times")
+def _part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartTimes:
+    fwd = bwd = core_f = 0.0
+    nf = nb = 0
+    flash = p.flash_attention and any(o.core and o.kind == "gemm" for o in ops)
+    for o in ops:
+        if o.kind == "view" or (flash and o.core):
+            continue
+        if o.kind == "gemm":
+            f = gemm_s(o.batch, o.m, o.n, o.k, o.itemsize, chip, p, o.dtype)
+            b = 0.0
+            if o.grads >= 1:  # dA[m, k] = dC[m, n] B^T
+                b += gemm_s(o.batch, o.m, o.k, o.n, o.itemsize, chip, p, o.dtype)
+            if o.grads >= 2:  # dB[k, n] = A^T dC
+                b += gemm_s(o.batch, o.k, o.n, o.m, o.itemsize, chip, p, o.dtype)
+            kb = o.grads
+        else:
+            nbytes = o.read_bytes + o.written_bytes
+            f = memory_s(nbytes, chip, p)
+            b = memory_s(nbytes * p.memory_bound_backward_ratio, chip, p)
+            kb = 1
+        fwd, bwd, nf, nb = fwd + f, bwd + b, nf + 1, nb + kb
+        if o.core:
+            core_f += f
+    if flash:
+        flops, nbytes, seq, causal, dtype = _flash_shape(ops)
+        fwd += attention_s(flops, nbytes, seq, causal, False, chip, p, dtype)
+        bwd += attention_s(flops, nbytes, seq, causal, True, chip, p, dtype)
+        nf, nb = nf + 1, nb + 1
+    return PartTimes(fwd, bwd, core_f, nf, nb)
+
+
+def _flash_shape(ops: tuple[OpShape, ...]) -> tuple[float, float, int, bool, str]:
+    """(FLOPs, Q K V O bytes, query length, causal, dtype) of the attention core: the
+    scores GEMM reads Q and K and writes the scores; the context GEMM reads the
+    probabilities and V and writes O."""
+    gemms = [o for o in ops if o.core and o.kind == "gemm"]
+    scores, context = gemms[0], gemms[-1]
+    flops = sum(o.flops for o in gemms)
+    v_bytes = max(context.read_bytes - scores.written_bytes, 0.0)
+    nbytes = scores.read_bytes + v_bytes + context.written_bytes
+    causal = any(o.core and o.causal for o in ops)
+    return flops, nbytes, scores.m, causal, scores.dtype
+
+
+def timed_costs(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
+    """``costs`` with each part's compute times (``forward_s``, ``backward_s``,
+    ``recompute_selective_s``) from the kernel model; communication and sizes kept.
+    ``p.kernel_model == "flat"`` returns ``costs`` unchanged (the operator search's flat
+    fraction of peak)."""
+    if p.kernel_model == "flat":
+        return costs
+    return replace(
+        costs,
+        layer=_timed(costs.layer, chip, p),
+        embed=_timed(costs.embed, chip, p),
+        head=_timed(costs.head, chip, p),
+    )
+
+
+def _timed(part: PartCost, chip: Chip, p: TrainingParams) -> PartCost:
+    t = part_times(part.kernels, chip, p)
+    return replace(
+        part, forward_s=t.forward_s, backward_s=t.backward_s,
+        recompute_selective_s=t.core_forward_s,
+    )  # fmt: skip
