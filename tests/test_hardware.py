@@ -42,6 +42,8 @@ CATALOG = (
     "a100-80g",
     "ascend-910",
     "ascend-910b",
+    "dgx-a100-superpod",
+    "dgx-h100-superpod",
     "h100-sxm",
     "h200",
     "tpu-v4",

@@ -16,7 +16,7 @@ from explorer.sharding.lesson import ring_collective
 from .base import View, replace_figure
 from .errors import field
 from .figure_widget import FigureWidget
-from .figures.mesh import TRACE_CELLS, default_dims, mesh_figure, sharding_figure
+from .figures.mesh import TRACE_CELLS, default_dims, levels_text, mesh_figure, sharding_figure
 from .figures.ring import TEACH_KINDS, ring_rounds_figure
 from .figures.style import base_layout
 from .selection import Selection
@@ -100,11 +100,12 @@ class MeshView(View):
         axis_box, self.axis_error = field(self.controls["teach_axis"])
         self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
         self.scope = ipw.HTML(layout=ipw.Layout(width="auto"))
+        self.levels_line = ipw.HTML(levels_text(mesh), layout=ipw.Layout(width="auto"))
         c = self.controls
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
         self._layout_children(
             ipw.HBox([c["operand"], c["dims"], c["collective"]], layout=wrap), self.scope,
-            self.figure, self.info, self.tensor_figure,
+            self.levels_line, self.figure, self.info, self.tensor_figure,
             ipw.HBox([c["teach_kind"], axis_box, c["step"]], layout=wrap), self.ring_figure,
         )  # fmt: skip
         # Two views side by side in an HBox share the row instead of overflowing it; inside,
@@ -392,6 +393,7 @@ class MeshView(View):
 
     def _set_mesh(self, mesh: Mesh) -> None:
         self.mesh = mesh
+        self.levels_line.value = levels_text(mesh)
         axis = _ring_axis(mesh)
         self._updating_controls = True
         try:

@@ -1,4 +1,5 @@
-"""Hardware: chip and cluster profiles, device meshes, and alpha-beta collective costs.
+"""Hardware: chip and cluster profiles (a cluster is a stack of link `Level`\\ s), device
+meshes, and alpha-beta collective costs on the levels an axis crosses, links shared.
 
 >>> from explorer.hardware import Mesh, load
 >>> mesh = Mesh({"dp": 4, "tp": 8}, hardware=load("a100-80g"))
@@ -19,18 +20,22 @@ from explorer.hardware.collectives import (
     tree_time,
 )
 from explorer.hardware.errors import HardwareError, MeshError
+from explorer.hardware.levels import AxisLink, Level, axis_link
 from explorer.hardware.mesh import Mesh
 
 __all__ = [
     "Algorithm",
+    "AxisLink",
     "Chip",
     "Cluster",
     "CollectiveKind",
     "HardwareError",
     "Link",
+    "Level",
     "LinkLevel",
     "Mesh",
     "MeshError",
+    "axis_link",
     "bytes_sent_per_device",
     "hierarchical_time",
     "load",

@@ -22,6 +22,27 @@ File schema (units in field names; GB = 1e9 bytes, GiB = 2**30 bytes)::
       }
     }
 
+A cluster with more than the two default levels lists them, innermost first, in
+``cluster.levels`` (see `explorer.hardware.levels` for what each figure means); the four
+``intra_node_*``/``inter_node_*`` fields may then be left out (they are read off the level
+grouping ``chips_per_node`` chips and the one above it) or given, and must then agree::
+
+      "cluster": {
+        "chips_per_node": 8,
+        "max_nodes": 127,
+        "levels": [
+          {"name": "nvlink", "group_size": 8, "bandwidth_gb_per_s": 450, "latency_us": 5,
+           "source": "..."},
+          {"name": "ib-leaf", "group_size": 256, "bandwidth_gb_per_s": 50, "latency_us": 10,
+           "rails": 8, "source": "..."},                 # rails: NICs per node; default 1
+          {"name": "ib-spine", "group_size": 1024, "bandwidth_gb_per_s": 50,
+           "latency_us": 10, "rails": 8, "oversubscription": 1, "source": "..."}
+        ]
+      }
+
+Every level names its ``source``; a figure that is not in the cited document says
+"assumption" there.
+
 Memory capacity is usually given in GiB because vendors' "80GB" parts hold 80 GiB
 (nvidia-smi reports 81920 MiB for an A100 80GB); bandwidths are decimal GB/s as on spec sheets.
 """
@@ -38,6 +59,7 @@ from typing import Any
 from explorer.hardware.chip import DTYPES, Chip
 from explorer.hardware.cluster import Cluster
 from explorer.hardware.errors import HardwareError
+from explorer.hardware.levels import Level
 from explorer.jsonfile import as_path, read_json
 
 __all__ = ["datasets_dir", "load", "load_file", "names", "resolve"]
@@ -57,6 +79,22 @@ _CLUSTER_FIELDS = {
     "inter_node_bandwidth_gb_per_s",
     "inter_node_latency_us",
     "max_nodes",
+    "levels",
+}
+_LEGACY_LINK_FIELDS = (
+    "intra_node_bandwidth_gb_per_s",
+    "intra_node_latency_us",
+    "inter_node_bandwidth_gb_per_s",
+    "inter_node_latency_us",
+)
+_LEVEL_FIELDS = {
+    "name",
+    "group_size",
+    "bandwidth_gb_per_s",
+    "latency_us",
+    "rails",
+    "oversubscription",
+    "source",
 }
 
 
@@ -198,27 +236,96 @@ def _parse(data: Any, where: str) -> Cluster:
     )
     per_dir = "a positive number (GB/s per chip, one direction)"
     latency = "a non-negative number (microseconds per step)"
+    chips_per_node = reader.integer(cluster_data, "cluster.chips_per_node")
+    levels: tuple[Level, ...] = ()
+    if "levels" in cluster_data:
+        levels = _parse_levels(reader, cluster_data["levels"])
+    links: dict[str, float] = {}
+    for key in _LEGACY_LINK_FIELDS:
+        field = f"cluster.{key}"
+        if key not in cluster_data and levels:
+            links[key] = _from_levels(reader, levels, key, chips_per_node)
+        elif key.endswith("_us"):
+            links[key] = _scale(reader.number(cluster_data, field, latency, allow_zero=True), -6)
+        else:
+            links[key] = _scale(reader.number(cluster_data, field, per_dir), 9)
     return Cluster(
         name=name,
         chip=chip,
-        chips_per_node=reader.integer(cluster_data, "cluster.chips_per_node"),
-        intra_node_bandwidth_bytes_per_s=_scale(
-            reader.number(cluster_data, "cluster.intra_node_bandwidth_gb_per_s", per_dir), 9
-        ),
-        intra_node_latency_s=_scale(
-            reader.number(cluster_data, "cluster.intra_node_latency_us", latency, allow_zero=True),
-            -6,
-        ),
-        inter_node_bandwidth_bytes_per_s=_scale(
-            reader.number(cluster_data, "cluster.inter_node_bandwidth_gb_per_s", per_dir), 9
-        ),
-        inter_node_latency_s=_scale(
-            reader.number(cluster_data, "cluster.inter_node_latency_us", latency, allow_zero=True),
-            -6,
-        ),
+        chips_per_node=chips_per_node,
+        intra_node_bandwidth_bytes_per_s=links["intra_node_bandwidth_gb_per_s"],
+        intra_node_latency_s=links["intra_node_latency_us"],
+        inter_node_bandwidth_bytes_per_s=links["inter_node_bandwidth_gb_per_s"],
+        inter_node_latency_s=links["inter_node_latency_us"],
         max_nodes=reader.integer(cluster_data, "cluster.max_nodes"),
         source=source,
+        link_levels=levels,
     )
+
+
+def _parse_levels(reader: _Reader, data: Any) -> tuple[Level, ...]:
+    if not isinstance(data, list) or not data:
+        reader.fail(
+            "cluster.levels", f"is {data!r}", "a non-empty list of level objects, innermost first"
+        )
+    levels = []
+    for i, item in enumerate(data):
+        where = f"cluster.levels[{i}]"
+        entry = reader.obj(item, where, _LEVEL_FIELDS)
+        rails = entry.get("rails", 1)
+        if isinstance(rails, bool) or not isinstance(rails, int) or rails < 1:
+            reader.fail(f"{where}.rails", f"is {rails!r}", "a positive integer (NICs or rails)")
+        over = entry.get("oversubscription", 1.0)
+        if isinstance(over, bool) or not isinstance(over, int | float) or not over >= 1:
+            reader.fail(
+                f"{where}.oversubscription", f"is {over!r}", "a number >= 1 (1 = non-blocking)"
+            )
+        levels.append(
+            Level(
+                name=reader.text(entry, f"{where}.name", "a non-empty string (the level's name)"),
+                group_size=reader.integer(entry, f"{where}.group_size"),
+                bandwidth_bytes_per_s=_scale(
+                    reader.number(
+                        entry,
+                        f"{where}.bandwidth_gb_per_s",
+                        "a positive number (GB/s per chip, one direction)",
+                    ),
+                    9,
+                ),  # fmt: skip
+                latency_s=_scale(
+                    reader.number(
+                        entry,
+                        f"{where}.latency_us",
+                        "a non-negative number (microseconds per step)",
+                        allow_zero=True,
+                    ),
+                    -6,
+                ),  # fmt: skip
+                rails=rails,
+                oversubscription=float(over),
+                source=reader.text(
+                    entry,
+                    f"{where}.source",
+                    "a non-empty string citing the document, or saying 'assumption'",
+                ),  # fmt: skip
+            )
+        )
+    return tuple(levels)
+
+
+def _from_levels(reader: _Reader, levels: tuple[Level, ...], key: str, per_node: int) -> float:
+    """A two-level figure read off the level stack: ``intra_*`` from the level grouping one
+    node, ``inter_*`` from the level above it (the node level again on a one-level stack)."""
+    node = [i for i, lv in enumerate(levels) if lv.group_size == per_node]
+    if not node:
+        reader.fail(
+            "cluster.levels",
+            f"has no level of group_size {per_node} (chips_per_node)",
+            "one level grouping exactly the chips of a node",
+        )
+    i = node[0] + (1 if key.startswith("inter") and node[0] + 1 < len(levels) else 0)
+    level = levels[i]
+    return level.latency_s if key.endswith("_us") else level.bandwidth_bytes_per_s
 
 
 class _Reader:

@@ -1,4 +1,5 @@
-"""`Mesh`: named device axes with sizes, each mapped to an intra- or inter-node link."""
+"""`Mesh`: named device axes with sizes, each mapped to an intra- or inter-node link and to
+the cluster's link levels its rings cross (`explorer.hardware.levels`)."""
 
 from __future__ import annotations
 
@@ -22,13 +23,17 @@ from explorer.hardware.collectives import (
     tree_time,
 )
 from explorer.hardware.errors import MeshError
+from explorer.hardware.levels import AxisLink
 
-__all__ = ["MAX_DEVICES", "Mesh"]
+__all__ = ["MAX_DEVICES", "REST_OF_NODE", "Mesh"]
 
 #: Most devices a mesh may hold. Meshes materialise their device ids (8 bytes each, more for
 #: groups), so 10**12 devices would need terabytes; the largest clusters hold ~10**5 chips.
 #: Raise it by assigning ``explorer.hardware.mesh.MAX_DEVICES``.
 MAX_DEVICES = 2**20
+
+#: The padding axis of `Mesh.device_order` (not a mesh axis: the node's other chips).
+REST_OF_NODE = "_rest_of_node"
 
 AxesSpec = Mapping[str, int] | Iterable[tuple[str, int]]
 
@@ -168,16 +173,80 @@ class Mesh:
         )
 
     def bandwidth(self, axis: str) -> float:
-        """Per-device one-way bandwidth (bytes/s) of the link along ``axis``.
+        """Per-device one-way bandwidth (bytes/s) a ring along ``axis`` gets: its slowest
+        level, shared by the rings of the other groups (`axis_link`).
 
         >>> Mesh({"dp": 4, "tp": 8}, hardware="a100-80g").bandwidth("tp")
         300000000000.0
         """
-        return self._cluster("bandwidth").bandwidth(self.link(axis))
+        if self.axis_size(axis) == 1:
+            return self._cluster("bandwidth").bandwidth(self.link(axis))
+        return self.axis_link((axis,)).bandwidth_bytes_per_s
 
     def latency(self, axis: str) -> float:
-        """Per-step latency (s) of the link along ``axis``."""
-        return self._cluster("latency").latency(self.link(axis))
+        """Per-step latency (s) of a ring along ``axis`` (its highest-latency level)."""
+        if self.axis_size(axis) == 1:
+            return self._cluster("latency").latency(self.link(axis))
+        return self.axis_link((axis,)).latency_s
+
+    @property
+    def device_order(self) -> tuple[tuple[str, int], ...]:
+        """The axes in the order device ids run on the hardware, outermost first.
+
+        With the default placement this is `axes`: the mesh's devices packed densely onto
+        nodes, row-major. When ``links`` moved an axis off its default level, the mesh is
+        read as a slice of a larger job: the ``"inter"`` axes come first, then a padding
+        axis `REST_OF_NODE` standing for the node's other chips (other replicas, running the
+        same collectives), then the ``"intra"`` axes, so that every step along an inter axis
+        changes node and the intra axes stay in one.
+
+        >>> Mesh({"dp": 4, "tp": 8}, "a100-80g").device_order
+        (('dp', 4), ('tp', 8))
+        >>> Mesh({"dp": 4, "tp": 2}, "a100-80g", links={"dp": "inter"}).device_order
+        (('dp', 4), ('_rest_of_node', 4), ('tp', 2))
+        """
+        cluster = self._cluster("device_order")
+        levels = dict(self.links)
+        if levels == dict(_place(self.axes, cluster, {})):
+            return self.axes
+        inter = tuple(p for p in self.axes if levels[p[0]] == "inter")
+        intra = tuple(p for p in self.axes if levels[p[0]] != "inter")
+        rest = -(-cluster.chips_per_node // math.prod(size for _, size in intra))
+        pad = ((REST_OF_NODE, rest),) if inter and rest > 1 else ()
+        return inter + pad + intra
+
+    def axis_link(
+        self, axes: str | Iterable[str], concurrent: Iterable[str | Iterable[str]] = ()
+    ) -> AxisLink:
+        """The link of a ring over ``axes`` on the cluster's levels: bandwidth (bytes/s),
+        latency (s), the levels its edges use and the flows sharing each level's links.
+
+        ``concurrent`` names the axis sets of collectives running at the same time (their
+        flows share the levels both use). See `Cluster.axis_bandwidth`.
+
+        >>> Mesh({"dp": 4, "tp": 8}, hardware="a100-80g").axis_link("dp").levels
+        ('inter-node',)
+        """
+        names = self._check_axis_names(axes)
+        others = tuple(self._check_axis_names(c) for c in concurrent)
+        return self._cluster("axis_link").axis_bandwidth(self.device_order, names, others)
+
+    def levels(self, axes: str | Iterable[str]) -> tuple[str, ...]:
+        """Names of the link levels a ring over ``axes`` crosses, innermost first (``()``
+        for a group of one device).
+
+        >>> Mesh({"dp": 4, "tp": 8}, hardware="a100-80g").levels("tp")
+        ('intra-node',)
+        """
+        return self.axis_link(axes).levels
+
+    def level_summary(self) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
+        """``(axis, size, levels crossed)`` per axis, in axis order; for views and reports.
+
+        >>> Mesh({"dp": 4, "tp": 8}, hardware="a100-80g").level_summary()
+        (('dp', 4, ('inter-node',)), ('tp', 8, ('intra-node',)))
+        """
+        return tuple((name, size, self.levels((name,))) for name, size in self.axes)
 
     # ----- collectives -------------------------------------------------------------------
     def collective_bytes(
@@ -198,16 +267,22 @@ class Mesh:
         size_bytes: float,
         axes: str | Iterable[str],
         algorithm: Algorithm = "auto",
+        concurrent: Iterable[str | Iterable[str]] = (),
     ) -> float:
         """Seconds for a collective over the devices spanned by ``axes``.
 
+        Links come from the cluster's levels (`axis_link`): the slowest level the ring
+        crosses, its links shared by every group's ring and by the ``concurrent``
+        collectives' rings (axis sets running at the same time).
+
         ``algorithm``:
 
-        - ``"ring"``: one ring over all ``n`` devices, at the slowest link among ``axes``
-          (lowest bandwidth, highest latency).
-        - ``"tree"``: `tree_time` at the slowest link (all-reduce only).
+        - ``"ring"``: one ring over all ``n`` devices, at the slowest level it crosses
+          (lowest per-flow bandwidth, highest latency).
+        - ``"tree"``: `tree_time` at that link (all-reduce only).
         - ``"hierarchical"``: `hierarchical_time` with ``n_intra`` = product of the intra
-          axes' sizes and ``n_inter`` = product of the inter axes' sizes.
+          axes' sizes (a ring over them) and ``n_inter`` = product of the inter axes' sizes
+          (one ring per intra rank over them, all at once).
         - ``"auto"``: ``"ring"`` when every axis uses one link level (or for send/recv),
           ``"hierarchical"`` when intra and inter axes mix.
 
@@ -223,8 +298,9 @@ class Mesh:
                 f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
             )
         names = self._check_axis_names(axes)
+        others = tuple(self._check_axis_names(c) for c in concurrent)
         n = self._group_size(names)
-        cluster = self._cluster("collective_time")
+        self._cluster("collective_time")
         levels = {self.link(name) for name in names}
         if n == 1:
             return 0.0
@@ -232,20 +308,32 @@ class Mesh:
             mixed = len(levels) > 1 and kind is not CollectiveKind.SEND_RECV
             algorithm = "hierarchical" if mixed else "ring"
         if algorithm == "hierarchical":
-            n_intra = math.prod(self.axis_size(a) for a in names if self.link(a) == "intra")
+            intra = tuple(a for a in names if self.link(a) == "intra")
+            inter = tuple(a for a in names if self.link(a) != "intra")
+            n_intra = math.prod(self.axis_size(a) for a in intra)
             return hierarchical_time(
                 kind,
                 size_bytes,
                 n_intra,
                 n // n_intra,
-                (cluster.bandwidth("intra"), cluster.latency("intra")),
-                (cluster.bandwidth("inter"), cluster.latency("inter")),
+                self._phase_link(intra, others),
+                self._phase_link(inter, others),
             )
         # Ring and tree run at the slowest link any of their steps crosses.
-        bandwidth = min(cluster.bandwidth(level) for level in levels)
-        latency = max(cluster.latency(level) for level in levels)
+        link = self.axis_link(names, others)
         timer = tree_time if algorithm == "tree" else ring_time
-        return timer(kind, size_bytes, n, bandwidth, latency)
+        return timer(kind, size_bytes, n, link.bandwidth_bytes_per_s, link.latency_s)
+
+    def _phase_link(
+        self, axes: tuple[str, ...], others: tuple[tuple[str, ...], ...]
+    ) -> tuple[float, float]:
+        """(bandwidth, latency) of one phase of a hierarchical collective; a phase over one
+        device is never timed (its ring_time is 0), so any positive link does."""
+        if self._group_size(axes) == 1:
+            level = self._cluster("collective_time").levels[0]
+            return level.bandwidth_bytes_per_s, level.latency_s
+        link = self.axis_link(axes, others)
+        return link.bandwidth_bytes_per_s, link.latency_s
 
     # ----- printing ----------------------------------------------------------------------
     def __str__(self) -> str:

@@ -21,7 +21,7 @@ from .style import base_layout
 __all__ = [
     "mesh_grid", "device_blocks", "mesh_figure", "sharding_figure", "ring_figure",
     "TRACE_CELLS", "TRACE_GROUPS", "lesson_blocks_figure", "device_ranges", "default_dims", "TRACE_BLOCKS",
-    "TRACE_TENSORS", "matrix_text",
+    "TRACE_TENSORS", "matrix_text", "levels_text",
 ]  # fmt: skip
 
 TRACE_CELLS, TRACE_GROUPS = range(2)
@@ -82,6 +82,39 @@ def _axis_title(mesh: Mesh, names: Sequence[str]) -> str:
         link = f" [{mesh.link(a)}]" if mesh.hardware is not None else ""
         parts.append(f"{a}={mesh.axis_size(a)}{link}")
     return " x ".join(parts)
+
+
+def levels_text(mesh: Mesh) -> str:
+    """One line naming the link levels each axis's rings cross and the bandwidth each ring
+    gets (core: `Mesh.axis_link`); "" for a logical mesh.
+
+    >>> from explorer.hardware import Mesh
+    >>> levels_text(Mesh({"dp": 4, "tp": 8}, hardware="a100-80g"))
+    'links: dp=4: inter-node, 25 GB/s per ring (8 rings share the links out of each node) · tp=8: intra-node, 300 GB/s per ring'
+    """
+    if mesh.hardware is None:
+        return ""
+    parts = []
+    for name, size in mesh.axes:
+        if size == 1:
+            continue
+        link = mesh.axis_link(name)
+        text = f"{name}={size}: {' + '.join(link.levels)}, "
+        text += f"{link.bandwidth_bytes_per_s / 1e9:.3g} GB/s per ring"
+        top, flows = link.levels[-1], link.flows[-1]
+        names = [lv.name for lv in mesh.hardware.levels]
+        i = names.index(top)
+        if flows > 1:
+            below = mesh.hardware.levels[i - 1] if i else None
+            if below is None:
+                child = "chip"
+            elif below.group_size == mesh.hardware.chips_per_node:
+                child = "node"
+            else:
+                child = f"{below.name} group"
+            text += f" ({flows} rings share the links out of each {child})"
+        parts.append(text)
+    return "links: " + " · ".join(parts) if parts else ""
 
 
 def _discrete_scale(k: int) -> list[list]:
