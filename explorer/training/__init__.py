@@ -10,6 +10,7 @@ True
 
 from .calibrate import Calibration, CalibrationRow, calibrate
 from .config import ParallelConfig, ParallelConfigError
+from .measured import CalibrationError, MeasuredRun, published_runs
 from .memory import (
     ActivationTerms,
     MemoryAllowances,
@@ -18,7 +19,6 @@ from .memory import (
     TrainingParamsError,
     activation_bytes_per_layer,
 )
-from .measured import CalibrationError, MeasuredRun, published_runs
 from .pipeline import (
     PartitionError,
     Schedule,

@@ -197,19 +197,25 @@ def _int(row: dict[str, str], key: str, default: int | None = None) -> int | Non
     return int(v) if v else default
 
 
-def published_runs(name: str, skip_unsupported: bool = True) -> tuple[MeasuredRun, ...]:
+def published_runs(
+    name: str, skip_unsupported: bool = True, skipped: list[str] | None = None
+) -> tuple[MeasuredRun, ...]:
     """The rows of a measured-format table as `MeasuredRun` values.
 
-    Rows that need a `ParallelConfig` field this version lacks (``cp`` > 1 without
-    context parallelism) are skipped when ``skip_unsupported``, else raise.
+    Rows the step model cannot take (``cp`` > 1 without context parallelism, or open
+    fields for which the planner finds no configuration that fits in memory) are skipped
+    when ``skip_unsupported`` (with the reason appended to ``skipped``), else raise.
     """
     from .simulate import estimate
 
     out = []
     for row in load_measured_rows(name):
         cp = _int(row, "cp", 1)
+        what = f"{name}: {row['model']} on {row['gpus']} GPUs, seq {row['seq']}"
         if cp > 1 and not _supports_cp():
             if skip_unsupported:
+                if skipped is not None:
+                    skipped.append(f"{what}: needs context parallelism (cp={cp})")
                 continue
             raise CalibrationError(
                 f"{name}: row {row['model']} on {row['gpus']} GPUs needs ParallelConfig(cp="
@@ -232,7 +238,14 @@ def published_runs(name: str, skip_unsupported: bool = True) -> tuple[MeasuredRu
         source = row["source"]
         missing = [k for k, v in known.items() if v is None]
         if missing:
-            known.update(_planned(cfg, row, known, missing, hw, gb, seq, cp))
+            try:
+                known.update(_planned(cfg, row, known, missing, hw, gb, seq, cp))
+            except ExplorerError as e:
+                if not skip_unsupported:
+                    raise
+                if skipped is not None:
+                    skipped.append(f"{what}: the planner finds no configuration ({e})")
+                continue
             source += f"; {', '.join(missing)} chosen by the planner (not published)"
         config = ParallelConfig(**known)
         step = row["step_time_s"].strip()

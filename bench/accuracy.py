@@ -1,0 +1,237 @@
+"""Benchmark: how well the step model predicts published runs, before and after
+calibration, and how fast calibration is (issue 14). Not a timed test.
+
+1. Uncalibrated: every published run we hold (Narayanan et al. 2021 Table 1, MT-NLG 530B,
+   BLOOM 176B, Llama 3 405B Table 4), predicted step time vs published; target: every row
+   within 10%.
+2. Out of sample: per dataset with several layouts, fit on half the rows (even positions),
+   predict the other half (odd positions): Spearman rank correlation of per-GPU
+   throughput on the unseen half, and how far the predicted best unseen layout measured
+   from the measured best (targets: Spearman >= 0.8, within 3%).
+3. Recovery: runs generated from known parameters with 3% noise (5 seeds); calibrate
+   recovers each fitted parameter within 10%.
+4. Speed: calibrate on 20 runs (target 2 s); plan_training gpt3-175b on 1024 devices
+   (target 5 s). Wall seconds of this run, on this machine.
+
+Every table says which rows are fit data and which are check data.
+Writes bench/results/accuracy.json.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+import explorer as ex
+from explorer.training import TrainingParams
+from explorer.training.calibrate import float_fields, predict, with_values
+from explorer.training.measured import measured_datasets, megatron_table1_runs, published_runs
+
+P = ex.ParallelConfig
+OUT = Path(__file__).parent / "results" / "accuracy.json"
+MATMUL = (
+    "matmul_efficiency_cap"
+    if "matmul_efficiency_cap" in float_fields()
+    else "cost.compute_efficiency"
+)
+
+
+def model_tflops(run: ex.MeasuredRun, step_time_s: float) -> float:
+    """Per-GPU model TFLOP/s of ``run`` at ``step_time_s`` (the simulator's model FLOPs,
+    which do not depend on the fitted knobs)."""
+    sim = predict(run, TrainingParams())
+    return sim.tflops_per_device * sim.step_time_s / step_time_s
+
+
+SKIPPED: list[str] = []
+
+
+def datasets() -> dict[str, tuple[ex.MeasuredRun, ...]]:
+    out = {"megatron_2021_table1": megatron_table1_runs()}
+    for name in measured_datasets():
+        out[name] = published_runs(name, skipped=SKIPPED)
+    for s in SKIPPED:
+        print(f"skipped {s}")
+    return out
+
+
+# ----- 1. uncalibrated --------------------------------------------------------------------
+def uncalibrated(data) -> dict:
+    print("1. Uncalibrated: predicted vs published step time (default TrainingParams, estimate)")
+    print(f"{'dataset':20s} {'run':44s} {'published s':>11s} {'predicted s':>11s} {'error':>7s}")
+    rows = []
+    base = TrainingParams()
+    for name, runs in data.items():
+        for r in runs:
+            t = predict(r, base).step_time_s
+            err = t / r.step_time_s - 1
+            rows.append({"dataset": name, "run": r.label, "config": str(r.config),
+                         "published_s": r.step_time_s, "predicted_s": t, "error": err,
+                         "source": r.source})  # fmt: skip
+            print(f"{name:20s} {r.label:44s} {r.step_time_s:>11.3f} {t:>11.3f} {err:>+7.1%}")
+    errs = np.abs([x["error"] for x in rows])
+    summary = {
+        "rows": len(rows), "within_10pct": int((errs <= 0.10).sum()),
+        "median_abs_error": float(np.median(errs)), "worst_abs_error": float(errs.max()),
+        "worst_row": rows[int(errs.argmax())]["run"], "target": "every row within 10%",
+    }  # fmt: skip
+    print(
+        f"   {summary['within_10pct']}/{summary['rows']} within 10%, median |error| "
+        f"{summary['median_abs_error']:.1%}, worst {summary['worst_abs_error']:.1%} "
+        f"({summary['worst_row']})\n"
+    )
+    return {"rows": rows, "summary": summary}
+
+
+# ----- 2. out of sample -------------------------------------------------------------------
+def out_of_sample(data) -> dict:
+    print("2. Out of sample: fit on the even rows of a dataset, predict the odd rows")
+    out = {}
+    for name, runs in data.items():
+        if len(runs) < 3:
+            print(f"   {name}: {len(runs)} usable rows, too few to split\n")
+            continue
+        fit, check = runs[0::2], runs[1::2]
+        cal = ex.calibrate(fit, check=check, loo=len(fit) >= 3)
+        print(f"   {name}: fitted {', '.join(f'{k}={v:.3f}' for k, v in cal.fitted.items())}")
+        print(f"   {'role':5s} {'run':44s} {'published s':>11s} {'before':>7s} {'after':>7s}")
+        for r in cal.table:
+            print(f"   {r.role:5s} {r.run.label:44s} {r.measured_s:>11.3f} "
+                  f"{r.error_before:>+7.1%} {r.error_after:>+7.1%}")  # fmt: skip
+        seen = [r for r in cal.table if r.role == "check"]
+        meas = np.array([model_tflops(r.run, r.measured_s) for r in seen])
+        pred = np.array([model_tflops(r.run, r.after_s) for r in seen])
+        rho = float(spearmanr(meas, pred).statistic) if len(seen) >= 3 else None
+        gap = float(1 - meas[int(pred.argmax())] / meas.max())
+        errs = [abs(r.error_after) for r in seen]
+        res = {
+            "fit_rows": [r.label for r in fit], "check_rows": [r.label for r in check],
+            "fitted": cal.fitted, "at_bounds": list(cal.at_bounds),
+            "check_median_abs_error_before": float(np.median([abs(r.error_before) for r in seen])),
+            "check_median_abs_error_after": float(np.median(errs)),
+            "check_worst_abs_error_after": float(max(errs)),
+            "fit_loo_error": cal.loo_error, "spearman_check": rho,
+            "predicted_best_gap_check": gap, "seconds": cal.seconds,
+        }  # fmt: skip
+        out[name] = res
+        rho_s = "n/a (fewer than 3 check rows)" if rho is None else f"{rho:.2f}"
+        print(
+            f"   check rows: median |error| {res['check_median_abs_error_before']:.1%} before, "
+            f"{res['check_median_abs_error_after']:.1%} after; Spearman {rho_s} (target "
+            f">= 0.8); predicted best measured {gap:.1%} below the best (target 3%); "
+            f"{cal.seconds:.1f} s\n"
+        )
+    return out
+
+
+# ----- 3. recovery ------------------------------------------------------------------------
+TRUTH = {MATMUL: 0.55, "hbm_efficiency": 0.7, "cost.bandwidth_efficiency": 0.6}
+# Layouts whose times weigh matmuls, memory-bound kernels (the 125M model's small hidden
+# size) and links (data- and tensor-parallel traffic) differently, so the three knobs are
+# identifiable.
+LAYOUTS = (
+    ("gpt3-1.3b", P(dp=64), 128, 2048), ("gpt3-1.3b", P(dp=8, tp=8), 64, 2048),
+    ("gpt3-1.3b", P(dp=4, tp=16), 64, 2048), ("gpt3-1.3b", P(dp=16, tp=2, pp=2), 64, 2048),
+    ("gpt3-1.3b", P(dp=32, tp=2), 256, 2048), ("gpt3-1.3b", P(dp=2, tp=8, pp=4), 64, 2048),
+    ("gpt3-125m", P(dp=8), 64, 2048), ("gpt3-125m", P(dp=8, microbatch_size=8), 512, 2048),
+)  # fmt: skip
+
+
+def synthetic(truth: dict, layouts, noise: float, seed: int):
+    params = with_values(TrainingParams(), truth)
+    rng = np.random.default_rng(seed)
+    out = []
+    for model, cfg, gb, seq in layouts:
+        probe = ex.MeasuredRun(model, cfg, "a100-80g", gb, seq, 1.0)
+        t = predict(probe, params).step_time_s * (1 + noise * rng.standard_normal())
+        out.append(ex.MeasuredRun(model, cfg, "a100-80g", gb, seq, t, source=f"synthetic {seed}"))
+    return out
+
+
+def recovery() -> dict:
+    truth = {k: v for k, v in TRUTH.items() if k in float_fields()}
+    print(f"3. Recovery: {len(LAYOUTS)} gpt3-1.3b/125m runs from {truth} + 3% noise, 5 seeds")
+    seeds = []
+    for seed in range(5):
+        cal = ex.calibrate(synthetic(truth, LAYOUTS, 0.03, seed), fit=tuple(truth), loo=False)
+        errs = {k: cal.fitted[k] / v - 1 for k, v in truth.items()}
+        seeds.append({"seed": seed, "fitted": cal.fitted, "relative_error": errs,
+                      "seconds": cal.seconds})  # fmt: skip
+        print(f"   seed {seed}: " + ", ".join(f"{k} {cal.fitted[k]:.3f} ({e:+.1%})"
+                                                for k, e in errs.items()))  # fmt: skip
+    worst = {k: max(abs(s["relative_error"][k]) for s in seeds) for k in truth}
+    ok = all(v <= 0.10 for v in worst.values())
+    print(f"   worst |error| per parameter: "
+          f"{', '.join(f'{k} {v:.1%}' for k, v in worst.items())}; all within 10%: {ok}\n")  # fmt: skip
+    return {"truth": truth, "noise": 0.03, "seeds": seeds, "worst_abs_error": worst,
+            "all_within_10pct": ok}  # fmt: skip
+
+
+# ----- 4. speed ---------------------------------------------------------------------------
+def speed() -> dict:
+    print("4. Speed (wall seconds, this machine)")
+    layouts = []
+    for dp, tp, pp in ((64, 1, 1), (32, 2, 1), (16, 4, 1), (8, 8, 1), (4, 16, 1), (16, 2, 2),
+                       (8, 4, 2), (4, 8, 2), (2, 8, 4), (8, 2, 4)):  # fmt: skip
+        for mb in (1, 2):
+            layouts.append(("gpt3-1.3b", P(dp=dp, tp=tp, pp=pp, microbatch_size=mb), 256, 2048))
+    truth = {MATMUL: 0.55, "cost.bandwidth_efficiency": 0.6}
+    runs = synthetic(truth, layouts, 0.03, 0)
+    t0 = time.perf_counter()
+    cal = ex.calibrate(runs, fit=tuple(truth), loo=False)
+    fit_s = time.perf_counter() - t0
+    # Knobs outside CostParams leave the operator search's memo valid: only kernel times
+    # are recomputed per evaluation.
+    kernel_knobs = tuple(k for k in (MATMUL, "hbm_efficiency") if not k.startswith("cost."))
+    kernel_s = None
+    if len(kernel_knobs) == 2:
+        runs_k = synthetic({MATMUL: 0.55, "hbm_efficiency": 0.7}, layouts, 0.03, 0)
+        t0 = time.perf_counter()
+        cal_k = ex.calibrate(runs_k, fit=kernel_knobs, loo=False)
+        kernel_s = time.perf_counter() - t0
+        print(
+            f"   calibrate, 20 runs, {' + '.join(kernel_knobs)}: {kernel_s:.1f} s "
+            f"({cal_k.evaluations} evaluations; target 2 s)"
+        )
+    t0 = time.perf_counter()
+    cal_loo = ex.calibrate(runs, fit=tuple(truth), loo=True)
+    loo_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = ex.plan_training("gpt3-175b", 1024, "a100-80g", 1536, 2048, params=cal.params)
+    plan_s = time.perf_counter() - t0
+    print(
+        f"   calibrate, 20 runs, 2 knobs: {fit_s:.1f} s ({cal.evaluations} step-model "
+        f"evaluations; target 2 s); with leave-one-out: {loo_s:.1f} s"
+    )
+    print(
+        f"   plan_training gpt3-175b on 1024 a100-80g with the fitted params: {plan_s:.1f} s "
+        f"(target 5 s) -> {plan.config}\n"
+    )
+    return {"calibrate_20_runs_s": fit_s, "calibrate_20_runs_evaluations": cal.evaluations,
+            "calibrate_20_runs_with_loo_s": loo_s, "calibrate_20_runs_kernel_knobs_s": kernel_s, "loo_error": cal_loo.loo_error,
+            "plan_training_gpt3_175b_1024_s": plan_s, "targets_s": {"calibrate": 2,
+            "plan_training": 5}}  # fmt: skip
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    data = datasets()
+    result = {
+        "datasets": {k: [r.source for r in v] for k, v in data.items()},
+        "skipped_rows": SKIPPED,
+        "uncalibrated": uncalibrated(data),
+        "out_of_sample": out_of_sample(data),
+        "recovery": recovery(),
+        "speed": speed(),
+    }
+    result["total_s"] = time.perf_counter() - t0
+    OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
+    print(f"wrote {OUT} ({result['total_s']:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
