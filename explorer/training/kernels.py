@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from ..hardware import Chip, Mesh
 from ..ir import Graph, OpGroup
 from ..ir.signature import parse
-from ..memo import memoize
+from ..memo import Memo
 
 if TYPE_CHECKING:
     from ..search.plan import ShardingPlan
@@ -318,16 +318,6 @@ def attention_s(
 def part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartTimes:
     """Forward and backward kernel seconds of one part (`OpShape` list) for one
     microbatch, the attention core's forward, and the kernels launched."""
-    return _part_times(ops, chip, _knobs(p))
-
-
-def _knobs(p: TrainingParams) -> TrainingParams:
-    # The memo key holds only what kernel times read, so other knobs share entries.
-    return replace(type(p)(), **{f: getattr(p, f) for f in KERNEL_FIELDS})
-
-
-@memoize(maxsize=4096, name="training.part_times")
-def _part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartTimes:
     fwd = bwd = core_f = 0.0
     nf = nb = 0
     flash = p.flash_attention and any(o.core and o.kind == "gemm" for o in ops)
@@ -375,9 +365,25 @@ def timed_costs(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
     """``costs`` with each part's compute times (``forward_s``, ``backward_s``,
     ``recompute_selective_s``) from the kernel model; communication and sizes kept.
     ``p.kernel_model == "flat"`` returns ``costs`` unchanged (the operator search's flat
-    fraction of peak)."""
+    fraction of peak). Memoized on the costs object (`stage_costs` serves the same one for
+    the same search), the chip and the values of `KERNEL_FIELDS`."""
     if p.kernel_model == "flat":
         return costs
+    knobs = tuple(getattr(p, f) for f in KERNEL_FIELDS)
+    # Keyed by identity: each entry keeps its ``costs`` alive, so no other object can take
+    # that id while the entry exists (hashing the kernel lists would cost more than timing
+    # them). The entry holds the costs it was made from, checked on every hit.
+    key = (id(costs), chip, knobs)
+    held, out = _TIMED.get(key, lambda: (costs, _timed_all(costs, chip, p)))
+    if held is not costs:  # pragma: no cover - unreachable while entries hold their costs
+        return _timed_all(costs, chip, p)
+    return out
+
+
+_TIMED: Memo[tuple] = Memo("training.timed_costs", maxsize=4096)
+
+
+def _timed_all(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
     return replace(
         costs,
         layer=_timed(costs.layer, chip, p),

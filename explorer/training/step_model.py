@@ -32,11 +32,13 @@ __all__ = ["TrainingParams", "CALIBRATED_COST", "COMM_KINDS", "StepModel", "expo
 
 COMM_KINDS = ("tp", "pp", "dp", "zero", "ep", "cp")
 
-# The training model's default operator costs: 65% of peak for the searched contractions
-# (a large bf16 GEMM on an A100 reaches 70-80%; the rest covers kernel launches and small
-# shapes) and 80% of link and HBM bandwidth. Chosen once so that the ten rows of
-# Narayanan et al. 2021, Table 1 are predicted within 6% (worst row 5.1%), the same values
-# for every row (explorer.training.published; bench/training.py prints the table).
+# The operator search's costs in the training model: 65% of peak for contractions and 80%
+# of link and HBM bandwidth. With ``kernel_model="shape"`` (the default) they choose each
+# op's layout and price collectives (bandwidth_efficiency); compute times come from
+# `kernels` (matmul_efficiency_cap 0.65 on full waves of tiles, hbm_efficiency 0.8), set
+# once so that the ten rows of Narayanan et al. 2021, Table 1 stay within 5% (worst row
+# 4.7%; bench/training.py prints the table). ``kernel_model="flat"`` times compute with
+# compute_efficiency alone (worst row 5.1%).
 CALIBRATED_COST = CostParams(compute_efficiency=0.65, bandwidth_efficiency=0.8)
 
 
@@ -243,8 +245,9 @@ class StepModel:
         return recompute.layer_policies(self.par.recompute, n_layers, n_full)
 
     # --- times per part ---------------------------------------------------------------
-    def stage_segments(self, part: StagePartition, g: int, n_full: int | None):
-        """(forward segments, backward segments) of stage ``g`` for one microbatch."""
+    def stage_compute_s(self, part: StagePartition, g: int) -> tuple[float, float]:
+        """(forward, backward) compute seconds of stage ``g`` for one microbatch: its
+        parts' kernels plus ``microbatch_overhead_s`` each way."""
         c = self.costs
         n = part.layers(g)
         fwd = n * c.layer.forward_s
@@ -253,8 +256,13 @@ class StepModel:
             if has:
                 fwd += P.forward_s
                 bwd += P.backward_s
-        fwd += self.tparams.microbatch_overhead_s
-        bwd += self.tparams.microbatch_overhead_s
+        over = self.tparams.microbatch_overhead_s
+        return fwd + over, bwd + over
+
+    def stage_segments(self, part: StagePartition, g: int, n_full: int | None):
+        """(forward segments, backward segments) of stage ``g`` for one microbatch."""
+        n = part.layers(g)
+        fwd, bwd = self.stage_compute_s(part, g)
         tpf, tpb = tp.stage_comm_s(self, part, g)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
@@ -286,8 +294,9 @@ class StepModel:
         total = 0.0
         for c in range(self.par.virtual_stages):
             g = c * self.par.pp + d
-            _, b = self.stage_segments(part, g, n_full)
-            total += sum(x for k, x in b if k in ("compute-backward", "recompute"))
+            total += self.stage_compute_s(part, g)[1] + recompute.layers_s(
+                self, part.layers(g), n_full
+            )
         return total
 
     def tail(self, params: float, backward_window_s: float = 0.0) -> list[tuple[str, float]]:
