@@ -1,5 +1,12 @@
-"""The executor of compiled graphs: a flat list of (kernel, input slots, output slot) run
-over one reused slot list, with the memory plan's buffers allocated once.
+"""The executor of compiled graphs: each step a kernel chosen at compile time, with the
+memory plan's buffers allocated once, run as one generated Python function.
+
+``Program.run`` calls the *precompiled plan*: straight-line Python source, made once per
+program, with one line per kernel call (``v7 = k3(v2, v5, out=b7)``): no per-op loop, no
+slot lists or dict lookups, and a ``del`` after each value's last use, so a temporary that
+no buffer holds is freed as soon as it is dead. Traced runs (``explorer.trace.record``)
+take the interpreter (``run_interpreted``), which records one event per kernel; both run
+the same kernels on the same buffers.
 
 >>> import explorer as ex, numpy as np
 >>> b = ex.GraphBuilder("g"); x = b.input("x", (2, 3))
@@ -18,6 +25,7 @@ import numpy as np
 from .. import trace as _trace
 from ..ir import Graph
 from ..ir.ops_tensor import Subgraph
+from .errors import CompilerError
 from .kernels import make_kernel
 from .passes.memory_plan import MemoryPlan, plan_memory
 
@@ -25,9 +33,10 @@ __all__ = ["Program"]
 
 
 class Program:
-    """A graph made ready to run: kernels chosen, buffers allocated, slots numbered.
+    """A graph made ready to run: kernels chosen, buffers allocated, the plan generated.
 
-    ``run(feeds)`` takes the arrays of the graph's inputs then parameters, in graph order.
+    ``run(feeds)`` takes the arrays of the graph's inputs then parameters, in graph order;
+    ``source`` is the plan's Python source.
     """
 
     def __init__(self, graph: Graph, plan: MemoryPlan | None = None) -> None:
@@ -43,82 +52,129 @@ class Program:
             for name, b in plan.buffer_of:
                 t = graph.node(name).type
                 views[name] = self.buffers[b][: t.nbytes].view(t.dtype.numpy).reshape(t.shape)
+        # a step: (kernel, input slots, output slots, preallocated out or None); a cond or
+        # loop group is one step writing all its members' slots
         self.steps: list[tuple] = []
         self.meta: list[tuple] = []  # (name, op, shapes, flops, bytes, replaced) per step
+        self.constants: dict[int, np.ndarray] = {}
         done_groups: set[str] = set()
         for n in graph.nodes:
             s = slot[n.name]
             if n.op == "constant":
-                self.env[s] = n.attr("value").array
+                self.env[s] = self.constants[s] = n.attr("value").array
                 continue
             if n.op in ("input", "param"):
                 continue
             in_types = graph.input_types(n.name)
             ins = tuple(slot[a] for a in n.inputs)
+            out = None
             if n.op in ("cond", "loop"):
                 group = n.attr("group")
                 if group in done_groups:
                     continue
                 done_groups.add(group)
-                members = [(m.attr("index"), slot[m.name]) for m in graph.nodes
-                           if m.op == n.op and m.attr("group") == group]  # fmt: skip
-                fn = _control_kernel(n, members, self.env)
+                members = sorted((m.attr("index"), slot[m.name]) for m in graph.nodes
+                                 if m.op == n.op and m.attr("group") == group)  # fmt: skip
+                fn = _control_kernel(n, tuple(i for i, _ in members))
+                outs = tuple(s for _, s in members)
             else:
-                k = make_kernel(n, in_types)
+                fn = make_kernel(n, in_types)
                 out = views.get(n.name)
-                fn = k if out is None else _bind_out(k, out)
-            self.steps.append((fn, ins, s))
+                outs = (s,)
+            self.steps.append((fn, ins, outs, out))
             replaced = n.attr("ops", ()) if n.op in ("fused", "masked_softmax") else ()
+            replaced = n.attr("ops", ()) if n.op == "generated" else replaced
             nbytes = 0 if n.name in views else n.type.nbytes
             self.meta.append((n.name, n.op, tuple(t.shape for t in in_types) + (n.type.shape,),
                               graph.node_flops(n.name), nbytes, tuple(replaced)))  # fmt: skip
         self.out_slots = [slot[o] for o in graph.outputs]
         self.persistent_bytes = sum(b.nbytes for b in self.buffers)
         self._clear = [i for i, n in enumerate(graph.nodes) if n.op != "constant"]
+        self.source, self._plan = self._generate()
+
+    def _generate(self) -> tuple[str, object]:
+        """The plan: one Python function calling the kernels in order."""
+        ns: dict[str, object] = {}
+
+        def ref(s: int) -> str:
+            if s in self.constants:
+                ns[f"c{s}"] = self.constants[s]
+                return f"c{s}"
+            return f"v{s}"
+
+        last: dict[int, int] = {}
+        for j, (_, ins, _, _) in enumerate(self.steps):
+            for s in ins:
+                last[s] = j
+        keep = set(self.out_slots) | set(self.constants)
+        params = [f"v{s}" for s in self.feed_slots]
+        lines = [f"def plan({', '.join(params)}):"]
+        for j, (fn, ins, outs, out) in enumerate(self.steps):
+            ns[f"k{j}"] = fn
+            args = [ref(s) for s in ins]
+            if out is not None:
+                ns[f"b{j}"] = out
+                args.append(f"out=b{j}")
+            target = ", ".join(f"v{s}" for s in outs) + ("," if len(outs) > 1 else "")
+            lines.append(f"    {target} = k{j}({', '.join(args)})")
+            dead = sorted({s for s in ins if last[s] == j and s not in keep})
+            dead += [s for s in outs if s not in last and s not in keep]  # never read
+            if dead:
+                lines.append(f"    del {', '.join(f'v{s}' for s in dead)}")
+        lines.append(f"    return [{', '.join(ref(s) for s in self.out_slots)}]")
+        source = "\n".join(lines) + "\n"
+        exec(compile(source, f"<plan of {self.graph.name}>", "exec"), ns)  # noqa: S102
+        return source, ns["plan"]
 
     def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        if len(feeds) != len(self.feed_slots):
+            raise CompilerError(
+                f"program {self.graph.name!r} takes {len(self.feed_slots)} arrays "
+                f"({', '.join(self.feed_names)}), got {len(feeds)}; pass the inputs then the "
+                "parameters in graph order"
+            )
+        if _trace.active() is None:
+            return self._plan(*feeds)
+        return self.run_interpreted(feeds)
+
+    def run_interpreted(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The steps one by one over the slot list (recording kernel events when a trace is
+        being recorded): the reference the plan is tested against."""
         env = self.env
         for s, a in zip(self.feed_slots, feeds, strict=True):
             env[s] = a
         rec = _trace.active()
-        if rec is None:
-            for fn, ins, o in self.steps:
-                env[o] = fn(*[env[i] for i in ins])
-        else:
-            self._run_traced(rec)
+        live = self.persistent_bytes
+        for (fn, ins, outs, out), (name, op, shapes, flops, nbytes, replaced) in zip(
+            self.steps, self.meta, strict=True
+        ):
+            t0 = time.perf_counter()
+            args = [env[i] for i in ins]
+            res = fn(*args) if out is None else fn(*args, out=out)
+            t1 = time.perf_counter()
+            if len(outs) == 1:
+                env[outs[0]] = res
+            else:
+                for s, v in zip(outs, res, strict=True):
+                    env[s] = v
+            if rec is not None:
+                live += nbytes
+                rec.add(_trace.TraceEvent(op, "kernel", (t0 - rec.t0) * 1e6, (t1 - t0) * 1e6,
+                                          shapes, nbytes, flops, live, replaced, name))  # fmt: skip
         outs = [env[s] for s in self.out_slots]
         for s in self._clear:  # drop references so the caller's arrays can be freed
             env[s] = None
         return outs
-
-    def _run_traced(self, rec) -> None:
-        env = self.env
-        live = self.persistent_bytes
-        for (fn, ins, o), (name, op, shapes, flops, nbytes, replaced) in zip(
-            self.steps, self.meta, strict=True
-        ):
-            t0 = time.perf_counter()
-            env[o] = fn(*[env[i] for i in ins])
-            t1 = time.perf_counter()
-            live += nbytes
-            rec.add(_trace.TraceEvent(op, "kernel", (t0 - rec.t0) * 1e6, (t1 - t0) * 1e6,
-                                      shapes, nbytes, flops, live, replaced, name))  # fmt: skip
-
-
-def _bind_out(k, out: np.ndarray):
-    def run(*xs):
-        return k(*xs, out=out)
-
-    return run
 
 
 def _sub_program(sub: Subgraph) -> Program:
     return Program(sub.graph, plan_memory(sub.graph))
 
 
-def _control_kernel(node, members: list[tuple[int, int]], env: list):
-    """One step for all outputs of a cond/loop group: runs the body once per call and
-    writes every member's slot."""
+def _control_kernel(node, picked: tuple[int, ...]):
+    """One step for all outputs of a cond/loop group (the members left after DCE, whose
+    output indices are ``picked``): runs the body once per call and returns their values
+    (one array for one member, else a tuple)."""
     attrs = dict(node.attrs)
     if node.op == "cond":
         progs = (_sub_program(attrs["then_"]), _sub_program(attrs["else_"]))
@@ -127,9 +183,7 @@ def _control_kernel(node, members: list[tuple[int, int]], env: list):
         def k_cond(pred, *args):
             which = 0 if bool(np.asarray(pred)) else 1
             outs = progs[which].run([args[i] for i in picks[which]])
-            for idx, s in members:
-                env[s] = outs[idx]
-            return outs[attrs["index"]]
+            return outs[picked[0]] if len(picked) == 1 else tuple(outs[i] for i in picked)
 
         return k_cond
     cond_p, body_p = _sub_program(attrs["cond"]), _sub_program(attrs["body"])
@@ -150,8 +204,6 @@ def _control_kernel(node, members: list[tuple[int, int]], env: list):
             state = [np.array(v, copy=True) for v in body_p.run([full[i] for i in ba])]
         else:
             raise RuntimeError(f"loop %{node.name} ran past max_iter={max_iter}")
-        for idx, s in members:
-            env[s] = state[idx]
-        return state[attrs["index"]]
+        return state[picked[0]] if len(picked) == 1 else tuple(state[i] for i in picked)
 
     return k_loop

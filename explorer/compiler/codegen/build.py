@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import CompilerError
 
-__all__ = ["numba_available", "load", "elementwise_kernel", "rows_kernel", "cache_dir",
+__all__ = ["numba_available", "numba_threads", "load", "elementwise_kernel", "rows_kernel", "cache_dir",
            "compile_seconds", "KernelBuildError"]  # fmt: skip
 
 _LOCK = threading.Lock()  # guards the tables below
@@ -45,6 +45,13 @@ def numba_available() -> bool:
     if os.environ.get("EXPLORER_NO_NUMBA", "") not in ("", "0"):
         return False
     return importlib.util.find_spec("numba") is not None
+
+
+def numba_threads() -> int:
+    """Threads a parallel kernel runs on (numba's ``NUMBA_NUM_THREADS``; imports numba)."""
+    import numba  # optional dependency: only when the numba backend is asked for
+
+    return int(numba.config.NUMBA_NUM_THREADS)
 
 
 def cache_dir() -> Path:

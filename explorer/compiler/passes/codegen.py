@@ -18,7 +18,7 @@ import dataclasses
 
 from ...ir import DType, Graph, Node, TensorType
 from ...ir.node import freeze_attrs
-from ..codegen.build import numba_available
+from ..codegen.build import numba_available, numba_threads
 from ..codegen.cost import Choice, choose
 from ..codegen.op import GENERATED
 from ..codegen.source import (
@@ -77,6 +77,7 @@ def codegen(graph: Graph, numba_ok: bool | None = None) -> tuple[Graph, list[Rew
     the numpy fallback for every region, as on a machine without numba.
     """
     ok = numba_available() if numba_ok is None else numba_ok
+    threads = numba_threads() if ok else 1
     new_nodes: list[Node] = []
     made: list[tuple[str, Choice, str]] = []
     kept: list[tuple[str, str]] = []
@@ -86,7 +87,7 @@ def codegen(graph: Graph, numba_ok: bool | None = None) -> tuple[Graph, list[Rew
             new_nodes.append(n)
             continue
         n_ops = len(n.attr("ops", ())) if kind == "elementwise" else _ROW_OPS[kind]
-        choice = choose(kind, n.type.numel, n_ops, ok)  # type: ignore[arg-type]
+        choice = choose(kind, n.type.numel, n_ops, ok, threads)  # type: ignore[arg-type]
         if choice.backend == "numpy":
             kept.append((n.name, choice.reason))
             new_nodes.append(n)
