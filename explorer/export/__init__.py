@@ -16,7 +16,7 @@ from .compare import Comparison, compare, predicted_collectives, predicted_gradi
 from .dtensor_export import DTensorPlan, ModuleStyle, to_dtensor
 from .errors import ExportError
 from .hlo import HloCollective, collectives, groups_to_axes, parse_replica_groups
-from .jax_export import JAX_OPS, JaxProgram, to_jax
+from .jax_export import JAX_OPS, JaxProgram, stage_mesh, to_jax
 from .launch_args import deepspeed_args, deepspeed_config, launch_command, megatron_args
 from .megatron import megatron_assignment
 from .mindspore_export import MindSporeExport, to_mindspore
@@ -26,5 +26,5 @@ __all__ = [
     "HloCollective", "parse_replica_groups", "groups_to_axes", "compare", "Comparison",
     "predicted_collectives", "predicted_gradient_collectives", "to_dtensor", "DTensorPlan",
     "ModuleStyle", "to_mindspore", "MindSporeExport", "megatron_args", "deepspeed_config",
-    "deepspeed_args", "launch_command",
+    "deepspeed_args", "launch_command", "stage_mesh",
 ]  # fmt: skip

@@ -10,6 +10,12 @@ is not pinned (JAX has no partial layout); its consumer's pin makes XLA reduce i
 Ops run as ``jax.numpy`` versions of the graph's numpy kernels (`JAX_OPS`); the MoE ops
 (data-dependent slots) are not exported.
 
+Context parallelism: `stage_mesh` gives a ParallelConfig's ``dp x cp x tp`` mesh, and
+`megatron_assignment` on a mesh with a ``cp`` axis splits the sequence dim of every
+activation over it (``PartitionSpec("dp", "cp", "tp")`` for ``[batch, seq, features]``);
+the attention reads K and V whole on the sequence, so XLA all-gathers them over ``cp``
+(Llama 3's all-gather exchange; the ring exchange has no SPMD form to pin).
+
 Needs the ``jax`` extra (``pip install .[jax]``); the CPU backend gives 8 devices with
 ``XLA_FLAGS=--xla_force_host_platform_device_count=8`` set before jax is imported.
 """
@@ -31,7 +37,23 @@ from ..sharding import Layout, Strategy, assign, random_inputs
 from ..sharding.verify import predicted_bytes
 from .errors import ExportError, require
 
-__all__ = ["JaxProgram", "to_jax", "JAX_OPS", "resolve_model", "resolve_assignment"]
+__all__ = ["JaxProgram", "to_jax", "JAX_OPS", "resolve_model", "resolve_assignment", "stage_mesh"]
+
+
+def stage_mesh(plan, hardware=None) -> Mesh:
+    """The mesh of one pipeline stage of a ParallelConfig (or TrainingPlan): axes ``dp``,
+    ``cp`` (when > 1, Llama 3's order: tp innermost, then cp) and ``tp``, the names
+    `megatron_assignment` reads.
+
+    >>> from explorer.training import ParallelConfig
+    >>> print(stage_mesh(ParallelConfig(dp=2, tp=2, pp=4, cp=2)))
+    Mesh(dp=2, cp=2, tp=2)
+    """
+    config = getattr(plan, "config", plan)
+    if not hasattr(config, "cp") or not hasattr(config, "tp"):
+        raise ExportError(f"expected a ParallelConfig or a TrainingPlan, got {type(plan).__name__}")
+    axes = {"dp": config.dp} | ({"cp": config.cp} if config.cp > 1 else {}) | {"tp": config.tp}
+    return Mesh(axes, hardware=hardware)
 
 
 def resolve_model(model, batch: int | None, seq: int | None) -> Graph:

@@ -73,6 +73,9 @@ def megatron_args(plan, *, model: ModelConfig | str | None = None,
         args.append("--sequence-parallel")
     if c.ep > 1:
         args += ["--expert-model-parallel-size", str(c.ep)]
+    if c.cp > 1:  # Megatron-LM's names: allgather (Llama 3's exchange) or p2p (ring)
+        kind = "allgather" if c.cp_kv_exchange == "all_gather" else "p2p"
+        args += ["--context-parallel-size", str(c.cp), "--cp-comm-type", kind]
     if c.schedule == "interleaved_1f1b":
         if cfg is None:
             raise ExportError("the interleaved schedule needs model=... to count layers per "

@@ -10,6 +10,11 @@ all-gather of the same total bytes. ``dp`` splits the batch of every op that has
 The embedding stays replicated over ``tp``; the output head is vocabulary-parallel (the
 logits split on the vocabulary, Megatron's parallel cross-entropy).
 
+Context parallel (Llama 3's CP, an axis ``cp`` in the mesh): every activation's (query)
+sequence dim is split over ``cp`` as well; the attention scores read the keys, and the
+context the values, whole on their sequence, so K and V are all-gathered over ``cp``
+(Llama 3's all-gather exchange) and the loss's mean is completed by a reduction over ``cp``.
+
 >>> import explorer as ex
 >>> cfg = ex.models.ModelConfig(name="t", arch="decoder", hidden_size=64, num_layers=1,
 ...                             num_heads=4, vocab_size=128, max_seq_len=16, dtype="fp32")
@@ -41,6 +46,8 @@ _LAST_DIM = frozenset({"q_bias", "k_bias", "v_bias", "fc1_bias", "gate_bias", "u
 _HEADS_IN = frozenset({"q_heads", "k_heads", "v_heads", "merge_heads"})  # dim 2 of the input
 _HEADS_SECOND = frozenset({"scale", "mask", "probs", "probs_dropout", "context"})  # input dim 1
 _VOCAB = frozenset({"logits", "token_loss"})
+# attention-core outputs [..., query s, key t]: the query sequence is the second-last dim
+_SCORES = frozenset({"scores"}) | _HEADS_SECOND - {"context"}
 
 
 def _letters(graph: Graph, node: str) -> tuple[tuple[str, ...], str]:
@@ -65,9 +72,21 @@ def _tp_letter(local: str, ins: tuple[str, ...], out: str, scope: str) -> str | 
     return None
 
 
+def _seq_letter(local: str, ins: tuple[str, ...], out: str) -> str | None:
+    """The letter of an op's (query) sequence dim: ``[b, s, ...]`` tensors, the second-last
+    dim of attention scores, the input's for the scalar loss; None for weights."""
+    if local in _SCORES:
+        return out[-2]
+    if len(out) >= 2:
+        return out[1]
+    if not out and ins and len(ins[0]) >= 2:
+        return ins[0][1]
+    return None
+
+
 def megatron_assignment(
     graph: Graph, mesh: Mesh, *, tp: str = "tp", dp: str | None = "dp",
-    sequence_parallel: bool = False,
+    sequence_parallel: bool = False, cp: str | None = "cp",
 ) -> dict[str, Strategy]:  # fmt: skip
     """The Megatron-LM plan of a graph from `explorer.models.build` (or a layer built with
     `explorer.models.layers`) as ``{node: Strategy}``.
@@ -78,6 +97,8 @@ def megatron_assignment(
         mesh: a mesh with axis ``tp`` (and ``dp`` unless ``dp`` is None or absent).
         sequence_parallel: also split norms, residuals and the biases after row-parallel
             matmuls on the sequence over ``tp``.
+        cp: the context-parallel axis, used when the mesh has it with size > 1: every
+            activation's sequence is split over it (outside ``tp``'s sequence split).
 
     Raises `ExportError` when a node cannot take its Megatron split (a head count not
     divisible by ``tp``, say), naming the node and the strategies it has.
@@ -85,6 +106,7 @@ def megatron_assignment(
     if tp not in mesh.axis_names:
         raise ExportError(f"mesh {mesh} has no axis {tp!r} for tensor parallelism; pass tp=...")
     use_dp = dp is not None and dp in mesh.axis_names and mesh.axis_size(dp) > 1
+    use_cp = cp is not None and cp in mesh.axis_names and mesh.axis_size(cp) > 1
     names: dict[str, str] = {}
     for n in graph.ops:
         local = n.name.rsplit(".", 1)[-1]
@@ -100,12 +122,15 @@ def megatron_assignment(
                 letter = ins[0][1]  # [b, s, h]: the sequence
         if letter is not None:
             want[letter] = want.get(letter, ()) + (tp,)
+        seq = _seq_letter(local, ins, out) if use_cp and has_batch else None
+        if seq is not None:
+            want[seq] = (cp,) + want.get(seq, ())
         names[n.name] = _strategy_name(graph, mesh, n.name, want)
     if sequence_parallel:
         for n in graph.inputs:  # a layer's own [b, s, h] input arrives split on s
             if n.type.rank == 3 and n.type.dtype.is_float:
                 want = {"a": (dp,)} if use_dp else {}
-                want["b"] = (tp,)
+                want["b"] = ((cp,) if use_cp else ()) + (tp,)
                 names[n.name] = _strategy_name(graph, mesh, n.name, want)
     return assign(graph, mesh, names)
 

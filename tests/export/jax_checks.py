@@ -93,6 +93,13 @@ def main(out_path: str) -> None:
     prog = to_jax(llama, megatron_assignment(ex.models.build(llama, 2, 8), MESH), MESH,
                   batch=2, seq=8)  # fmt: skip
     results["llama_like"] = {"errors": _errors(prog), "forward": _cmp(prog.compare())}
+    # Llama 3's context parallelism: every activation's sequence also split over cp
+    cp_mesh = ex.Mesh({"dp": 2, "cp": 2, "tp": 2})
+    for name, sp in (("context_parallel_llama", False), ("context_parallel_sp_llama", True)):
+        g = ex.models.build(llama, 2, 8)
+        prog = to_jax(g, megatron_assignment(g, cp_mesh, sequence_parallel=sp), cp_mesh)
+        results[name] = {"errors": _errors(prog), "forward": _cmp(prog.compare()),
+                         "q_spec": list(prog.specs["layers.0.attn.q"])}  # fmt: skip
     bf16 = dataclasses.replace(GPT, dtype="bf16")
     prog = to_jax(bf16, megatron_assignment(ex.models.build(bf16, 2, 8), MESH), MESH,
                   batch=2, seq=8)  # fmt: skip

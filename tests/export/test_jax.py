@@ -41,7 +41,8 @@ def test_eight_forced_host_devices(runs):
 @pytest.mark.parametrize("name", ["megatron_layer", "sequence_parallel_layer",
                                   "data_parallel_layer", "megatron_gpt",
                                   "sequence_parallel_gpt", "searched_layer",
-                                  "llama_like"])  # fmt: skip
+                                  "llama_like", "context_parallel_llama",
+                                  "context_parallel_sp_llama"])  # fmt: skip
 def test_sharded_outputs_equal_the_unsharded_run(runs, name):
     for out, e in runs[name]["errors"].items():
         # fp32 with another summation order (other local matmul shapes pick other CPU
@@ -107,3 +108,21 @@ def test_bf16_runs_and_xla_reduces_in_fp32(runs):
     misses = sorted(b for k, a, b in _rows(fwd, "miss") if b > 1000)
     extras = sorted(b for k, a, b in _rows(fwd, "extra") if b > 1000)
     assert misses == [1536.0] * 4 and extras == [3072.0] * 4, fwd["table"]
+
+
+@pytest.mark.parametrize("name", ["context_parallel_llama", "context_parallel_sp_llama"])
+def test_context_parallel_all_gathers_keys_and_values_over_cp(runs, name):
+    run = runs[name]
+    assert run["q_spec"] == ["dp", "cp", "tp"]  # [batch, sequence, features]
+    fwd = run["forward"]
+    # K and V of one layer, gathered whole on the sequence: batch 2/dp, seq 8, kv heads
+    # 4/tp, head 8, fp32; a ring all-gather sends (cp - 1)/cp of it
+    gathered = (2 // 2) * 8 * (4 // 2) * 8 * 4
+    assert [r for r in _rows(fwd, "match") if r[1] == "cp"] == [
+        ("all-gather", "cp", gathered / 2)
+    ] * 2, fwd["table"]
+    # the loss's mean over (cp, dp) is one all-reduce in the plan (2 x 3/4 x 4 B), one per
+    # axis in XLA (2 x 1/2 x 4 B each); every other byte is matched
+    assert _rows(fwd, "miss") == [("all-reduce", "cp,dp", 6.0)], fwd["table"]
+    assert sorted(r[1:] for r in _rows(fwd, "extra")) == [("cp", 4.0), ("dp", 4.0)]
+    assert fwd["predicted_bytes"] - 6.0 == fwd["observed_bytes"] - 8.0

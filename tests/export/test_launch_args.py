@@ -84,3 +84,14 @@ def test_errors_name_the_fix():
         deepspeed_config(ex.ParallelConfig(dp=2, pp=2, zero=3), global_batch=8)
     with pytest.raises(ExportError, match="ParallelConfig or a TrainingPlan"):
         megatron_args({"tp": 2})
+
+
+@pytest.mark.parametrize("exchange, kind", [("all_gather", "allgather"), ("ring", "p2p")])
+def test_megatron_args_context_parallel(exchange, kind):
+    # Llama 3 405B at 128K (Table 4): TP8 CP16 PP16 DP8
+    c = ex.ParallelConfig(dp=8, tp=8, pp=16, cp=16, sp=True, cp_kv_exchange=exchange)
+    got = " ".join(megatron_args(c))
+    assert f"--context-parallel-size 16 --cp-comm-type {kind}" in got
+    assert "context-parallel" not in " ".join(
+        megatron_args(c.replace(cp=1, cp_kv_exchange="all_gather"))
+    )
