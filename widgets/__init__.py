@@ -26,6 +26,7 @@ MemoryView: memory per stage against capacity; ScalingView: throughput vs device
 
 from .base import View
 from .busy import busy
+from .calibration_view import CalibrationView
 from .coalesce import Coalescer
 from .cost_tuner import CostTuner
 from .errors import ErrorPane
@@ -46,4 +47,5 @@ __all__ = [
     "StrategyExplorer", "GraphView", "MeshView", "CostTuner", "TraceCompare", "PipelineView",
     "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
     "ErrorPane", "Coalescer", "Progress", "busy", "figure_box", "ParallelismLesson",
+    "CalibrationView",
 ]  # fmt: skip
