@@ -5,6 +5,12 @@ bytes sent per device), memory and compute. They read the `StepModel` they are g
 (``s.cfg``, ``s.par``, ``s.costs``, ``s.mesh``, ``s.tparams``, ``s.collective_s``) and never
 each other's private state, so a change to ZeRO is a change to ``zero.py`` alone.
 
+Every collective's seconds come from ``s.collective_s`` -> `Mesh.collective_time` on the
+cluster's link levels (`explorer.hardware.levels`): the slowest level the ring crosses
+(NVLink, leaf/rail, spine with its oversubscription), its links shared by the rings of every
+group running the same collective (eight dp rings leaving a TP-8 node share its NICs). The
+mesh orders devices ``pp, dp, ep, cp, tp`` (tp innermost, filling an NVLink domain first).
+
 - ``tp``: tensor-parallel parameter split, the searched per-layer collectives, their bytes.
 - ``pp``: stage-to-stage transfers, the tied head copy on the last stage.
 - ``dp``: the data-parallel gradient reduction.
