@@ -3,8 +3,8 @@
 A test that is a Python value runs as plain Python (so branches on Python values are
 resolved at compile time); a test that is a traced tensor becomes ``cond`` or ``loop``
 nodes whose bodies are traced into subgraphs. While a gradient tape is recording, a tensor
-``if`` is lowered to a select (both branches and ``where``) so that it stays
-differentiable. ``while_`` (a Python loop, a ``loop`` node, or a differentiable one) is in
+``if`` stays a ``cond`` and its gradient is another ``cond`` that differentiates the branch
+the test picks (``_differentiable_if``): neither pass runs both branches. ``while_`` (a Python loop, a ``loop`` node, or a differentiable one) is in
 ``loop_grad``, the layer above, because its gradient loop is built from ``loop``.
 """
 
@@ -19,9 +19,10 @@ import numpy as np
 
 from ...ir.ops_tensor import Subgraph
 from .. import functional as F
+from ..autodiff import VJP, Tape, backward
 from ..errors import JitSyntaxError, ShapeError, SourceLocation, user_location
 from ..tensor import Tensor
-from ..trace_stack import capturing, tapes, tracing
+from ..trace_stack import capturing, no_tapes, tapes, tracing
 from .capture import Tracer
 
 __all__ = ["ld", "if_", "loop", "as_tensor", "is_symbolic", "UNDEFINED"]
@@ -95,18 +96,15 @@ def if_(test: Any, then_fn, else_fn, init: tuple, names: tuple[str, ...], line: 
             f"`if` on a tensor of shape {test.shape} (needs one value); use F.where for an "
             "elementwise choice", _loc(line),
         )  # fmt: skip
+    if tapes():
+        return _differentiable_if(test, then_fn, else_fn, init, names, line)
+    return _cond(test, then_fn, else_fn, init, names, line)[0]
+
+
+def _cond(test: Tensor, then_fn, else_fn, init: tuple, names: tuple[str, ...], line: int):
+    """``cond`` nodes for an ``if`` on a tensor: (the values after the if, the outer
+    tensors the branches capture)."""
     tracer = capturing()
-    if tapes():  # differentiable lowering: both branches, then where
-        a, b = then_fn(*init), else_fn(*init)
-        out = []
-        for n, x, y in zip(names, a, b, strict=True):
-            val, pair = _merge(n, x, y, line, "an if on a tensor")
-            if pair is None:
-                out.append(val)
-                continue
-            tx, ty = as_tensor(pair[0]), as_tensor(pair[1])
-            out.append(F.where(test, tx, ty))
-        return tuple(out)
     subs, results = [], []
     for label, fn in (("then", then_fn), ("else", else_fn)):
         sub = Tracer(f"{tracer.name}.{label}{line}", tracer, mode=tracer.mode)
@@ -132,7 +130,7 @@ def if_(test: Any, then_fn, else_fn, init: tuple, names: tuple[str, ...], line: 
             )  # fmt: skip
         pairs.append((k, ta, tb))
     if not pairs:
-        return tuple(merged)
+        return tuple(merged), []
     graphs = [sub.build([p[1 + i] for p in pairs]) for i, sub in enumerate(subs)]
     caps0, caps1 = subs[0].captures, subs[1].captures
     attrs = {
@@ -144,7 +142,68 @@ def if_(test: Any, then_fn, else_fn, init: tuple, names: tuple[str, ...], line: 
     inputs = (test, *caps0, *caps1)
     for i, (k, _, _) in enumerate(pairs):
         merged[k] = tracer.add_node("cond", inputs, dict(attrs, index=i), f"cond.{names[k]}")
-    return tuple(merged)
+    return tuple(merged), [*caps0, *caps1]
+
+
+def _differentiable_if(test: Tensor, then_fn, else_fn, init: tuple, names, line: int):
+    """``cond`` nodes, and tape entries whose gradient is a ``cond`` too: the backward
+    runs the VJP of the branch the forward took, never both branches."""
+    with no_tapes() as outer:  # the branches are subgraphs: not ops of the outer tapes
+        merged, caps = _cond(test, then_fn, else_fn, init, names, line)
+    uniq: dict[int, Tensor] = {}
+    for t in caps:
+        uniq.setdefault(id(t), t)
+    inputs = tuple(uniq.values())
+    plan = _CondBackward(test, then_fn, else_fn, init, names, line, inputs)
+    for k, v in enumerate(merged):
+        if isinstance(v, Tensor) and v.dtype.is_float and v.tracer is capturing():
+            for tape in outer:
+                tape.push("cond_branch", inputs, {"vjp": plan, "k": k}, v)
+    return merged
+
+
+class _CondBackward:
+    """Builds the backward ``cond`` of one forward ``if``, for the cotangent of output k:
+    each branch is traced again under a tape and differentiated; only the branch the
+    test picks runs."""
+
+    def __init__(self, test, then_fn, else_fn, init, names, line, inputs) -> None:
+        self.test, self.fns, self.init = test, (then_fn, else_fn), init
+        self.names, self.line, self.inputs = names, line, inputs
+        self.wrt = [i for i, t in enumerate(inputs) if t.dtype.is_float]
+
+    def _branch(self, fn, g: Tensor, k: int):
+        def run():
+            wrt = [self.inputs[i] for i in self.wrt]
+            with Tape() as tape:
+                for t in wrt:
+                    tape.watch(t)
+                y = as_tensor(tuple(fn(*self.init))[k])
+                total = F.sum(F.mul(y, g) if y.dtype.is_float else F.zeros_like(g), None)
+            grads = backward(tape, total, wrt)
+            return tuple(F.cast(d, w.dtype) if d.dtype != w.dtype else d
+                         for d, w in zip(grads, wrt, strict=True))  # fmt: skip
+
+        return run
+
+    def __call__(self, g: Tensor, k: int) -> list[Tensor | None]:
+        out: list[Tensor | None] = [None] * len(self.inputs)
+        if not self.wrt:
+            return out
+        names = tuple(f"__jit_d{self.names[k]}_{i}" for i in range(len(self.wrt)))
+        then_, else_ = (self._branch(fn, g, k) for fn in self.fns)
+        with no_tapes():
+            grads, _ = _cond(self.test, then_, else_, (), names, self.line)
+        for i, d in zip(self.wrt, grads, strict=True):
+            out[i] = d
+        return out
+
+
+def _cond_branch_vjp(g, inputs, out, attrs):
+    return attrs["vjp"](g, attrs["k"])
+
+
+VJP["cond_branch"] = _cond_branch_vjp
 
 
 def loop(cond_fn, body_fn, vals: tuple, names: tuple[str, ...], line: int):
