@@ -296,9 +296,11 @@ class MeshView(View):
         config = getattr(plan, "config", None)
         if not total or total == self.mesh.size or config is None:
             return ""
-        pp = getattr(config, "pp", 1)
+        pp, cp = getattr(config, "pp", 1), getattr(config, "cp", 1)
         copies = total // self.mesh.size
         why = (f"one per pipeline stage (pp={pp})" if pp == copies else
+               f"per pipeline stage and context-parallel rank (pp={pp} x cp={cp}; cp ranks "
+               "hold other positions of the sequences)" if pp * cp == copies else
                f"{copies} copies")  # fmt: skip
         return (
             f"<div style='background:#EEF3FB;border-left:3px solid #636EFA;padding:2px 8px'>"

@@ -132,7 +132,8 @@ class PipelineView(TrainingView):
 
     def pp_options(self) -> list[int]:
         """pp values that keep the device count and give every stage a layer."""
-        rest, L = self.devices // self.config.tp, self.model_config.num_layers
+        c, L = self.config, self.model_config.num_layers
+        rest = self.devices // (c.tp * c.cp)
         return [p for p in divisors(rest) if p <= L]
 
     def virtual_stage_options(self) -> list[int]:
@@ -194,7 +195,7 @@ class PipelineView(TrainingView):
                 L = self.model_config.num_layers
                 ok = [x for x in VIRTUAL_STAGES[1:] if new * x <= L and L % (new * x) == 0]
                 v = v if v in ok else (ok[0] if ok else v)
-            c = c.replace(pp=new, dp=self.devices // (c.tp * new), ep=1, virtual_stages=v)
+            c = c.replace(pp=new, dp=self.devices // (c.tp * c.cp * new), ep=1, virtual_stages=v)
         elif key == "microbatches":  # the global batch stays; the microbatch size follows
             c = c.replace(microbatch_size=microbatch_size_for(gb, c.dp, new))
         elif key == "virtual_stages":

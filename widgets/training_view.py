@@ -3,7 +3,7 @@ under study (model, hardware, batch, sequence, ParallelConfig), simulated throug
 cache, adopted from a ``TrainingPlan`` published on the linked selection.
 
 The device count stays fixed while the controls move: changing ``pp`` changes ``dp``
-(``devices = dp * tp * pp``), and the microbatch count is a divisor of the sequences per
+(``devices = dp * tp * pp * cp``), and the microbatch count is a divisor of the sequences per
 data-parallel replica (``global_batch / dp``), so the work per step never changes and step
 times stay comparable.
 """
