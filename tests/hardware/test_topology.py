@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+import explorer as ex
 from explorer.hardware import (
     Chip,
     Cluster,
@@ -24,6 +25,7 @@ from explorer.hardware import (
 )
 from explorer.hardware.catalog import datasets_dir
 from explorer.hardware.levels import AxisLink, Level, axis_link
+from explorer.training import TrainingParams
 
 GIB = 2**30
 LEGACY = ("a100-40g", "a100-80g", "ascend-910", "ascend-910b", "h100-sxm", "h200", "tpu-v4",
@@ -314,3 +316,37 @@ def test_cluster_levels_must_agree_and_nest() -> None:
         dataclasses.replace(explicit, inter_node_bandwidth_bytes_per_s=1e9)
     with pytest.raises(HardwareError, match=r"levels holds 'nvlink'; expected Level objects"):
         dataclasses.replace(explicit, link_levels=("nvlink",))  # type: ignore[arg-type]
+
+
+# ----- the training step model sees the topology --------------------------------------------
+def test_training_dp_comm_pays_for_an_oversubscribed_spine() -> None:
+    """gpt3-1.3b, dp=8 x tp=8 on 64 A100s in leaf groups of two nodes: each dp ring crosses
+    the spine, 8 rings per leaf group. A 4:1 spine gives each 25e9 * 16 / 4 / 8 = 12.5e9
+    instead of 25e9: the all-reduce's bandwidth term doubles, its latency term
+    L = 2 (n - 1) alpha / bandwidth_efficiency does not, so dp-comm(4:1) = 2 dp-comm(1:1) - L.
+    Tensor parallelism stays on NVLink and does not move."""
+    a100 = load("a100-80g")
+
+    def pod(over: float) -> Cluster:
+        spine = Level("spine", 64, 25e9, 10e-6, rails=8, oversubscription=over, source="toy")
+        levels = (NVLINK, Level("leaf", 16, 25e9, 10e-6, rails=8, source="toy"), spine)
+        return Cluster("toy-pod", a100.chip, 8, 300e9, 5e-6, 25e9, 10e-6, 8, "toy",
+                       link_levels=levels)  # fmt: skip
+
+    params = TrainingParams()
+    params = dataclasses.replace(
+        params,
+        grad_overlap_fraction=0.0,
+        cost=dataclasses.replace(params.cost, grad_comm_overlap=0.0),
+    )
+    par = ex.ParallelConfig(dp=8, tp=8, microbatch_size=1)
+    free, tight = (
+        dict(ex.simulate("gpt3-1.3b", par, pod(o), 64, 2048, params).time_by_kind)
+        for o in (1.0, 4.0)
+    )
+    latency = 2 * (8 - 1) * 10e-6 / params.cost.bandwidth_efficiency
+    assert tight["dp-comm"] == pytest.approx(2 * free["dp-comm"] - latency, rel=1e-9)
+    assert tight["tp-comm"] == free["tp-comm"]
+    # non-blocking, the pod prices dp exactly as the two-level a100-80g profile does
+    flat = dict(ex.simulate("gpt3-1.3b", par, "a100-80g", 64, 2048, params).time_by_kind)
+    assert free["dp-comm"] == pytest.approx(flat["dp-comm"], rel=1e-12)
