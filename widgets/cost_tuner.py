@@ -22,6 +22,7 @@ from .coalesce import Coalescer
 from .errors import FieldError, field
 from .figure_widget import FigureWidget
 from .figures.cost import SCALES, change_rows, changes_html, cost_figure, fmt_cost
+from .figures.errors import ViewError
 from .format import fmt_bytes, fmt_number, fmt_percent, human_label
 from .selection import Selection
 
@@ -365,7 +366,7 @@ class CostTuner(View):
         values = {k: self.controls[k].value for k in self.params.fields()}
         for k, v in values.items():  # a number field left empty or not a number
             if isinstance(v, float) and not math.isfinite(v):
-                raise ValueError(f"{human_label(k)} = {v}: enter a finite number")
+                raise ViewError(f"{human_label(k)} = {v}: enter a finite number")
         if not values["device_memory_cap_bytes"]:
             values["device_memory_cap_bytes"] = None
         return CostParams(**values)

@@ -13,7 +13,9 @@ from typing import Any, TypeVar
 
 import ipywidgets as ipw
 
-__all__ = ["ErrorPane", "FieldError", "field"]
+from .figures.errors import ViewError
+
+__all__ = ["ErrorPane", "FieldError", "field", "ViewError"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -16,6 +16,7 @@ from explorer.training import ScalingCurve
 
 from .base import View
 from .figure_widget import FigureWidget
+from .figures.errors import ViewError
 from .figures.scaling import METRIC_TITLES, METRICS, curve_label, scaling_figure
 from .selection import Selection
 
@@ -84,7 +85,7 @@ class ScalingView(View):
         base = Series(model, hardware, "weak", global_batch, seq, tuple(counts))
         series = list(series or [base, _replace(base, mode="strong")])
         if len(series) > MAX_SERIES:
-            raise ValueError(f"{len(series)} series; the view draws at most {MAX_SERIES}")
+            raise ViewError(f"{len(series)} series; the view draws at most {MAX_SERIES}")
         self.series = series
         self.curves = [None] * len(series)
         self.figure = FigureWidget(self._build())
@@ -195,7 +196,7 @@ class ScalingView(View):
         """Keep the curves drawn and add ``series`` (default: a copy of the last, which
         the controls then edit)."""
         if len(self.series) >= MAX_SERIES:
-            raise ValueError(
+            raise ViewError(
                 f"the view holds at most {MAX_SERIES} series; press clear or edit the last one"
             )
         series = series or self.series[-1]

@@ -28,6 +28,7 @@ from .coalesce import Coalescer
 from .colors import stage_color
 from .cost_tuner import CostTuner
 from .errors import FieldError, field
+from .figures.errors import ViewError
 from .format import fmt_bytes
 from .graph_view import GraphView
 from .memory_view import MemoryView
@@ -234,7 +235,7 @@ class StrategyExplorer(View):
     def open_tab(self, name: str) -> View:
         """Show tab ``name`` (building its view the first time); returns the view."""
         if name not in TABS:
-            raise ValueError(f"unknown tab {name!r}; tabs: {', '.join(TABS)}")
+            raise ViewError(f"unknown tab {name!r}; tabs: {', '.join(TABS)}")
         self.tabs.selected_index = TABS.index(name)
         self._build_tab(name)
         return self.views[name]

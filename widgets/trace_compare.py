@@ -27,6 +27,7 @@ from .base import View, replace_figure
 from .coalesce import Coalescer
 from .errors import field
 from .figure_widget import FigureWidget
+from .figures.errors import ViewError
 from .figures.trace import (
     TRACE_OTHER,
     TRACE_PICKED,
@@ -58,7 +59,7 @@ def gpt_workload(
 
     def make_args(batch: int, size: int) -> tuple:
         if size > max_seq:
-            raise ValueError(f"size={size} exceeds the model's max_seq_len={max_seq}; pick "
+            raise ViewError(f"size={size} exceeds the model's max_seq_len={max_seq}; pick "
                              f"a size up to {max_seq}")  # fmt: skip
         rng = np.random.default_rng(0)
         return model, ex.tensor(rng.integers(0, vocab, (batch, size)), "int32")
@@ -122,7 +123,7 @@ class TraceCompare(View):
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         if (fn is None) != (make_args is None):
-            raise ValueError("pass both fn and make_args, or neither (the default GPT)")
+            raise ViewError("pass both fn and make_args, or neither (the default GPT)")
         if fn is None:
             fn, make_args = gpt_workload()
         self.fn, self.make_args = fn, make_args
@@ -197,7 +198,7 @@ class TraceCompare(View):
     def _compute(self, batch: int, size: int, n: int) -> None:
         """Run both modes for (batch, size), ``n`` times each; commit results on success."""
         if not isinstance(n, int) or n < 1:
-            raise ValueError(f"runs={n!r}: need a whole number >= 1 (7 gives a stable median)")
+            raise ViewError(f"runs={n!r}: need a whole number >= 1 (7 gives a stable median)")
         args = self.make_args(batch, size)
         with self.progress.task("running eager and @jit", steps=3) as step:
             self.fn(*args)  # warm-up, as the static side gets its first call
@@ -272,7 +273,7 @@ class TraceCompare(View):
         stands for."""
         kernels = self.comparison.static.compute_events
         if index is not None and not 0 <= index < len(kernels):
-            raise ValueError(f"kernel {index} does not exist; the static run has "
+            raise ViewError(f"kernel {index} does not exist; the static run has "
                              f"{len(kernels)} kernels (0-{len(kernels) - 1})")  # fmt: skip
         self.kernel = index
         if self.controls["kernel"].value != (-1 if index is None else index):

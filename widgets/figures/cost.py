@@ -18,6 +18,7 @@ from explorer.search import CostBreakdown
 
 from ..colors import collective_color
 from ..format import fmt_bytes, fmt_percent, fmt_seconds
+from .errors import ViewError
 from .style import base_layout
 
 __all__ = [
@@ -109,7 +110,7 @@ def cost_figure(
     (2.0, 'total 2.00 s (baseline 1.00 s, +100.0%), 3 ops changed strategy vs the baseline')
     """
     if scale not in SCALES:
-        raise ValueError(f"scale={scale!r}; expected one of {', '.join(SCALES)}")
+        raise ViewError(f"scale={scale!r}; expected one of {', '.join(SCALES)}")
     u = after.unit
     rows = cost_rows(after)
     cats = list(rows)

@@ -25,6 +25,7 @@ from ..colors import (
     stage_color,
 )
 from ..format import fmt_number, fmt_percent, fmt_seconds, human_label
+from .errors import ViewError
 from .layout import BOX_PREFIX, GraphLayout, graph_layout
 from .style import base_layout
 
@@ -162,7 +163,7 @@ def unit_colors(
     """Per unit: a colour string, or (for ``cost``/``communication``) log10 of the value to
     map through ``COST_COLORSCALE``; the flag says which."""
     if color_by not in COLOR_BY:
-        raise ValueError(f"color_by={color_by!r}; expected one of {', '.join(COLOR_BY)}")
+        raise ViewError(f"color_by={color_by!r}; expected one of {', '.join(COLOR_BY)}")
     if color_by == "group":
         return [
             BOX_COLOR if b else group_color(graph.group(lay.members[u][0]).value)
@@ -170,7 +171,7 @@ def unit_colors(
         ], False
     if color_by == "stage":
         if stages is None:
-            raise ValueError(
+            raise ViewError(
                 "color_by='stage' needs stages={node: pipeline stage} (from a TrainingPlan)"
             )
         out = []

@@ -22,6 +22,7 @@ from explorer.training import MemoryBreakdown, SimResult
 
 from ..colors import CHANGED, MEMORY_COLORS, SELECTED
 from ..format import fmt_bytes
+from .errors import ViewError
 from .style import base_layout
 
 __all__ = [
@@ -128,7 +129,7 @@ def memory_figure(
     else:
         mems, cap = tuple(result), cap_bytes
         if cap is None:
-            raise ValueError("memory_figure(breakdowns) needs cap_bytes (the device memory)")
+            raise ViewError("memory_figure(breakdowns) needs cap_bytes (the device memory)")
     cols = memory_columns(mems, chunks)
     traces = [
         go.Bar(x=cols["x"], y=cols["rows"][r], name=ROW_NAMES[r], legendgroup=r,

@@ -15,6 +15,7 @@ from explorer.ir import TensorType
 from explorer.sharding import Layout, shard_slices
 
 from ..colors import NEUTRAL, PALETTE, collective_color
+from .errors import ViewError
 from .ring import RingStep
 from .style import base_layout
 
@@ -277,7 +278,7 @@ def sharding_figure(
     dims = tuple(dims) if dims is not None else default_dims(ttype, layout)
     for d in dims:
         if not 0 <= d < len(shape):
-            raise ValueError(f"dim {d} is outside tensor {ttype} of rank {len(shape)}; "
+            raise ViewError(f"dim {d} is outside tensor {ttype} of rank {len(shape)}; "
                              f"pick dims in 0..{len(shape) - 1}")  # fmt: skip
     slices, _ = device_blocks(shape, layout, mesh)
     rects: dict[tuple, list[int]] = {}

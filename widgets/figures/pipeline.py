@@ -25,6 +25,7 @@ from explorer.training.pipeline.timeline import EVENT_KINDS
 
 from ..colors import EVENT_COLORS, SELECTED
 from ..format import fmt_seconds
+from .errors import ViewError
 from .style import base_layout
 
 __all__ = [
@@ -294,7 +295,7 @@ def pipeline_figure(
     sim = result if isinstance(result, SimResult) else None
     timeline = sim.timeline if sim is not None else result
     if timeline is None:
-        raise ValueError(
+        raise ViewError(
             "pipeline_figure needs an event timeline: pass ex.simulate(...)'s result (an "
             "estimate has none) or a Timeline"
         )

@@ -27,6 +27,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..colors import collective_color
+from .errors import ViewError
 from .style import base_layout
 
 __all__ = [
@@ -59,9 +60,9 @@ def ring_steps(kind: TeachKind, n: int) -> tuple[RingStep, ...]:
     ((0, 1, 0), (1, 2, 1), (2, 0, 2))
     """
     if kind not in TEACH_KINDS:
-        raise ValueError(f"kind={kind!r}; the ring teaching mode steps {', '.join(TEACH_KINDS)}")
+        raise ViewError(f"kind={kind!r}; the ring teaching mode steps {', '.join(TEACH_KINDS)}")
     if n < 2:
-        raise ValueError(f"a ring needs at least 2 ranks, got n={n}; pick a larger mesh axis")
+        raise ViewError(f"a ring needs at least 2 ranks, got n={n}; pick a larger mesh axis")
     if kind == "all-gather":
         counts = np.zeros((n, n), dtype=np.int64)
         counts[np.arange(n), np.arange(n)] = n
@@ -144,7 +145,7 @@ def ring_rounds_figure(
     """
     n = coll.ring_size
     if not 0 <= round_index <= len(coll.rounds):
-        raise ValueError(f"round {round_index} is outside 0..{len(coll.rounds)} of {coll.kind}")
+        raise ViewError(f"round {round_index} is outside 0..{len(coll.rounds)} of {coll.kind}")
     picked = list(range(len(coll.rings))) if rings is None else list(rings)
     counts = coll.start if round_index == 0 else coll.rounds[round_index - 1].counts
     moves = coll.rounds[round_index - 1].moves if round_index and active else ()

@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 from explorer.training import ScalingCurve
 
 from ..colors import PALETTE
+from .errors import ViewError
 from .style import base_layout, wrap_title
 
 __all__ = ["scaling_figure", "curve_arrays", "curve_label", "Metric", "METRICS", "METRIC_TITLES"]
@@ -69,7 +70,7 @@ def scaling_figure(
     (7, 1.0)
     """
     if metric not in METRICS:
-        raise ValueError(f"metric={metric!r}; expected one of {', '.join(METRICS)}")
+        raise ViewError(f"metric={metric!r}; expected one of {', '.join(METRICS)}")
     slots = max(slots or len(curves), len(curves))
     fig = make_subplots(
         rows=1, cols=2, horizontal_spacing=0.1,
