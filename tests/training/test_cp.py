@@ -124,11 +124,23 @@ def test_all_gather_is_exposed_and_a_hidden_ring_costs_no_time():
     assert ag.cp_bwd_s == pytest.approx(ag.mesh.collective_time("reduce-scatter", size, "cp") / bw)
     ring = _step("llama3-8b", par.replace(cp_kv_exchange="ring"), 16, 32768)
     # at 32K positions a chunk's attention outlasts sending the next chunk's K, V
-    chunk_attention = ring.costs.layer.recompute_selective_s / 4
+    chunk_attention = cp_terms.attention_forward_s(ring) / 4
     send = ring.mesh.collective_time("send/recv", cp_terms.kv_bytes(ring), "cp") / bw
     assert send < chunk_attention
     assert (ring.cp_fwd_s, ring.cp_bwd_s) == (0.0, 0.0)
     assert ring.cp_fwd_bytes == 3 * cp_terms.kv_bytes(ring)
+
+
+def test_ring_overlap_with_a_fused_attention_kernel_uses_the_core_flops():
+    # a fused (flash) attention kernel leaves the core's separate time 0; the ring then
+    # overlaps with the core's causal FLOPs at the compute efficiency
+    step = _step("llama3-8b", ex.ParallelConfig(tp=2, cp=4, cp_kv_exchange="ring"), 4, 32768)
+    layer = dataclasses.replace(step.costs.layer, recompute_selective_s=0.0)
+    step.costs = dataclasses.replace(step.costs, layer=layer)
+    cfg = step.cfg  # 32 heads of 128
+    flops = 4 * 128 * 32 * (32768**2 / 2) / (4 * 2)
+    peak = step.cluster.chip.peak_flops(cfg.dtype) * step.tparams.cost.compute_efficiency
+    assert cp_terms.attention_forward_s(step) == pytest.approx(flops / peak)
 
 
 def test_gradients_are_reduced_over_dp_times_cp():

@@ -50,6 +50,7 @@ __all__ = [
     "split_costs",
     "kv_bytes",
     "exchange",
+    "attention_forward_s",
     "stage_s",
     "comm_bytes",
     "needs_cp",
@@ -148,13 +149,29 @@ def exchange(s: StepModel) -> tuple[float, float, float, float]:
         return fwd, bwd, sent_f, sent_b
     # ring: cp - 1 steps; step k sends the chunk held while attending to it
     steps = par.cp - 1
-    core_f = s.costs.layer.recompute_selective_s / par.cp  # one chunk's attention forward
+    core_f = attention_forward_s(s) / par.cp  # one chunk's attention forward
     core_b = core_f * s.tparams.cost.backward_compute_ratio
     send_f = s.collective_s("send/recv", kv, AXIS) / bw_eff
     send_b = s.collective_s("send/recv", 2 * kv, AXIS) / bw_eff
     fwd = steps * max(0.0, send_f - core_f)
     bwd = steps * max(0.0, send_b - core_b)
     return fwd, bwd, steps * kv, steps * 2 * kv
+
+
+def attention_forward_s(s: StepModel) -> float:
+    """Seconds of one device's attention core forward, per layer and microbatch: the step
+    model's core time (``recompute_selective_s``), or, when a fused kernel leaves that 0
+    (flash attention), the core's causal FLOPs at ``compute_efficiency`` of peak:
+    ``4 d`` FLOPs per (query, key) pair and head (QK^T and PV), half the ``s^2`` pairs
+    under the causal mask, this device's ``1 / (cp tp)`` of them."""
+    t = s.costs.layer.recompute_selective_s
+    if t > 0:
+        return t
+    cfg, par = s.cfg, s.par
+    pairs = s.seq * s.seq / 2  # causal
+    flops = 4 * cfg.dim_head * cfg.num_heads * pairs * par.microbatch_size / (par.cp * par.tp)
+    peak = s.cluster.chip.peak_flops(cfg.dtype) * s.tparams.cost.compute_efficiency
+    return flops / peak
 
 
 def stage_s(s: StepModel, n_layers: int, n_full: int | None) -> tuple[float, float]:
