@@ -251,3 +251,26 @@ def test_kernel_fields_and_the_knob_table():
                      (dict(flash_attention=1), "flash_attention=1")]:  # fmt: skip
         with pytest.raises(TrainingParamsError, match=msg):
             TrainingParams(**bad)
+
+
+@pytest.mark.parametrize("model, tp", [("gpt2", 2), ("gpt3-13b", 8), ("llama3-8b", 2)])
+def test_layer_kernels_are_the_searched_ops_local_shapes(model, tp):
+    """Every GEMM's (batch, M, N, K) reproduces its local FLOPs (2 batch M N K), and the
+    layer's GEMM FLOPs over the tp ranks are the whole layer's contraction FLOPs."""
+    cfg = ex.models.load(model)
+    s = StepModel(cfg, ex.ParallelConfig(dp=2, tp=tp), HW, 8, 512, TrainingParams())
+    ops = s.costs.layer.kernels
+    gemms = [o for o in ops if o.kind == "gemm"]
+    assert {"q", "o"} <= {o.name.split(".")[-1] for o in gemms}
+    for o in gemms:
+        assert 2 * o.batch * o.m * o.n * o.k == o.flops, o.name
+        assert o.grads == 2  # activations and weights both need gradients
+    g = ex.models.build(cfg.replace(num_layers=1), batch=1, seq=512)
+    whole = sum(
+        g.node_flops(n.name)
+        for n in g.ops
+        if n.scope.startswith("layers.0") and g.group(n.name).value == "contraction"
+    )
+    assert sum(o.flops for o in gemms) * tp == pytest.approx(whole, rel=1e-12)
+    # fused ops are left out of the layer's kernels (TrainingParams.fused_ops)
+    assert not {o.name.split(".")[-1] for o in ops} & set(TrainingParams().fused_ops)
