@@ -3,9 +3,10 @@ leaf switch, spine, ...); the two-level intra-/inter-node profile is the default
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, get_args
 
 from explorer.hardware.chip import Chip
@@ -63,7 +64,6 @@ class Cluster:
     max_nodes: int
     source: str = ""
     link_levels: tuple[Level, ...] = ()
-    levels: tuple[Level, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -87,11 +87,22 @@ class Cluster:
             )
         given = tuple(self.link_levels)
         object.__setattr__(self, "link_levels", given)
-        levels = given or _two_levels(self)
-        levels = check_levels(levels, self.name, self.capacity)
+        levels = check_levels(self.levels, self.name, self.capacity)
         if given:
             _check_agrees(self, levels)
-        object.__setattr__(self, "levels", levels)
+
+    @property
+    def levels(self) -> tuple[Level, ...]:
+        """The link levels, innermost first: `link_levels` when given, else the two-level
+        stack derived from the intra/inter fields (computed, not stored, so that
+        ``dataclasses.replace`` and ``Cluster(**vars(c))`` see only the init fields)."""
+        if self.link_levels:
+            return self.link_levels
+        return _two_levels(
+            self.chips_per_node, self.max_nodes,
+            self.intra_node_bandwidth_bytes_per_s, self.intra_node_latency_s,
+            self.inter_node_bandwidth_bytes_per_s, self.inter_node_latency_s,
+        )  # fmt: skip
 
     @property
     def capacity(self) -> int:
@@ -171,20 +182,18 @@ class Cluster:
         )
 
 
-def _two_levels(cluster: Cluster) -> tuple[Level, ...]:
+@functools.lru_cache(maxsize=1024)
+def _two_levels(
+    per_node: int, nodes: int, intra_bw: float, intra_lat: float, inter_bw: float, inter_lat: float
+) -> tuple[Level, ...]:
     """The default stack of a two-level profile: NVLink-like inside a node, one NIC per chip
     between nodes (so a single ring leaving a node runs at one chip's share, as before)."""
-    intra = Level(
-        "intra-node", cluster.chips_per_node, cluster.intra_node_bandwidth_bytes_per_s,
-        cluster.intra_node_latency_s, rails=1, source="intra_node_* fields",
-    )  # fmt: skip
-    if cluster.max_nodes == 1:
+    intra = Level("intra-node", per_node, intra_bw, intra_lat, rails=1,
+                  source="intra_node_* fields")  # fmt: skip
+    if nodes == 1:
         return (intra,)
-    inter = Level(
-        "inter-node", cluster.capacity, cluster.inter_node_bandwidth_bytes_per_s,
-        cluster.inter_node_latency_s, rails=cluster.chips_per_node,
-        source="inter_node_* fields (one NIC per chip)",
-    )  # fmt: skip
+    inter = Level("inter-node", per_node * nodes, inter_bw, inter_lat, rails=per_node,
+                  source="inter_node_* fields (one NIC per chip)")  # fmt: skip
     return intra, inter
 
 
