@@ -71,8 +71,8 @@ class TrainingParams:
             (``cost.compute_efficiency``) for every op.
         flash_attention: the attention core runs as one fused kernel (FlashAttention);
             False: scores, softmax and context are separate kernels (Megatron-LM 2021).
-            It changes times only; its memory (no stored scores) is that of
-            ``recompute="selective"``.
+            A layer then keeps no s x s scores (``recompute="none"`` needs the memory of
+            ``"selective"``) and selective recomputation adds no time.
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):

@@ -274,3 +274,20 @@ def test_layer_kernels_are_the_searched_ops_local_shapes(model, tp):
     assert sum(o.flops for o in gemms) * tp == pytest.approx(whole, rel=1e-12)
     # fused ops are left out of the layer's kernels (TrainingParams.fused_ops)
     assert not {o.name.split(".")[-1] for o in ops} & set(TrainingParams().fused_ops)
+
+
+def test_flash_attention_keeps_no_scores_in_memory():
+    """With flash attention, no recomputation keeps the activations selective
+    recomputation keeps (the 5 a s / h term of Korthikanti et al. is gone), and selective
+    recomputation costs no time or working set."""
+    cfg = ex.models.load("gpt3-1.3b")
+    par = ex.ParallelConfig(dp=2, tp=2)
+    plain = StepModel(cfg, par, HW, 8, 2048, TrainingParams())
+    flash = StepModel(cfg, par, HW, 8, 2048, TrainingParams(flash_attention=True))
+    assert flash.layer_act("none") == plain.layer_act("selective") < plain.layer_act("none")
+    assert flash.layer_act("full") == plain.layer_act("full")
+    sel = par.replace(recompute="selective")
+    a = ex.simulate(cfg, par, HW, 8, 2048, TrainingParams(flash_attention=True))
+    b = ex.simulate(cfg, sel, HW, 8, 2048, TrainingParams(flash_attention=True))
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    assert a.memory.total == pytest.approx(b.memory.total, rel=1e-12)

@@ -44,8 +44,12 @@ def layer_policies(policy: str, n_layers: int, n_full: int | None) -> tuple[int,
 
 def layer_act(s: StepModel, policy: str) -> float:
     """Activation bytes one layer keeps per microbatch under ``policy`` (none, selective
-    or full), Korthikanti et al. 2022."""
+    or full), Korthikanti et al. 2022. With ``TrainingParams.flash_attention`` the fused
+    kernel keeps no ``s x s`` scores, softmax or dropout mask (Dao et al. 2022), so a layer
+    without recomputation keeps what a selectively recomputed one keeps."""
     cfg, par = s.cfg, s.par
+    if policy == "none" and s.tparams.flash_attention:
+        policy = "selective"
     return activation_bytes_per_layer(
         s.seq, par.microbatch_size, cfg.hidden_size, cfg.num_heads, par.tp, par.sp,
         policy, s.tparams.activations, par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
