@@ -315,6 +315,11 @@ def _getitem(g, ins, out, attrs):
     return (_op("getitem_grad", g, shape=ins[0].shape, index=attrs["index"]),)
 
 
+@_rule("getitem_grad")
+def _getitem_grad(g, ins, out, attrs):
+    return (_op("getitem", g, index=attrs["index"]),)
+
+
 def backward(tape: Tape, out: Tensor, wrt: Sequence[Tensor]) -> list[Tensor]:
     """Gradients of the scalar ``out`` with respect to each of ``wrt`` (zeros if unused)."""
     if out.size != 1:

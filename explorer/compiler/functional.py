@@ -25,7 +25,7 @@ __all__ = [
     "silu", "exp", "log", "tanh", "sqrt", "abs", "sigmoid", "softmax", "layer_norm",
     "rms_norm", "embedding", "dropout", "cross_entropy", "where", "maximum", "minimum",
     "causal_mask", "reshape", "transpose", "broadcast_to", "sum", "mean", "max", "getitem",
-    "compare", "cast", "constant", "zeros_like", "ones_like",
+    "compare", "cast", "constant", "zeros_like", "ones_like", "concat",
 ]  # fmt: skip
 
 
@@ -379,6 +379,44 @@ def getitem(x: Tensor, index) -> Tensor:
         else:
             raise _bad(f"index entry {e!r}: only ints, slices and ... are supported")
     return _op("getitem", x, index=tuple(norm))
+
+
+def concat(xs, axis: int = 0) -> Tensor:
+    """Join tensors along ``axis`` (each placed into its slice of the result: a sum of
+    ``getitem_grad`` scatters, so it differentiates and follows symbolic dims under @jit).
+
+    >>> import numpy as np
+    >>> concat([tensor(np.ones((1, 2))), tensor(np.zeros((2, 2)))]).shape
+    (3, 2)
+    """
+    xs = [_t(x) for x in xs]
+    if not xs:
+        raise _bad("concat of no tensors; pass at least one")
+    first = xs[0]
+    axis = _axis(first, axis, "concat")
+    for x in xs[1:]:
+        same = x.ndim == first.ndim and x.dtype == first.dtype
+        if not same or any(a != b for k, (a, b) in enumerate(zip(x.shape, first.shape, strict=True))
+                           if k != axis):  # fmt: skip
+            raise _bad(
+                f"concat along axis {axis}: {x.type} does not match {first.type} outside that "
+                "axis (rank, dtype and the other dims must agree); reshape or cast it first"
+            )
+    if len(xs) == 1:
+        return first
+    total = xs[0].shape[axis]
+    for x in xs[1:]:
+        total = total + x.shape[axis]
+    shape = tuple(total if k == axis else d for k, d in enumerate(first.shape))
+    out, start = None, 0
+    for x in xs:
+        stop = start + x.shape[axis]
+        index = tuple((0, d, 1) if k != axis else (start, stop, 1)
+                      for k, d in enumerate(shape))  # fmt: skip
+        part = _op("getitem_grad", x, shape=shape, index=index)
+        out = part if out is None else add(out, part)
+        start = stop
+    return out
 
 
 def zeros_like(x: Tensor) -> Tensor:

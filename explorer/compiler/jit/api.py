@@ -272,17 +272,20 @@ class JitFunction:
         if full in self.cache and all_fixed:
             return self.cache[full]
         try:
+            failed: ShapeError | None = None
             try:
                 captured, params, tree, called, ctx = self._capture(bound, symbols, None, fixed,
                                                                      moduli)  # fmt: skip
-            except (ShapeError, CompilerError) as e:
+            except ShapeError as e:  # maybe only at the sentinel sizes: retried at the real ones
                 names = self._symbol_names()
                 if not names or set(names) <= set(fixed):
                     raise
+                failed = e
+            if failed is not None:
                 sizes = self._key(bound)[1]
                 rec = _trace.active()
                 if rec is not None:
-                    rec.note("note", "symbolic capture failed", f"{e}; compiling "
+                    rec.note("note", "symbolic capture failed", f"{failed}; compiling "
                              f"{self.fn.__name__}() for its sizes {sizes}")  # fmt: skip
                 self._all_fixed[key] = True
                 return self._compile(bound, key, dict(sizes), reason, all_fixed=True)
@@ -299,7 +302,7 @@ class JitFunction:
             ms = (time.perf_counter() - t0) * 1e3
             entry = CacheEntry(full, captured, graph, steps, plan, params, tree, ms, gb, split,
                                symbols, tensor_guards([self.fn, *called]), fixed=fixed,
-                               moduli=moduli, **_sym_fields(ctx, bound))  # fmt: skip
+                               moduli=moduli, **_sym_fields(ctx, bound, self._reoptimize))  # fmt: skip
             return self._store(entry, reason, key)
         if all_fixed:
             self._all_fixed[key] = True
@@ -307,8 +310,11 @@ class JitFunction:
         ms = (time.perf_counter() - t0) * 1e3
         entry = CacheEntry(full, captured, graph, steps, plan, params, tree, ms,
                            symbols=symbols, guards=tensor_guards([self.fn, *called]),
-                           fixed=fixed, moduli=moduli, **_sym_fields(ctx, bound))  # fmt: skip
+                           fixed=fixed, moduli=moduli, **_sym_fields(ctx, bound, self._reoptimize))  # fmt: skip
         return self._store(entry, reason, key)
+
+    def _reoptimize(self, graph: Graph) -> Graph:
+        return optimize(graph, self.level, self.backend)[0]
 
     def _symbol_names(self) -> list[str]:
         return sorted({s for axes in self.dynamic.values() for s in axes.values()})
@@ -424,12 +430,14 @@ def _array(v: Any) -> np.ndarray:
     return v.data if isinstance(v, Tensor) else tensor(v).data
 
 
-def _sym_fields(ctx: SymContext | None, bound: inspect.BoundArguments) -> dict[str, Any]:
+def _sym_fields(ctx: SymContext | None, bound: inspect.BoundArguments,
+               reoptimize: Callable[[Graph], Graph]) -> dict[str, Any]:  # fmt: skip
     names = [n for n, v in bound.arguments.items() if isinstance(v, Tensor | np.ndarray)]
     if ctx is None:
         return {"input_names": tuple(names)}
     return {"input_names": tuple(names), "shape_guards": tuple(ctx.guards.values()),
-            "table": dict(ctx.table), "scalars": tuple(ctx.scalars)}  # fmt: skip
+            "table": dict(ctx.table), "scalars": tuple(ctx.scalars),
+            "reoptimize": reoptimize}  # fmt: skip
 
 
 def _respecialise(entry: CacheEntry, g, sizes: dict[str, int]):

@@ -10,13 +10,14 @@ single-threaded caller reuses one program (and its buffers) call after call.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ...ir import Graph
-from ..errors import GraphBreak
+from ..errors import CompilerError, GraphBreak
 from ..executor import Program
 from ..passes import MemoryPlan, RewriteStep
 from ..passes.memory_plan import plan_memory
@@ -53,6 +54,9 @@ class CacheEntry:
     shape_guards: tuple[ShapeGuard, ...] = ()  # Python decisions on symbolic sizes
     table: dict[int, Any] = field(default_factory=dict)  # sentinel-level value -> expression
     scalars: tuple = ()  # (input name, expression, dtype): sizes fed as graph inputs
+    # the passes, to run again on the captured graph of one size when the optimised graph
+    # cannot be re-specialised (a pass folded a size into a non-uniform constant)
+    reoptimize: Callable[[Graph], Graph] | None = field(default=None, repr=False)
     programs: dict[tuple, list[Program]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -70,7 +74,12 @@ class CacheEntry:
     def _build(self, sizes: tuple) -> Program:
         g = self.graph
         if self.symbols:
-            g = rebind(g, self._mapping(sizes), self.table)
+            try:
+                g = rebind(g, self._mapping(sizes), self.table)
+            except CompilerError:
+                if self.reoptimize is None or self.captured is None:
+                    raise
+                g = self.reoptimize(rebind(self.captured, self._mapping(sizes), self.table))
         return Program(g, plan_memory(g) if self.plan is not None else None)
 
     def program(self, sizes: tuple = ()) -> Program:

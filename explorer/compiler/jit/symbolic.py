@@ -57,6 +57,9 @@ TRACKED_MIN = 100
 """A size computed from symbolic dims is followed by value when it is at least this large;
 a smaller one (``B % 2``, ``B // 128``) is held fixed by a guard instead."""
 
+RATIO_NUMERATORS = 64
+"""A float attribute or constant ``k / size`` (``k`` up to this) is re-evaluated."""
+
 Expr = tuple  # ("sym", prime) | ("int", k) | (op, a, b) | ("neg", a)
 
 _BIN = {
@@ -434,10 +437,11 @@ class _Resolver:
         """A ratio of sizes (``1/B``, ``S/(B*S)``) re-evaluated; other floats unchanged."""
         if f == 0 or not math.isfinite(f):
             return f
-        inv = 1.0 / f
-        k = round(inv)
-        if k >= 2 and abs(inv - k) <= 1e-6 * k and self.derived(k):
-            return 1.0 / self.int(k)
+        for num in range(1, RATIO_NUMERATORS + 1):  # passes fold k / B (k small) together
+            q = num / abs(f)
+            k = round(q)
+            if k >= 2 and abs(q - k) <= 1e-6 * k and self.derived(k):
+                return math.copysign(num / self.int(k), f)
         return f
 
     def attr(self, v: Any) -> Any:
@@ -498,8 +502,8 @@ def rebind(graph: Graph, mapping: dict[int, int], table: dict[int, Expr | None] 
                 else:
                     t = TensorType(tuple(res.int(x) for x in n.type.shape), n.type.dtype)
                 attrs = n.attrs
-                if n.op == "constant" and t.shape != n.type.shape:
-                    attrs = (("value", _refill(n.attr("value"), t.shape, n.name)),)
+                if n.op == "constant":
+                    attrs = (("value", _refill(n.attr("value"), t.shape, n.name, res)),)
             else:
                 ins = tuple(types[a] for a in n.inputs)
                 ins0 = tuple(graph.node(a).type for a in n.inputs)
@@ -535,9 +539,18 @@ def _reshape_rest(n, attrs: tuple, src: TensorType) -> tuple:
     return tuple((k, a[k]) for k, _ in attrs)
 
 
-def _refill(value: Const, shape: tuple[int, ...], name: str) -> Const:
+def _refill(value: Const, shape: tuple[int, ...], name: str, res: _Resolver) -> Const:
+    """A constant re-specialised: a uniform one takes the new shape, and a float one whose
+    value is a ratio of sizes (passes fold ``1 / B`` into constants) is re-evaluated."""
     a = value.array
-    if a.size and bool(np.all(a == a.flat[0])):
+    uniform = a.size > 0 and bool(np.all(a == a.flat[0]))
+    if uniform and a.dtype.kind == "f":
+        v = res.float(float(a.flat[0]))
+        if v != a.flat[0] or shape != a.shape:
+            return Const(np.full(shape, v, a.dtype))
+    if shape == a.shape:
+        return value
+    if uniform:
         return Const(np.full(shape, a.flat[0], a.dtype))
     raise CompilerError(
         f"constant %{name} {a.shape} depends on a symbolic size and is not uniform; it cannot "
