@@ -44,6 +44,10 @@ EXPECTED = {
         ["weak scaling", "strong scaling", "pangu-alpha-200b", "smallest device count",
          "megatron-1008b", "largest deviation"], 2,
     ),
+    "08_calibrate_to_your_cluster.ipynb": (
+        ["60.1 s/step", "role   run", "fit    megatron-529.6b", "check  megatron-529.6b",
+         "check rows: median |error|", "saved and loaded back equal: True"], 1,
+    ),
 }  # fmt: skip
 
 

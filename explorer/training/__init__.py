@@ -10,7 +10,7 @@ True
 
 from .calibrate import Calibration, CalibrationRow, calibrate
 from .config import ParallelConfig, ParallelConfigError
-from .measured import CalibrationError, MeasuredRun, published_runs
+from .measured import CalibrationError, MeasuredRun, megatron_table1_runs, published_runs
 from .memory import (
     ActivationTerms,
     MemoryAllowances,
@@ -57,6 +57,7 @@ __all__ = [
     "TrainingPlan", "TrainingPlanError", "plan_training", "ScalingCurve", "ScalingPoint",
     "scaling_curve",
     "load_published", "megatron_flops_per_iteration", "compare_megatron",
-    "MeasuredRun", "CalibrationError", "published_runs", "calibrate", "Calibration",
+    "MeasuredRun", "CalibrationError", "published_runs", "megatron_table1_runs", "calibrate",
+    "Calibration",
     "CalibrationRow",
 ]  # fmt: skip

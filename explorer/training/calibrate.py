@@ -305,6 +305,12 @@ class Calibration:
                 out.append(n)
         return tuple(out)
 
+    @property
+    def determined(self) -> bool:
+        """More fit runs than fitted knobs: otherwise several values fit the runs equally
+        well and the one returned depends on the start."""
+        return len(self.rows("fit")) > len(self.fit)
+
     def rows(self, role: Role) -> tuple[CalibrationRow, ...]:
         return tuple(r for r in self.table if r.role == role)
 
@@ -335,9 +341,10 @@ class Calibration:
         vals = ", ".join(f"{n}={v:.4g}" for n, v in self.fitted.items())
         med = self.median_error("fit")
         loo = "n/a" if self.loo_error is None else f"{self.loo_error:.1%}"
+        warn = "" if self.determined else " (no more runs than knobs: not unique)"
         return (
             f"Calibration of {len(self.rows('fit'))} runs ({len(self.rows('check'))} check): "
-            f"{vals}; median |error| {med:.1%} fitted, leave-one-out {loo}"
+            f"{vals}{warn}; median |error| {med:.1%} fitted, leave-one-out {loo}"
         )
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import csv
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from ..errors import ExplorerError
 from ..hardware import Cluster, resolve
@@ -129,26 +129,35 @@ class MeasuredRun:
         return f"{self.model_name} dp{c.dp} tp{c.tp} pp{c.pp}{cp} mb{c.microbatch_size}"
 
     def as_dict(self) -> dict[str, object]:
-        return {
+        """Plain JSON values; a model given as a `ModelConfig` is written out in full."""
+        out: dict[str, object] = {
             "model": self.model_name, "config": self.config.as_dict(),
             "hardware": self.hardware_name, "hardware_max_nodes": self.cluster.max_nodes,
-            "global_batch": self.global_batch,
-            "seq": self.seq, "step_time_s": self.step_time_s,
-            "memory_bytes": self.memory_bytes, "source": self.source,
+            "global_batch": self.global_batch, "seq": self.seq,
+            "step_time_s": self.step_time_s, "memory_bytes": self.memory_bytes,
+            "source": self.source,
         }  # fmt: skip
+        if isinstance(self.model, ModelConfig):
+            out["model_config"] = asdict(self.model)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> MeasuredRun:
-        """Inverse of `as_dict` (model and hardware by catalog name; a profile grown to
-        more nodes by `cluster_with_devices` keeps its node count)."""
+        """Inverse of `as_dict` (hardware by catalog name; a profile grown to more nodes
+        by `cluster_with_devices` keeps its node count)."""
         try:
             config = ParallelConfig(**d["config"])
             hw = d["hardware"]
             nodes = d.get("hardware_max_nodes")
             if nodes is not None and nodes != resolve(hw).max_nodes:
                 hw = replace(resolve(hw), max_nodes=nodes)
+            model = d["model"]
+            if d.get("model_config") is not None:
+                fields_ = {k: tuple(v) if isinstance(v, list) else v
+                           for k, v in d["model_config"].items()}  # fmt: skip
+                model = ModelConfig(**fields_)
             return cls(
-                d["model"], config, hw, d["global_batch"], d["seq"],
+                model, config, hw, d["global_batch"], d["seq"],
                 d["step_time_s"], d.get("memory_bytes"), d.get("source", ""),
             )  # fmt: skip
         except (KeyError, TypeError) as e:
