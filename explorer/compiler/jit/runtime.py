@@ -15,13 +15,14 @@ import sys
 import types
 from typing import Any
 
+from ..errors import GraphBreak, user_location
 from ..nn import Cell
 from ..trace_stack import capturing
 from . import transform
-from .control import UNDEFINED, if_, ld, loop
+from .control import UNDEFINED, if_, is_symbolic, ld, loop
 from .loop_grad import while_
 
-__all__ = ["ld", "if_", "while_", "loop", "call", "maybe_convert", "UNDEFINED"]
+__all__ = ["ld", "if_", "while_", "loop", "call", "maybe_convert", "python_test", "UNDEFINED"]
 
 _INTERNAL = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -72,3 +73,11 @@ def maybe_convert(f: Any) -> Any:
 def call(f: Any, *args: Any, **kwargs: Any) -> Any:
     """A converted call site: converts user functions and cells on the way in."""
     return maybe_convert(f)(*args, **kwargs)
+
+
+def python_test(test: Any, construct: str, hint: str) -> Any:
+    """The test of an ``if``/``while`` the compiler left as Python (it holds a
+    return/break/continue): a Python value passes; a tensor is a graph break naming it."""
+    if is_symbolic(test):
+        raise GraphBreak(construct, hint, user_location(2))
+    return test

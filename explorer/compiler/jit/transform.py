@@ -108,6 +108,32 @@ def _has_jump(nodes: list[ast.stmt]) -> bool:
     return False
 
 
+_JUMPS = {ast.Return: "a return", ast.Break: "a break", ast.Continue: "a continue"}
+
+
+def _jump_kind(nodes: list[ast.stmt], loops: bool) -> str:
+    """The first return/break/continue among the statements, named (``a break``); with
+    ``loops`` false, a break or continue of a loop nested in them does not count."""
+    stack: list[ast.AST] = list(reversed(nodes))
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.FunctionDef | ast.Lambda | ast.ClassDef):
+            continue
+        if type(n) in _JUMPS:
+            return _JUMPS[type(n)]
+        kids = list(ast.iter_child_nodes(n))
+        if isinstance(n, ast.For | ast.While) and not loops:  # its own break/continue
+            kids = [k for k in kids if not isinstance(k, ast.Break | ast.Continue)]
+        stack.extend(reversed(kids))
+    return "a jump"
+
+
+def _static_test(test: ast.expr, construct: str, hint: str) -> ast.expr:
+    """``test`` checked to be a Python value at run time (``runtime.python_test``)."""
+    call = ast.Call(_rt("python_test"), [test, ast.Constant(construct), ast.Constant(hint)], [])
+    return ast.copy_location(call, test)
+
+
 def _rt(attr: str) -> ast.expr:
     return ast.Attribute(ast.Name(RUNTIME_NAME, ast.Load()), attr, ast.Load())
 
@@ -149,8 +175,16 @@ class _Converter(ast.NodeTransformer):
 
     def visit_If(self, node: ast.If) -> Any:
         self.generic_visit(node)
-        if _has_jump(node.body + node.orelse):
-            return node  # stays Python: a tensor test is then a graph break at run time
+        if _has_jump(node.body + node.orelse):  # stays Python: a tensor test is an error
+            jump = _jump_kind(node.body + node.orelse, loops=True)
+            node.test = _static_test(
+                node.test, f"{jump} inside an `if` on a tensor (line {node.lineno})",
+                "assign the result to the same variables in both branches and return (or "
+                "leave the loop) after the if; a tensor `if` becomes a cond node only without "
+                "return/break/continue in it",
+            )  # fmt: skip
+            ast.fix_missing_locations(node)
+            return node
         names = _stored_names(node.body + node.orelse)
         k = self._next()
         then_ = _def(f"__jit_then_{k}", names, node.body, _tuple(names, ast.Load))
@@ -171,6 +205,14 @@ class _Converter(ast.NodeTransformer):
     def visit_While(self, node: ast.While) -> Any:
         self.generic_visit(node)
         if node.orelse or _has_jump(node.body):
+            what = "an else clause" if node.orelse else _jump_kind(node.body, loops=False)
+            node.test = _static_test(
+                node.test, f"{what} in a `while` on a tensor (line {node.lineno})",
+                "carry a 0/1 `go` tensor in the loop state, set it with F.where in the body "
+                "and loop `while go > 0`; a tensor `while` becomes a loop node only without "
+                "return/break/continue/else",
+            )  # fmt: skip
+            ast.fix_missing_locations(node)
             return node
         names = _stored_names(node.body)
         k = self._next()
