@@ -368,8 +368,9 @@ def _structures(
                 continue
             dp = devices // (tp * pp * cp)
             if gb % dp:
+                with_cp = f", cp={cp}" if cp > 1 else ""
                 reasons.append(
-                    f"dp={dp} (tp={tp}, pp={pp}, cp={cp}) does not divide the batch {gb}"
+                    f"dp={dp} (tp={tp}, pp={pp}{with_cp}) does not divide the batch {gb}"
                 )
                 continue
             out.append((tp, pp, dp, cp))
