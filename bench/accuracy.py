@@ -1,7 +1,7 @@
 """Benchmark: how well the step model predicts published runs, before and after
 calibration, and how fast calibration is (issue 14). Not a timed test.
 
-1. Uncalibrated: every published run we hold (Narayanan et al. 2021 Table 1, MT-NLG 530B,
+1. Uncalibrated: every published run we hold (Narayanan et al. 2021 Tables 1 and 2, MT-NLG 530B,
    BLOOM 176B, Llama 3 405B Table 4), predicted step time vs published; target: every row
    within 10%.
 2. Out of sample: per dataset with several layouts, fit on half the rows (even positions),
