@@ -284,6 +284,18 @@ class JitFunction:
             if failed is not None:
                 sizes = self._key(bound)[1]
                 rec = _trace.active()
+                classes = {n: math.gcd(sizes[n], MODULUS_BASE) for n in self._symbol_names()
+                           if n not in fixed}  # fmt: skip
+                classes = {n: m if moduli else _least_divisor(m) for n, m in classes.items()
+                           if m > 1}  # fmt: skip
+                # a prime sentinel may be what failed (B // 2 * 2): the smallest class first
+                if classes and classes != moduli:
+                    what = ", ".join(f"{n} a multiple of {m}" for n, m in classes.items())
+                    if rec is not None:
+                        rec.note("note", "symbolic capture failed", f"{failed}; capturing "
+                                 f"{self.fn.__name__}() again with {what}")  # fmt: skip
+                    return self._compile(bound, key, fixed, f"{reason}; captured with {what}",
+                                         moduli=classes)  # fmt: skip
                 if rec is not None:
                     rec.note("note", "symbolic capture failed", f"{failed}; compiling "
                              f"{self.fn.__name__}() for its sizes {sizes}")  # fmt: skip
@@ -457,6 +469,10 @@ def _respecialise(entry: CacheEntry, g, sizes: dict[str, int]):
                 return dict(entry.fixed), entry.moduli | {n: m}, f"captured again with {what}"
     fixed = dict(entry.fixed) | {n: sizes[n] for n in mine}
     return fixed, entry.moduli, "compiled with " + ", ".join(f"{n}={sizes[n]}" for n in mine)
+
+
+def _least_divisor(m: int) -> int:
+    return next(k for k in range(2, m + 1) if m % k == 0)
 
 
 def bucket_of(d: int) -> int:
