@@ -37,7 +37,15 @@ each visiting its devices in id order (the groups `Mesh.groups` lists), all runn
 ``bandwidth_bytes_per_s`` of a level is thus the per-chip, one-direction share when every
 chip of a child group sends across the level at once; the two-level profiles in
 ``datasets/hardware`` (intra-node, inter-node) are the special case of one NVLink level and
-one network level with one NIC per chip, and give the same numbers as before.
+one network level with one NIC per chip. They give the two-level numbers wherever each
+group of an axis sits alike on the nodes; a group straddling two nodes (12 devices on 8-chip
+nodes: pp=2 x dp=3 x tp=2 has the dp group (6, 8, 10)) is now priced at the network, its
+slowest edge, where the two-level model read the axis's label ("intra").
+
+Every level above the first is on the way out of a first-level group: an edge of level
+``L`` also crosses levels ``1 .. L-1`` (with a host PCIe level between two NVLink islands
+of a node, NIC traffic does cross PCIe); only the first level's links (NVLink) carry just
+their own edges.
 """
 
 from __future__ import annotations
