@@ -350,3 +350,18 @@ def test_training_dp_comm_pays_for_an_oversubscribed_spine() -> None:
     # non-blocking, the pod prices dp exactly as the two-level a100-80g profile does
     flat = dict(ex.simulate("gpt3-1.3b", par, "a100-80g", 64, 2048, params).time_by_kind)
     assert free["dp-comm"] == pytest.approx(flat["dp-comm"], rel=1e-12)
+
+
+def test_hierarchical_collective_on_three_levels_uses_each_phase_link() -> None:
+    """dp=4 x tp=8 on the H100 SuperPOD, auto: reduce-scatter over NVLink (8 GPUs, 450e9,
+    5 us), all-reduce of 1/8 of the buffer over the leaf (4 nodes, 50e9, 10 us), all-gather
+    over NVLink."""
+    mesh = Mesh({"dp": 4, "tp": 8}, hardware="dgx-h100-superpod")
+    want = (
+        ring_time("reduce-scatter", GIB, 8, 450e9, 5e-6)
+        + ring_time("all-reduce", GIB / 8, 4, 50e9, 10e-6)
+        + ring_time("all-gather", GIB, 8, 450e9, 5e-6)
+    )
+    assert mesh.collective_time("all-reduce", GIB, ("dp", "tp")) == pytest.approx(want, rel=1e-12)
+    with pytest.raises(MeshError, match=r"unknown mesh axis 'cp'; this mesh has axes dp, tp"):
+        mesh.collective_time("all-reduce", GIB, ("dp",), concurrent=[("cp",)])
