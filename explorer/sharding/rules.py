@@ -58,7 +58,7 @@ LINEAR_CONTRACTION = frozenset({
 # Ops whose attributes name global shapes or hold subgraphs, and the compiler's fused
 # kernels (O2 only, never planned): only the replicated strategy.
 REPLICATED_ONLY = frozenset({"broadcast_to", "getitem", "getitem_grad", "cond", "loop", "fused",
-                             "masked_softmax"})  # fmt: skip
+                             "masked_softmax", "fill", "opaque"})  # fmt: skip
 
 # Backward ops whose last (normalised) letter needs statistics we do not split.
 _LAST_FIXED = frozenset({"softmax_grad", "layernorm_grad", "rmsnorm_grad", "cross_entropy_grad"})
@@ -87,6 +87,10 @@ def rewrite_signature(op: str, sig: str, in_shapes: tuple[tuple[int, ...], ...],
     rhs_l, fixed = list(rhs), set()
     for gi, gj in reshape_groups(in_shapes[0], out_shape):
         if len(gi) == 1 and len(gj) == 1:
+            continue
+        if not gi or not gj:  # size-1 dims added or dropped (keepdim): they stay whole
+            fixed.update(lhs[k] for k in gi)
+            fixed.update(rhs[k] for k in gj)
             continue
         rhs_l[gj[0]] = lhs[gi[0]]
         fixed.update(lhs[k] for k in gi[1:])

@@ -105,6 +105,21 @@ def op_graph(op: str):
     elif op == "embedding_grad":
         ids = b.input("ids", (4, 8), "int32")
         y = b.op(op, ids, b.input("g", (4, 8, 8)), name="y", vocab=16)
+    elif op in ("rsqrt", "sin", "cos", "sigmoid", "reciprocal", "erf"):
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y")
+    elif op in ("logical_and", "logical_or"):
+        y = b.op(op, b.input("x", (4, 8, 8), "bool"), b.input("z", (8, 8), "bool"), name="y")
+    elif op == "scalar_op":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", fn="rsub", value=0.5)
+    elif op == "cat":
+        y = b.op(op, b.input("x", (4, 8, 8)), b.input("z", (4, 8, 4)), name="y", axis=2)
+    elif op == "slice":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", axis=1, start=2, stop=7, step=2)
+    elif op == "expand":
+        y = b.op(op, b.input("x", (4, 1, 8)), name="y", shape=(4, 3, 8), axes=(1,))
+    elif op == "grouped_mm":
+        offs = b.input("offs", (2,), "int64")
+        y = b.op(op, b.input("x", (4, 8)), b.param("w", (2, 8, 16)), offs, name="y")
     else:
         raise KeyError(op)
     return b.build([y]), y
@@ -117,5 +132,6 @@ OPS = (
     "moe_dispatch", "moe_combine", "abs", "neg", "sqrt", "log", "logical_not", "eq", "ge",
     "gt", "le", "lt", "ne", "maximum", "minimum", "pow", "gelu_grad", "silu_grad",
     "softmax_grad", "where", "causal_mask_grad", "max", "layernorm_grad", "rmsnorm_grad",
-    "cross_entropy_grad", "embedding_grad",
+    "cross_entropy_grad", "embedding_grad", "rsqrt", "sin", "cos", "sigmoid", "reciprocal",
+    "erf", "logical_and", "logical_or", "scalar_op", "cat", "slice", "expand", "grouped_mm",
 )  # fmt: skip

@@ -1,0 +1,232 @@
+"""``from_hf``: any Hugging Face architecture, from its ``config.json``, traced into the IR.
+
+The config goes to transformers, which builds its own model class on the meta device (no
+weights, no memory), and `from_torch` traces that model. So every architecture
+transformers defines comes in exactly as transformers runs it, without a reader per
+architecture. Needs the ``hf`` extra (transformers and torch); without it,
+`from_hf_config` reads the few model types it reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..ir import DType
+from ..jsonfile import as_path, read_json
+from .torch_import import LeafHandler, TorchImportError, TracedGraph, from_torch
+
+__all__ = ["from_hf", "hf_model", "DEFAULT_SEQ_CAP"]
+
+#: Sequence length when ``seq`` is not given: the config's context length, at most this
+#: (a 128k context traces the same ops, only with larger numbers; pass ``seq`` for more).
+DEFAULT_SEQ_CAP = 4096
+
+_SEQ_FIELDS = ("max_position_embeddings", "n_positions", "max_seq_len", "n_ctx", "seq_length")
+_DTYPE_FIELDS = ("dtype", "torch_dtype")
+_TORCH_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def from_hf(
+    config: str | Path | Mapping[str, Any] | Any, *, batch: int = 1, seq: int | None = None,
+    dtype: str | None = None, attn_implementation: str = "eager",
+    leaves: Mapping[str, LeafHandler] | None = None, name: str | None = None,
+) -> TracedGraph:  # fmt: skip
+    """Trace the transformers model of a ``config.json`` (a file, a folder holding one, a
+    dict, or a transformers ``PretrainedConfig``) on the meta device.
+
+    The class is the config's ``architectures[0]`` when transformers has it, else
+    ``AutoModelForCausalLM`` (``AutoModel`` for types without a causal-LM head). Attention
+    is eager by default so its FLOPs appear as contractions (PyTorch's sdpa is mapped too).
+
+    Args:
+        config: the config.
+        batch, seq: the traced input shape (``seq`` default: the config's context length,
+            at most `DEFAULT_SEQ_CAP`; images use the config's ``image_size``).
+        dtype: parameter and activation type (default: the config's ``dtype`` /
+            ``torch_dtype``, else bf16).
+        attn_implementation: passed to transformers (``"eager"`` or ``"sdpa"``).
+        leaves: module class name -> `LeafHandler` (whole modules as first-class ops).
+        name: the graph's name (default: ``_name_or_path``, the folder, or the model type).
+
+    Raises:
+        TorchImportError: transformers is missing (install the ``hf`` extra), the config is
+            unreadable or names an unknown model type, or tracing fails.
+
+    >>> g = from_hf({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4,
+    ...              "vocab_size": 128, "n_positions": 32})          # doctest: +SKIP
+    >>> g.num_params()                                                # doctest: +SKIP
+    111232
+    """
+    for key, v in (("batch", batch), ("seq", seq)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise TorchImportError(f"{key}={v!r}; expected an int > 0")
+    model, cfg, where = hf_model(config, dtype=dtype, attn_implementation=attn_implementation)
+    import torch
+
+    if (
+        getattr(cfg, "model_type", "") in ("vit", "deit", "beit", "dinov2")
+        or hasattr(cfg, "image_size")
+        and not hasattr(cfg, "vocab_size")
+    ):
+        size = cfg.image_size if isinstance(cfg.image_size, int) else cfg.image_size[0]
+        args: tuple = ((batch, cfg.num_channels, size, size),)
+        kwargs: dict[str, Any] = {}
+        input_dtype = _dtype_of(cfg, dtype)
+    else:
+        if seq is None:
+            ctx = next((getattr(cfg, f) for f in _SEQ_FIELDS
+                        if isinstance(getattr(cfg, f, None), int)), DEFAULT_SEQ_CAP)  # fmt: skip
+            seq = min(ctx, DEFAULT_SEQ_CAP)
+        args = ((batch, seq),)
+        kwargs = {"use_cache": False} if _takes(model, "use_cache") else {}
+        if getattr(cfg, "is_encoder_decoder", False):
+            kwargs["decoder_input_ids"] = torch.zeros((batch, seq), dtype=torch.long,
+                                                      device="meta")  # fmt: skip
+        input_dtype = "int64"
+    label = name or getattr(cfg, "_name_or_path", "") or where or cfg.model_type
+    with _grouped_mm_fallback():
+        return from_torch(model, args, kwargs, name=label, leaves=leaves,
+                          input_dtype=input_dtype)  # fmt: skip
+
+
+_PATCH_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _grouped_mm_fallback():
+    """While tracing, transformers' experts use its ``grouped_mm_fallback`` op: on the meta
+    device it would pick ``torch._grouped_mm``, whose meta check refuses expert sizes that
+    are not 16-byte aligned (DeepSeek-V2's 1407). Both map to the same ``grouped_mm``."""
+    try:
+        from transformers.integrations import moe
+    except ImportError:
+        yield
+        return
+    with _PATCH_LOCK:
+        saved = getattr(moe, "_can_use_grouped_mm", None)
+        if saved is not None:
+            moe._can_use_grouped_mm = lambda *a, **k: False
+        try:
+            yield
+        finally:
+            if saved is not None:
+                moe._can_use_grouped_mm = saved
+
+
+def hf_model(
+    config: str | Path | Mapping[str, Any] | Any, *, dtype: str | None = None,
+    attn_implementation: str = "eager",
+) -> tuple[Any, Any, str]:  # fmt: skip
+    """(model on the meta device, its transformers config, where the config came from)."""
+    try:
+        import torch
+        import transformers
+    except ImportError:
+        raise TorchImportError(
+            "from_hf needs transformers and torch: install the 'hf' extra (pip install "
+            "'parallel-explorer[hf]'); without them explorer.models.from_hf_config reads "
+            "GPT-2, BERT, LLaMA, Mistral and Mixtral configs"
+        ) from None
+    cfg, where = _config(config, transformers)
+    dt = _dtype_of(cfg, dtype)
+    tdt = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dt]
+    cls = _model_class(cfg, transformers)
+    try:
+        with torch.device("meta"):
+            model = cls._from_config(cfg, attn_implementation=attn_implementation, dtype=tdt)
+    except Exception as e:  # transformers raises many kinds for configs it cannot build
+        raise TorchImportError(
+            f"{where}: transformers could not build {cls.__name__} from this config "
+            f"({type(e).__name__}: {str(e)[:300]}); check the config's fields"
+        ) from None
+    return model, cfg, where
+
+
+def _config(config: Any, transformers: Any) -> tuple[Any, str]:
+    if isinstance(config, transformers.PretrainedConfig):
+        return config, getattr(config, "_name_or_path", "") or config.model_type
+    if isinstance(config, Mapping):
+        raw, where = dict(config), ""
+    else:
+        file = as_path(config, TorchImportError, "Hugging Face config")
+        if file.is_dir():
+            if not (file / "config.json").is_file():
+                raise TorchImportError(
+                    f"{file}: is a folder without a config.json; give the config.json file "
+                    "or the model folder that holds it"
+                )
+            file = file / "config.json"
+        raw = read_json(file, TorchImportError, "Hugging Face config")
+        where = str(file)
+    if not isinstance(raw, dict):
+        raise TorchImportError(
+            f"{where or 'config'}: the top level is {type(raw).__name__}; a config.json holds "
+            "a JSON object"
+        )
+    mtype = raw.get("model_type")
+    mapping = transformers.CONFIG_MAPPING
+    if not isinstance(mtype, str) or mtype not in mapping:
+        got = "missing" if mtype is None else repr(mtype)
+        raise TorchImportError(
+            f"{where or 'config'}: model_type {got} is not a transformers "
+            f"{transformers.__version__} model type; known types include "
+            f"{', '.join(sorted(mapping.keys())[:40])}, ..."
+        )
+    fields = {k: v for k, v in raw.items() if k != "model_type"}
+    try:
+        cfg = mapping[mtype].from_dict(fields)
+    except Exception as e:
+        raise TorchImportError(
+            f"{where or 'config'}: transformers refused this {mtype} config "
+            f"({type(e).__name__}: {str(e)[:300]})"
+        ) from None
+    if where:
+        where_name = Path(where).resolve().parent.name
+        cfg._name_or_path = raw.get("_name_or_path") or where_name
+    return cfg, where
+
+
+def _model_class(cfg: Any, transformers: Any) -> Any:
+    for arch in getattr(cfg, "architectures", None) or ():
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModel):
+        mapping = auto._model_mapping
+        if type(cfg) in mapping:
+            return mapping[type(cfg)]
+    raise TorchImportError(
+        f"model_type {cfg.model_type!r} has no causal-LM or base model class in transformers "
+        f"{transformers.__version__}; pass a config with 'architectures'"
+    )
+
+
+def _dtype_of(cfg: Any, dtype: str | None) -> str:
+    if dtype is not None:
+        dt = DType.parse(dtype).value
+    else:
+        raw = next((getattr(cfg, f, None) for f in _DTYPE_FIELDS if getattr(cfg, f, None)), None)
+        dt = _TORCH_DTYPES.get(str(raw).replace("torch.", ""), "bf16") if raw else "bf16"
+    if dt not in ("fp32", "bf16", "fp16"):
+        raise TorchImportError(f"dtype={dt!r}; from_hf builds models in fp32, bf16 or fp16")
+    return dt
+
+
+def _takes(model: Any, arg: str) -> bool:
+    import inspect
+
+    try:
+        return arg in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def with_ignored(graph: TracedGraph, ignored: tuple[str, ...]) -> TracedGraph:
+    """The same graph with ``ignored`` config fields listed on its report."""
+    report = dataclasses.replace(graph.report, ignored_fields=ignored)
+    return TracedGraph(graph.nodes, graph.outputs, graph.name, report=report)

@@ -1,0 +1,344 @@
+"""Aten op -> IR mappings for elementwise, movement, reduction and factory ops.
+
+Each handler receives the conversion `Context`, the fx node and the op's arguments by
+schema name (tensors as `Ref`), and returns the IR value(s). Raising NotImplementedError
+turns the node opaque with the reason in the report. The contraction, norm and attention
+mappings are in `aten_nn`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ...ir import DType
+from .convert import Context, Ref, handler
+
+__all__: list[str] = []
+
+# --- no-ops -------------------------------------------------------------------------------
+
+
+@handler("alias", "contiguous", "clone", "detach", "lift_fresh_copy", "alias_copy",
+         "detach_", "_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size",
+         "_assert_async")  # fmt: skip
+def _identity(cx: Context, node, a):
+    x = a.get("self", a.get("input"))
+    return x if isinstance(x, Ref) else None
+
+
+@handler("dropout", "native_dropout", "feature_dropout")
+def _dropout(cx: Context, node, a):
+    p, train = a.get("p", 0.0), a.get("train", False)
+    x = a["input"]
+    out = x if not train or not p else cx.op("dropout", x, p=float(p))
+    return (out, None) if str(node.target).startswith("aten.native_dropout") else out
+
+
+@handler("to", "_to_copy", "type_as", "float", "double", "half", "bfloat16")
+def _to(cx: Context, node, a):
+    x = a.get("self")
+    if not isinstance(x, Ref):
+        raise NotImplementedError("a device or layout change without a tensor")
+    return cx.cast(x, cx.dtype(node.meta["val"].dtype))
+
+
+# --- elementwise --------------------------------------------------------------------------
+
+_UNARY = {
+    "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin",
+    "cos": "cos", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "silu": "silu",
+    "abs": "abs", "reciprocal": "reciprocal", "erf": "erf", "logical_not": "logical_not",
+    "bitwise_not": "logical_not", "gelu": "gelu",
+}  # fmt: skip
+
+
+def _unary(op: str):
+    def fn(cx: Context, node, a):
+        x = a["self"]
+        if op == "logical_not" and cx.type(x).dtype is not DType.BOOL:
+            raise NotImplementedError("bitwise not of an integer tensor")
+        return cx.op(op, x)
+
+    return fn
+
+
+for _k, _v in _UNARY.items():
+    handler(_k, f"{_k}_")(_unary(_v))
+
+# (tensor-tensor op, scalar_op fn with the scalar second, with the scalar first)
+_BINARY = {
+    "add": ("add", "add", "add"), "sub": ("sub", "sub", "rsub"), "mul": ("mul", "mul", "mul"),
+    "div": ("div", "div", "rdiv"), "maximum": ("maximum", "maximum", "maximum"),
+    "minimum": ("minimum", "minimum", "minimum"), "max": ("maximum", "maximum", "maximum"),
+    "min": ("minimum", "minimum", "minimum"), "pow": ("pow", "pow", "rpow"),
+    "lt": ("lt", "lt", "gt"), "le": ("le", "le", "ge"), "gt": ("gt", "gt", "lt"),
+    "ge": ("ge", "ge", "le"), "eq": ("eq", "eq", "eq"), "ne": ("ne", "ne", "ne"),
+    "floor_divide": (None, "floordiv", None), "remainder": (None, "remainder", None),
+    "__and__": ("logical_and", None, None), "bitwise_and": ("logical_and", None, None),
+    "logical_and": ("logical_and", None, None), "__or__": ("logical_or", None, None),
+    "bitwise_or": ("logical_or", None, None), "logical_or": ("logical_or", None, None),
+}  # fmt: skip
+
+
+def _binary(name: str):
+    tensor_op, fn_second, fn_first = _BINARY[name]
+
+    def fn(cx: Context, node, a):
+        if name in ("max", "min") and "other" not in a:
+            raise NotImplementedError(f"{name} as a reduction is mapped by amax/amin")
+        x = a.get("self", a.get("input"))
+        y = a.get("other", a.get("exponent"))
+        alpha = a.get("alpha", 1) or 1
+        if tensor_op in ("logical_and", "logical_or"):
+            if not (isinstance(x, Ref) and isinstance(y, Ref)) or any(
+                cx.type(r).dtype is not DType.BOOL for r in (x, y)
+            ):
+                raise NotImplementedError("bitwise ops on integers")
+        if name == "div" and a.get("rounding_mode"):
+            raise NotImplementedError(f"division with rounding_mode={a['rounding_mode']!r}")
+        if isinstance(y, Ref) and alpha != 1:
+            y = cx.op("scale", y, factor=float(alpha))
+        if isinstance(x, Ref) and isinstance(y, Ref):
+            if tensor_op is None:
+                raise NotImplementedError(f"{name} of two tensors")
+            return cx.op(tensor_op, x, y)
+        if isinstance(x, Ref):
+            v = _number(y) * (alpha if name in ("add", "sub") else 1)
+            if name == "mul":
+                return cx.op("scale", x, factor=float(v))
+            if name == "div" and v != 0 and cx.type(x).dtype.is_float:
+                return cx.op("scale", x, factor=1.0 / float(v))
+            if fn_second is None:
+                raise NotImplementedError(f"{name} with a scalar")
+            return cx.op("scalar_op", x, fn=fn_second, value=v)
+        if isinstance(y, Ref):
+            if fn_first is None:
+                raise NotImplementedError(f"{name} with the scalar first")
+            return cx.op("scalar_op", y, fn=fn_first, value=_number(x))
+        raise NotImplementedError(f"{name} of two scalars")
+
+    return fn
+
+
+def _number(v: Any) -> float | int | bool:
+    if isinstance(v, bool | int | float):
+        return v
+    raise NotImplementedError(f"operand {v!r} is not a Python number")
+
+
+for _k in _BINARY:
+    handler(_k, f"{_k}_")(_binary(_k))
+
+
+@handler("rsub")
+def _rsub(cx: Context, node, a):
+    x, y, alpha = a["self"], a["other"], a.get("alpha", 1) or 1
+    if isinstance(y, Ref):
+        return cx.op("sub", y, cx.op("scale", x, factor=float(alpha)) if alpha != 1 else x)
+    return cx.op("scalar_op", cx.op("scale", x, factor=float(alpha)) if alpha != 1 else x,
+                 fn="rsub", value=_number(y))  # fmt: skip
+
+
+@handler("where")
+def _where(cx: Context, node, a):
+    c, x, y = a["condition"], a.get("self"), a.get("other")
+    if not isinstance(c, Ref):
+        raise NotImplementedError("where without a condition tensor")
+    dt = cx.dtype(node.meta["val"].dtype)
+    x = x if isinstance(x, Ref) else cx.full(_number(x), (), dt)
+    y = y if isinstance(y, Ref) else cx.full(_number(y), (), dt)
+    return cx.op("where", c, x, y)
+
+
+@handler("masked_fill", "masked_fill_")
+def _masked_fill(cx: Context, node, a):
+    x, mask, v = a["self"], a["mask"], a["value"]
+    v = v if isinstance(v, Ref) else cx.full(_number(v), (), cx.type(x).dtype)
+    return cx.op("where", mask, v, x)
+
+
+# --- movement -----------------------------------------------------------------------------
+
+
+@handler("view", "reshape", "_unsafe_view", "flatten", "unflatten", "squeeze", "unsqueeze",
+         "view_as", "reshape_as", "squeeze_", "unsqueeze_", "_reshape_alias")  # fmt: skip
+def _reshape(cx: Context, node, a):
+    return cx.reshape(a["self"], tuple(node.meta["val"].shape))
+
+
+@handler("expand", "expand_as", "broadcast_to")
+def _expand(cx: Context, node, a):
+    x, shape = a["self"], tuple(int(d) for d in node.meta["val"].shape)
+    if math.prod(cx.shape(x)) == math.prod(shape):
+        return cx.reshape(x, shape)
+    src = cx.shape(x)
+    if len(src) < len(shape):  # new leading dims: add them as size 1 first
+        x = cx.reshape(x, (1,) * (len(shape) - len(src)) + src)
+    grown = tuple(k for k, (s, d) in enumerate(zip(cx.shape(x), shape, strict=True)) if s != d)
+    return cx.op("expand", x, shape=shape, axes=grown)
+
+
+@handler("transpose", "swapaxes", "swapdims")
+def _transpose(cx: Context, node, a):
+    x = a["self"]
+    rank = len(cx.shape(x))
+    d0, d1 = (a.get("dim0", a.get("axis0")) % rank, a.get("dim1", a.get("axis1")) % rank)
+    perm = list(range(rank))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute_to(cx, x, tuple(perm))
+
+
+def _permute_to(cx: Context, x: Ref, perm: tuple[int, ...]) -> Ref:
+    if perm == tuple(range(len(perm))):
+        return x
+    shape = cx.shape(x)
+    if [p for p in perm if shape[p] != 1] == [p for p in range(len(shape)) if shape[p] != 1]:
+        # only size-1 dims move: a reshape says the same and keeps every letter
+        return cx.reshape(x, tuple(shape[p] for p in perm))
+    return cx.op("transpose", x, perm=perm)
+
+
+@handler("permute")
+def _permute(cx: Context, node, a):
+    x = a["self"]
+    rank = len(cx.shape(x))
+    return _permute_to(cx, x, tuple(d % rank for d in a["dims"]))
+
+
+@handler("t", "numpy_T")
+def _t(cx: Context, node, a):
+    x = a["self"]
+    return _permute_to(cx, x, tuple(reversed(range(len(cx.shape(x))))))
+
+
+@handler("slice")
+def _slice(cx: Context, node, a):
+    x = a["self"]
+    shape = cx.shape(x)
+    dim = a["dim"] % len(shape)
+    start, end, step = a["start"] or 0, a["end"], a["step"] or 1
+    size = shape[dim]
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+    if (start, end, step) == (0, size, 1):
+        return x
+    return cx.op("slice", x, axis=dim, start=start, stop=max(start, end), step=step)
+
+
+@handler("select")
+def _select(cx: Context, node, a):
+    x = a["self"]
+    shape = cx.shape(x)
+    dim = a["dim"] % len(shape)
+    i = a["index"] % shape[dim]
+    part = cx.op("slice", x, axis=dim, start=i, stop=i + 1)
+    return cx.reshape(part, shape[:dim] + shape[dim + 1 :])
+
+
+@handler("split", "split_with_sizes", "chunk", "tensor_split", "unbind")
+def _split(cx: Context, node, a):
+    x = a["self"]
+    shape = cx.shape(x)
+    dim = (a.get("dim") or 0) % len(shape)
+    outs, start = [], 0
+    unbind = str(node.target).startswith("aten.unbind")
+    for val in node.meta["val"]:
+        n = 1 if unbind else int(val.shape[dim])
+        if unbind:
+            part = cx.op("slice", x, axis=dim, start=start, stop=start + 1)
+            outs.append(cx.reshape(part, tuple(int(d) for d in val.shape)))
+        elif (start, n) == (0, shape[dim]):
+            outs.append(x)
+        else:
+            outs.append(cx.op("slice", x, axis=dim, start=start, stop=start + n))
+        start += n
+    return tuple(outs)
+
+
+@handler("cat", "concat", "concatenate")
+def _cat(cx: Context, node, a):
+    xs = [t for t in a["tensors"] if isinstance(t, Ref) and math.prod(cx.shape(t)) > 0]
+    if len(xs) == 1:
+        return xs[0]
+    dim = a.get("dim", a.get("axis", 0))
+    return cx.op("cat", *xs, axis=dim % len(cx.shape(xs[0])))
+
+
+@handler("stack")
+def _stack(cx: Context, node, a):
+    xs = a["tensors"]
+    dim = a.get("dim", 0) % (len(cx.shape(xs[0])) + 1)
+    parts = []
+    for t in xs:
+        s = list(cx.shape(t))
+        s.insert(dim, 1)
+        parts.append(cx.reshape(t, tuple(s)))
+    return parts[0] if len(parts) == 1 else cx.op("cat", *parts, axis=dim)
+
+
+@handler("getitem", raw=True)
+def _getitem(cx: Context, node, a):
+    seq, i = a["_0"], a["_1"]
+    if isinstance(seq, list | tuple):
+        return seq[i]
+    raise NotImplementedError("indexing a value that is not a tuple of results")
+
+
+# --- reductions ---------------------------------------------------------------------------
+
+
+def _reduce(op: str):
+    def fn(cx: Context, node, a):
+        x = a["self"]
+        rank = len(cx.shape(x))
+        dims = a.get("dim")
+        if dims is None or dims == []:
+            axes = tuple(range(rank))
+        else:
+            dims = dims if isinstance(dims, list | tuple) else [dims]
+            axes = tuple(sorted(d % rank for d in dims))
+        if a.get("dtype") is not None:
+            x = cx.cast(x, cx.dtype(a["dtype"]))
+        y = cx.op(op, x, axes=axes) if axes else x
+        return cx.reshape(y, tuple(node.meta["val"].shape))
+
+    return fn
+
+
+handler("mean")(_reduce("mean"))
+handler("sum")(_reduce("sum"))
+handler("amax")(_reduce("max"))
+
+
+# --- factories ----------------------------------------------------------------------------
+
+
+@handler("arange")
+def _arange(cx: Context, node, a):
+    val = node.meta["val"]
+    start = a["start"] if "start" in a else 0
+    step = a.get("step", 1) or 1
+    if not all(isinstance(v, int | float) for v in (start, step)):
+        raise NotImplementedError("arange with tensor bounds")
+    return cx.op("fill", kind="arange", shape=tuple(int(d) for d in val.shape),
+                 dtype=cx.dtype(val.dtype).value, start=start, step=step)  # fmt: skip
+
+
+@handler("full", "full_like", "new_full", "zeros", "zeros_like", "new_zeros", "ones",
+         "ones_like", "new_ones", "empty", "empty_like", "new_empty", "scalar_tensor",
+         "empty_strided", "new_empty_strided")  # fmt: skip
+def _full(cx: Context, node, a):
+    name = str(node.target).split(".")[1]
+    val = node.meta["val"]
+    if "ones" in name:
+        value = 1
+    elif "full" in name:
+        value = a.get("fill_value")
+    elif name == "scalar_tensor":
+        value = a.get("s")
+    else:
+        value = 0
+    if not isinstance(value, bool | int | float):
+        raise NotImplementedError(f"fill value {value!r} is not a Python number")
+    return cx.full(value, tuple(int(d) for d in val.shape), cx.dtype(val.dtype))

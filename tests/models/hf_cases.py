@@ -1,0 +1,97 @@
+"""Tiny Hugging Face configs for the import tests: every model type at small widths.
+
+``tiny(model_type)`` is the transformers default config of that type with the sizes below
+(2 layers, hidden 64, ...); ``model_for(config)`` instantiates it the way ``from_hf`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Model types the tests trace (at least 30, as issue 16 asks).
+MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+    "gemma2", "gemma3_text", "phi", "phi3", "phimoe", "gpt2", "gpt_neox", "gptj",
+    "gpt_bigcode", "falcon", "opt", "bloom", "mpt", "starcoder2", "olmo2", "stablelm",
+    "cohere", "deepseek_v2", "deepseek_v3", "bert", "roberta", "t5", "vit",
+)  # fmt: skip
+
+_COMMON = {
+    "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2, "n_layers": 2,
+    "num_decoder_layers": 2, "hidden_size": 64, "n_embd": 64, "d_model": 64,
+    "intermediate_size": 128, "n_inner": 128, "ffn_dim": 128, "d_ff": 128,
+    "num_attention_heads": 4, "n_head": 4, "num_heads": 4, "n_heads": 4,
+    "vocab_size": 128, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "d_kv": 16,
+}  # fmt: skip
+
+_SPECIAL: dict[str, dict[str, Any]] = {
+    "llama": {"num_key_value_heads": 2},
+    "mistral": {"num_key_value_heads": 2, "head_dim": 16},
+    "mixtral": {"num_key_value_heads": 2, "head_dim": 16},
+    "qwen2": {"num_key_value_heads": 2},
+    "qwen2_moe": {"num_key_value_heads": 2},
+    "qwen3": {"num_key_value_heads": 2, "head_dim": 16},
+    "qwen3_moe": {"num_key_value_heads": 2, "head_dim": 16},
+    "gemma": {"num_key_value_heads": 1, "head_dim": 16},
+    "gemma2": {"num_key_value_heads": 2, "head_dim": 16, "sliding_window": 4},
+    "gemma3_text": {"num_key_value_heads": 2, "head_dim": 16, "sliding_window": 4},
+    "phi": {"num_key_value_heads": 4},
+    "phi3": {"num_key_value_heads": 2, "pad_token_id": 0},
+    "phimoe": {"num_key_value_heads": 2},
+    "gpt_bigcode": {"n_positions": 64},
+    "gpt2": {"n_positions": 64},
+    "gptj": {"rotary_dim": 8, "n_positions": 64},
+    "falcon": {"num_kv_heads": 2, "new_decoder_architecture": True},
+    "mpt": {"d_model": 64, "expansion_ratio": 2, "max_seq_len": 64},
+    "starcoder2": {"num_key_value_heads": 2},
+    "olmo2": {"num_key_value_heads": 2},
+    "stablelm": {"num_key_value_heads": 2},
+    "cohere": {"num_key_value_heads": 2},
+    "deepseek_v2": {"num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16,
+                    "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+                    "first_k_dense_replace": 1, "n_shared_experts": 1, "n_group": 2,
+                    "topk_group": 1, "topk_method": "greedy"},
+    "deepseek_v3": {"num_key_value_heads": 4, "q_lora_rank": 32, "kv_lora_rank": 16,
+                    "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+                    "first_k_dense_replace": 1, "n_shared_experts": 1, "n_group": 2,
+                    "topk_group": 1, "head_dim": 8},
+    "bert": {"max_position_embeddings": 64, "is_decoder": True},
+    "roberta": {"max_position_embeddings": 66, "is_decoder": True},
+    "vit": {"image_size": 32, "patch_size": 8, "num_channels": 3},
+    "t5": {"num_heads": 4},
+}  # fmt: skip
+
+SEQ = 8
+BATCH = 2
+
+
+def tiny(model_type: str) -> dict[str, Any]:
+    """The config dict of a tiny ``model_type`` (keys the config class knows only)."""
+    from transformers import AutoConfig
+
+    base = AutoConfig.for_model(model_type)
+    raw = {k: v for k, v in _COMMON.items() if hasattr(base, k)}
+    raw.update(_SPECIAL.get(model_type, {}))
+    out = base.to_dict()
+    out.update(raw)
+    if isinstance(out.get("layer_types"), list):  # one entry per layer
+        out["layer_types"] = out["layer_types"][: out.get("num_hidden_layers", 2)]
+    out["model_type"] = model_type
+    return out
+
+
+def example_inputs(model_type: str, config: Any, batch: int = BATCH, seq: int = SEQ):
+    """(args, kwargs) of a real CPU forward for the FLOP oracle."""
+    import torch
+
+    if model_type == "vit":
+        n = config.image_size
+        return (torch.zeros(batch, config.num_channels, n, n),), {}
+    ids = torch.arange(batch * seq).reshape(batch, seq) % config.vocab_size
+    if model_type == "t5":
+        return (ids,), {"decoder_input_ids": ids, "use_cache": False}
+    if model_type in ("bert", "roberta"):
+        return (ids,), {}
+    return (ids,), {"use_cache": False}

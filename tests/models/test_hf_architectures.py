@@ -1,0 +1,97 @@
+"""Issue 16: 31 transformers architectures traced on the meta device.
+
+For each model type: at a tiny size the traced parameter count equals
+``sum(p.numel())`` of the transformers model and the traced contraction FLOPs equal
+torch's FlopCounterMode on a real CPU forward with eager attention and eager experts (the
+oracle counts no sdpa FLOPs on CPU and no grouped_mm experts, so both are switched to
+eager there; the trace maps sdpa and grouped_mm to contractions itself); at the default
+config's widths (layer count cut to 1 to keep the suite fast: layers repeat) the parameter
+count is exact too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from explorer.ir import OpGroup  # noqa: E402
+from explorer.models import from_hf  # noqa: E402
+from explorer.models.hf import hf_model  # noqa: E402
+
+from .hf_cases import BATCH, MODEL_TYPES, SEQ, example_inputs, tiny  # noqa: E402
+
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers")
+
+
+def contraction_flops(graph) -> int:
+    return sum(
+        graph.node_flops(n.name) for n in graph.ops if graph.group(n.name) is OpGroup.CONTRACTION
+    )
+
+
+def oracle_flops(model_type: str, raw: dict) -> int:
+    """FlopCounterMode of a real forward, eager attention and eager experts."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model, cfg, _ = hf_model(raw, dtype="fp32")
+    cfg = type(cfg).from_dict({k: v for k, v in raw.items() if k != "model_type"})
+    cfg._experts_implementation = "eager"
+    torch.manual_seed(0)
+    real = type(model)._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    args, kwargs = example_inputs(model_type, cfg)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        real.eval()(*args, **kwargs)
+    return counter.get_total_flops()
+
+
+def test_at_least_30_architectures():
+    assert len(set(MODEL_TYPES)) >= 30
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_tiny_params_and_matmul_flops_equal_torch(model_type):
+    raw = tiny(model_type)
+    graph = from_hf(raw, batch=BATCH, seq=SEQ, dtype="fp32")
+    model, _, _ = hf_model(raw, dtype="fp32")
+    assert graph.num_params() == sum(p.numel() for p in model.parameters())
+    assert contraction_flops(graph) == oracle_flops(model_type, raw)
+    assert graph.report is graph.meta["import_report"]
+
+
+@pytest.mark.parametrize("model_type", MODEL_TYPES)
+def test_default_widths_param_count_exact(model_type):
+    from transformers import AutoConfig
+
+    raw = AutoConfig.for_model(model_type).to_dict()
+    for k in _LAYER_KEYS:
+        if isinstance(raw.get(k), int):
+            raw[k] = 1
+    if isinstance(raw.get("layer_types"), list):
+        raw["layer_types"] = raw["layer_types"][:1]
+    if model_type in ("deepseek_v2", "deepseek_v3"):
+        raw["first_k_dense_replace"] = 0  # the one layer is a MoE layer
+        raw["num_experts_per_tok"] = raw.get("num_experts_per_tok") or 2
+    raw["model_type"] = model_type
+    graph = from_hf(raw, batch=1, seq=4)
+    model, _, _ = hf_model(raw)
+    assert graph.num_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_dense_llama_has_no_opaque_op_on_the_data_path():
+    graph = from_hf(tiny("llama"), batch=BATCH, seq=SEQ)
+    assert graph.report.exact, str(graph.report)
+    assert {o.static for o in graph.report.opaque} <= {True}
+    # RMSNorm modules are recognised by their code and emitted as one op each
+    assert sum(n.op == "rmsnorm" for n in graph.ops) == 2 * 2 + 1
+
+
+def test_moe_routing_ops_are_listed_not_dropped():
+    graph = from_hf(tiny("mixtral"), batch=BATCH, seq=SEQ)
+    data_path = {o.target for o in graph.report.opaque if not o.static}
+    assert "aten.topk.default" in data_path and not graph.report.exact
+    for o in graph.report.opaque:
+        for name in o.nodes:
+            assert graph.node(name).op == "opaque"
+    assert sum(n.op == "grouped_mm" for n in graph.ops) == 2 * 2  # gate_up and down per layer
