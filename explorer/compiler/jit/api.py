@@ -44,7 +44,7 @@ from .cache import CacheEntry
 from .capture import SymTensor, Tracer
 from .guards import stale, tensor_guards
 from .split import Split, plan_split
-from .symbolic import MODULUS_BASE, SymContext, sentinel
+from .symbolic import MODULUS_BASE, TRACKED_MIN, SymContext, evaluate, sentinel
 
 __all__ = ["jit", "JitFunction", "capture", "CacheEntry"]
 
@@ -52,6 +52,7 @@ Syntax = Literal["strict", "lax"]
 Capture = Literal["ast", "trace"]
 Dynamic = Mapping[str, Mapping[int, str]]
 Bucket = Literal["none", "pow2"]
+ALT_PRIME_START, ALT_PRIMES = 10007, 64  # sentinels tried after a shape guard fails
 MAX_RECAPTURES = 4  # compilations one call may trigger before its sizes are fixed
 
 
@@ -227,55 +228,54 @@ class JitFunction:
         """One step of ``_lookup``: a matching entry, or the one compiled now (whose own
         guards the caller checks: a first capture can fail a guard of this very call)."""
         variants = self._variants.get(key, [])
-        failed: tuple[CacheEntry, Any] | None = None
+        failed: list[tuple[CacheEntry, Any]] = []
         for k in variants:
             entry = self.cache[k]
             if any(sizes.get(s) != v for s, v in entry.fixed.items()):
                 continue
             g = entry.failed_guard(sizes)
             if g is not None:
-                failed = failed or (entry, g)
+                failed.append((entry, g))
                 continue
             moved = stale(entry.guards)
             if moved is None:
                 return entry
             return self._compile(bound, key, entry.fixed,
                                  f"{moved} was rebound since it was compiled",
-                                 moduli=entry.moduli)  # fmt: skip
+                                 moduli=entry.moduli, primes=entry.primes)  # fmt: skip
         if not variants:
             return self._compile(bound, key, {})
-        if failed is None or self._all_fixed.get(key):
+        plans = [(g, *_respecialise(e, g, sizes)) for e, g in failed]
+        plans = [p for p in plans if _full_key(key, *p[1:4]) not in self.cache]
+        if not plans or self._all_fixed.get(key):
             return self._compile(bound, key, dict(sizes), "new sizes for a function "
                                  "compiled per size", all_fixed=True)  # fmt: skip
-        entry, g = failed
-        fixed, moduli, how = _respecialise(entry, g, sizes)
+        g, fixed, moduli, primes, how = plans[0]  # from the most general variant first
         now = ", ".join(f"{n}={sizes[n]}" for n in sorted(sizes))
         rec = _trace.active()
         if rec is not None:
             rec.note("note", "guard failed", f"shape guard {g} of {self.fn.__name__}() "
                      f"fails for {now}")  # fmt: skip
         return self._compile(bound, key, fixed, f"shape guard {g} failed for {now}; {how}",
-                             moduli=moduli)  # fmt: skip
+                             moduli=moduli, primes=primes)  # fmt: skip
 
     def _compile(self, bound: inspect.BoundArguments, key: tuple, fixed: dict[str, int],
                  reason: str | None = None, all_fixed: bool = False,
-                 moduli: dict[str, int] | None = None) -> CacheEntry:  # fmt: skip
+                 moduli: dict[str, int] | None = None,
+                 primes: dict[str, int] | None = None) -> CacheEntry:  # fmt: skip
         t0 = time.perf_counter()
         reason = reason or _diff(self._last_key, key)
         symbols: dict[str, int] = {}
         moduli = {k: v for k, v in (moduli or {}).items() if k not in fixed and v > 1}
-        full = key
-        if moduli:
-            full += (("multiple of", tuple(sorted(moduli.items()))),)
-        if fixed:
-            full += (("fixed", tuple(sorted(fixed.items()))),)
+        primes = {k: v for k, v in (primes or {}).items() if k not in fixed}
+        full = _full_key(key, fixed, moduli, primes)
         if full in self.cache and all_fixed:
             return self.cache[full]
         try:
             failed: ShapeError | None = None
             try:
                 captured, params, tree, called, ctx = self._capture(bound, symbols, None, fixed,
-                                                                     moduli)  # fmt: skip
+                                                                     moduli, primes)  # fmt: skip
             except ShapeError as e:  # maybe only at the sentinel sizes: retried at the real ones
                 names = self._symbol_names()
                 if not names or set(names) <= set(fixed):
@@ -295,7 +295,7 @@ class JitFunction:
                         rec.note("note", "symbolic capture failed", f"{failed}; capturing "
                                  f"{self.fn.__name__}() again with {what}")  # fmt: skip
                     return self._compile(bound, key, fixed, f"{reason}; captured with {what}",
-                                         moduli=classes)  # fmt: skip
+                                         moduli=classes, primes=primes)  # fmt: skip
                 if rec is not None:
                     rec.note("note", "symbolic capture failed", f"{failed}; compiling "
                              f"{self.fn.__name__}() for its sizes {sizes}")  # fmt: skip
@@ -305,7 +305,7 @@ class JitFunction:
             if self.syntax == "strict":
                 raise JitSyntaxError(gb.construct, gb.location, gb.hint) from None
             symbols = {}
-            split, head = self._split(gb, bound, symbols, fixed, moduli)
+            split, head = self._split(gb, bound, symbols, fixed, moduli, primes)
             if split is None:
                 entry = CacheEntry(full, None, None, [], None, [], None, 0.0, gb, fixed=fixed)
                 return self._store(entry, reason, key)
@@ -314,7 +314,7 @@ class JitFunction:
             ms = (time.perf_counter() - t0) * 1e3
             entry = CacheEntry(full, captured, graph, steps, plan, params, tree, ms, gb, split,
                                symbols, tensor_guards([self.fn, *called]), fixed=fixed,
-                               moduli=moduli, **_sym_fields(ctx, bound, self._reoptimize))  # fmt: skip
+                               moduli=moduli, primes=primes, **_sym_fields(ctx, bound, self._reoptimize))  # fmt: skip
             return self._store(entry, reason, key)
         if all_fixed:
             self._all_fixed[key] = True
@@ -322,7 +322,7 @@ class JitFunction:
         ms = (time.perf_counter() - t0) * 1e3
         entry = CacheEntry(full, captured, graph, steps, plan, params, tree, ms,
                            symbols=symbols, guards=tensor_guards([self.fn, *called]),
-                           fixed=fixed, moduli=moduli, **_sym_fields(ctx, bound, self._reoptimize))  # fmt: skip
+                           fixed=fixed, moduli=moduli, primes=primes, **_sym_fields(ctx, bound, self._reoptimize))  # fmt: skip
         return self._store(entry, reason, key)
 
     def _reoptimize(self, graph: Graph) -> Graph:
@@ -344,23 +344,25 @@ class JitFunction:
         return entry
 
     def _split(self, gb: GraphBreak, bound, symbols: dict[str, int], fixed: dict[str, int],
-               moduli: dict[str, int]) -> tuple[Split | None, Any]:  # fmt: skip
+               moduli: dict[str, int], primes: dict[str, int]) -> tuple[Split | None, Any]:  # fmt: skip
         """Lax mode: where to cut the function at ``gb`` and the captured head; (None,
         None) when it cannot be cut (the whole function then runs eagerly)."""
         split = plan_split(self.fn, gb, runtime) if self.capture == "ast" else None
         if split is None:
             return None, None
         try:
-            return split, self._capture(bound, symbols, split.upto, fixed, moduli)
+            return split, self._capture(bound, symbols, split.upto, fixed, moduli, primes)
         except GraphBreak:
             return None, None
 
     def _capture(self, bound, symbols: dict[str, int], upto: int | None = None,
-                 fixed: dict[str, int] | None = None, moduli: dict[str, int] | None = None):  # fmt: skip
+                 fixed: dict[str, int] | None = None, moduli: dict[str, int] | None = None,
+                 primes: dict[str, int] | None = None):  # fmt: skip
         """Capture on abstract (or concrete) inputs: (graph, params, output tree, user
         functions called, the symbolic context or None). Symbolic dims not in ``fixed``
-        get a sentinel size each (added to ``symbols``): a prime times ``moduli[dim]``."""
-        fixed, moduli = fixed or {}, moduli or {}
+        get a sentinel size each (added to ``symbols``): a prime (``primes[dim]`` or the
+        next of ``symbolic.sentinel``) times ``moduli[dim]``."""
+        fixed, moduli, primes = fixed or {}, moduli or {}, primes or {}
         if self.capture == "ast":
             issues = transform.check(self.fn)
             if upto is not None:  # only the head is compiled: later issues run eagerly
@@ -379,7 +381,8 @@ class JitFunction:
                 for axis, sym in self.dynamic.get(name, {}).items():
                     if sym in fixed:
                         continue
-                    symbols.setdefault(sym, sentinel(len(symbols)) * moduli.get(sym, 1))
+                    p = primes.get(sym) or sentinel(len(symbols))
+                    symbols.setdefault(sym, p * moduli.get(sym, 1))
                     dims[axis] = symbols[sym]
                 data = t.data if self.capture == "trace" else None
                 new[name] = tracer.input(name, TensorType(tuple(dims), t.dtype), data)
@@ -452,23 +455,58 @@ def _sym_fields(ctx: SymContext | None, bound: inspect.BoundArguments,
             "reoptimize": reoptimize}  # fmt: skip
 
 
+def _full_key(key: tuple, fixed: dict, moduli: dict, primes: dict) -> tuple:
+    """The cache key of one variant of the signature ``key``."""
+    moduli = {k: v for k, v in moduli.items() if k not in fixed and v > 1}
+    primes = {k: v for k, v in primes.items() if k not in fixed}
+    if primes:
+        key += (("sentinel primes", tuple(sorted(primes.items()))),)
+    if moduli:
+        key += (("multiple of", tuple(sorted(moduli.items()))),)
+    if fixed:
+        key += (("fixed", tuple(sorted(fixed.items()))),)
+    return key
+
+
 def _respecialise(entry: CacheEntry, g, sizes: dict[str, int]):
     """How to compile again after the shape guard ``g`` of ``entry`` failed for ``sizes``:
-    (fixed dims, moduli, a phrase). The dims ``g`` names are captured again as multiples of
-    the smallest divisor of ``gcd(size, MODULUS_BASE)`` whose sentinel takes the decision
-    this call needs (one compilation per divisibility class), else fixed to their sizes."""
+    (fixed dims, moduli, primes, a phrase). For a guard on one dim: another sentinel prime
+    that takes the decision this call needs (``B % 3 == 1``: a prime 1 mod 3), else the dim
+    as a multiple of the smallest divisor of ``gcd(size, MODULUS_BASE)`` that does (``B``
+    even); each serves a whole class of sizes. Otherwise the dims are fixed to their sizes."""
     names = {p: n for n, p in entry.symbols.items()}
     mine = [names[p] for p in sorted(g.symbols)]
-    if len(mine) == 1:  # the smallest modulus dividing the size that flips the decision
+    if len(mine) == 1:
         n = mine[0]
         s, m0 = entry.symbols[n], entry.moduli.get(n, 1)
+        taken = set(entry.symbols.values())
+        actual = {s: sizes[n]}
+        # a small side (B % 3) must take this call's value, not just flip the decision
+        small = [e for e in (g.left, g.right) if abs(evaluate(e, actual)) < TRACKED_MIN]
+        for q in _primes_from(ALT_PRIME_START, ALT_PRIMES):
+            trial = {s: q * m0}
+            same = all(evaluate(e, trial) == evaluate(e, actual) for e in small)
+            if q * m0 not in taken and same and not g.holds(trial):
+                return (dict(entry.fixed), entry.moduli, entry.primes | {n: q},
+                        f"captured again with sentinel {q * m0} for {n}")  # fmt: skip
         g_n = math.gcd(sizes[n], MODULUS_BASE)
         for m in (k for k in range(2, g_n + 1) if g_n % k == 0 and k != m0):
             if not g.holds({s: s // m0 * m}):
                 what = f"{n} a multiple of {m}"
-                return dict(entry.fixed), entry.moduli | {n: m}, f"captured again with {what}"
+                return (dict(entry.fixed), entry.moduli | {n: m}, entry.primes,
+                        f"captured again with {what}")  # fmt: skip
     fixed = dict(entry.fixed) | {n: sizes[n] for n in mine}
-    return fixed, entry.moduli, "compiled with " + ", ".join(f"{n}={sizes[n]}" for n in mine)
+    how = "compiled with " + ", ".join(f"{n}={sizes[n]}" for n in mine)
+    return fixed, entry.moduli, entry.primes, how
+
+
+def _primes_from(start: int, count: int):
+    p, k = start, 0
+    while k < count:
+        if all(p % d for d in range(2, int(p**0.5) + 1)):
+            yield p
+            k += 1
+        p += 1
 
 
 def _least_divisor(m: int) -> int:

@@ -50,6 +50,7 @@ class CacheEntry:
     guards: tuple[Guard, ...] = ()
     fixed: dict[str, int] = field(default_factory=dict)  # symbolic dims compiled at a size
     moduli: dict[str, int] = field(default_factory=dict)  # symbolic dims captured as multiples
+    primes: dict[str, int] = field(default_factory=dict)  # sentinel primes chosen after a guard
     input_names: tuple[str, ...] = ()  # graph inputs fed by the tensor arguments, in order
     shape_guards: tuple[ShapeGuard, ...] = ()  # Python decisions on symbolic sizes
     table: dict[int, Any] = field(default_factory=dict)  # sentinel-level value -> expression
