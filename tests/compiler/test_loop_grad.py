@@ -1,5 +1,5 @@
-"""Gradients through a ``while`` on a tensor under ``@jit`` (recomputing each iteration's
-state) equal eager gradients at O0/O1/O2, for any trip count including zero."""
+"""Gradients through a ``while`` on a tensor under ``@jit`` (a ``while_vjp`` node replaying the
+loop) equal eager gradients at O0/O1/O2, for any trip count including zero."""
 
 import numpy as np
 import pytest
