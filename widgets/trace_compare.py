@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,7 @@ class TraceCompare(View):
     compile_events = tl.Tuple()
     steps = tl.List()
     recompiles = tl.Int(0, help="compilations after the first (new shapes)")
+    guard_failures = tl.Int(0, help="recompiles caused by a failed shape guard (dynamic dims)")
     # --- display ------------------------------------------------------------------------
     step = tl.Int(0)
     kernel = tl.Int(None, allow_none=True, help="the picked static kernel (index)")
@@ -119,7 +120,7 @@ class TraceCompare(View):
         self, fn: Callable | None = None, make_args: Callable[[int, int], tuple] | None = None,
         *, batch: int = 2, size: int = 32, level: str = "O2", runs: int = 7,
         perfetto_path: str | Path = "eager_vs_jit.trace.json",
-        selection: Selection | None = None,
+        selection: Selection | None = None, dynamic: Mapping[str, Mapping[int, str]] | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         if (fn is None) != (make_args is None):
@@ -129,7 +130,7 @@ class TraceCompare(View):
         self.fn, self.make_args = fn, make_args
         self.level = level
         self.perfetto_path = Path(perfetto_path)
-        self.jitted = ex.jit(fn, level=level)
+        self.jitted = ex.jit(fn, level=level, dynamic=dynamic)  # dynamic: symbolic dims
         self._compiles = 0
         self._rerun_soon = Coalescer(self._rerun)
         self._compute(batch, size, runs)  # bad starting values raise here, to the caller
@@ -209,9 +210,11 @@ class TraceCompare(View):
             step(f"{n} runs of each mode")
             steps = list(self.jitted.steps(*args))
             step("rewrite steps")
-        compiles = tuple(e for e in first.trace.events if e.kind in ("compile", "recompile"))
-        kinds = [e.kind for e in compiles]
+        compiles = tuple(e for e in first.trace.events if e.kind in ("compile", "recompile")
+                         or (e.kind == "note" and e.name == "guard failed"))  # fmt: skip
+        kinds = [e.kind for e in compiles if e.kind != "note"]
         self.recompiles += kinds.count("recompile")
+        self.guard_failures += len(compiles) - len(kinds)
         self._compiles += len(kinds)
         self.compile_events = compiles
         self.runs = runs
@@ -335,8 +338,9 @@ class TraceCompare(View):
     def _headline_html(self) -> str:
         r = self.runs
         e, s = r.eager_time, r.static_time
-        if self.compile_events:
-            ev = self.compile_events[-1]
+        comp = [e for e in self.compile_events if e.kind != "note"]
+        if comp:
+            ev = comp[-1]
             color = "#E4002B" if ev.kind == "recompile" else "#B35A00"
             what = (f"<b style='color:{color}'>{ev.kind}</b> "
                     f"{fmt_seconds(ev.dur_us * 1e-6)}: {ev.detail or 'first call'}")  # fmt: skip
@@ -346,7 +350,13 @@ class TraceCompare(View):
             f"<b>@jit {self.level} speed-up {speedup_text(r, self.comparison)}</b>; eager "
             f"{fmt_seconds(e.median * 1e-6)}, static {fmt_seconds(s.median * 1e-6)} (medians)."
             f"<br>{what}; {len(self.jitted.cache)} compiled shape(s), "
-            f"{self.recompiles} recompile(s), {len(self.steps)} rewrite step(s)."
+            f"{self.recompiles} recompile(s)"
+            + (
+                f" ({self.guard_failures} after a failed shape guard)"
+                if self.guard_failures
+                else ""
+            )
+            + f", {len(self.steps)} rewrite step(s)."
         )
 
     def _step_html(self) -> str:

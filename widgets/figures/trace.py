@@ -131,7 +131,8 @@ def trace_figure(
             names share one grey "other" trace.
         runs: the repeated runs behind the headline speed-up (median and spread).
         compile_events: ``compile``/``recompile`` events of the first call (none: a cache
-            hit, drawn as a grey bar saying so).
+            hit, drawn as a grey bar saying so), and the ``guard failed`` notes before them
+            (a recompile after one is labelled as caused by a failed shape guard).
         picked: index of a static kernel whose flows are drawn bold.
         all_flows: draw the flows of every fused kernel (thin).
         level: the ``@jit`` level, for the title.
@@ -152,6 +153,15 @@ def trace_figure(
 
     # --- compile track --------------------------------------------------------------------
     comp = [e for e in compile_events if e.kind in ("compile", "recompile")]
+    # a recompile caused by a failed shape guard follows its "guard failed" note
+    guard_of: dict[int, TraceEvent] = {}
+    last_guard: TraceEvent | None = None
+    for e in compile_events:
+        if e.kind == "note" and e.name == "guard failed":
+            last_guard = e
+        elif e.kind == "recompile" and last_guard is not None:
+            guard_of[id(e)] = last_guard
+            last_guard = None
     c0 = _origin(comp)
     c_unit, c_scale = time_unit(max([e.start_us - c0 + e.dur_us for e in comp] + [1.0]))
     if comp:
@@ -162,7 +172,11 @@ def trace_figure(
                  + (f": {e.detail}" if e.kind == "recompile" and e.detail else "")
                  for e in comp]  # fmt: skip
         chover = [f"<b>{e.kind}</b> of {e.name}: {fmt_seconds(e.dur_us * 1e-6)}"
-                  + (f"<br>reason: {e.detail}" if e.detail else "") for e in comp]  # fmt: skip
+                  + (f"<br>reason: {e.detail}" if e.detail else "")
+                  + (f"<br><b>guard failed</b>: {guard_of[id(e)].detail}" if id(e) in guard_of
+                     else "") for e in comp]  # fmt: skip
+        ctext = [(t.replace("<b>recompile</b>", "<b>recompile (shape guard failed)</b>", 1)
+                  if id(e) in guard_of else t) for e, t in zip(comp, ctext, strict=True)]  # fmt: skip
     else:
         cx, cbase, ccol = [1.0], [0.0], [CACHE_HIT]
         ctext = ["<b>cache hit</b>: this input shape was compiled before, no compilation"]
