@@ -168,7 +168,17 @@ def _cross_entropy(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
     return [np.log(t[0]) + mi - t[1] for t, mi in zip(tot, m, strict=True)]
 
 
+def _made(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
+    """An op without inputs (``fill``): the global value, sliced to each device's block."""
+    val = get(ctx.node.op).impl(**ctx.node.attr_dict)
+    if val.dtype.kind == "f":
+        val = val.astype(np.float64)
+    sl = shard_slices(ctx.node.type.shape, ctx.strategy.out_layout, ctx.mesh)
+    return [val[sl[d]] for d in range(ctx.mesh.size)]
+
+
 KERNELS: dict[str, Callable[[KernelContext, Blocks], list[np.ndarray]]] = {
+    "fill": _made,
     "cast": _cast, "reshape": _reshape, "mean": _mean, "causal_mask": _causal,
     "causal_mask_grad": _causal,
     "dropout": _dropout, "embedding": _embedding, "softmax": _softmax, "layernorm": _norm,

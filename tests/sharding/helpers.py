@@ -120,6 +120,25 @@ def op_graph(op: str):
     elif op == "grouped_mm":
         offs = b.input("offs", (2,), "int64")
         y = b.op(op, b.input("x", (4, 8)), b.param("w", (2, 8, 16)), offs, name="y")
+    elif op in ("moe_router", "moe_dispatch_grouped", "moe_combine_grouped"):
+        x = b.input("x", (4, 8, 16))
+        gate = b.op("moe_router", x, b.param("router_w", (8, 16)), b.input("bias", (8,)),
+                    name="y" if op == "moe_router" else "gate", k=2, score="sigmoid",
+                    n_group=4, topk_group=2, scale=2.5)  # fmt: skip
+        if op == "moe_dispatch_grouped":
+            y = b.op(op, x, gate, name="y", capacity=4)
+        elif op == "moe_combine_grouped":
+            y = b.op(op, b.input("expert_out", (8, 4, 4, 16)), gate, name="y", k=2)
+        else:
+            y = gate
+    elif op == "moe_experts":
+        x = b.input("x", (4, 4, 4, 8))
+        y = b.op(op, x, b.param("gate_up", (4, 2, 8, 8)), b.param("down", (4, 8, 8)), name="y")
+    elif op == "mla_attention":
+        q, ckv = b.input("q", (4, 4, 4, 12)), b.input("ckv", (4, 4, 20))
+        cos, sin = b.input("cos", (4, 4, 4)), b.input("sin", (4, 4, 4))
+        y = b.op(op, q, ckv, b.param("kv_norm", (16,)), b.param("kv_b", (4, 16, 16)), cos, sin,
+                 name="y", nope=8, scaling=0.3)  # fmt: skip
     else:
         raise KeyError(op)
     return b.build([y]), y
@@ -134,4 +153,5 @@ OPS = (
     "softmax_grad", "where", "causal_mask_grad", "max", "layernorm_grad", "rmsnorm_grad",
     "cross_entropy_grad", "embedding_grad", "rsqrt", "sin", "cos", "sigmoid", "reciprocal",
     "erf", "logical_and", "logical_or", "scalar_op", "cat", "slice", "expand", "grouped_mm",
+    "moe_router", "moe_dispatch_grouped", "moe_combine_grouped", "moe_experts", "mla_attention",
 )  # fmt: skip

@@ -1,0 +1,98 @@
+"""Leaf handlers: transformers' MoE blocks and DeepSeek's MLA attention as first-class ops.
+
+Registered (`register_leaf`) for every traced model on import of this module, which
+`explorer.models.torch_import` performs; ``moe_leaves(capacity_factor=...)`` gives handlers
+with a capacity to pass as ``from_torch(..., leaves=...)``.
+
+================================ ===========================================================
+module class                     emitted
+================================ ===========================================================
+MixtralSparseMoeBlock            router (softmax, top-k, renormalised), experts, combine
+Qwen2MoeSparseMoeBlock           the same without renormalisation unless norm_topk_prob,
+                                 plus the shared expert times sigmoid(shared_expert_gate)
+Qwen3MoeSparseMoeBlock           router (norm_topk_prob), experts, combine
+DeepseekV2Moe                    softmax router (greedy or group-limited greedy by the
+                                 largest score), routed_scaling_factor, shared experts
+DeepseekV3MoE                    sigmoid router with e_score_correction_bias (an ``input``
+                                 node), group-limited by the top-2 sum, normalised, scaled;
+                                 shared experts
+DeepseekV3Attention              MLA: q (low-rank or not), ``mla_attention``, o_proj
+================================ ===========================================================
+
+Transformers' experts run dropless; the handlers do too unless a capacity factor is given.
+"""
+
+from __future__ import annotations
+
+from ..ir import DType, TensorType
+from .deepseek import MOE_CLASSES, MLASpec, emit_mla, emit_moe, moe_spec_of
+from .torch_import.convert import Ref
+from .torch_import.leaves import LeafCall, LeafHandler, register_leaf
+from .torch_import.report import TorchImportError
+
+__all__ = ["moe_leaves", "mla_leaves", "MOE_CLASSES", "MLA_CLASSES"]
+
+MLA_CLASSES = ("DeepseekV3Attention",)
+
+
+def _shared(p: dict[str, Ref], prefix: str):
+    names = [f"{prefix}.{w}_proj.weight" for w in ("gate", "up", "down")]
+    return tuple(p[n] for n in names) if all(n in p for n in names) else None
+
+
+def _emit_moe(call: LeafCall, capacity_factor: float | None) -> tuple[Ref, ...]:
+    m, cx, p = call.module, call.cx, dict(call.params)
+    spec = moe_spec_of(m, capacity_factor)
+    bias = None
+    if type(m).__name__ == "DeepseekV3MoE":
+        name = f"{call.path}.gate.e_score_correction_bias"
+        if name in cx.b._types:  # the importer lifted the buffer as an input
+            bias = Ref(name)
+        else:
+            bias = cx.source("input", name, TensorType((spec.experts,), DType.FP32),
+                             call.path, True)  # fmt: skip
+    shared = _shared(p, "shared_experts") or _shared(p, "shared_expert")
+    y = emit_moe(cx, call.inputs[0], spec, router_w=p["gate.weight"],
+                 gate_up=p["experts.gate_up_proj"], down=p["experts.down_proj"], bias=bias,
+                 shared=shared, shared_gate=p.get("shared_expert_gate.weight"))  # fmt: skip
+    return (y,)
+
+
+def _emit_mla(call: LeafCall) -> tuple[Ref, ...]:
+    m, cx = call.module, call.cx
+    x = call.inputs[0]
+    b, s, _ = cx.shape(x)
+    rope = m.qk_rope_head_dim
+    # transformers' rotary tables are [1 or b, s, rope] (position_ids has batch 1 by default)
+    tables = [r for r in call.inputs[1:] if cx.shape(r)[1:] == (s, rope)
+              and cx.shape(r)[0] in (1, b) and cx.type(r).dtype.is_float]  # fmt: skip
+    if len(tables) != 2:
+        raise TorchImportError(
+            f"{call.path} ({type(m).__name__}): expected the rotary tables cos and sin "
+            f"[{b}, {s}, {rope}] among its tensor inputs, found "
+            f"{[cx.shape(r) for r in call.inputs[1:]]}"
+        )
+    tables = [r if cx.shape(r)[0] == b else cx.op("broadcast_to", r, shape=(b, s, rope))
+              for r in tables]  # fmt: skip
+    spec = MLASpec(heads=m.num_heads, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
+                   qk_nope_head_dim=m.qk_nope_head_dim, qk_rope_head_dim=rope,
+                   v_head_dim=m.v_head_dim, scaling=float(m.scaling),
+                   interleave=bool(getattr(m.config, "rope_interleave", False)),
+                   eps=float(m.kv_a_layernorm.variance_epsilon))  # fmt: skip
+    return (emit_mla(cx, x, spec, dict(call.params), tables[0], tables[1]),)
+
+
+def moe_leaves(capacity_factor: float | None = None) -> dict[str, LeafHandler]:
+    """Handlers for every MoE block class, with ``capacity_factor`` (``None``: dropless)."""
+    h = LeafHandler(lambda call: _emit_moe(call, capacity_factor), name="moe")
+    return dict.fromkeys(MOE_CLASSES, h)
+
+
+def mla_leaves() -> dict[str, LeafHandler]:
+    """Handlers for MLA attention (the module returns ``(output, None)``)."""
+    h = LeafHandler(_emit_mla, pack=lambda outs: (outs[0], None), name="mla")
+    return dict.fromkeys(MLA_CLASSES, h)
+
+
+for _cls, _h in {**moe_leaves(), **mla_leaves()}.items():
+    register_leaf(_cls, _h)
