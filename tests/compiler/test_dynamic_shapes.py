@@ -127,6 +127,24 @@ def test_scalar_from_a_size_is_fed_not_frozen():
     assert [n.op for n in g.ops] == ["add", "sum", "scale"]  # / B: a scale re-evaluated
 
 
+def gpt_forward(model, tokens):
+    return model(tokens)
+
+
+def test_gpt_forward_with_symbolic_batch_and_sequence_compiles_once():
+    model = ex.nn.GPT(vocab_size=64, hidden=32, num_layers=2, num_heads=4, max_seq_len=64, seed=0)
+    jf = ex.jit(gpt_forward, dynamic={"tokens": {0: "B", 1: "S"}})
+    rng = np.random.default_rng(0)
+    with ex.trace.record("gpt") as rec:
+        for b, s in ((1, 8), (2, 16), (3, 5), (2, 7), (1, 33)):
+            tokens = ex.tensor(rng.integers(0, 64, (b, s)), "int32")
+            np.testing.assert_allclose(
+                jf(model, tokens).numpy(), model(tokens).numpy(), rtol=1e-5, atol=1e-5
+            )
+    assert len(jf.cache) == 1 and _compiles(rec) == ["compile"]
+    assert len([e for e in rec.trace.events if e.kind == "bind"]) == 5
+
+
 # --- guards ----------------------------------------------------------------------------------
 
 

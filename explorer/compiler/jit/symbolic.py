@@ -540,8 +540,9 @@ def _reshape_rest(n, attrs: tuple, src: TensorType) -> tuple:
 
 
 def _refill(value: Const, shape: tuple[int, ...], name: str, res: _Resolver) -> Const:
-    """A constant re-specialised: a uniform one takes the new shape, and a float one whose
-    value is a ratio of sizes (passes fold ``1 / B`` into constants) is re-evaluated."""
+    """A constant re-specialised: a uniform one takes the new shape, a 1-D arithmetic
+    progression (``arange(S)``) its new length, and a float one whose value is a ratio of
+    sizes (passes fold ``1 / B`` into constants) is re-evaluated."""
     a = value.array
     uniform = a.size > 0 and bool(np.all(a == a.flat[0]))
     if uniform and a.dtype.kind == "f":
@@ -552,6 +553,10 @@ def _refill(value: Const, shape: tuple[int, ...], name: str, res: _Resolver) -> 
         return value
     if uniform:
         return Const(np.full(shape, a.flat[0], a.dtype))
+    if a.ndim == 1 and len(shape) == 1 and a.size >= 2:  # positions: arange(S) and the like
+        step = a[1] - a[0]
+        if np.array_equal(a, a[0] + step * np.arange(a.size, dtype=a.dtype)):
+            return Const((a[0] + step * np.arange(shape[0], dtype=a.dtype)).astype(a.dtype))
     raise CompilerError(
         f"constant %{name} {a.shape} depends on a symbolic size and is not uniform; it cannot "
         "be re-specialised"
