@@ -224,3 +224,16 @@ def test_symint_records_expressions_and_guards():
     small = b % 5  # under TRACKED_MIN: held by a guard, not followed by value
     assert int(small) not in ctx.table
     assert f"B % 5 == {p % 5}" in [str(g) for g in ctx.guards.values()]
+
+
+def sum_rows(x):
+    total = x[0] * 0.0
+    for row in x:
+        total = total + row
+    return total
+
+
+def test_iterating_over_a_symbolic_dim_is_a_named_error():
+    with pytest.raises(ex.compiler.errors.JitSyntaxError, match=r"first dim is symbolic \(B\)"):
+        ex.jit(sum_rows, dynamic=B)(_rows(3))
+    np.testing.assert_allclose(ex.jit(sum_rows)(_rows(3)).numpy(), sum_rows(_rows(3)).numpy())

@@ -23,7 +23,7 @@ from ...ir.ops_tensor import Const, dtype_of_array
 from ..errors import GraphBreak, ShapeError, user_location
 from ..tensor import Parameter, Tensor
 from ..trace_stack import tracing
-from .symbolic import SymContext, SymInt
+from .symbolic import SymContext, SymInt, show
 
 __all__ = ["Tracer", "tracing", "SymTensor"]
 
@@ -39,6 +39,18 @@ class SymTensor(Tensor):
     @property
     def shape(self) -> tuple[int, ...]:
         return self.tracer.root.sym.dims(self.type.shape)
+
+    def __iter__(self) -> Iterator[Tensor]:
+        if self.ndim and isinstance(self.shape[0], SymInt):
+            name = show(self.shape[0].expr, self.tracer.root.sym.names)
+            raise GraphBreak(
+                f"iterating over a tensor whose first dim is symbolic ({name}): a Python loop "
+                "over it would be unrolled once per size",
+                "drop that dim from dynamic= (each size then compiles), or loop with a `while` "
+                "on a tensor counter up to x.shape[0]",
+                user_location(2),
+            )
+        return (self[i] for i in range(int(self.type.shape[0]) if self.ndim else 0))
 
     def __getitem__(self, index: Any) -> Tensor:
         """Negative and omitted bounds on a symbolic dim become sizes computed from it
