@@ -385,8 +385,8 @@ def concat(xs, axis: int = 0) -> Tensor:
     """Join tensors along ``axis`` (each placed into its slice of the result: a sum of
     ``getitem_grad`` scatters, so it differentiates and follows symbolic dims under @jit).
 
-    >>> import numpy as np
-    >>> concat([tensor(np.ones((1, 2))), tensor(np.zeros((2, 2)))]).shape
+    >>> import numpy as np, explorer as ex
+    >>> concat([ex.tensor(np.ones((1, 2))), ex.tensor(np.zeros((2, 2)))]).shape
     (3, 2)
     """
     xs = [_t(x) for x in xs]
