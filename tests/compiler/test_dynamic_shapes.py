@@ -7,8 +7,8 @@ import pytest
 
 import explorer as ex
 from explorer.compiler import F
-from explorer.compiler.jit.api import bucket_of
 from explorer.compiler.jit.symbolic import SymContext, evaluate, sentinel, show
+from explorer.compiler.jit.variants import bucket_of
 
 B = {"x": {0: "B"}}
 

@@ -22,8 +22,9 @@ from ..executor import Program
 from ..passes import MemoryPlan, RewriteStep
 from ..passes.memory_plan import plan_memory
 from .guards import Guard
+from .rebind import rebind
 from .split import Split
-from .symbolic import ShapeGuard, evaluate, rebind
+from .symbolic import ShapeGuard, evaluate
 
 __all__ = ["CacheEntry"]
 
