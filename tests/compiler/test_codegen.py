@@ -56,7 +56,7 @@ def mixed(x, c, s):
 
 
 def compare(x, y):
-    return x * 2.0 > y
+    return x * 2.0 - 1.0 > y
 
 
 def middle(x, m):
@@ -199,6 +199,17 @@ def test_cost_model_keeps_tiny_regions_on_numpy(rng):
     assert "numpy's calls are cheaper" in steps[0].detail or "not installed" in steps[0].detail
     assert cost.choose("elementwise", 1 << 22, 4, True, threads=2).parallel
     assert not cost.choose("elementwise", 1 << 22, 4, True, threads=1).parallel
+
+
+def test_two_cheap_ops_stay_on_numpy(every_region, rng):
+    def add2(x, y):
+        return x + y * 2.0
+
+    args = [_tensor(rng, (8, 8)), _tensor(rng, (8, 8))]
+    want, got, f = _both(add2, *args)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
+    step = next(s for s in f.steps(*args) if s.pass_name == "codegen")
+    assert step.rule == "numpy_fallback" and "memory-bound" in step.detail
 
 
 def test_broadcast_split_classifies_inputs():

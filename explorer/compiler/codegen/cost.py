@@ -20,13 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Choice", "choose", "MIN_WORK", "PARALLEL_MIN_NUMEL"]
+__all__ = ["Choice", "choose", "MIN_WORK", "PARALLEL_MIN_NUMEL", "HEAVY"]
 
 # A region is worth a numba kernel when elements x ops reach this: below it the
 # ufunc calls of the numpy path cost less than numba's argument checks.
 MIN_WORK = 4096
 # Threads across cores from this many elements on (see above).
 PARALLEL_MIN_NUMEL = 1 << 20
+
+# Ops numpy runs as several passes or numba's scalar code makes costly enough to fuse
+# (exp-based activations, roots, powers). Two other ops are memory-bound either way:
+# x + 2y at 64x512 took 37 us on both paths.
+HEAVY = frozenset({"exp", "log", "tanh", "sqrt", "pow", "gelu", "silu", "sigmoid", "where"})
 
 Kind = Literal["elementwise", "softmax", "layernorm", "rmsnorm"]
 
@@ -40,9 +45,10 @@ class Choice:
     reason: str
 
 
-def choose(kind: Kind, numel: int, n_ops: int, numba_ok: bool, threads: int = 1) -> Choice:
-    """The backend for a region of ``numel`` output elements made of ``n_ops`` ops, with
-    ``threads`` numba threads available.
+def choose(kind: Kind, numel: int, n_ops: int, numba_ok: bool, threads: int = 1,
+           ops: tuple[str, ...] = ()) -> Choice:  # fmt: skip
+    """The backend for a region of ``numel`` output elements made of ``n_ops`` ops (an
+    elementwise region's op names in ``ops``), with ``threads`` numba threads available.
 
     >>> choose("elementwise", 64 * 512, 4, True).backend
     'numba'
@@ -55,6 +61,8 @@ def choose(kind: Kind, numel: int, n_ops: int, numba_ok: bool, threads: int = 1)
     if work < MIN_WORK:
         return Choice("numpy", False,
                       f"{numel} elements x {n_ops} ops < {MIN_WORK}: numpy's calls are cheaper")  # fmt: skip
+    if kind == "elementwise" and n_ops <= 2 and not HEAVY.intersection(ops):
+        return Choice("numpy", False, f"{' and '.join(ops) or 'two ops'}: memory-bound, no gain")
     parallel = numel >= PARALLEL_MIN_NUMEL and threads > 1
     how = "threads across cores" if parallel else "one thread"
     return Choice("numba", parallel, f"{numel} elements x {n_ops} ops, {how}")

@@ -18,6 +18,7 @@ import dataclasses
 
 from ...ir import DType, Graph, Node, TensorType
 from ...ir.node import freeze_attrs
+from ..codegen import cost
 from ..codegen.build import numba_available, numba_threads
 from ..codegen.cost import Choice, choose
 from ..codegen.op import GENERATED
@@ -77,7 +78,6 @@ def codegen(graph: Graph, numba_ok: bool | None = None) -> tuple[Graph, list[Rew
     the numpy fallback for every region, as on a machine without numba.
     """
     ok = numba_available() if numba_ok is None else numba_ok
-    threads = numba_threads() if ok else 1
     new_nodes: list[Node] = []
     made: list[tuple[str, Choice, str]] = []
     kept: list[tuple[str, str]] = []
@@ -87,7 +87,10 @@ def codegen(graph: Graph, numba_ok: bool | None = None) -> tuple[Graph, list[Rew
             new_nodes.append(n)
             continue
         n_ops = len(n.attr("ops", ())) if kind == "elementwise" else _ROW_OPS[kind]
-        choice = choose(kind, n.type.numel, n_ops, ok, threads)  # type: ignore[arg-type]
+        ops = tuple(n.attr("ops", ())) if kind == "elementwise" else (n.op,)
+        # numba is imported (for its thread count) only for a region large enough for threads
+        threads = numba_threads() if ok and n.type.numel >= cost.PARALLEL_MIN_NUMEL else 1
+        choice = choose(kind, n.type.numel, n_ops, ok, threads, ops)  # type: ignore[arg-type]
         if choice.backend == "numpy":
             kept.append((n.name, choice.reason))
             new_nodes.append(n)
