@@ -93,9 +93,12 @@ def _is_fraction(path: str) -> bool:
 
 def default_fit(params: TrainingParams | None = None) -> tuple[str, ...]:
     """The knobs `calibrate` considers when ``fit`` is not given: every float field with
-    ``efficiency`` in its name (fractions of a peak: matmul, HBM, links, fused attention).
-    `calibrate` then keeps those that change the runs' predicted times."""
-    return tuple(p for p in float_fields(params) if "efficiency" in p.rsplit(".", 1)[-1])
+    ``efficiency`` in its name (fractions of a peak: matmul, HBM, links, fused attention)
+    or ``overlap`` (fractions of communication hidden behind compute): how close a
+    cluster gets to the ideal. `calibrate` then keeps those that change the runs'
+    predicted times."""
+    keys = ("efficiency", "overlap")
+    return tuple(p for p in float_fields(params) if any(k in p.rsplit(".", 1)[-1] for k in keys))
 
 
 def get_value(params: TrainingParams, path: str) -> float:
@@ -381,14 +384,16 @@ class _Objective:
 
 def _sensitive(runs, base, names, evaluator) -> tuple[str, ...]:
     """The default knobs that move at least one run's predicted time by 1e-4 (relative)
-    when nudged by 1%: fitting a knob the runs never use (fused attention's efficiency
+    when nudged by 1% (of the value, or of the range at 0): fitting a knob the runs never use (fused attention's efficiency
     without fused attention) only costs evaluations."""
     ref = _Objective(runs, base, names, evaluator)(np.array([get_value(base, n) for n in names]))
     keep = []
     for n in names:
         v = get_value(base, n)
         lo, hi = default_bounds(n, v, base)
-        nudged = v * 0.99 if v * 0.99 >= lo else v * 1.01
+        # 1% of the value, or 1% of the range for a knob at 0 (an overlap)
+        step = 0.01 * abs(v) if v else 0.01 * (hi - lo)
+        nudged = v - step if v - step >= lo else v + step
         if not lo <= nudged <= hi:
             continue
         o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator)

@@ -130,7 +130,7 @@ def test_default_fit_is_every_efficiency_field():
     names = default_fit()
     assert "cost.compute_efficiency" in names and "cost.bandwidth_efficiency" in names
     assert all(n in float_fields() for n in names)
-    assert all("efficiency" in n for n in names)
+    assert all("efficiency" in n or "overlap" in n for n in names)
 
 
 def test_default_fit_keeps_the_knobs_the_runs_depend_on():
