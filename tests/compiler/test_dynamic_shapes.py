@@ -4,6 +4,8 @@ compile/recompile events), and results equal eager for several sizes."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.compiler import F
@@ -237,3 +239,44 @@ def test_iterating_over_a_symbolic_dim_is_a_named_error():
     with pytest.raises(ex.compiler.errors.JitSyntaxError, match=r"first dim is symbolic \(B\)"):
         ex.jit(sum_rows, dynamic=B)(_rows(3))
     np.testing.assert_allclose(ex.jit(sum_rows)(_rows(3)).numpy(), sum_rows(_rows(3)).numpy())
+
+
+def grow(x, w):
+    while x.sum() < 20.0:
+        if x.mean() > 1.0:
+            x = x * w + 0.1
+        else:
+            x = x * 1.5 + 0.2
+    return (x * x).mean()
+
+
+def test_gradient_through_while_and_if_with_a_symbolic_batch():
+    g = ex.jit(ex.grad(grow, argnums=(0, 1)), dynamic=B)
+    w = ex.tensor(np.full(3, 1.2))
+    for n in (1, 2, 5, 9):
+        x = ex.tensor(np.random.default_rng(n).random((n, 3)) + 0.1)
+        for a, b in zip(g(x, w), ex.grad(grow, argnums=(0, 1))(x, w), strict=True):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    # one compilation; B == 3 (the other dim's size) would be a guard failure
+    assert len(g.cache) == 1 and [str(s) for s in g.shape_guards] == ["not (B == 3)"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 40), min_size=1, max_size=6))
+def test_any_sizes_equal_eager_with_compiles_bounded_by_classes(sizes):
+    def make(n):
+        return _rows(n)
+
+    for fn in (first_half, tail_drop):
+        jf, _ = _check(fn, B, sizes, make)
+        assert len(jf.cache) == 1
+    # the prime sentinel is odd: even sizes take the other branch, one more compilation
+    jf, _ = _check(heads_or_pad, B, sizes, make)
+    assert len(jf.cache) == 1 + any(n % 2 == 0 for n in sizes)
+
+
+def heads_or_pad(x):
+    n = x.shape[0]
+    if n % 2 == 0:
+        return F.reshape(x, (n // 2, 2, x.shape[1])).sum(1)
+    return F.concat([x, x[:1]], axis=0)[1:]
