@@ -197,3 +197,29 @@ def test_numeric_forward_of_a_tiny_model_runs():
                 assert vals[n.name].shape == n.type.shape, n.name
         loss = float(vals[g.outputs[0]])
         assert math.isfinite(loss) and 0 < loss < 10
+
+
+def test_hf_config_fields_are_accounted_for(tmp_path):
+    """Issue 15 item 3: metadata accepted, unread architecture fields refused naming
+    from_hf, unknown fields refused unless strict=False, which lists them on the result."""
+    llama = {
+        "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+        "architectures": ["LlamaForCausalLM"], "torch_dtype": "bfloat16", "bos_token_id": 1,
+        "eos_token_id": 2, "transformers_version": "4.40.0", "rope_theta": 500000.0,
+        "rope_scaling": None, "rms_norm_eps": 1e-5,
+    }  # fmt: skip
+    assert ex.models.from_hf_config(llama).note == ""
+    with pytest.raises(ModelConfigError, match=r"'num_local_experts' is 8; it changes the "
+                       r"architecture.*from_hf"):  # fmt: skip
+        ex.models.from_hf_config({**llama, "num_local_experts": 8})
+    with pytest.raises(ModelConfigError, match=r"'num_key_value_heads' is 2.*gpt2 reader"):
+        ex.models.from_hf_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2,
+                                  "n_head": 4, "vocab_size": 100, "n_positions": 32,
+                                  "num_key_value_heads": 2})  # fmt: skip
+    with pytest.raises(ModelConfigError, match=r"unknown field 'my_new_knob'.*strict=False"):
+        ex.models.from_hf_config({**llama, "my_new_knob": 3})
+    cfg = ex.models.from_hf_config({**llama, "my_new_knob": 3}, strict=False)
+    assert cfg.note == "from_hf_config ignored unknown fields: my_new_knob"
+    mistral = {**llama, "model_type": "mistral", "sliding_window": 4096}
+    assert ex.models.from_hf_config(mistral).num_layers == 2

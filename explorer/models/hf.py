@@ -35,6 +35,7 @@ def from_hf(
     config: str | Path | Mapping[str, Any] | Any, *, batch: int = 1, seq: int | None = None,
     dtype: str | None = None, attn_implementation: str = "eager",
     leaves: Mapping[str, LeafHandler] | None = None, name: str | None = None,
+    labels: bool = False,
 ) -> TracedGraph:  # fmt: skip
     """Trace the transformers model of a ``config.json`` (a file, a folder holding one, a
     dict, or a transformers ``PretrainedConfig``) on the meta device.
@@ -52,6 +53,8 @@ def from_hf(
         attn_implementation: passed to transformers (``"eager"`` or ``"sdpa"``).
         leaves: module class name -> `LeafHandler` (whole modules as first-class ops).
         name: the graph's name (default: ``_name_or_path``, the folder, or the model type).
+        labels: also feed ``labels`` (the token ids) so that the model's own loss is traced,
+            as in a training step (language models only).
 
     Raises:
         TorchImportError: transformers is missing (install the ``hf`` extra), the config is
@@ -88,6 +91,13 @@ def from_hf(
             kwargs["decoder_input_ids"] = torch.zeros((batch, seq), dtype=torch.long,
                                                       device="meta")  # fmt: skip
         input_dtype = "int64"
+        if labels:
+            if not _takes(model, "labels"):
+                raise TorchImportError(
+                    f"labels=True: {type(model).__name__}.forward takes no labels; trace it "
+                    "without the loss"
+                )
+            kwargs["labels"] = torch.zeros((batch, seq), dtype=torch.long, device="meta")
     label = name or getattr(cfg, "_name_or_path", "") or where or cfg.model_type
     with _grouped_mm_fallback():
         return from_torch(model, args, kwargs, name=label, leaves=leaves,

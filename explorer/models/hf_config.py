@@ -14,7 +14,7 @@ from typing import Any
 from ..jsonfile import as_path, read_json
 from .config import ModelConfig, ModelConfigError
 
-__all__ = ["SUPPORTED", "from_hf_config"]
+__all__ = ["SUPPORTED", "METADATA", "HARMLESS", "ARCHITECTURE", "from_hf_config"]
 
 #: ``model_type`` -> what it is read as. Other types (gpt_neox, t5, mamba, qwen2, ...) have
 #: layers our builders do not reproduce (parallel residuals, encoder-decoder, state spaces,
@@ -29,16 +29,31 @@ SUPPORTED = {
 _GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python")
 
 
-def from_hf_config(path: str | Path | Mapping[str, Any], name: str | None = None) -> ModelConfig:
+def from_hf_config(
+    path: str | Path | Mapping[str, Any], name: str | None = None, *, strict: bool = True
+) -> ModelConfig:
     """Read a Hugging Face ``config.json`` (a file, a folder holding one, or its dict).
+
+    Every field is accounted for: the fields the reader uses, metadata that changes no
+    layer (`METADATA`: token ids, dtype, dropout, init, norm epsilons, rotary base and
+    scaling, which add no parameters and whose FLOPs are not modelled), and the harmless
+    fields of each type (`HARMLESS`: Mistral's ``sliding_window`` masks keys but the dense
+    causal attention is what eager transformers computes and what the builders count).
+    A field that changes the architecture and is not read (`ARCHITECTURE`, e.g.
+    ``num_key_value_heads`` in a GPT-2 config, experts in a LLaMA config) is refused,
+    suggesting ``from_hf``. Any other field is refused unless ``strict=False``, which
+    ignores it and lists it in the result's ``note``.
 
     Args:
         path: ``config.json``, the model folder that contains it, or the parsed dict.
         name: the config's name (default: ``_name_or_path``, else the folder's name).
+        strict: refuse fields this reader does not know (default); False lists them in
+            ``ModelConfig.note`` and goes on.
 
     Raises:
         ModelConfigError: the file is missing, unreadable or not an object; its
-            ``model_type`` is not in ``SUPPORTED``; a field is missing or ill-typed.
+            ``model_type`` is not in ``SUPPORTED``; a field is missing, ill-typed,
+            changes the architecture unread, or is unknown (with ``strict``).
 
     >>> cfg = from_hf_config({"model_type": "gpt2", "n_embd": 64, "n_layer": 2,
     ...                       "n_head": 4, "vocab_size": 100, "n_positions": 32})
@@ -70,10 +85,61 @@ def from_hf_config(path: str | Path | Mapping[str, Any], name: str | None = None
         raise ModelConfigError(f"{where}: name={name!r}; expected a non-empty string")
     read = {"gpt2": _gpt2, "bert": _bert}.get(mtype, _llama)
     values = read(fields, mtype)
+    ignored = fields.unread(mtype, strict)
+    if ignored:
+        values["note"] = f"from_hf_config ignored unknown fields: {', '.join(ignored)}"
     try:
         return ModelConfig(name=name, **values)
     except ModelConfigError as e:
         raise ModelConfigError(f"{where}: {e}") from None
+
+
+#: Fields that change no layer of the model (tokenizer ids, dtype, training options,
+#: initialisation, norm epsilons, rotary base and scaling: no parameters, FLOPs not modelled).
+METADATA = frozenset({
+    "_name_or_path", "model_type", "architectures", "torch_dtype", "dtype",
+    "transformers_version", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+    "cls_token_id", "unk_token_id", "mask_token_id", "decoder_start_token_id", "use_cache",
+    "initializer_range", "initializer_factor", "layer_norm_eps", "layer_norm_epsilon",
+    "rms_norm_eps", "rope_theta", "rope_scaling", "rope_parameters", "pretraining_tp",
+    "attention_dropout", "hidden_dropout", "hidden_dropout_prob",
+    "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+    "classifier_dropout", "output_attentions", "output_hidden_states", "return_dict",
+    "torchscript", "tokenizer_class", "task_specific_params", "id2label", "label2id",
+    "problem_type", "gradient_checkpointing", "use_return_dict", "tie_encoder_decoder",
+    "chunk_size_feed_forward", "finetuning_task", "prefix", "bad_words_ids", "max_length",
+    "min_length", "do_sample", "num_beams", "temperature", "top_k", "top_p",
+    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "early_stopping",
+    "num_return_sequences", "pruned_heads", "quantization_config", "n_ctx",
+})  # fmt: skip
+
+#: Per model type: fields that are safe to leave unread (see `from_hf_config`).
+HARMLESS = {
+    "gpt2": frozenset({"summary_type", "summary_use_proj", "summary_activation",
+                       "summary_proj_to_labels", "summary_first_dropout", "scale_attn_weights",
+                       "reorder_and_upcast_attn"}),
+    "bert": frozenset({"gradient_checkpointing"}),
+    "llama": frozenset(),
+    "mistral": frozenset({"sliding_window"}),
+    "mixtral": frozenset({"sliding_window", "router_aux_loss_coef", "output_router_logits",
+                          "router_jitter_noise"}),
+}  # fmt: skip
+
+#: Fields that change the architecture when set: refused unless read (the message suggests
+#: from_hf, which traces the transformers model instead).
+ARCHITECTURE = frozenset({
+    "num_key_value_heads", "head_dim", "attention_bias", "mlp_bias", "num_local_experts",
+    "num_experts", "n_routed_experts", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "n_shared_experts", "q_lora_rank", "kv_lora_rank", "partial_rotary_factor", "rotary_dim",
+    "rotary_pct", "use_parallel_residual", "parallel_attn", "qk_layernorm", "use_qk_norm",
+    "layer_types", "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
+    "multi_query", "new_decoder_architecture", "alibi", "add_cross_attention", "is_decoder",
+    "is_encoder_decoder", "scale_attn_by_inverse_layer_idx", "position_embedding_type",
+    "sliding_window", "use_sliding_window", "num_experts_per_tok", "embedding_multiplier",
+    "logits_scaling", "residual_multiplier", "attention_multiplier",
+})  # fmt: skip
+# values of an ARCHITECTURE field that keep the plain architecture
+_NO_OP = (None, False, 0, "absolute")
 
 
 def _gpt2(f: _Fields, mtype: str) -> dict[str, Any]:
@@ -126,6 +192,29 @@ class _Fields:
 
     def __init__(self, raw: dict[str, Any], where: str) -> None:
         self.raw, self.where = raw, where
+        self.read: set[str] = set()
+
+    def unread(self, mtype: str, strict: bool) -> tuple[str, ...]:
+        """Fields neither read nor known to be harmless: refuse those that change the
+        architecture; refuse the rest when ``strict``, else return them (sorted)."""
+        rest = sorted(set(self.raw) - self.read - METADATA - HARMLESS.get(mtype, frozenset()))
+        for key in rest:
+            if key in ARCHITECTURE and self.raw[key] not in _NO_OP:
+                raise ModelConfigError(
+                    f"{self.where}: field {key!r} is {self.raw[key]!r}; it changes the "
+                    f"architecture and the {mtype} reader does not model it. Trace the "
+                    "transformers model instead: explorer.models.from_hf(config) (extra 'hf')"
+                )
+        unknown = [k for k in rest if k not in ARCHITECTURE]
+        if unknown and strict:
+            raise ModelConfigError(
+                f"{self.where}: unknown field {unknown[0]!r} in a {mtype} config"
+                + (f" (also {', '.join(map(repr, unknown[1:4]))})" if len(unknown) > 1 else "")
+                + "; it may change the model. Pass strict=False to ignore unknown fields "
+                "(they are listed in the result's note), or trace the model with "
+                "explorer.models.from_hf"
+            )
+        return tuple(unknown)
 
     def fail(self, key: str, value: Any, expected: str) -> None:
         raise ModelConfigError(f"{self.where}: field {key!r} is {value!r}; expected {expected}")
@@ -144,6 +233,7 @@ class _Fields:
         return mtype
 
     def optional(self, key: str, kind: type, default: Any) -> Any:
+        self.read.add(key)
         if key not in self.raw:
             return default
         value = self.raw[key]
@@ -156,6 +246,7 @@ class _Fields:
         return value
 
     def positive(self, *keys: str) -> int:
+        self.read.update(keys)
         for key in keys:
             if key in self.raw:
                 value = self.raw[key]
@@ -168,6 +259,7 @@ class _Fields:
         )
 
     def positive_or_none(self, key: str) -> int | None:
+        self.read.add(key)
         value = self.raw.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)
                                   or value <= 0):  # fmt: skip
@@ -175,6 +267,7 @@ class _Fields:
         return value
 
     def activation(self, key: str, default: str, *, gated: bool) -> str:
+        self.read.add(key)
         act = self.raw.get(key, default)
         if gated:  # LLaMA-family MLPs are act(gate(x)) * up(x): only SiLU is modelled
             if act in ("silu", "swish"):

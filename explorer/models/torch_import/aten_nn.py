@@ -150,6 +150,12 @@ def _layer_norm(cx: Context, node, a):
     return y
 
 
+@handler("native_layer_norm")
+def _native_layer_norm(cx: Context, node, a):
+    """(out, mean, rstd): the statistics are only read by a backward pass."""
+    return (_layer_norm(cx, node, a), None, None)
+
+
 @handler("rms_norm")
 def _rms_norm(cx: Context, node, a):
     x, shape, w, eps = a["input"], a["normalized_shape"], a["weight"], a["eps"]

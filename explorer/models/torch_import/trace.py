@@ -20,6 +20,7 @@ def from_torch(
     module: Any, inputs: Any = (), kwargs: Mapping[str, Any] | None = None, *,
     name: str | None = None, leaves: Mapping[str, LeafHandler] | None = None,
     input_dtype: str = "int64", fuse: bool = True, float_casts: bool = False,
+    tracer: str = "export",
 ) -> TracedGraph:  # fmt: skip
     """Trace ``module(*inputs, **kwargs)`` with torch.export into an IR graph.
 
@@ -44,6 +45,8 @@ def from_torch(
         float_casts: keep float-to-float casts as ``cast`` nodes. By default an fp32
             upcast around a norm or softmax is not a tensor of its own (fused kernels
             upcast in registers), so activations keep the model's dtype.
+        tracer: ``"export"`` (torch.export, non-strict; make_fx when it fails) or
+            ``"make_fx"`` (make_fx over ``functional_call`` directly: faster on big models).
 
     Raises:
         TorchImportError: torch is missing, ``module`` is not a module, an input is not a
@@ -77,9 +80,9 @@ def from_torch(
     module.eval()
     try:
         with leaves_patched(module, handlers, builtin_leaf if fuse else None):
-            ep, tracer, why = _export(module, args, kw)
+            ep, used, why = _export(module, args, kw, tracer)
             report_notes = [why] if why else []
-            graph = _convert(module, ep, tracer, name or type(module).__name__, report_notes,
+            graph = _convert(module, ep, used, name or type(module).__name__, report_notes,
                              float_casts)  # fmt: skip
     finally:
         module.train(was_training)
@@ -129,14 +132,19 @@ def _as_input(x: Any, dt: DType, where: str, allow_python: bool = False) -> Any:
     )
 
 
-def _export(module: Any, args: tuple, kw: dict) -> tuple[Any, str, str]:
+def _export(module: Any, args: tuple, kw: dict, tracer: str) -> tuple[Any, str, str]:
     """torch.export (non-strict); make_fx over functional_call when export fails."""
     import torch
 
-    try:
-        return torch.export.export(module, args, kwargs=kw, strict=False), "torch.export", ""
-    except Exception as e:  # torch raises many kinds; the fallback reports the first
-        first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if tracer not in ("export", "make_fx"):
+        raise TorchImportError(f"tracer={tracer!r}; expected 'export' or 'make_fx'")
+    first = ""
+    if tracer == "export":
+        try:
+            ep = torch.export.export(module, args, kwargs=kw, strict=False)
+            return ep, "torch.export", ""
+        except Exception as e:  # torch raises many kinds; the fallback reports the first
+            first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     try:
         from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -153,11 +161,8 @@ def _export(module: Any, args: tuple, kw: dict) -> tuple[Any, str, str]:
             f"the make_fx fallback too ({type(e2).__name__}: {str(e2)[:300]}); make the "
             "forward traceable or register a leaf handler for the failing module class"
         ) from None
-    return (
-        _MakeFx(gm, list(params), list(buffers), len(args)),
-        "torch.fx (make_fx)",
-        (f"torch.export failed ({first[:200]}); traced with make_fx"),
-    )
+    why = f"torch.export failed ({first[:200]}); traced with make_fx" if first else ""
+    return _MakeFx(gm, list(params), list(buffers), len(args)), "torch.fx (make_fx)", why
 
 
 class _MakeFx:
