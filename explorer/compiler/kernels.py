@@ -1,5 +1,6 @@
 """Kernels of the executor: for each op, a function chosen once at compile time that may
-write into a preallocated ``out`` buffer. Ops without such a kernel call their registry impl.
+write into a preallocated ``out`` buffer. Ops without such a kernel call their registry impl;
+``generated`` nodes (the ``codegen`` pass) run their numba kernel (``codegen.build``).
 
 ``WRITES_OUT`` (ops whose kernel fills ``out``), ``IN_PLACE`` (kernels correct when ``out``
 is one of their inputs) and ``ALIASES`` (ops whose result may be a view of an input) are

@@ -1,7 +1,9 @@
 """Elementwise fusion: a chain of elementwise ops becomes one ``fused`` node whose numexpr
 expression makes a single pass over memory (no temporaries between the ops). The executor
 runs small fused kernels as numpy ufunc calls instead (``ufunc_program``: faster below
-~10^5 elements, where numexpr's per-call cost dominates).
+~10^5 elements, where numexpr's per-call cost dominates), large ones as blocked ufunc calls;
+with ``backend="numba"`` the ``codegen`` pass turns the fused nodes its cost model picks
+into generated numba kernels (``explorer.compiler.codegen``).
 
 A producer joins its consumer's kernel when it is fusible, has that single use, is not a
 graph output and has the consumer's shape (so nothing is recomputed per element of a
