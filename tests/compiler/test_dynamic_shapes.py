@@ -280,3 +280,14 @@ def heads_or_pad(x):
     if n % 2 == 0:
         return F.reshape(x, (n // 2, 2, x.shape[1])).sum(1)
     return F.concat([x, x[:1]], axis=0)[1:]
+
+
+def test_programs_of_the_least_recently_used_sizes_are_dropped(monkeypatch):
+    from explorer.compiler.jit import cache
+
+    monkeypatch.setattr(cache, "MAX_BOUND_SIZES", 3)
+    jf = ex.jit(first_half, dynamic=B)
+    for n in (3, 5, 7, 9, 3):
+        np.testing.assert_allclose(jf(_rows(n)).numpy(), first_half(_rows(n)).numpy())
+    (entry,) = jf.cache.values()
+    assert list(entry.programs) == [(7,), (9,), (3,)] and len(jf.cache) == 1

@@ -484,7 +484,9 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
             names the guard). See ``symbolic``.
         bucket: cache policy for symbolic dims: ``"none"``, one compilation for all sizes;
             ``"pow2"``, one compilation per power-of-two bucket of each symbolic dim (sizes
-            3 and 4 share one, 5..8 the next), for passes whose choices depend on size.
+            3 and 4 share one, 5..8 the next), each with its own guards and program pool.
+            Inputs are never padded: every size runs at its own shape. Either way an entry
+            keeps the programs of its ``cache.MAX_BOUND_SIZES`` most recent sizes.
         backend: ``"numba"`` compiles the fused regions the cost model picks to generated
             numba kernels (``explorer.compiler.codegen``; numpy when numba is missing);
             ``"numpy"`` runs numpy/numexpr kernels only.

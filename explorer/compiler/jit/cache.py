@@ -26,7 +26,11 @@ from .rebind import rebind
 from .split import Split
 from .symbolic import ShapeGuard, evaluate
 
-__all__ = ["CacheEntry"]
+__all__ = ["CacheEntry", "MAX_BOUND_SIZES"]
+
+MAX_BOUND_SIZES = 32
+"""Sizes of the symbolic dims whose programs (buffers included) one entry keeps; the least
+recently used size is dropped beyond it (rebuilt, without retracing, if it comes back)."""
 
 
 @dataclass
@@ -112,4 +116,8 @@ class CacheEntry:
             return prog.run([feeds[n] for n in prog.feed_names])
         finally:
             with self._lock:
-                self.programs.setdefault(sizes, []).append(prog)
+                pool = self.programs.pop(sizes, [])  # re-inserted last: most recently used
+                pool.append(prog)
+                self.programs[sizes] = pool
+                while len(self.programs) > MAX_BOUND_SIZES:  # the least recently used size
+                    del self.programs[next(iter(self.programs))]
