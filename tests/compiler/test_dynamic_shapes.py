@@ -291,3 +291,15 @@ def test_programs_of_the_least_recently_used_sizes_are_dropped(monkeypatch):
         np.testing.assert_allclose(jf(_rows(n)).numpy(), first_half(_rows(n)).numpy())
     (entry,) = jf.cache.values()
     assert list(entry.programs) == [(7,), (9,), (3,)] and len(jf.cache) == 1
+
+
+def with_size(x):
+    return x.sum(0), x.shape[0] // 2, {"rows": x.shape[0]}
+
+
+def test_a_size_returned_as_a_python_int_is_the_call_size():
+    jf = ex.jit(with_size, dynamic=B)
+    for n in (3, 8):
+        total, half, d = jf(_rows(n))
+        assert (half, d["rows"]) == (n // 2, n) and type(half) is int
+    assert len(jf.cache) == 1

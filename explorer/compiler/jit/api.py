@@ -44,7 +44,7 @@ from .cache import CacheEntry
 from .capture import SymTensor, Tracer
 from .guards import stale, tensor_guards
 from .split import Split, plan_split
-from .symbolic import MODULUS_BASE, SymContext, sentinel
+from .symbolic import MODULUS_BASE, SymContext, SymInt, evaluate, sentinel
 from .variants import _full_key, _least_divisor, _respecialise, bucket_of
 
 __all__ = ["jit", "JitFunction", "capture", "CacheEntry"]
@@ -59,6 +59,8 @@ MAX_RECAPTURES = 4  # compilations one call may trigger before its sizes are fix
 def _flatten(out: Any) -> tuple[list[Tensor], Any]:
     if isinstance(out, Tensor):
         return [out], "T"
+    if isinstance(out, SymInt):  # a size: evaluated for each call's sizes
+        return [], ("S", out.expr)
     if isinstance(out, tuple | list):
         flat, tree = [], []
         for o in out:
@@ -76,15 +78,17 @@ def _flatten(out: Any) -> tuple[list[Tensor], Any]:
     return [], ("V", out)
 
 
-def _unflatten(tree: Any, it) -> Any:
+def _unflatten(tree: Any, it, sizes: dict[int, int]) -> Any:
     if tree == "T":
         return Tensor.wrap(next(it))
     kind, sub = tree
     if kind == "V":
         return sub
+    if kind == "S":
+        return evaluate(sub, sizes)
     if kind is dict:
-        return {k: _unflatten(t, it) for k, t in sub}
-    return kind(_unflatten(t, it) for t in sub)
+        return {k: _unflatten(t, it, sizes) for k, t in sub}
+    return kind(_unflatten(t, it, sizes) for t in sub)
 
 
 class JitFunction:
@@ -197,8 +201,9 @@ class JitFunction:
             with self._lock:
                 entry = self._compile(bound, key, dict(sizes), f"re-specialising failed ({e})",
                                       all_fixed=True)  # fmt: skip
-            outs = entry.run((), feeds)
-        result = _unflatten(entry.out_tree, iter(outs))
+            sym = ()
+            outs = entry.run(sym, feeds)
+        result = _unflatten(entry.out_tree, iter(outs), entry.mapping(sym))
         if entry.split is None:
             return result
         sp, gb = entry.split, entry.fallback

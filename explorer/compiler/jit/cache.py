@@ -66,6 +66,10 @@ class CacheEntry:
     programs: dict[tuple, list[Program]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def mapping(self, sizes: tuple) -> dict[int, int]:
+        """Sentinel -> size, for the sizes of the symbols in sorted name order."""
+        return self._mapping(sizes)
+
     def _mapping(self, sizes: tuple) -> dict[int, int]:
         names = sorted(self.symbols)
         return {self.symbols[s]: v for s, v in zip(names, sizes, strict=True)}
