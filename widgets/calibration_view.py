@@ -119,8 +119,9 @@ def _info_html(cal: Calibration | None) -> str:
             f"<td>{lo:.3g} .. {hi:.3g}</td></tr>"
         )
     table = (
-        "<table style='border-collapse:collapse'><tr><th align=left>knob</th>"
-        "<th align=left>start</th><th align=left>fitted</th><th align=left>range</th></tr>"
+        "<style>.explorer-cal td, .explorer-cal th {padding: 1px 12px 1px 0}</style>"
+        "<table class='explorer-cal' style='border-collapse:collapse'><tr><th align=left>knob"
+        "</th><th align=left>start</th><th align=left>fitted</th><th align=left>range</th></tr>"
         + "".join(rows)
         + "</table>"
     )

@@ -1,15 +1,16 @@
 """``calibration_figure``: a `Calibration` drawn as measured vs predicted (before and after
 the fit), the residual of every run, and the ranking of the measured layouts.
 
-Three panels side by side, with a fixed set of traces whatever the calibration holds, so
-a view updates traces and never adds one (added traces are lost when a page reconnects):
+Three panels, with a fixed set of traces whatever the calibration holds, so a view
+updates traces and never adds one (added traces are lost when a page reconnects):
 
-- left: predicted vs measured step time (log-log), hollow before the fit, filled after;
-  circles are fit rows, diamonds check rows; the diagonal and a +-10% band.
-- middle: predicted / measured - 1 per run, before and after (fit rows, then check rows).
-- right: the runs ranked by measured throughput (tokens/s per device, 1 = fastest)
-  against their rank by the fitted prediction; on the diagonal the model orders the
-  layouts as they measured.
+- top, full width: predicted / measured - 1 per run, before and after (fit rows, then
+  check rows; every label says which);
+- bottom left: predicted vs measured step time (log-log), hollow before the fit, filled
+  after; circles are fit rows, diamonds check rows; the diagonal and a +-10% band;
+- bottom right: the runs ranked by measured throughput (tokens/s per device, 1 =
+  fastest) against their rank by the fitted prediction; on the diagonal the model orders
+  the layouts as they measured.
 """
 
 from __future__ import annotations
@@ -74,10 +75,12 @@ def calibration_figure(cal: Calibration | None, title: str = "") -> go.Figure:
     (True, 0.05)
     """
     fig = make_subplots(
-        rows=1, cols=3, horizontal_spacing=0.08, column_widths=[0.34, 0.36, 0.30],
-        subplot_titles=("predicted vs measured step (s)", "error: predicted / measured - 1",
+        rows=2, cols=2, specs=[[{"colspan": 2}, None], [{}, {}]], row_heights=[0.4, 0.6],
+        vertical_spacing=0.3, horizontal_spacing=0.1,
+        subplot_titles=("error: predicted / measured - 1", "predicted vs measured step (s)",
                         "rank by tokens/s per device"),
     )  # fmt: skip
+    SCATTER, BARS, RANKS = {"row": 2, "col": 1}, {"row": 1, "col": 1}, {"row": 2, "col": 2}
     a = calibration_arrays(cal) if cal is not None else None
     get = (lambda k: a[k]) if a else (lambda k: [])  # noqa: E731
     roles = get("roles")
@@ -96,7 +99,7 @@ def calibration_figure(cal: Calibration | None, title: str = "") -> go.Figure:
                                                "width": 1.5}},
                     hovertemplate="%{text}<br>measured %{x:.4g} s<br>predicted %{y:.4g} s"
                     "<extra>%{fullData.name}</extra>", legendgroup=f"{role}{when}",
-                ), row=1, col=1,
+                ), **SCATTER,
             )  # fmt: skip
     every = [v for k in ("measured", "before", "after") for v in get(k)]
     lo, hi = (min(every) / 1.3, max(every) * 1.3) if every else (0.1, 10.0)
@@ -106,7 +109,7 @@ def calibration_figure(cal: Calibration | None, title: str = "") -> go.Figure:
             go.Scatter(x=[lo, hi], y=[lo * f, hi * f], mode="lines", name=name,
                        line={"color": "#888", "dash": dash, "width": 1}, hoverinfo="skip",
                        showlegend=name != "-10%", legendgroup="band"),
-            row=1, col=1,
+            **SCATTER,
         )  # fmt: skip
     ticks = [
         f"{lab} ({'fit' if r == 'fit' else 'check'})" for lab, r in zip(labels, roles, strict=True)
@@ -116,7 +119,7 @@ def calibration_figure(cal: Calibration | None, title: str = "") -> go.Figure:
             go.Bar(x=ticks, y=get(f"error_{when}"), name=f"error {when} the fit",
                    marker={"color": color}, showlegend=False,
                    hovertemplate="%{x}<br>%{y:+.1%}<extra>" + when + " the fit</extra>"),
-            row=1, col=2,
+            **BARS,
         )  # fmt: skip
     for role, color in (("fit", AFTER), ("check", CHECK)):
         fig.add_trace(
@@ -128,32 +131,29 @@ def calibration_figure(cal: Calibration | None, title: str = "") -> go.Figure:
                         "symbol": "circle" if role == "fit" else "diamond"},
                 hovertemplate="%{text}<br>measured rank %{x}<br>predicted rank %{y}"
                 "<extra></extra>",
-            ), row=1, col=3,
+            ), **RANKS,
         )  # fmt: skip
     n = len(labels) or 1
     fig.add_trace(
         go.Scatter(x=[1, n], y=[1, n], mode="lines", name="same order",
                    line={"color": "#888", "dash": "dot", "width": 1}, hoverinfo="skip",
                    showlegend=False),
-        row=1, col=3,
+        **RANKS,
     )  # fmt: skip
-    for col in (1,):
-        fig.update_xaxes(type="log", title_text="measured s", range=np.log10([lo, hi]),
-                         row=1, col=col)  # fmt: skip
-        fig.update_yaxes(type="log", title_text="predicted s", range=np.log10([lo, hi]),
-                         row=1, col=col)  # fmt: skip
-    fig.update_yaxes(tickformat="+.0%", zeroline=True, row=1, col=2)
-    fig.update_xaxes(tickangle=-40, tickfont={"size": 9}, automargin=True, row=1, col=2)
-    fig.update_xaxes(title_text="measured rank", dtick=1, range=[0.5, n + 0.5], row=1, col=3)
-    fig.update_yaxes(title_text="predicted rank", dtick=1, range=[n + 0.5, 0.5], row=1, col=3)
+    fig.update_xaxes(type="log", title_text="measured s", range=np.log10([lo, hi]), **SCATTER)
+    fig.update_yaxes(type="log", title_text="predicted s", range=np.log10([lo, hi]), **SCATTER)
+    fig.update_yaxes(tickformat="+.0%", zeroline=True, **BARS)
+    fig.update_xaxes(tickangle=-30, tickfont={"size": 10}, **BARS)
+    fig.update_xaxes(title_text="measured rank", dtick=1, range=[0.5, n + 0.5], **RANKS)
+    fig.update_yaxes(title_text="predicted rank", dtick=1, range=[n + 0.5, 0.5], **RANKS)
     head = title or _title(cal)
     lines = wrap_title(head).count("<br>") + 2
-    fig.update_layout(base_layout(head, height=470, legend=False, title_lines=lines))
+    fig.update_layout(base_layout(head, height=820, legend=False, title_lines=lines))
     fig.update_layout(
         barmode="group", plot_bgcolor="white", showlegend=True,
-        legend={"orientation": "h", "x": 0, "y": -0.32, "yanchor": "top", "xanchor": "left",
+        legend={"orientation": "h", "x": 0, "y": -0.12, "yanchor": "top", "xanchor": "left",
                 "font": {"size": 11}},
-        margin={"b": 150},
+        margin={"b": 110},
     )  # fmt: skip
     return fig
 
