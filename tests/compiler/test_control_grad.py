@@ -172,3 +172,36 @@ def test_unsupported_control_flow_is_one_named_error(fn, construct, fix):
     line = fn.__code__.co_firstlineno + 1
     assert construct in msg and f"(line {line})" in msg and fix in msg
     assert f"test_control_grad.py:{line}" in msg
+
+
+# --- gradients of gradients ------------------------------------------------------------------
+
+
+def cube_or_double(x):
+    if x.sum() > 0:
+        y = x * x * x
+    else:
+        y = x * 2.0
+    return y.sum()
+
+
+def three_squarings(x):
+    i = ex.tensor(np.array(0))
+    while i < 3:
+        x = x * x * 0.5 + 0.1
+        i = i + 1
+    return x.sum()
+
+
+@pytest.mark.parametrize("fn", [cube_or_double, three_squarings])
+def test_second_order_gradient_equals_eager(fn):
+    def slope_sum(x):
+        return ex.grad(fn)(x).sum()
+
+    for x in (np.array([0.5, 0.7]), np.array([-0.5, -0.7])):
+        x = ex.tensor(x)
+        want = ex.grad(slope_sum)(x).numpy()
+        got = ex.jit(ex.grad(slope_sum))(x).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        if x.numpy().sum() > 0:  # x*x*x and the squarings: a real second derivative
+            assert np.abs(want).min() > 0.05

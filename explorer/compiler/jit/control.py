@@ -192,7 +192,9 @@ class _CondBackward:
             return out
         names = tuple(f"__jit_d{self.names[k]}_{i}" for i in range(len(self.wrt)))
         then_, else_ = (self._branch(fn, g, k) for fn in self.fns)
-        with no_tapes():
+        if tapes():  # a gradient of this gradient: the backward cond is taped too
+            grads = _differentiable_if(self.test, then_, else_, (), names, self.line)
+        else:
             grads, _ = _cond(self.test, then_, else_, (), names, self.line)
         for i, d in zip(self.wrt, grads, strict=True):
             out[i] = d

@@ -68,19 +68,22 @@ def while_(cond_fn, body_fn, init: tuple, names: tuple[str, ...], line: int):
 
 
 def differentiable_loop(cond_fn, body_fn, vals: tuple, names: tuple[str, ...], line: int):
-    """A ``loop`` node and tape entries that differentiate it (``while_vjp``)."""
+    """A ``loop`` node (with a trip counter) and tape entries that differentiate it."""
     # the bodies are subgraphs: their ops are not ops of the outer tapes
     with no_tapes() as outer:
-        out, state_idx, caps = loop(cond_fn, body_fn, vals, names, line)
-    result = out
-    tracer = capturing()
-    if not state_idx:
-        return result
-    first = result[state_idx[0]]
-    loop_node = next(n for n in reversed(tracer.nodes) if n.name == first.value)
+        out, state_idx, caps = loop(
+            lambda *a: cond_fn(*a[:-1]),
+            lambda *a: (*body_fn(*a[:-1]), a[-1] + 1),
+            (*vals, 0), (*names, TRIPS), line,
+        )  # fmt: skip
+    trips_tensor = out[-1]
+    loop_node = next(n for n in reversed(capturing().nodes) if n.name == trips_tensor.value)
+    state_idx = [k for k in state_idx if k < len(vals)]
+    result = out[:-1]
     init = [as_tensor(vals[k]) for k in state_idx]
     inputs = (*init, *caps)
-    plan = _Backward(body_fn, vals, state_idx, init, list(caps), names, line, loop_node)
+    plan = _Backward(body_fn, vals, state_idx, init, list(caps), trips_tensor, names, line,
+                     loop_node)  # fmt: skip
     for i, k in enumerate(state_idx):
         if _float(result[k]):
             for tape in outer:
@@ -89,11 +92,15 @@ def differentiable_loop(cond_fn, body_fn, vals: tuple, names: tuple[str, ...], l
 
 
 class _Backward:
-    """Builds the ``while_vjp`` node of one forward loop, for the cotangent of one output."""
+    """Builds the gradient of one forward loop, for the cotangent of one output: a
+    ``while_vjp`` node (O(n) body runs); while an outer tape records (a gradient of this
+    gradient) a loop that recomputes each iteration's state from the start instead, built
+    of ``while_`` and so differentiable again (O(n^2) body runs)."""
 
-    def __init__(self, body_fn, vals, state_idx, init, caps, names, line, loop_node) -> None:
+    def __init__(self, body_fn, vals, state_idx, init, caps, trips, names, line,
+                 loop_node) -> None:  # fmt: skip
         self.body_fn, self.vals, self.state_idx = body_fn, vals, state_idx
-        self.init, self.caps = init, caps
+        self.init, self.caps, self.trips = init, caps, trips
         self.names, self.line = names, line
         self.attrs = dict(loop_node.attrs)  # the forward loop's cond/body subgraphs
         self.fs = [i for i, t in enumerate(init) if _float(t)]  # differentiable states
@@ -106,58 +113,94 @@ class _Backward:
         out = self.body_fn(*full)
         return [out[k] for k in self.state_idx]
 
+    def _vjp(self, state: list[Any], cot: list[Tensor]) -> list[Tensor]:
+        """d(sum(body(state)[i] * cot[i]))/d(float states, float captures), traced here."""
+        wrt = [state[i] for i in self.fs] + [self.caps[i] for i in self.fc]
+        with Tape() as tape:
+            for t in wrt:
+                tape.watch(t)
+            new = self._body(state)
+            total = None
+            for i, c in zip(self.fs, cot, strict=True):
+                term = F.sum(F.mul(as_tensor(new[i]), c), None)
+                total = term if total is None else F.add(total, term)
+        grads = backward(tape, total, wrt)
+        return [F.cast(d, w.dtype) if d.dtype != w.dtype else d
+                for d, w in zip(grads, wrt, strict=True)]  # fmt: skip
+
     def _vjp_graph(self, tracer: Tracer):
-        """The body's VJP as a subgraph: (states, cotangents of the float states, captures)
-        -> (d states, d captures); and the outer tensors it captures."""
+        """The body's VJP as a subgraph: (states and trip count, cotangents of the float
+        states, captures) -> (d states, d captures); and the outer tensors it captures."""
         sub = Tracer(f"{tracer.name}.while{self.line}.vjp", tracer, mode=tracer.mode)
         state = [sub.input(self.names[k], t.type)
                  for k, t in zip(self.state_idx, self.init, strict=True)]  # fmt: skip
+        sub.input(TRIPS, self.trips.type)  # the replayed state carries the trip count
         cot = [sub.input(f"__jit_cot{i}", self.init[i].type) for i in self.fs]
-        wrt_caps = [self.caps[i] for i in self.fc]
         with tracing(sub):
-            with Tape() as tape:
-                for t in [state[i] for i in self.fs] + wrt_caps:
-                    tape.watch(t)
-                new = self._body(state)
-                total = None
-                for i, c in zip(self.fs, cot, strict=True):
-                    term = F.sum(F.mul(as_tensor(new[i]), c), None)
-                    total = term if total is None else F.add(total, term)
-            wrt = [state[i] for i in self.fs] + wrt_caps
-            grads = backward(tape, total, wrt)
-            grads = [F.cast(g, w.dtype) if g.dtype != w.dtype else g
-                     for g, w in zip(grads, wrt, strict=True)]  # fmt: skip
+            grads = self._vjp(state, cot)
         graph = sub.build(grads)
         return graph, list(sub.captures)
 
     def __call__(self, g: Tensor, index: int) -> list[Tensor | None]:
+        if not self.fs:
+            return [None] * (len(self.init) + len(self.caps))
+        if tapes():
+            return self._recomputing(g, index)
         tracer = capturing()
         grads: list[Tensor | None] = [None] * (len(self.init) + len(self.caps))
-        if not self.fs:
-            return grads
-        with no_tapes():
-            cot = [g if i == index else F.zeros_like(self.init[i]) for i in self.fs]
-            cot = [as_tensor(c) for c in cot]
-            vjp, vcaps = self._vjp_graph(tracer)
-            n, nl = len(self.init), len(self.caps)
-            inputs = (*self.init, *self.caps, *cot, *vcaps)
-            a = self.attrs
-            attrs = {
-                "cond": a["cond"], "body": a["body"], "vjp": Subgraph(vjp), "n_state": n,
-                "cond_args": a["cond_args"], "body_args": a["body_args"], "n_caps": nl,
-                "wrt": tuple(self.fs) + tuple(n + i for i in self.fc),
-                "max_iter": a.get("max_iter", 1_000_000),
-            }  # fmt: skip
-            packed = tracer.add_node("while_vjp", inputs, attrs, "while_vjp")
-            off = 0
-            targets = [self.init[i] for i in self.fs] + [self.caps[i] for i in self.fc]
-            slots = list(self.fs) + [n + i for i in self.fc]
-            for slot, t in zip(slots, targets, strict=True):
-                size = t.size
-                piece = F.getitem(packed, (slice(off, off + size),))
-                piece = F.reshape(piece, t.shape)
-                grads[slot] = F.cast(piece, t.dtype) if t.dtype != DType.FP32 else piece
-                off += size
+        cot = [as_tensor(g if i == index else F.zeros_like(self.init[i])) for i in self.fs]
+        vjp, vcaps = self._vjp_graph(tracer)
+        state = [*self.init, as_tensor(0)]  # as the loop node takes it: trip count last
+        n, nl = len(state), len(self.caps)
+        a = self.attrs
+        attrs = {
+            "cond": a["cond"], "body": a["body"], "vjp": Subgraph(vjp), "n_state": n,
+            "cond_args": a["cond_args"], "body_args": a["body_args"], "n_caps": nl,
+            "wrt": tuple(self.fs) + tuple(n + i for i in self.fc),
+            "max_iter": a.get("max_iter", 1_000_000),
+        }  # fmt: skip
+        packed = tracer.add_node("while_vjp", (*state, *self.caps, *cot, *vcaps), attrs,
+                                 "while_vjp")  # fmt: skip
+        off = 0
+        targets = [self.init[i] for i in self.fs] + [self.caps[i] for i in self.fc]
+        slots = list(self.fs) + [len(self.init) + i for i in self.fc]
+        for slot, t in zip(slots, targets, strict=True):
+            piece = F.reshape(F.getitem(packed, (slice(off, off + t.size),)), t.shape)
+            grads[slot] = F.cast(piece, t.dtype) if t.dtype != DType.FP32 else piece
+            off += t.size
+        return grads
+
+    # --- differentiable again (higher-order gradients) -------------------------------------
+    def _recompute(self, k: Tensor) -> list[Any]:
+        """The state entering iteration ``k``: ``k`` trips of the body from the start."""
+        names = (TRIPS, *(self.names[j] for j in self.state_idx))
+        out = while_(
+            lambda j, *s: j < k, lambda j, *s: (j + 1, *self._body(list(s))),
+            (0, *self.init), names, self.line,
+        )  # fmt: skip
+        return list(out[1:])
+
+    def _step(self, k: Tensor, cot: list[Tensor], gcap: list[Tensor]):
+        grads = self._vjp(self._recompute(k), cot)
+        n = len(self.fs)
+        return k - 1, *grads[:n], *[F.add(a, b) for a, b in zip(gcap, grads[n:], strict=True)]
+
+    def _recomputing(self, g: Tensor, index: int) -> list[Tensor | None]:
+        cot = [g if i == index else F.zeros_like(self.init[i]) for i in self.fs]
+        gcap = [F.zeros_like(self.caps[i]) for i in self.fc]
+        n, m = len(self.fs), len(self.fc)
+        names = ("__jit_k", *(f"__jit_dstate{i}" for i in range(n)),
+                 *(f"__jit_dcap{i}" for i in range(m)))  # fmt: skip
+        out = while_(
+            lambda k, *rest: k >= 0,
+            lambda k, *rest: self._step(k, list(rest[:n]), list(rest[n:])),
+            (self.trips - 1, *cot, *gcap), names, self.line,
+        )  # fmt: skip
+        grads: list[Tensor | None] = [None] * (len(self.init) + len(self.caps))
+        for j, i in enumerate(self.fs):
+            grads[i] = out[1 + j]
+        for j, i in enumerate(self.fc):
+            grads[len(self.init) + i] = out[1 + n + j]
         return grads
 
 
