@@ -18,6 +18,10 @@ n stored states (a static graph cannot size that stack, so it lives inside the n
 ``while_vjp`` returns every gradient packed in one fp32 vector (one output keeps it an
 ordinary node for the executor), unpacked by ``getitem``/``reshape``.
 
+A gradient of that gradient needs the backward to be taped too: while an outer tape records,
+the backward is instead a loop that recomputes each iteration's state from the start (built
+of ``while_``, so differentiable again; O(n^2) body runs).
+
 ``while_`` (what a converted ``while`` calls) lives here because a differentiable loop is
 built here.
 """
