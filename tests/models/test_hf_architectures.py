@@ -87,10 +87,21 @@ def test_dense_llama_has_no_opaque_op_on_the_data_path():
     assert sum(n.op == "rmsnorm" for n in graph.ops) == 2 * 2 + 1
 
 
-def test_moe_routing_ops_are_listed_not_dropped():
+def test_moe_blocks_are_first_class_ops():
+    """Mixtral's MoE blocks go through the leaf handlers (`explorer.models.hf_leaves`)."""
     graph = from_hf(tiny("mixtral"), batch=BATCH, seq=SEQ)
+    assert graph.report.exact, str(graph.report)
+    assert [p for p, h in graph.report.leaves if h == "moe"] == [
+        "model.layers.0.mlp",
+        "model.layers.1.mlp",
+    ]
+
+
+def test_unmapped_routing_ops_are_listed_not_dropped():
+    """PhiMoE has no leaf handler: its routing ops stay in the graph as opaque nodes."""
+    graph = from_hf(tiny("phimoe"), batch=BATCH, seq=SEQ)
     data_path = {o.target for o in graph.report.opaque if not o.static}
-    assert "aten.topk.default" in data_path and not graph.report.exact
+    assert "aten.sort.default" in data_path and not graph.report.exact
     for o in graph.report.opaque:
         for name in o.nodes:
             assert graph.node(name).op == "opaque"
