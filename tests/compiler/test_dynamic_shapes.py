@@ -303,3 +303,13 @@ def test_a_size_returned_as_a_python_int_is_the_call_size():
         total, half, d = jf(_rows(n))
         assert (half, d["rows"]) == (n // 2, n) and type(half) is int
     assert len(jf.cache) == 1
+
+
+def float_of_size(x):
+    n = x.shape[0]
+    return x * (1.0 / n), x.sum(0) * (n * 0.5), x + 0.25 * n, x - n / 8
+
+
+def test_floats_computed_from_a_size_follow_it():
+    jf, rec = _check(float_of_size, B, (2, 3, 7, 12), _rows)
+    assert _compiles(rec) == ["compile"]

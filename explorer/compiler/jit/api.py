@@ -456,7 +456,7 @@ def _sym_fields(ctx: SymContext | None, bound: inspect.BoundArguments,
     if ctx is None:
         return {"input_names": tuple(names)}
     return {"input_names": tuple(names), "shape_guards": tuple(ctx.guards.values()),
-            "table": dict(ctx.table), "scalars": tuple(ctx.scalars),
+            "table": dict(ctx.table) | dict(ctx.floats), "scalars": tuple(ctx.scalars),
             "reoptimize": reoptimize}  # fmt: skip
 
 

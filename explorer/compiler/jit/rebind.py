@@ -49,6 +49,14 @@ class _Resolver:
         """A ratio of sizes (``1/B``, ``S/(B*S)``) re-evaluated; other floats unchanged."""
         if f == 0 or not math.isfinite(f):
             return f
+        e = self.table.get(f)  # a float computed from sizes in Python (1.0 / B)
+        if e is not None and f != int(f):
+            return float(evaluate(e, self.mapping))
+        for k in range(2, RATIO_NUMERATORS + 1):  # B / k (0.25 * B)
+            q = abs(f) * k
+            n = round(q)
+            if n >= 2 and abs(q - n) <= 1e-6 * n and self.derived(n):
+                return math.copysign(self.int(n) / k, f)
         for num in range(1, RATIO_NUMERATORS + 1):  # passes fold k / B (k small) together
             q = num / abs(f)
             k = round(q)

@@ -69,6 +69,7 @@ _BIN = {
     "mul": (lambda a, b: a * b, "*"),
     "floordiv": (lambda a, b: a // b, "//"),
     "mod": (lambda a, b: a % b, "%"),
+    "truediv": (lambda a, b: a / b, "/"),
 }
 _CMP = {
     "eq": (lambda a, b: a == b, "=="),
@@ -125,7 +126,7 @@ def evaluate(e: Expr, sizes: dict[int, int]) -> int:
     if kind == "neg":
         return -evaluate(e[1], sizes)
     a, b = evaluate(e[1], sizes), evaluate(e[2], sizes)
-    if kind in ("floordiv", "mod") and b == 0:
+    if kind in ("floordiv", "mod", "truediv") and b == 0:
         raise CompilerError(f"a symbolic size divides by zero ({show(e, {})}) for sizes {sizes}")
     return _BIN[kind][0](a, b)
 
@@ -195,6 +196,7 @@ class SymContext:
         self.table: dict[int, Expr | None] = {p: ("sym", p) for p in self.names}
         self.guards: dict[tuple, ShapeGuard] = {}
         self.scalars: list[tuple[str, Expr, np.dtype]] = []  # (input name, expr, dtype)
+        self.floats: dict[float, Expr | None] = {}  # non-whole floats computed from sizes
         self._lock = threading.Lock()
         for n, m in (moduli or {}).items():  # captured as a multiple of m: valid while it is
             if m > 1 and n in self.symbols:
@@ -268,14 +270,41 @@ class SymContext:
         with self._lock:
             self.guards.setdefault((left, op, right), g)
 
+    def _fraction(self, v: float) -> Expr | None:
+        """``size / k`` for a float ``v`` (``0.25 * B``, computed by Python's float ops, which
+        a ``SymInt`` on the right does not see), ``k`` up to ``RATIO_NUMERATORS``."""
+        for k in range(2, RATIO_NUMERATORS + 1):
+            q = abs(v) * k
+            n = round(q)
+            if n >= TRACKED_MIN and abs(q - n) <= 1e-6 * n:
+                e = self.expr_of(n)
+                if e is not None:
+                    e = ("truediv", e, ("int", k))
+                    return e if v > 0 else ("neg", e)
+        return None
+
+    def register_float(self, v: float, e: Expr) -> None:
+        """Record a non-whole float computed from sizes (also by its fp32 rounding)."""
+        if not math.isfinite(v) or v == int(v) or not _symbols(e):
+            return
+        with self._lock:
+            for key in (v, float(np.float32(v))):
+                old = self.floats.get(key, _MISSING)
+                if old is _MISSING:
+                    self.floats[key] = e
+                elif old is not None and old != e and not self._same(old, e):
+                    self.floats[key] = None
+
     def scalar_expr(self, a: np.ndarray) -> Expr | None:
-        """The expression of a 0-d array holding a sentinel-derived whole number."""
+        """The expression of a 0-d array holding a sentinel-derived number."""
         if a.ndim != 0 or a.dtype.kind not in "iuf":
             return None
         v = a.item()
         if isinstance(v, float):
-            if not math.isfinite(v) or v != int(v):
+            if not math.isfinite(v):
                 return None
+            if v != int(v):
+                return self.floats.get(v) or self._fraction(v)
             v = int(v)
         if abs(v) < TRACKED_MIN:
             return None
@@ -308,6 +337,8 @@ class SymInt(int):
         return obj
 
     def _bin(self, other: Any, op: str, swap: bool = False):
+        if isinstance(other, float) or op == "truediv":
+            return self._float(other, op, swap)
         o = _operand(other, self.ctx)
         if o is None:
             return NotImplemented
@@ -319,6 +350,24 @@ class SymInt(int):
         e = (op, a, b)
         self.ctx.register(v, e)
         return SymInt(v, e, self.ctx)
+
+    def _float(self, other: Any, op: str, swap: bool):
+        """A float computed from a size (``1.0 / B``, ``B * 0.5``): a plain float, whose
+        value is remembered so that a graph constant or attribute equal to it follows B."""
+        if isinstance(other, bool) or not isinstance(other, int | float | np.integer):
+            return NotImplemented
+        o = other.expr if isinstance(other, SymInt) else ("int", other)
+        a, b = (o, self.expr) if swap else (self.expr, o)
+        va, vb = (other, int(self)) if swap else (int(self), other)
+        v = _BIN[op][0](va, vb)  # ZeroDivisionError as Python raises it
+        self.ctx.register_float(float(v), (op, a, b))
+        return float(v)
+
+    def __truediv__(self, o):
+        return self._bin(o, "truediv")
+
+    def __rtruediv__(self, o):
+        return self._bin(o, "truediv", True)
 
     def __add__(self, o):
         return self._bin(o, "add")
