@@ -48,6 +48,12 @@ EXPECTED = {
         ["60.1 s/step", "role   run", "fit    megatron-529.6b", "check  megatron-529.6b",
          "check rows: median |error|", "saved and loaded back equal: True"], 1,
     ),
+    "09_bring_your_own_model.ipynb": (
+        ["transformers: 671,026,404,352   traced: 671,026,404,352",
+         "every op on the data path mapped", "experts   e=gpu,g=node", "all-to-all(gpu)",
+         "verify OK", "1,024 parameters apart", "chosen: dp",
+         "max |torch - sharded on 8 devices| = "], 2,
+    ),
 }  # fmt: skip
 
 
