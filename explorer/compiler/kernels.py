@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ..ir import Node, TensorType, opdef
-from ..ir.activations import gelu
+from ..ir.activations import GELU_C, GELU_K, gelu
 from ..ir.contraction import einsum_as_matmul
 from ..ir.ops_tensor import index_tuple
 from .codegen.build import elementwise_kernel, load, rows_kernel
@@ -37,7 +37,7 @@ _UFUNC = {
 IN_PLACE = frozenset(_UFUNC) | {"fused", "scale", "relu", "softmax", "causal_mask",
                                 "masked_softmax", "generated"}  # fmt: skip
 WRITES_OUT = IN_PLACE | {"gelu", "silu", "matmul", "bmm", "einsum", "layernorm", "rmsnorm",
-                         "sum", "mean", "max", "embedding", "where"}  # fmt: skip
+                         "sum", "mean", "max", "embedding", "where", "gelu_grad"}  # fmt: skip
 ALIASES = frozenset({"reshape", "transpose", "broadcast_to", "getitem", "dropout"})
 # A fused kernel up to this many elements runs as numpy ufunc calls (``ufunc_program``):
 # numexpr's per-call cost (tens of us) and scalar exp lose to numpy on small arrays.
@@ -96,6 +96,39 @@ def _where(node, in_types, attrs) -> Kernel:
 
 def _gelu(node, in_types, attrs) -> Kernel:
     return gelu  # explorer.ir's one GELU: the kernel eager runs too
+
+
+def _gelu_grad(node, in_types, attrs) -> Kernel:
+    """``g * gelu'(x)`` with two temporaries (the registry impl holds about six):
+    ``gelu'(x) = (1 + t) (0.5 + a (1 - t))``, ``t = tanh(c (x + k x^3))``,
+    ``a = 0.5 c x (1 + 3 k x^2)``. ``out`` is never an input (not in ``IN_PLACE``): it
+    serves as the third scratch array."""
+    shape, dt = node.type.shape, node.type.dtype.numpy.type
+    if any(t.shape != shape for t in in_types) or not node.type.dtype.is_float:
+        return _generic(node, in_types, attrs)  # broadcasting operands: the registry impl
+    c, k, half, one = dt(GELU_C), dt(GELU_K), dt(0.5), dt(1.0)
+
+    def k_gelu_grad(x, g, out=None):
+        o = np.empty(shape, dt) if out is None else out
+        a = np.multiply(x, x)  # x^2
+        t = np.multiply(a, k)
+        t += one
+        t *= x
+        t *= c
+        np.tanh(t, out=t)  # t
+        a *= dt(3.0) * k
+        a += one
+        a *= x
+        a *= half * c  # a
+        np.subtract(one, t, out=o)
+        a *= o
+        a += half
+        t += one
+        np.multiply(a, t, out=o)
+        o *= g
+        return o
+
+    return k_gelu_grad
 
 
 def _silu(node, in_types, attrs) -> Kernel:
@@ -229,6 +262,7 @@ BUILDERS: dict[str, Builder] = {
     "layernorm": _norm, "rmsnorm": _norm, "sum": _reduce(np.sum), "mean": _reduce(np.mean),
     "max": _reduce(np.max), "embedding": _embedding, "getitem": _getitem,
     "reshape": _reshape, "transpose": _transpose, "generated": _generated,
+    "gelu_grad": _gelu_grad,
 }  # fmt: skip
 """op name -> kernel builder (as ``explorer.sharding.kernels.KERNELS``); any other op runs
 its registry impl."""

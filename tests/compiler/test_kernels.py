@@ -150,3 +150,21 @@ def test_gelu_is_defined_once():
     holders = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                      if "0.044715" in p.read_text())  # fmt: skip
     assert holders == ["ir/activations.py"]
+
+
+def test_gelu_grad_kernel_matches_the_registry_impl(rng):
+    from explorer.ir.activations import gelu_grad
+
+    b = ex.GraphBuilder("g")
+    x, g = b.input("x", (5, 7)), b.input("gy", (5, 7))
+    graph = b.build([b.op("gelu_grad", x, g)])
+    node = graph.ops[0]
+    k = kernels.make_kernel(node, graph.input_types(node.name))
+    xs = (rng.standard_normal((5, 7)) * 3).astype(np.float32)
+    xs[0, :3] = [0.0, -30.0, 30.0]
+    gs = rng.standard_normal((5, 7)).astype(np.float32)
+    want = gelu_grad(xs, gs)
+    np.testing.assert_allclose(k(xs, gs), want, rtol=1e-5, atol=1e-6)
+    out = np.empty_like(xs)
+    assert k(xs, gs, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
