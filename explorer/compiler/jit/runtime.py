@@ -21,8 +21,19 @@ from ..trace_stack import capturing
 from . import transform
 from .control import UNDEFINED, if_, is_symbolic, ld, loop
 from .loop_grad import while_
+from .symbolic import SymInt, show
 
-__all__ = ["ld", "if_", "while_", "loop", "call", "maybe_convert", "python_test", "UNDEFINED"]
+__all__ = [
+    "ld",
+    "if_",
+    "while_",
+    "loop",
+    "call",
+    "maybe_convert",
+    "python_test",
+    "range_",
+    "UNDEFINED",
+]
 
 _INTERNAL = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -81,3 +92,17 @@ def python_test(test: Any, construct: str, hint: str) -> Any:
     if is_symbolic(test):
         raise GraphBreak(construct, hint, user_location(2))
     return test
+
+
+def range_(*args: Any) -> range:
+    """``range`` in converted code: a bound computed from a symbolic dim is refused (the
+    loop would be unrolled at the sentinel size, thousands of iterations)."""
+    for a in args:
+        if isinstance(a, SymInt):
+            raise GraphBreak(
+                f"a Python loop over range({show(a.expr, a.ctx.names)}), a symbolic size",
+                "drop that dim from dynamic= (each size then compiles), or loop with a `while` "
+                "on a tensor counter",
+                user_location(2),
+            )
+    return range(*args)

@@ -168,7 +168,9 @@ class _Converter(ast.NodeTransformer):
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
         f = node.func
-        if isinstance(f, ast.Name) and f.id in ("super", "range", "len", "isinstance", "print"):
+        if isinstance(f, ast.Name) and f.id == "range":  # refuses a symbolic size by name
+            return ast.copy_location(ast.Call(_rt("range_"), node.args, node.keywords), node)
+        if isinstance(f, ast.Name) and f.id in ("super", "len", "isinstance", "print"):
             return node
         new = ast.Call(_rt("call"), [f] + node.args, node.keywords)
         return ast.copy_location(new, node)
