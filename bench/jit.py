@@ -13,7 +13,8 @@ Timing: interleaved rounds (every column once per round, so machine noise hits a
 median per column. First call: a fresh function's first call (capture, passes and kernel
 compilation for @jit; tracing and compiling for torch.compile and jax.jit). Compile: our
 capture + passes (``CacheEntry.compile_ms``); numba kernel compilation separately (cold:
-the bench points numba's disk cache at a fresh directory unless ``--warm-cache``); for
+the bench points numba's and torch inductor's disk caches at fresh directories unless
+``--warm-cache``); for
 torch.compile and jax.jit, first call minus a steady call. Peak memory: tracemalloc for
 ours and numpy (numpy reports its buffers to it; a @jit program's buffers are allocated
 inside the measured call); jax.jit: XLA's compiled memory analysis (temporaries + outputs);
@@ -628,8 +629,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warm-cache", action="store_true",
                     help="use numba's on-disk kernel cache as it is (default: a fresh one)")  # fmt: skip
     args = ap.parse_args(argv)
-    if not args.warm_cache:
+    if not args.warm_cache:  # cold caches: numba's kernels and torch inductor's
         os.environ["EXPLORER_CODEGEN_CACHE"] = tempfile.mkdtemp(prefix="explorer-codegen-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchinductor-")
     rounds = 3 if args.quick else 7
     TORCH_THREADS[0] = args.torch_threads
     t_start = time.perf_counter()
@@ -645,7 +647,7 @@ def main(argv: list[str] | None = None) -> dict:
         "torch": None if torch is None else torch.__version__,
         "torch_threads": None if torch is None else torch.get_num_threads(),
         "jax": None if jax is None else jax.__version__,
-        "numba_cache": "warm" if args.warm_cache else "cold (fresh directory)",
+        "kernel_caches": "warm" if args.warm_cache else "cold (fresh numba and inductor dirs)",
         "rounds": rounds, "total_s": time.perf_counter() - t_start,
     }  # fmt: skip
     rows = targets(res) if set(WORKLOADS) <= set(res) else []
