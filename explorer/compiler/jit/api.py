@@ -11,6 +11,12 @@ A Python ``if`` on a tensor becomes a ``cond`` node (for functions defined in a 
             y = -x
         return y
 
+and a ``while`` on a tensor a ``loop`` node. Under ``ex.grad`` the gradient of such an ``if``
+is a ``cond`` too (only the taken branch runs, ``control``) and that of a ``while`` one
+``while_vjp`` node (3n body runs for n trips, ``loop_grad``). A return/break/continue under
+a tensor test is a ``JitSyntaxError`` naming it, its line and the rewrite. Symbolic dims
+(``dynamic=``) and their shape guards: ``symbolic``, ``rebind``, ``variants``.
+
 >>> import explorer as ex, numpy as np
 >>> @ex.jit
 ... def g(x):
