@@ -19,6 +19,7 @@ from typing import Any
 from ..ir import DType
 from ..jsonfile import as_path, read_json
 from .torch_import import LeafHandler, TorchImportError, TracedGraph, from_torch
+from .torch_import.repeat import repeat_layer
 
 __all__ = ["from_hf", "hf_model", "DEFAULT_SEQ_CAP"]
 
@@ -35,7 +36,7 @@ def from_hf(
     config: str | Path | Mapping[str, Any] | Any, *, batch: int = 1, seq: int | None = None,
     dtype: str | None = None, attn_implementation: str = "eager",
     leaves: Mapping[str, LeafHandler] | None = None, name: str | None = None,
-    labels: bool = False,
+    labels: bool = False, reuse_layers: bool = True,
 ) -> TracedGraph:  # fmt: skip
     """Trace the transformers model of a ``config.json`` (a file, a folder holding one, a
     dict, or a transformers ``PretrainedConfig``) on the meta device.
@@ -55,6 +56,9 @@ def from_hf(
         name: the graph's name (default: ``_name_or_path``, the folder, or the model type).
         labels: also feed ``labels`` (the token ids) so that the model's own loss is traced,
             as in a training step (language models only).
+        reuse_layers: for model types whose decoder layers are all alike (`REPEATABLE`),
+            trace the first few layers and copy the last one for the rest (`repeat_layer`
+            checks the two last traced layers are equal, else the whole model is traced).
 
     Raises:
         TorchImportError: transformers is missing (install the ``hf`` extra), the config is
@@ -68,6 +72,16 @@ def from_hf(
     for key, v in (("batch", batch), ("seq", seq)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise TorchImportError(f"{key}={v!r}; expected an int > 0")
+    if reuse_layers:
+        short = _short_config(config)
+        if short is not None:
+            small, total = short
+            g = from_hf(small, batch=batch, seq=seq, dtype=dtype,
+                        attn_implementation=attn_implementation, leaves=leaves, name=name,
+                        labels=labels, reuse_layers=False)  # fmt: skip
+            full = repeat_layer(g, _LAYER_PREFIX, total)
+            if full is not None:
+                return full
     model, cfg, where = hf_model(config, dtype=dtype, attn_implementation=attn_implementation)
     import torch
 
@@ -126,6 +140,54 @@ def _grouped_mm_fallback():
         finally:
             if saved is not None:
                 moe._can_use_grouped_mm = saved
+
+
+#: Model types whose decoder layers are all the same module computing the same thing
+#: (given the per-layer fields checked in `_short_config`), under ``model.layers.``.
+REPEATABLE = frozenset({
+    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
+    "starcoder2", "olmo2", "stablelm", "cohere", "deepseek_v2", "deepseek_v3", "gemma",
+})  # fmt: skip
+_LAYER_PREFIX = "model.layers."
+#: Layers traced before copying: the first distinct ones plus two to compare.
+_TRACED_ALIKE = 2
+
+
+def _short_config(config: Any) -> tuple[dict[str, Any], int] | None:
+    """(the config with only the first few layers, the full layer count), or None when the
+    layers may differ (per-layer types, MoE steps) or the config is not a plain dict/file."""
+    try:
+        import transformers
+    except ImportError:
+        return None
+    if isinstance(config, transformers.PretrainedConfig):
+        raw = config.to_dict()
+    elif isinstance(config, Mapping):
+        raw = dict(config)
+    else:
+        try:
+            cfg, _ = _config(config, transformers)
+        except TorchImportError:
+            return None
+        raw = cfg.to_dict()
+    total = raw.get("num_hidden_layers")
+    if raw.get("model_type") not in REPEATABLE or not isinstance(total, int):
+        return None
+    first = raw.get("first_k_dense_replace") or 0
+    if not isinstance(first, int) or raw.get("mlp_only_layers") or (
+        raw.get("decoder_sparse_step") not in (None, 1)
+    ):  # fmt: skip
+        return None
+    types = raw.get("layer_types")
+    if isinstance(types, list) and len(set(types)) > 1:
+        return None
+    keep = first + _TRACED_ALIKE + 1
+    if total <= keep + 1:
+        return None
+    small = {**raw, "num_hidden_layers": keep}
+    if isinstance(types, list):
+        small["layer_types"] = types[:keep]
+    return small, total
 
 
 def hf_model(
