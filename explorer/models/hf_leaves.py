@@ -17,6 +17,7 @@ DeepseekV3MoE                    sigmoid router with e_score_correction_bias (an
                                  node), group-limited by the top-2 sum, normalised, scaled;
                                  shared experts
 DeepseekV3Attention              MLA: q (low-rank or not), ``mla_attention``, o_proj
+DeepseekV2Attention              the same; its complex rotary tables rebuilt as cos/sin
 ================================ ===========================================================
 
 Transformers' experts run dropless; the handlers do too unless a capacity factor is given.
@@ -32,7 +33,7 @@ from .torch_import.report import TorchImportError
 
 __all__ = ["moe_leaves", "mla_leaves", "MOE_CLASSES", "MLA_CLASSES"]
 
-MLA_CLASSES = ("DeepseekV3Attention",)
+MLA_CLASSES = ("DeepseekV3Attention", "DeepseekV2Attention")
 
 
 def _shared(p: dict[str, Ref], prefix: str):
@@ -82,6 +83,50 @@ def _emit_mla(call: LeafCall) -> tuple[Ref, ...]:
     return (emit_mla(cx, x, spec, dict(call.params), tables[0], tables[1]),)
 
 
+def _v2_tables(call: LeafCall, b: int, s: int, rope: int) -> tuple[Ref, Ref]:
+    """DeepSeek-V2's rotary tables as (cos, sin) ``[b, s, rope]`` in the halves layout of
+    ``mla_attention(interleave=True)``: transformers hands the attention one complex tensor,
+    ``polar(1, positions x inv_freq) x attention_scaling``, which the IR cannot hold; the
+    tables are rebuilt from the model's ``rotary_emb.inv_freq`` buffer for positions
+    ``0 .. s-1`` (no cache)."""
+    cx, m = call.cx, call.module
+    found = [n for n in cx.b._types if n.endswith("rotary_emb.inv_freq")]
+    if len(found) != 1 or cx.shape(Ref(found[0])) != (rope // 2,):
+        raise TorchImportError(
+            f"{call.path} (DeepseekV2Attention): its rotary tables are rebuilt from the "
+            f"model's rotary_emb.inv_freq buffer [{rope // 2}], found {found}; trace the "
+            "whole model (DeepseekV2ForCausalLM or DeepseekV2Model)"
+        )
+    factor = 1.0
+    rope_type = (m.config.rope_parameters or {}).get("rope_type", "default")
+    if rope_type != "default":
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+        factor = float(ROPE_INIT_FUNCTIONS[rope_type](m.config, "cpu")[1])
+    pos = cx.op("fill", kind="arange", shape=(s, 1), dtype="fp32")
+    ang = cx.op("mul", pos, Ref(found[0]), base="rope_angles")
+    tables = []
+    for fn in ("cos", "sin"):
+        t = cx.op(fn, ang)
+        if factor != 1.0:
+            t = cx.op("scale", t, factor=factor)
+        t = cx.op("cat", t, t, axis=-1)
+        tables.append(cx.op("broadcast_to", t, shape=(b, s, rope)))
+    return tables[0], tables[1]
+
+
+def _emit_mla_v2(call: LeafCall) -> tuple[Ref, ...]:
+    m, cx = call.module, call.cx
+    x = call.inputs[0]
+    b, s, _ = cx.shape(x)
+    cos, sin = _v2_tables(call, b, s, m.qk_rope_head_dim)
+    spec = MLASpec(heads=m.num_heads, q_lora_rank=m.q_lora_rank, kv_lora_rank=m.kv_lora_rank,
+                   qk_nope_head_dim=m.qk_nope_head_dim, qk_rope_head_dim=m.qk_rope_head_dim,
+                   v_head_dim=m.v_head_dim, scaling=float(m.scaling), interleave=True,
+                   eps=float(m.kv_a_layernorm.variance_epsilon))  # fmt: skip
+    return (emit_mla(cx, x, spec, dict(call.params), cos, sin),)
+
+
 def moe_leaves(capacity_factor: float | None = None) -> dict[str, LeafHandler]:
     """Handlers for every MoE block class, with ``capacity_factor`` (``None``: dropless)."""
     h = LeafHandler(lambda call: _emit_moe(call, capacity_factor), name="moe")
@@ -90,8 +135,9 @@ def moe_leaves(capacity_factor: float | None = None) -> dict[str, LeafHandler]:
 
 def mla_leaves() -> dict[str, LeafHandler]:
     """Handlers for MLA attention (the module returns ``(output, None)``)."""
-    h = LeafHandler(_emit_mla, pack=lambda outs: (outs[0], None), name="mla")
-    return dict.fromkeys(MLA_CLASSES, h)
+    pack = lambda outs: (outs[0], None)  # noqa: E731
+    return {"DeepseekV3Attention": LeafHandler(_emit_mla, pack=pack, name="mla"),
+            "DeepseekV2Attention": LeafHandler(_emit_mla_v2, pack=pack, name="mla")}  # fmt: skip
 
 
 for _cls, _h in {**moe_leaves(), **mla_leaves()}.items():
