@@ -234,7 +234,7 @@ def _fused(node, in_types, attrs) -> Kernel:
 def _generated(node, in_types, attrs) -> Kernel:
     """A generated numba kernel (``explorer.compiler.codegen``): every element (row) is read
     before its output is written, so ``out`` may be an input of the output's shape."""
-    fn = load(attrs["source"], attrs["entry"])
+    fn = load(attrs["source"].text, attrs["entry"])
     parallel, shape = attrs["parallel"], node.type.shape
     if attrs["origin"] == "fused":
         return elementwise_kernel(fn, parallel, shape, attrs["split"], attrs["kinds"],

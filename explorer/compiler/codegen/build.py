@@ -7,6 +7,8 @@ the compiled function, and on disk the source is written once to
 file) serves later processes: a kernel is compiled once per machine, not once per run.
 
 ``compile_seconds()`` reports the time spent compiling or loading in this process.
+Measured (bench/jit.py, 2 shared cores): the small GPT's 9 kernels take 6.0 s to compile
+cold and 1.3 s to load from the disk cache in a new process (numba's import included).
 """
 
 from __future__ import annotations

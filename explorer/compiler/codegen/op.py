@@ -5,11 +5,24 @@ original op's impl; the executor compiles ``source`` instead."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ...ir import DType
 from ...ir import signature as sigmod
 from ...ir.opdef import REGISTRY, REQUIRED, OpDef, OpGroup, get, register
 
-__all__ = ["GENERATED"]
+__all__ = ["GENERATED", "KernelSource"]
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A generated kernel's module text (the ``source`` attribute): the text IR prints it
+    as one short token, the compiler view shows ``text`` (also ``RewriteStep.source``)."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return f"<numba source, {len(self.text.splitlines())} lines>"
 
 
 def _sig(in_types, attrs) -> str:

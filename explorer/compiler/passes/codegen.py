@@ -21,7 +21,7 @@ from ...ir.node import freeze_attrs
 from ..codegen import cost
 from ..codegen.build import numba_available, numba_threads
 from ..codegen.cost import Choice, choose
-from ..codegen.op import GENERATED
+from ..codegen.op import GENERATED, KernelSource
 from ..codegen.source import (
     UnsupportedRegion,
     broadcast_split,
@@ -102,7 +102,8 @@ def codegen(graph: Graph, numba_ok: bool | None = None) -> tuple[Graph, list[Rew
             kept.append((n.name, f"not generated: {e}"))
             new_nodes.append(n)
             continue
-        attrs = {**region, "origin": n.op, "origin_attrs": tuple(n.attrs),
+        attrs = {**region, "source": KernelSource(region["source"]), "origin": n.op,
+                 "origin_attrs": tuple(n.attrs),
                  "parallel": choice.parallel, "dtype": n.type.dtype.value,
                  "flops": graph.node_flops(n.name)}  # fmt: skip
         new_nodes.append(dataclasses.replace(n, op=GENERATED, attrs=freeze_attrs(attrs)))
