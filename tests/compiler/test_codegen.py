@@ -303,3 +303,30 @@ def test_generated_kernels_serve_every_size_of_a_symbolic_dim(every_region, rng)
                 _tensor(rng, (rows, 5))]  # fmt: skip
         np.testing.assert_allclose(f(*args).numpy(), block(*args).numpy(), rtol=RTOL, atol=ATOL)
     assert len(f.cache) == 1 and "generated" in _ops(f, *args)
+
+
+@st.composite
+def broadcast_args(draw):
+    """``mixed``'s arguments: x of a random shape, c broadcast along some dims, s a scalar."""
+    shape = tuple(draw(st.lists(st.integers(0, 6), min_size=1, max_size=3)))
+    lead = draw(st.integers(0, len(shape)))  # c: ones before ``lead``, x's dims after
+    c_shape = (1,) * lead + shape[lead:]
+    if draw(st.booleans()):  # or a column: x's dims up to ``lead``, ones after
+        c_shape = shape[:lead] + (1,) * (len(shape) - lead)
+    seed = draw(st.integers(0, 2**16))
+    return shape, c_shape, seed
+
+
+@needs_numba
+@settings(max_examples=15, deadline=None)
+@given(broadcast_args())
+def test_generated_kernels_equal_eager_on_random_broadcasts(case):
+    shape, c_shape, seed = case
+    cost.MIN_WORK, saved = 0, cost.MIN_WORK  # hypothesis and function-scoped fixtures
+    try:
+        rng = np.random.default_rng(seed)
+        args = [_tensor(rng, shape), _tensor(rng, c_shape), _tensor(rng, ())]
+        want, got, _ = _both(mixed, *args)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
+    finally:
+        cost.MIN_WORK = saved
