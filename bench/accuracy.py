@@ -97,7 +97,10 @@ def out_of_sample(data) -> dict:
             continue
         fit, check = runs[0::2], runs[1::2]
         cal = ex.calibrate(fit, check=check, loo=len(fit) >= 3)
-        print(f"   {name}: fitted {', '.join(f'{k}={v:.3f}' for k, v in cal.fitted.items())}")
+        print(
+            f"   {name}: fitted {', '.join(f'{k}={v:.3f}' for k, v in cal.fitted.items())}"
+            + ("" if cal.determined else " (no more fit rows than knobs: not unique)")
+        )
         print(f"   {'role':5s} {'run':44s} {'published s':>11s} {'before':>7s} {'after':>7s}")
         for r in cal.table:
             print(f"   {r.role:5s} {r.run.label:44s} {r.measured_s:>11.3f} "
@@ -111,6 +114,7 @@ def out_of_sample(data) -> dict:
         res = {
             "fit_rows": [r.label for r in fit], "check_rows": [r.label for r in check],
             "fitted": cal.fitted, "at_bounds": list(cal.at_bounds),
+            "determined": cal.determined,
             "check_median_abs_error_before": float(np.median([abs(r.error_before) for r in seen])),
             "check_median_abs_error_after": float(np.median(errs)),
             "check_worst_abs_error_after": float(max(errs)),
