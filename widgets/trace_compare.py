@@ -9,6 +9,7 @@ the compiler's rewrite steps as a before/after diff, and the Chrome-trace file f
 from __future__ import annotations
 
 import base64
+import html
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -121,6 +122,7 @@ class TraceCompare(View):
         *, batch: int = 2, size: int = 32, level: str = "O2", runs: int = 7,
         perfetto_path: str | Path = "eager_vs_jit.trace.json",
         selection: Selection | None = None, dynamic: Mapping[str, Mapping[int, str]] | None = None,
+        backend: str = "numpy",
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         if (fn is None) != (make_args is None):
@@ -130,7 +132,8 @@ class TraceCompare(View):
         self.fn, self.make_args = fn, make_args
         self.level = level
         self.perfetto_path = Path(perfetto_path)
-        self.jitted = ex.jit(fn, level=level, dynamic=dynamic)  # dynamic: symbolic dims
+        # dynamic: symbolic dims; backend="numba": generated kernels, their source per step
+        self.jitted = ex.jit(fn, level=level, dynamic=dynamic, backend=backend)
         self._compiles = 0
         self._rerun_soon = Coalescer(self._rerun)
         self._compute(batch, size, runs)  # bad starting values raise here, to the caller
@@ -363,8 +366,10 @@ class TraceCompare(View):
         if not self.steps:
             return f"level {self.level} runs no rewriting pass"
         d = self._diffs[self.step]
+        code = (f"<pre style='font-size:11px;max-height:18em;overflow:auto'>"
+                f"{html.escape(d.source)}</pre>") if d.source else ""  # fmt: skip
         return (f"step {self.step + 1} of {len(self.steps)}: pass <b>{d.pass_name}</b>, rule "
-                f"<b>{d.rule}</b>")  # fmt: skip
+                f"<b>{d.rule}</b>{code}")  # fmt: skip
 
     # --- controls -----------------------------------------------------------------------
     def _on_control(self, change: dict[str, Any]) -> None:

@@ -48,6 +48,7 @@ class RewriteDiff:
     before_focus: tuple[str, ...]
     after_focus: tuple[str, ...]
     truncated: bool = False
+    source: str = ""  # the step's generated code (codegen), shown by the compiler view
 
     def status(self, name: str, side: Literal["before", "after"]) -> NodeStatus:
         """How node ``name`` is marked on ``side``."""
@@ -121,4 +122,4 @@ def rewrite_diff(step, context: int = 1, limit: int = 60) -> RewriteDiff:
     bf, t1 = _around(before, seeds, context, limit)
     af, t2 = _around(after, seeds, context, limit)
     return RewriteDiff(step.pass_name, step.rule, step.detail, removed, added, rewritten,
-                       matched, bf, af, t1 or t2)  # fmt: skip
+                       matched, bf, af, t1 or t2, getattr(step, "source", ""))  # fmt: skip

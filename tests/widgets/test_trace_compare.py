@@ -277,3 +277,17 @@ def test_trace_figure_needs_no_view():
     fig = trace_figure(cmp, names, runs=runs, compile_events=first.trace.events)
     assert len(fig.data) == FIRST_NAME + len(names)
     assert "one run" in fig.layout.title.text
+
+
+@pytest.mark.skipif(not ex.compiler.codegen.numba_available(), reason="numba is not installed")
+def test_numba_backend_steps_show_their_generated_source(monkeypatch):
+    from explorer.compiler.codegen import cost
+
+    monkeypatch.setattr(cost, "MIN_WORK", 0)  # the small default GPT gets kernels too
+    view = TraceCompare(batch=1, size=16, runs=3, backend="numba")
+    k = next(k for k, s in enumerate(view.steps) if s.rule == "numba_kernel")
+    view.controls["step"].value = k
+    assert "<pre" in view.step_info.value and "@njit(" in view.step_info.value
+    plain = next(k for k, s in enumerate(view.steps) if not s.source)
+    view.controls["step"].value = plain
+    assert "<pre" not in view.step_info.value
