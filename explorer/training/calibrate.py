@@ -383,28 +383,31 @@ class _Objective:
 
 
 def _sensitive(runs, base, names, evaluator) -> tuple[str, ...]:
-    """The default knobs that move at least one run's predicted time by 1e-4 (relative)
-    when nudged by 1% (of the value, or of the range at 0): fitting a knob the runs never use (fused attention's efficiency
-    without fused attention) only costs evaluations."""
+    """The default knobs worth fitting to ``runs``: those that move at least one run's
+    predicted time by 1e-4 (relative) when nudged by 1% (of the value, or of the range
+    for a knob at 0), the most sensitive first and at most ``len(runs) - 1`` of them (at
+    least one), so the fit stays determined. Fitting a knob the runs never use (fused
+    attention's efficiency without fused attention) only costs evaluations."""
     ref = _Objective(runs, base, names, evaluator)(np.array([get_value(base, n) for n in names]))
-    keep = []
+    moves: dict[str, float] = {}
     for n in names:
         v = get_value(base, n)
         lo, hi = default_bounds(n, v, base)
-        # 1% of the value, or 1% of the range for a knob at 0 (an overlap)
         step = 0.01 * abs(v) if v else 0.01 * (hi - lo)
         nudged = v - step if v - step >= lo else v + step
         if not lo <= nudged <= hi:
             continue
         o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator)
-        if np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)) > 1e-4:
-            keep.append(n)
-    if not keep:
+        move = float(np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)))
+        if move > 1e-4:
+            moves[n] = move
+    if not moves:
         raise CalibrationError(
             f"none of the default knobs ({', '.join(names)}) changes the predicted time of "
             "these runs; name the fields to fit with fit=(...)"
         )
-    return tuple(keep)
+    top = sorted(moves, key=lambda n: -moves[n])[: max(1, len(runs) - 1)]
+    return tuple(n for n in names if n in top)
 
 
 @dataclass(frozen=True)
@@ -452,7 +455,8 @@ def calibrate(
     Args:
         runs: the measured runs to fit (fit data).
         params: the starting `TrainingParams` (default: the calibrated defaults).
-        fit: field names or paths (default: every ``*_efficiency`` field, `default_fit`).
+        fit: field names or paths (default: the `default_fit` knobs that move these
+            runs' predictions, the most sensitive first, fewer than the runs).
         bounds: ``{name: (low, high)}``; others get `default_bounds`.
         check: runs predicted before and after but not fitted (check data).
         loo: also fit once per fit run without it, for ``loo_error``.

@@ -211,3 +211,12 @@ def test_runs_round_trip_with_a_model_config_and_a_grown_cluster():
     assert ex.MeasuredRun.from_dict(run.as_dict()) == run
     named = ex.MeasuredRun("gpt2", P(dp=2), "a100-80g", 16, 512, 0.1)
     assert ex.MeasuredRun.from_dict(named.as_dict()) == named
+
+
+def test_default_fit_keeps_fewer_knobs_than_runs():
+    runs = synthetic_runs(0.0)[:2]
+    cal = ex.calibrate(runs, loo=False)
+    assert len(cal.fit) == 1 and cal.determined
+    named = ex.calibrate(runs, fit=tuple(TRUTH), loo=False)  # named knobs are taken as given
+    assert named.fit == tuple(TRUTH) and not named.determined
+    assert "not unique" in str(named)
