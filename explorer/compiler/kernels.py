@@ -238,9 +238,9 @@ def _generated(node, in_types, attrs) -> Kernel:
     parallel, shape = attrs["parallel"], node.type.shape
     if attrs["origin"] == "fused":
         return elementwise_kernel(fn, parallel, shape, attrs["split"], attrs["kinds"],
-                                  [t.shape for t in in_types], node.type.dtype.numpy)  # fmt: skip
+                                  node.type.dtype.numpy)  # fmt: skip
     extra = (shape[-2] if len(shape) >= 2 else 1,) if attrs["entry"] == "softmax_kernel" else ()
-    return rows_kernel(fn, parallel, shape, len(in_types) - 1, extra)
+    return rows_kernel(fn, parallel, shape, extra)
 
 
 def _generic(node, in_types, attrs) -> Kernel:

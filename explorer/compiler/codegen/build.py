@@ -110,9 +110,9 @@ def _locked(fn: Callable, parallel: bool) -> Callable:
 
 
 def elementwise_kernel(fn: Callable, parallel: bool, out_shape: tuple[int, ...], split: int,
-                       kinds: Sequence[str], in_shapes: Sequence[tuple[int, ...]],
-                       out_dtype: np.dtype) -> Callable[..., np.ndarray]:  # fmt: skip
-    """``kernel(*arrays, out=None)`` running ``fn`` over 2-D views of the arrays."""
+                       kinds: Sequence[str], out_dtype: np.dtype) -> Callable[..., np.ndarray]:  # fmt: skip
+    """``kernel(*arrays, out=None)`` running ``fn`` over 2-D views of the arrays (``out``
+    must be C-contiguous: the memory plan's buffers and fresh arrays are)."""
     rows, cols = math.prod(out_shape[:split]), math.prod(out_shape[split:])
     views = [{"full": (rows, cols), "row": (1, cols), "col": (rows, 1), "scalar": (1, 1)}[k]
              for k in kinds]  # fmt: skip
@@ -128,7 +128,7 @@ def elementwise_kernel(fn: Callable, parallel: bool, out_shape: tuple[int, ...],
     return k_generated
 
 
-def rows_kernel(fn: Callable, parallel: bool, out_shape: tuple[int, ...], n_vectors: int,
+def rows_kernel(fn: Callable, parallel: bool, out_shape: tuple[int, ...],
                 extra: tuple = ()) -> Callable[..., np.ndarray]:  # fmt: skip
     """``kernel(x, *vectors, out=None)`` for a row-wise kernel (softmax, norms): ``x`` and
     ``out`` as ``(rows, d)``, each vector (gain, bias) as ``(1, d)``; ``extra`` scalars
