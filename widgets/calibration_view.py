@@ -11,7 +11,7 @@ import traitlets as tl
 
 import explorer as ex
 from explorer.training import Calibration, MeasuredRun
-from explorer.training.calibrate import default_fit, float_fields
+from explorer.training.calibrate import float_fields
 
 from .base import View, replace_figure
 from .figure_widget import FigureWidget
@@ -32,7 +32,8 @@ class CalibrationView(View):
 
     Args:
         runs: the fit data (`MeasuredRun` list); ``check``: runs only predicted.
-        params: the starting `TrainingParams`; ``fit``: the knobs (default `default_fit`).
+        params: the starting `TrainingParams`; ``fit``: the knobs (default: calibrate's
+            own choice among `default_fit`, the knobs these runs' times depend on).
         calibration: a `Calibration` already computed (drawn as is; the view fits again
             when the knobs change or ``fit again`` is pressed).
         loo: compute the leave-one-out error (one more fit per run).
@@ -60,7 +61,10 @@ class CalibrationView(View):
         super().__init__(selection=None)
         self.runs, self.check, self.params = tuple(runs), tuple(check), params
         options = knob_options(params)
-        chosen = tuple(calibration.fit) if calibration else tuple(fit or default_fit(params))
+        if calibration is None and fit is None:  # calibrate's own choice of default knobs
+            with self.progress.task(f"calibrating on {len(self.runs)} runs"):
+                calibration = ex.calibrate(self.runs, params, check=self.check, loo=loo)
+        chosen = tuple(calibration.fit) if calibration else tuple(fit)
         options = tuple(dict.fromkeys((*chosen, *options)))
         wide = {"description_width": "initial"}
         self.controls = {

@@ -85,3 +85,10 @@ def test_view_with_no_knob_marks_itself_stale(runs, cal):
     view = CalibrationView(runs[:3], calibration=cal, loo=False)
     view.controls["knobs"].value = ()
     assert view.stale and view.calibration is cal
+
+
+def test_view_without_knobs_takes_calibrates_default_choice(runs):
+    view = CalibrationView(runs[:3], loo=False)
+    assert view.calibration.fit == ex.calibrate(runs[:3], loo=False).fit
+    assert tuple(view.controls["knobs"].value) == view.calibration.fit
+    assert len(view.calibration.fit) < 3
