@@ -263,3 +263,45 @@ register(OpDef("expand", OpGroup.MOVEMENT, None, 1, 0, _expand_impl,
                attrs={"shape": REQUIRED, "axes": REQUIRED},
                signature_rule=_expand_sig, shape_rule=lambda i, a: tuple(a["shape"]),
                doc="repeat size-1 dims (grouped-query heads); the kept dims may be split"))  # fmt: skip
+
+# --- rotary position embedding ------------------------------------------------------------
+
+
+def _rope_check(in_types) -> None:
+    x, cos, sin = in_types
+    d = x.shape[-1] if x.rank else 0
+    if d % 2 or cos.shape != sin.shape or cos.rank > x.rank or cos.shape[-1:] != (d,):
+        raise IRError(
+            f"rope takes x [..., d] (d even) and cos, sin [..., d] of one shape that "
+            f"broadcasts to x; got {x}, {cos}, {sin}"
+        )
+    for c, k in zip(reversed(cos.shape[:-1]), reversed(x.shape[:-1]), strict=False):
+        if c not in (1, k):
+            raise IRError(f"rope tables {cos} do not broadcast to {x}")
+
+
+def _rope_sig(in_types, attrs) -> str:
+    # the rotated (last) dim is "d" on the inputs and "e" on the output: never split
+    _rope_check(in_types)
+    x, cos = in_types[0], in_types[1]
+    r = x.rank
+    lead = _LETTERS[: r - 1]
+    fresh = iter(_LETTERS[r + 1 :])
+    d, e = _LETTERS[r - 1], _LETTERS[r]
+    tab = ""
+    for k, c in enumerate(cos.shape[:-1]):
+        j = r - cos.rank + k
+        tab += lead[j] if c == x.shape[j] else next(fresh)
+    return f"{lead}{d},{tab}{d},{tab}{d}->{lead}{e}"
+
+
+def _rope_impl(x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return (x * cos + rotated * sin).astype(x.dtype)
+
+
+register(OpDef("rope", OpGroup.REDUCE, None, 3, 3, _rope_impl, signature_rule=_rope_sig,
+               shape_rule=lambda i, a: (_rope_check(i), i[0].shape)[1],
+               flops_rule=lambda i, o, a: 3 * o.numel,
+               doc="rotary embedding x*cos + rotate_half(x)*sin; the rotated dim stays whole"))  # fmt: skip

@@ -117,6 +117,9 @@ def op_graph(op: str):
         y = b.op(op, b.input("x", (4, 8, 8)), name="y", axis=1, start=2, stop=7, step=2)
     elif op == "expand":
         y = b.op(op, b.input("x", (4, 1, 8)), name="y", shape=(4, 3, 8), axes=(1,))
+    elif op == "rope":
+        cos, sin = b.input("cos", (1, 8, 8)), b.input("sin", (1, 8, 8))
+        y = b.op(op, b.input("x", (4, 8, 8)), cos, sin, name="y")
     elif op == "grouped_mm":
         offs = b.input("offs", (2,), "int64")
         y = b.op(op, b.input("x", (4, 8)), b.param("w", (2, 8, 16)), offs, name="y")
@@ -152,6 +155,6 @@ OPS = (
     "gt", "le", "lt", "ne", "maximum", "minimum", "pow", "gelu_grad", "silu_grad",
     "softmax_grad", "where", "causal_mask_grad", "max", "layernorm_grad", "rmsnorm_grad",
     "cross_entropy_grad", "embedding_grad", "rsqrt", "sin", "cos", "sigmoid", "reciprocal",
-    "erf", "logical_and", "logical_or", "scalar_op", "cat", "slice", "expand", "grouped_mm",
+    "erf", "logical_and", "logical_or", "scalar_op", "cat", "slice", "expand", "grouped_mm", "rope",
     "moe_router", "moe_dispatch_grouped", "moe_combine_grouped", "moe_experts", "mla_attention",
 )  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ...ir import DType, TensorType
@@ -10,6 +11,7 @@ from . import aten as _aten  # noqa: F401  (registers the handlers)
 from . import aten_nn as _aten_nn  # noqa: F401
 from .builtin_leaves import builtin_leaf
 from .convert import Context, Ref
+from .fuse import fuse_rope
 from .leaves import LEAF_HANDLERS, LeafHandler, leaves_patched
 from .report import ImportReport, TorchImportError, TracedGraph
 
@@ -41,7 +43,8 @@ def from_torch(
         leaves: module class name -> `LeafHandler`, added to ``LEAF_HANDLERS``.
         input_dtype: element type of inputs given as shapes (token ids: ``"int64"``).
         fuse: emit modules recognised by their code as one op (transformers' RMSNorm
-            classes as ``rmsnorm``; see `builtin_leaves`).
+            classes as ``rmsnorm``; see `builtin_leaves`) and the rotary embedding's
+            slices, negation, concatenation, multiplies and add as one ``rope`` (`fuse`).
         float_casts: keep float-to-float casts as ``cast`` nodes. By default an fp32
             upcast around a norm or softmax is not a tensor of its own (fused kernels
             upcast in registers), so activations keep the model's dtype.
@@ -83,7 +86,7 @@ def from_torch(
             ep, used, why = _export(module, args, kw, tracer)
             report_notes = [why] if why else []
             graph = _convert(module, ep, used, name or type(module).__name__, report_notes,
-                             float_casts)  # fmt: skip
+                             float_casts, fuse)  # fmt: skip
     finally:
         module.train(was_training)
     return graph
@@ -174,7 +177,7 @@ class _MakeFx:
 
 
 def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
-             float_casts: bool) -> TracedGraph:  # fmt: skip
+             float_casts: bool, fuse: bool) -> TracedGraph:  # fmt: skip
     gm = ep.graph_module
     cx = Context(name, float_casts)
     # tied weights: one IR param per storage, named by its first name
@@ -216,8 +219,10 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
         leaves=tuple(cx.leaves), tied=tuple(sorted(tied.items())), buffers=tuple(buffers),
         notes=tuple(notes) + tuple(sorted(cx.notes)),
     )  # fmt: skip
-    graph = b.build(outs)
-    return TracedGraph(graph.nodes, graph.outputs, graph.name, report=report)
+    nodes, fused = fuse_rope(list(b._nodes)) if fuse else (list(b._nodes), 0)
+    if fused:
+        report = replace(report, notes=report.notes + (f"{fused} rotary embeddings fused",))
+    return TracedGraph(tuple(nodes), tuple(outs), b.name, report=report)
 
 
 def _placeholder_kinds(ep: Any, placeholders: list) -> dict[str, tuple[str, str]]:
