@@ -208,7 +208,7 @@ def speed() -> dict:
     plan = ex.plan_training("gpt3-175b", 1024, "a100-80g", 1536, 2048, params=cal.params)
     plan_s = time.perf_counter() - t0
     print(
-        f"   calibrate, 20 runs, 2 knobs: {fit_s:.1f} s ({cal.evaluations} step-model "
+        f"   calibrate, 20 runs, {' + '.join(truth)}: {fit_s:.1f} s ({cal.evaluations} step-model "
         f"evaluations; target 2 s); with leave-one-out: {loo_s:.1f} s"
     )
     print(
