@@ -11,6 +11,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.ir import GraphBuilder, IRError, OpGroup
@@ -303,3 +305,32 @@ def test_deepseek_v3_full_size_parameters_exact():
 def test_deepseek_spec_names_missing_fields():
     with pytest.raises(ex.models.ModelConfigError, match="DeepSeek config"):
         DeepSeekSpec.from_hf({"hidden_size": 8})
+
+
+# --- properties of the grouped dispatch and combine --------------------------------------
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(g=st.integers(1, 3), s=st.integers(1, 9), e=st.integers(1, 6), k=st.integers(1, 3),
+       cap=st.integers(1, 9), seed=st.integers(0, 2**16))  # fmt: skip
+def test_dispatch_then_combine_is_the_weighted_sum_of_kept_pairs(g, s, e, k, cap, seed):
+    """combine(dispatch(x)) = sum over the kept (token, expert) pairs of weight x token, where
+    a pair is kept when fewer than ``cap`` earlier tokens of its group chose that expert."""
+    k = min(k, e)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((g, s, 5))
+    gate = route(rng.standard_normal((g, s, e)), k=k)
+    b = GraphBuilder("p")
+    xi, gi = b.input("x", x.shape), b.input("gate", gate.shape)
+    y = b.op("moe_combine_grouped", b.op("moe_dispatch_grouped", xi, gi, capacity=cap), gi, k=k)
+    got = b.build([y]).run({"x": x, "gate": gate})[y]
+    want = np.zeros_like(x)
+    for gg in range(g):
+        used = np.zeros(e, dtype=int)
+        for t in range(s):
+            for ex_ in np.nonzero(gate[gg, t])[0]:
+                if used[ex_] < cap:
+                    used[ex_] += 1
+                    want[gg, t] += gate[gg, t, ex_] * x[gg, t]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert (np.count_nonzero(gate, axis=-1) == k).all()
