@@ -74,7 +74,16 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
 
-ACTS = {"silu": _silu, "gelu": _gelu_tanh, "relu": lambda x: np.maximum(x, 0)}
+def _gelu_erf(x):
+    from scipy.special import erf
+
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+#: The experts' activations: ``gelu`` is the tanh form (as the IR's ``gelu`` op), ``gelu_erf``
+#: the exact one (torch's default ``nn.GELU()``).
+ACTS = {"silu": _silu, "gelu": _gelu_tanh, "gelu_erf": _gelu_erf,
+        "relu": lambda x: np.maximum(x, 0)}  # fmt: skip
 
 
 def moe_capacity(tokens: int, k: int, experts: int, factor: float | None) -> int:

@@ -166,7 +166,7 @@ class DeepSeekSpec:
 MOE_CLASSES = ("MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock", "Qwen3MoeSparseMoeBlock",
                "DeepseekV2Moe", "DeepseekV3MoE")  # fmt: skip
 
-_ACTS = {"SiLUActivation": "silu", "SiLU": "silu", "GELUActivation": "gelu",
+_ACTS = {"SiLUActivation": "silu", "SiLU": "silu", "GELUActivation": "gelu_erf",
          "GELUTanh": "gelu", "PytorchGELUTanh": "gelu", "NewGELUActivation": "gelu",
          "ReLU": "relu"}  # fmt: skip
 
@@ -221,9 +221,18 @@ def _linear(e, x, w, base: str):
     return e.op("einsum", x, w, base=base, eq=f"{lead}h,oh->{lead}o")
 
 
+def _activation(e, x, act: str, base: str):
+    """An activation as IR ops; ``gelu_erf`` (torch's exact GELU) as 0.5 x (1 + erf(x/√2))."""
+    if act != "gelu_erf":
+        return e.op(act, x, base=base)
+    t = e.op("erf", e.op("scale", x, base=f"{base}_in", factor=2**-0.5), base=f"{base}_erf")
+    t = e.op("scalar_op", t, base=f"{base}_one", fn="add", value=1.0)
+    return e.op("scale", e.op("mul", x, t, base=f"{base}_mul"), base=base, factor=0.5)
+
+
 def emit_gated_mlp(e, x, gate_w, up_w, down_w, act: str = "silu", base: str = ""):
     """``down(act(gate x) * up x)`` with ``nn.Linear`` weights (a shared expert)."""
-    g = e.op(act, _linear(e, x, gate_w, f"{base}gate_proj"), base=f"{base}act")
+    g = _activation(e, _linear(e, x, gate_w, f"{base}gate_proj"), act, f"{base}act")
     u = _linear(e, x, up_w, f"{base}up_proj")
     return _linear(e, e.op("mul", g, u, base=f"{base}glu"), down_w, f"{base}down_proj")
 

@@ -334,3 +334,22 @@ def test_dispatch_then_combine_is_the_weighted_sum_of_kept_pairs(g, s, e, k, cap
                     want[gg, t] += gate[gg, t, ex_] * x[gg, t]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     assert (np.count_nonzero(gate, axis=-1) == k).all()
+
+
+def test_moe_with_exact_gelu_equals_transformers():
+    """hidden_act='gelu' is torch's exact (erf) GELU, in the experts and the shared expert."""
+    import importlib
+
+    mod = importlib.import_module("transformers.models.qwen2_moe.modeling_qwen2_moe")
+    cfg = transformers.Qwen2MoeConfig(hidden_size=32, num_experts=4, num_experts_per_tok=2,
+                                      moe_intermediate_size=8, shared_expert_intermediate_size=16,
+                                      hidden_act="gelu")  # fmt: skip
+    cfg._experts_implementation = "eager"
+    m = _randomize(mod.Qwen2MoeSparseMoeBlock(cfg)).eval()
+    assert moe_spec_of(m).act == "gelu_erf"
+    g = _moe_graph("qwen2_moe", m, 2, 5)
+    x = torch.randn(2, 5, 32, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    with torch.no_grad():
+        want = m(x).numpy()
+    got = reference(g, {"x": x.numpy(), **_weights(m)})[g.outputs[0]]
+    np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
