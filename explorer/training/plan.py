@@ -630,6 +630,16 @@ def _min_memory(
 def _no_fit(cfg, devices, cluster, gb, seq, tparams, results, cps=(1,)) -> TrainingPlanError:
     least, least_cfg = _min_memory(cfg, devices, cluster, seq, tparams, cps)
     cap = results[0].memory_cap_bytes
+    if least <= cap:
+        # a configuration outside the search space fits: the space is what is too narrow
+        best = min(results, key=lambda r: r.memory.total)
+        return TrainingPlanError(
+            f"{cfg.name!r} fits no configuration of the search space on {devices} x "
+            f"{cluster.name}: the least memory per device among the {len(results)} searched is "
+            f"{best.memory.total / _GIB:.1f} GiB ({best.config}), above the {cap / _GIB:.0f} GiB "
+            f"available; {least_cfg} would need {least / _GIB:.1f} GiB: widen the SearchSpace "
+            "(more tp/pp, ZeRO-3, full recomputation, microbatch 1)"
+        )
     need = None
     n = devices * 2
     while n <= cluster.capacity:

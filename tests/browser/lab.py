@@ -191,13 +191,19 @@ OUTPUT_ERRORS = f"""() => {{
 # Every plotly plot in the notebook: its traces and how many hold data. A plot inside a hidden
 # tab (display: none up the tree) is reported with visible=false.
 PLOTS = f"""() => Array.from({NB}.node.querySelectorAll('.js-plotly-plot')).map((gd, i) => {{
-  const has = (t) => ['x', 'y', 'z', 'values', 'lat', 'a', 'r'].some(k => t[k] && t[k].length);
+  // An array, a typed array, or plotly's base64 form {{dtype, bdata}} (sent by updates from
+  // Python, kept as is in gd.data and decoded into gd._fullData).
+  const filled = (v) => !!v && (v.length > 0 || (typeof v.bdata === 'string' && v.bdata.length > 0));
+  const has = (t) => ['x', 'y', 'z', 'values', 'lat', 'a', 'r'].some(k => filled(t[k]));
   const traces = gd.data || [];
+  const full = gd._fullData || [];
   const title = gd.querySelector('.gtitle');
   const cell = gd.closest('.jp-CodeCell');
   const cells = Array.from({NB}.node.querySelectorAll('.jp-CodeCell'));
   return {{index: i, cell: cells.indexOf(cell), traces: traces.length,
-           with_data: traces.filter(has).length,
+           with_data: traces.filter((t, k) => has(t) || (full[k] && has(full[k]))).length,
+           x_kind: traces.length ? Object.prototype.toString.call(traces[0].x) +
+             (traces[0].x && traces[0].x.bdata !== undefined ? ' bdata' : '') : '',
            visible: gd.offsetParent !== null,
            title: title ? title.textContent : '',
            width: Math.round(gd.getBoundingClientRect().width),

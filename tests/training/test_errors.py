@@ -104,3 +104,15 @@ def test_training_knobs_are_checked(make, words):
         make()
     for w in words:
         assert w in str(e.value)
+
+
+def test_a_search_space_too_narrow_to_fit_says_so_not_that_the_devices_are_too_few():
+    from explorer.training.plan import SearchSpace
+
+    narrow = SearchSpace(tp=(1,), pp=(1,), zero=(0,), recompute=("none",))
+    with pytest.raises(ex.ExplorerError) as err:
+        ex.plan_training(ex.models.load("gpt3-13b"), devices=8, hardware="a100-80g",
+                         global_batch=64, seq=2048, space=narrow)  # fmt: skip
+    text = str(err.value)
+    assert "fits no configuration of the search space on 8 x a100-80g" in text
+    assert "widen the SearchSpace" in text and "smallest device count" not in text
