@@ -66,14 +66,27 @@ def test_contraction_flops_exact(pair):
 
 @pytest.mark.parametrize("axes", [{"dp": 4}, {"dp": 2, "tp": 2}], ids=["dp4", "dp2tp2"])
 def test_plan_cost_close(pair, axes):
-    """Measured: the traced plan costs more than the built one, LLaMA 8-10% and GPT 12-30%
+    """Measured: the traced plan costs more than the built one, LLaMA 8-10% and GPT 3-7%
     (issue 16 asks 1%). The trace carries ops the builders leave out: the rotary embedding
-    (one ``rope`` op per q and k), the head transposes, the mask built from shapes and
-    added to the scores, and GPT-2's fused QKV projection, whose [q|k|v] split keeps the
-    projection's output columns whole (no tensor-parallel split without a weight relayout).
-    The claim tested is the measured one: never cheaper, at most 35% more."""
+    (one ``rope`` op per q and k), the head transposes, and the causal mask built from
+    shapes and added to the scores (the builders have one ``causal_mask`` op). The claim
+    tested is the measured one: never cheaper, at most 15% more."""
     built, traced = pair
     mesh = ex.Mesh(axes, hardware=ex.hardware.load("a100-80g"))
     cb = ex.search(built, mesh, method="dynamic_programming").cost.total
     ct = ex.search(traced, mesh, method="dynamic_programming").cost.total
-    assert cb <= ct <= 1.35 * cb
+    assert cb <= ct <= 1.15 * cb
+
+
+def test_fused_qkv_is_split_into_blocks(pair):
+    """GPT-2's c_attn [h, 3h] becomes three [h, h] weight blocks (tensor-parallel like the
+    builders' q, k, v); the parameter count is unchanged (test_parameters_exact)."""
+    _, traced = pair
+    if traced.report.module != "GPT2LMHeadModel":
+        pytest.skip("LLaMA has separate q, k and v weights")
+    names = [n.name for n in traced.parameters if n.scope == "transformer.h.0.attn.c_attn"]
+    assert sorted(names) == sorted(
+        f"transformer.h.0.attn.c_attn.{w}[{a}:{a + 512}]" for w in ("weight", "bias")
+        for a in (0, 512, 1024)
+    )  # fmt: skip
+    assert not any(n.op == "slice" for n in traced.in_scope("transformer.h.0.attn"))

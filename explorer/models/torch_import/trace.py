@@ -11,7 +11,7 @@ from . import aten as _aten  # noqa: F401  (registers the handlers)
 from . import aten_nn as _aten_nn  # noqa: F401
 from .builtin_leaves import builtin_leaf
 from .convert import Context, Ref
-from .fuse import fuse_rope
+from .fuse import fuse_rope, split_fused_projections
 from .leaves import LEAF_HANDLERS, LeafHandler, leaves_patched
 from .report import ImportReport, TorchImportError, TracedGraph
 
@@ -219,9 +219,16 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
         leaves=tuple(cx.leaves), tied=tuple(sorted(tied.items())), buffers=tuple(buffers),
         notes=tuple(notes) + tuple(sorted(cx.notes)),
     )  # fmt: skip
-    nodes, fused = fuse_rope(list(b._nodes)) if fuse else (list(b._nodes), 0)
+    nodes, fused, split = list(b._nodes), 0, 0
+    if fuse:
+        nodes, fused = fuse_rope(nodes)
+        nodes, split = split_fused_projections(nodes)
     if fused:
         report = replace(report, notes=report.notes + (f"{fused} rotary embeddings fused",))
+    if split:
+        report = replace(report, notes=report.notes + (
+            f"{split} fused projections split into one weight block per slice "
+            "(named weight[start:stop])",))  # fmt: skip
     return TracedGraph(tuple(nodes), tuple(outs), b.name, report=report)
 
 
