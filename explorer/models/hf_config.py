@@ -228,7 +228,8 @@ class _Fields:
             raise ModelConfigError(
                 f"{self.where}: model_type {got} is not supported; supported model types: "
                 f"{', '.join(SUPPORTED)} (others are not read exactly; trace the model with "
-                "explorer.models.from_hf instead)"
+                "explorer.models.from_hf instead, which needs the 'hf' extra: pip install "
+                "'parallel-explorer[hf]')"
             )
         return mtype
 

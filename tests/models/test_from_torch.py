@@ -162,3 +162,16 @@ def test_bad_inputs_raise_named_errors(tmp_path):
         from_hf(tmp_path)
     with pytest.raises(TorchImportError, match="batch=0"):
         from_hf({"model_type": "gpt2"}, batch=0)
+
+
+def test_from_hf_reads_a_folder_and_names_the_graph_after_it(tmp_path):
+    import json
+
+    folder = tmp_path / "my-gpt"
+    folder.mkdir()
+    cfg = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 128,
+           "n_positions": 32}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(cfg))
+    g = from_hf(folder)
+    assert g.name == "my-gpt" and g.num_params() == from_hf(cfg).num_params()
+    assert g.inputs[0].type.shape == (1, 32)  # batch 1, the config's context length
