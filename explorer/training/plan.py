@@ -70,6 +70,10 @@ class TrainingPlanError(ExplorerError, ValueError):
     """No configuration can train the model as asked; the message says what would."""
 
 
+#: plan_training's default time limit (seconds); the largest searches here take ~10 s.
+DEFAULT_TIME_LIMIT_S = 300.0
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """The configurations `plan_training` considers (None: all that are valid).
@@ -193,6 +197,8 @@ class TrainingPlan:
         alternatives: the next best that fit, ranked, each with why it lost.
         over_memory: the fastest configurations that did not fit, with by how much.
         searched: configurations estimated; ``search_time_s``: wall time of the search.
+        stopped_early: None, or where ``time_limit_s`` stopped the search (the plan is then
+            the best of the configurations estimated by then).
         model_config: the ModelConfig planned (not compared, not serialised; lets
             ``sharding_plan`` rebuild the graph of a config that is not in the registry).
     """
@@ -209,6 +215,7 @@ class TrainingPlan:
     searched: int
     search_time_s: float = field(compare=False, default=0.0)
     model_config: ModelConfig | None = field(compare=False, default=None, repr=False)
+    stopped_early: str | None = field(compare=False, default=None)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -247,7 +254,8 @@ class TrainingPlan:
         return "\n".join(lines)
 
     def __str__(self) -> str:
-        return f"TrainingPlan({self.model}, {self.devices} devices): {self.sim}"
+        early = f" [{self.stopped_early}]" if self.stopped_early else ""
+        return f"TrainingPlan({self.model}, {self.devices} devices): {self.sim}{early}"
 
     # --- links to the operator-level views (issue 7) ------------------------------------
     def stage_of(self, name: str) -> int:
@@ -469,7 +477,7 @@ def plan_training(
     cfg: ModelConfig | str, devices: int, hardware: str | Cluster = "a100-80g",
     global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
-    progress: ProgressFn | None = None,
+    progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
 ) -> TrainingPlan:  # fmt: skip
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
@@ -483,6 +491,9 @@ def plan_training(
         progress: ``progress(done, total)`` after each (tp, pp, dp) structure estimated
             and each simulation (total = structures + simulations; the last call has
             done == total).
+        time_limit_s: when the estimates run past it, the structures not yet estimated are
+            skipped and the plan is the best of those estimated, with ``stopped_early`` saying
+            how far the search got (the simulations of the best few still run).
 
     Raises `TrainingPlanError` when no configuration is valid (device count, batch) or
     none fits, naming the smallest memory any needs and the device count that would fit.
@@ -500,6 +511,7 @@ def plan_training(
     tparams = params or TrainingParams()
     space = space or SearchSpace()
     _check_inputs(cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top)
+    _check_time_limit(time_limit_s)
     structures, why_not = _structures(cfg, devices, cluster, global_batch, seq, space)
     if not structures:
         why = "; ".join(why_not[:4]) or "tp must divide the heads and the device count"
@@ -511,9 +523,16 @@ def plan_training(
         )
     results: list[SimResult] = []
     total = len(structures) + simulate_top
+    stopped_early = None
     for done, (tp, pp, dp, cp) in enumerate(structures, 1):
         if progress is not None:
             progress(done - 1, total)
+        if results and time.perf_counter() - t0 > time_limit_s:
+            stopped_early = (
+                f"time_limit_s={time_limit_s:g} ran out after {done - 1} of {len(structures)} "
+                f"(tp, pp, dp, cp) structures; raise time_limit_s to search them all"
+            )
+            break
         for base in _configs(cfg, tp, pp, dp, cp, global_batch, space):
             for rec in space.recompute:
                 try:
@@ -532,6 +551,11 @@ def plan_training(
             f"devices with global batch {global_batch}; widen the SearchSpace"
         )
     fitting = sorted((r for r in results if r.fits), key=_rank)
+    if not fitting and stopped_early:
+        raise TrainingPlanError(
+            f"none of the {len(results)} configurations of {cfg.name!r} estimated before "
+            f"{stopped_early.replace('; raise', ' fits in memory; raise')}"
+        )
     if not fitting:
         cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
         raise _no_fit(cfg, devices, cluster, global_batch, seq, tparams, results, cps)
@@ -567,7 +591,17 @@ def plan_training(
         seq=seq, config=best.config, sim=best,
         alternatives=tuple(alts), over_memory=tuple(_candidate(r, best, False) for r in over),
         searched=searched, search_time_s=time.perf_counter() - t0, model_config=cfg,
+        stopped_early=stopped_early,
     )  # fmt: skip
+
+
+def _check_time_limit(time_limit_s: object) -> None:
+    if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float)
+            or not math.isfinite(time_limit_s) or time_limit_s <= 0):  # fmt: skip
+        raise TrainingPlanError(
+            f"time_limit_s={time_limit_s!r}: expected a finite number of seconds > 0 "
+            f"(default {DEFAULT_TIME_LIMIT_S:g})"
+        )
 
 
 def _check_inputs(

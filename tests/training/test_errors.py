@@ -116,3 +116,20 @@ def test_a_search_space_too_narrow_to_fit_says_so_not_that_the_devices_are_too_f
     text = str(err.value)
     assert "fits no configuration of the search space on 8 x a100-80g" in text
     assert "widen the SearchSpace" in text and "smallest device count" not in text
+
+
+def test_plan_training_out_of_time_returns_the_best_estimated_and_says_so():
+    kw = dict(devices=64, hardware="a100-80g", global_batch=256, seq=2048)
+    full = ex.plan_training("gpt3-1.3b", **kw)
+    early = ex.plan_training("gpt3-1.3b", time_limit_s=1e-9, **kw)  # passed at the first check
+    assert full.stopped_early is None
+    assert early.stopped_early.startswith("time_limit_s=1e-09 ran out after 1 of ")
+    assert early.searched < full.searched and early.sim.fits
+    assert early.sim.step_time_s >= full.sim.step_time_s * (1 - 1e-9)
+    assert early.stopped_early in str(early)
+
+
+@pytest.mark.parametrize("bad", [0, -5, math.nan, math.inf, "60", True])
+def test_plan_training_time_limit_is_checked(bad):
+    with pytest.raises(ex.ExplorerError, match="time_limit_s="):
+        ex.plan_training("gpt2", devices=8, global_batch=64, seq=512, time_limit_s=bad)
