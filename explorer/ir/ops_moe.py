@@ -136,14 +136,17 @@ def route(logits, bias=None, *, k, score="softmax", norm_topk=True, scale=1.0, n
     return out
 
 
-def _router_impl(x, w, bias=None, **attrs):
-    return route(np.einsum("...d,ed->...e", x, w), bias, **attrs)
+def _router_impl(x, w=None, bias=None, **attrs):
+    logits = x if w is None else np.einsum("...d,ed->...e", x, w)
+    return route(logits, bias, **attrs)
 
 
 def _router_sig(in_types, attrs) -> str:
-    if len(in_types) not in (2, 3):
-        raise IRError(f"moe_router takes (x, weight) or (x, weight, bias), got {len(in_types)}")
-    e = in_types[1].shape[0]
+    if len(in_types) not in (1, 2, 3):
+        raise IRError(
+            f"moe_router takes (logits), (x, weight) or (x, weight, bias), got {len(in_types)}"
+        )
+    e = in_types[1].shape[0] if len(in_types) > 1 else in_types[0].shape[-1]
     if attrs["score"] not in ROUTER_SCORES:
         raise IRError(f"moe_router score={attrs['score']!r}; use one of {ROUTER_SCORES}")
     if attrs["group_score"] not in GROUP_SCORES:
@@ -157,11 +160,13 @@ def _router_sig(in_types, attrs) -> str:
             f"k={attrs['k']}: n_group must divide the experts and the chosen groups must "
             "hold at least k experts"
         )
-    template = "...d,ed->...e" if len(in_types) == 2 else "...d,ed,e->...e"
+    template = {1: "...e->...e", 2: "...d,ed->...e", 3: "...d,ed,e->...e"}[len(in_types)]
     return sigmod.expand(template, in_types)
 
 
 def _router_flops(in_types, out_type, attrs) -> int:
+    if len(in_types) == 1:  # logits given: the matmul is another node's
+        return 0
     return 2 * in_types[0].numel * in_types[1].shape[0]
 
 
@@ -183,21 +188,23 @@ def group_slots(gate: np.ndarray, capacity: int) -> np.ndarray:
     return np.where(routed & (slot < capacity), slot, -1)
 
 
-def _dispatch(x, gate, capacity):
+def _dispatch(x, gate, capacity, weighted=False):
     g, s, h = x.shape
     out = np.zeros((gate.shape[2], g, capacity, h), dtype=np.result_type(x, gate))
     slots = group_slots(gate, capacity)
     gi, si, ei = np.nonzero(slots >= 0)
-    out[ei, gi, slots[gi, si, ei]] = x[gi, si]
+    w = gate[gi, si, ei, None] if weighted else 1.0
+    out[ei, gi, slots[gi, si, ei]] = x[gi, si] * w
     return out
 
 
-def _combine(y, gate, k=2):
+def _combine(y, gate, k=2, weighted=True):
     e, g, c, h = y.shape
     slots = group_slots(gate, c)
     gi, si, ei = np.nonzero(slots >= 0)
     out = np.zeros((g, gate.shape[1], h), dtype=np.result_type(y, gate))
-    np.add.at(out, (gi, si), gate[gi, si, ei, None] * y[ei, gi, slots[gi, si, ei]])
+    w = gate[gi, si, ei, None] if weighted else 1.0
+    np.add.at(out, (gi, si), w * y[ei, gi, slots[gi, si, ei]])
     return out
 
 
@@ -214,11 +221,16 @@ def _dispatch_shape(in_types, attrs):
 
 
 register(OpDef("moe_dispatch_grouped", OpGroup.MOVEMENT, "gsh,gse->egch", 2, 0, _dispatch,
-               attrs={"capacity": REQUIRED}, shape_rule=_dispatch_shape,
-               doc="each group's tokens into [experts, groups, capacity, hidden]"))  # fmt: skip
+               attrs={"capacity": REQUIRED, "weighted": False}, shape_rule=_dispatch_shape,
+               doc="each group's tokens into [experts, groups, capacity, hidden] (weighted: "
+                   "times their routing weight, as Llama 4 scales tokens before the "
+                   "experts)"))  # fmt: skip
 register(OpDef("moe_combine_grouped", OpGroup.MOVEMENT, "egch,gse->gsh", 2, 0, _combine,
-               attrs={"k": 2}, flops_rule=lambda i, o, a: 2 * a["k"] * o.numel,
-               doc="weighted sum of each token's expert outputs"))  # fmt: skip
+               attrs={"k": 2, "weighted": True},
+               flops_rule=lambda i, o, a: 2 * a["k"] * o.numel,
+               doc="each token's sum of its expert outputs, weighted by the routing "
+                   "weights unless the dispatch applied them (the weighting's FLOPs are "
+                   "counted here either way)"))  # fmt: skip
 
 # --- the experts --------------------------------------------------------------------------
 

@@ -47,6 +47,8 @@ class MoESpec:
             is dropless (every expert can take every token of its group), as transformers
             runs.
         act: the experts' activation.
+        weight_inputs: scale each token by its routing weight before the experts (Llama 4)
+            instead of scaling the experts' outputs.
     """
 
     experts: int
@@ -59,6 +61,7 @@ class MoESpec:
     group_score: Literal["top2_sum", "max"] = "top2_sum"
     capacity_factor: float | None = None
     act: str = "silu"
+    weight_inputs: bool = False
 
     def router_attrs(self) -> dict[str, Any]:
         return {"k": self.k, "score": self.score, "norm_topk": self.norm_topk,
@@ -164,7 +167,7 @@ class DeepSeekSpec:
 
 
 MOE_CLASSES = ("MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock", "Qwen3MoeSparseMoeBlock",
-               "DeepseekV2Moe", "DeepseekV3MoE")  # fmt: skip
+               "DeepseekV2Moe", "DeepseekV3MoE", "Llama4TextMoe")  # fmt: skip
 
 _ACTS = {"SiLUActivation": "silu", "SiLU": "silu", "GELUActivation": "gelu_erf",
          "GELUTanh": "gelu", "PytorchGELUTanh": "gelu", "NewGELUActivation": "gelu",
@@ -182,7 +185,14 @@ def _act(module: Any) -> str:
 
 def moe_spec_of(m: Any, capacity_factor: float | None = None) -> MoESpec:
     """The `MoESpec` of a transformers MoE block (one of `MOE_CLASSES`), from its router."""
-    gate, cls = m.gate, type(m).__name__
+    cls = type(m).__name__
+    if cls == "Llama4TextMoe":  # sigmoid of the top-k logits, applied to the inputs
+        return MoESpec(experts=m.num_experts, k=m.top_k, act=_act(m.experts.act_fn),
+                       capacity_factor=capacity_factor, score="sigmoid", norm_topk=False,
+                       weight_inputs=True)  # fmt: skip
+    if cls not in MOE_CLASSES:
+        raise ModelConfigError(f"no MoE leaf for {cls}; handled: {', '.join(MOE_CLASSES)}")
+    gate = m.gate
     common = {"experts": gate.num_experts, "k": gate.top_k, "act": _act(m.experts.act_fn),
               "capacity_factor": capacity_factor}  # fmt: skip
     if cls == "MixtralSparseMoeBlock":
@@ -237,31 +247,45 @@ def emit_gated_mlp(e, x, gate_w, up_w, down_w, act: str = "silu", base: str = ""
     return _linear(e, e.op("mul", g, u, base=f"{base}glu"), down_w, f"{base}down_proj")
 
 
-def emit_moe(e, x, spec: MoESpec, *, router_w, gate_up, down, bias=None, shared=None,
-             shared_gate=None):  # fmt: skip
+def emit_moe(e, x, spec: MoESpec, *, router_w=None, gate_up, down, bias=None, shared=None,
+             shared_gate=None, logits=None, transposed: bool = False):  # fmt: skip
     """One MoE block on ``x: [b, s, h]`` (each sequence is a routing group).
 
     ``gate_up``: ``[e, 2f, h]``; ``down``: ``[e, h, f]``; ``shared``: ``(gate_w, up_w,
     down_w)`` of the shared experts (one gated MLP); ``shared_gate``: Qwen2-MoE's
-    ``[1, h]`` sigmoid gate on the shared expert's output.
+    ``[1, h]`` sigmoid gate on the shared expert's output; ``logits``: router logits
+    computed elsewhere (instead of ``router_w``); ``transposed``: Llama 4's layouts,
+    ``gate_up`` ``[e, h, 2f]`` and ``down`` ``[e, f, h]``.
     """
     shape = e.shape(x)
     if len(shape) == 2:
         x = e.op("reshape", x, base="groups", shape=(1, *shape))
     g, s, h = e.shape(x)
     n_exp, two_f, h2 = e.shape(gate_up)
+    if transposed:
+        h2, two_f = two_f, h2
     if n_exp != spec.experts or h2 != h or two_f % 2:
         raise ModelConfigError(
             f"experts' gate_up {e.shape(gate_up)} does not fit {spec.experts} experts on "
             f"hidden {h}; expected [experts, 2 * moe_intermediate_size, hidden]"
         )
-    ins = (x, router_w) if bias is None else (x, router_w, bias)
+    if logits is not None:
+        ins = (logits,)
+    else:
+        ins = (x, router_w) if bias is None else (x, router_w, bias)
     gate = e.op("moe_router", *ins, base="router", **spec.router_attrs())
     cap = moe_capacity(s, spec.k, spec.experts, spec.capacity_factor)
-    xe = e.op("moe_dispatch_grouped", x, gate, base="dispatch", capacity=cap)
-    gu = e.op("reshape", gate_up, base="gate_up", shape=(n_exp, 2, two_f // 2, h))
+    w_in = spec.weight_inputs
+    xe = e.op("moe_dispatch_grouped", x, gate, base="dispatch", capacity=cap, weighted=w_in)
+    f = two_f // 2
+    if transposed:
+        gu = e.op("reshape", gate_up, base="gate_up_split", shape=(n_exp, h, 2, f))
+        gu = e.op("transpose", gu, base="gate_up", perm=(0, 2, 3, 1))
+        down = e.op("transpose", down, base="down", perm=(0, 2, 1))
+    else:
+        gu = e.op("reshape", gate_up, base="gate_up", shape=(n_exp, 2, f, h))
     ye = e.op("moe_experts", xe, gu, down, base="experts", act=spec.act, routed=g * s * spec.k)
-    y = e.op("moe_combine_grouped", ye, gate, base="combine", k=spec.k)
+    y = e.op("moe_combine_grouped", ye, gate, base="combine", k=spec.k, weighted=not w_in)
     if shared is not None:
         sh = emit_gated_mlp(e, x, *shared, act=spec.act, base="shared.")
         if shared_gate is not None:

@@ -13,6 +13,9 @@ Qwen2MoeSparseMoeBlock           the same without renormalisation unless norm_to
 Qwen3MoeSparseMoeBlock           router (norm_topk_prob), experts, combine
 DeepseekV2Moe                    softmax router (greedy or group-limited greedy by the
                                  largest score), routed_scaling_factor, shared experts
+Llama4TextMoe                    sigmoid of the top-k logits scaling each token before its
+                                 experts (transformers runs all experts densely), shared
+                                 expert
 DeepseekV3MoE                    sigmoid router with e_score_correction_bias (an ``input``
                                  node), group-limited by the top-2 sum, normalised, scaled;
                                  shared experts
@@ -24,6 +27,8 @@ Transformers' experts run dropless; the handlers do too unless a capacity factor
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from ..ir import DType, TensorType
 from .deepseek import MOE_CLASSES, MLASpec, emit_mla, emit_moe, moe_spec_of
@@ -127,10 +132,37 @@ def _emit_mla_v2(call: LeafCall) -> tuple[Ref, ...]:
     return (emit_mla(cx, x, spec, dict(call.params), cos, sin),)
 
 
+def _emit_llama4_moe(call: LeafCall, capacity_factor: float | None) -> tuple[Ref, ...]:
+    """Llama 4's MoE: transformers runs every expert on every token (weights zero but for
+    the top-k); the ops route each token to its top-k experts only, scaled before them.
+    Returns (output [t, h], router logits [t, e]) as the module does."""
+    m, cx, p = call.module, call.cx, dict(call.params)
+    x = call.inputs[0]
+    b, s, h = cx.shape(x)
+    spec = moe_spec_of(m, capacity_factor)
+    logits = cx.op("einsum", x, p["router.weight"], base="router_logits", eq="bsh,eh->bse")
+    y = emit_moe(cx, x, spec, gate_up=p["experts.gate_up_proj"], down=p["experts.down_proj"],
+                 shared=_shared(p, "shared_expert"), logits=logits, transposed=True)  # fmt: skip
+    return cx.reshape(y, (b * s, h)), cx.reshape(logits, (b * s, spec.experts))
+
+
+def _llama4_outputs(module: Any, inputs: tuple[Any, ...]):
+    x = inputs[0]
+    t = x.numel() // x.shape[-1]
+    return [((t, x.shape[-1]), x.dtype), ((t, module.num_experts), x.dtype)]
+
+
 def moe_leaves(capacity_factor: float | None = None) -> dict[str, LeafHandler]:
     """Handlers for every MoE block class, with ``capacity_factor`` (``None``: dropless)."""
     h = LeafHandler(lambda call: _emit_moe(call, capacity_factor), name="moe")
-    return dict.fromkeys(MOE_CLASSES, h)
+    out = dict.fromkeys(MOE_CLASSES, h)
+    out["Llama4TextMoe"] = LeafHandler(
+        lambda call: _emit_llama4_moe(call, capacity_factor),
+        outputs=_llama4_outputs,
+        pack=lambda outs: (outs[0], outs[1]),
+        name="moe",
+    )
+    return out
 
 
 def mla_leaves() -> dict[str, LeafHandler]:

@@ -117,8 +117,8 @@ def fixed_letters(op: str, sig: str, attrs: dict | None = None) -> frozenset[str
         return every | frozenset(ins[0][0] + out[1])
     if op == "moe_combine":  # "ech,te->th"
         return every | frozenset(ins[1][0] + ins[0][1])
-    if op == "moe_router":  # "...d,ed(,e)->...e"
-        return every | frozenset(ins[1][0])
+    if op == "moe_router":  # "...d,ed(,e)->...e" or "...e->...e"
+        return every | frozenset(out[-1])
     if op == "moe_combine_grouped":  # "egch,gse->gsh"
         return every | frozenset(ins[0][2] + ins[1][1])
     if op == "moe_experts":  # "egcd,eafd,ehf->egch"

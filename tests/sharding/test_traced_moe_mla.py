@@ -134,6 +134,34 @@ def test_traced_model_sharded_equals_torch(case):
         assert kinds["all-to-all"] >= 2, kinds
 
 
+def test_llama4_moe_block_traced_sharded_equals_torch():
+    """Llama 4's MoE block traced alone: transformers runs every expert on every token (the
+    weights of the experts not chosen are zero); the ops route each token to its top-k
+    experts only, scaled before them, and give the same output and router logits."""
+    from transformers.models.llama4.modeling_llama4 import Llama4TextMoe
+
+    cfg = transformers.Llama4TextConfig(hidden_size=32, intermediate_size=16,
+                                        num_local_experts=4, num_experts_per_tok=2)  # fmt: skip
+    torch.manual_seed(0)
+    m = Llama4TextMoe(cfg).double().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, dtype=torch.float64) / math.sqrt(p.shape[-1]))
+    x = torch.randn(BATCH, SEQ, 32, dtype=torch.float64)
+    g = ex.models.from_torch(m, [x])
+    assert {"moe_router", "moe_dispatch_grouped", "moe_experts"} <= {n.op for n in g.ops}
+    assert g.num_params() == sum(p.numel() for p in m.parameters())
+    with torch.no_grad():
+        want_out, want_logits = (t.numpy() for t in m(x))
+    (xin,) = [n.name for n in g.inputs if n.op == "input"]
+    values = {xin: x.numpy(), **{k: v.detach().numpy() for k, v in m.named_parameters()}}
+    report = verify(g, assign(g, MESH, _ep_names(g)), MESH, inputs=values)
+    assert report.ok, str(report)
+    out, logits = (report.result.outputs[o] for o in g.outputs)
+    np.testing.assert_allclose(out, want_out, rtol=0, atol=ATOL)
+    np.testing.assert_allclose(logits, want_logits, rtol=0, atol=ATOL)
+
+
 # --- the built DeepSeek-V3 graph: each parallelism on its own ------------------------------
 
 SPEC = DeepSeekSpec(vocab_size=128, hidden_size=32, intermediate_size=64,
