@@ -14,7 +14,7 @@ from explorer.sharding import Layout
 from explorer.sharding.lesson import ring_collective
 
 from .base import View, replace_figure
-from .errors import field
+from .errors import ViewError, field
 from .figure_widget import FigureWidget
 from .figures.mesh import TRACE_CELLS, default_dims, levels_text, mesh_figure, sharding_figure
 from .figures.ring import TEACH_KINDS, ring_rounds_figure
@@ -127,7 +127,7 @@ class MeshView(View):
     def click_device(self, device: int) -> None:
         """What a click on a cell does: select the device (the ring shows its group)."""
         if not 0 <= device < self.mesh.size:
-            raise ValueError(
+            raise ViewError(
                 f"device {device} is not in {self.mesh}; ids run 0..{self.mesh.size - 1}"
             )
         self.device = device
@@ -228,7 +228,7 @@ class MeshView(View):
         axis of size 1: the FieldError under the menu shows it)."""
         n = self.mesh.axis_size(self.teach_axis)
         if n < 2:
-            raise ValueError(
+            raise ViewError(
                 f"axis {self.teach_axis!r} has size 1: no ring to show; pick an axis of size 2 "
                 "or more"
             )

@@ -10,7 +10,7 @@ from explorer.models import ModelConfig
 from explorer.training import ParallelConfig
 from explorer.training.bubble import BubbleBreakdown, bubble_breakdown, microbatch_size_for
 
-from .errors import FieldError, field
+from .errors import FieldError, ViewError, field
 from .figure_widget import FigureWidget
 from .figures.pipeline import (
     EVENT_KINDS,
@@ -245,7 +245,7 @@ class PipelineView(TrainingView):
         """Show ``lo``..``hi`` percent of the step (0, 100: the whole step); when the boxes
         become wide enough each shows its number, otherwise groups are labelled."""
         if not 0 <= lo < hi <= 100:
-            raise ValueError(f"zoom {lo}..{hi}%: expected 0 <= lo < hi <= 100")
+            raise ViewError(f"zoom {lo}..{hi}%: expected 0 <= lo < hi <= 100")
         span = float(self._cols["span"])
         whole = lo <= 0 and hi >= 100
         self._set_window(None if whole else (span * lo / 100, span * hi / 100))

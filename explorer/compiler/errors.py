@@ -73,6 +73,14 @@ class UndefinedForward(CompilerError, NotImplementedError):
     """A ``Cell`` subclass called without a ``forward`` of its own."""
 
 
+class LoopLimitExceeded(CompilerError, RuntimeError):
+    """A compiled ``while`` loop ran past its ``max_iter``."""
+
+
+class SymbolicZeroDivision(CompilerError, ZeroDivisionError):
+    """``//`` or ``%`` by zero on a symbolic size (Python's ZeroDivisionError, named)."""
+
+
 class JitSyntaxError(CompilerError):
     """A construct ``@jit`` cannot compile in strict mode.
 

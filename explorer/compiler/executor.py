@@ -25,7 +25,7 @@ import numpy as np
 from .. import trace as _trace
 from ..ir import Graph
 from ..ir.ops_tensor import Subgraph
-from .errors import CompilerError
+from .errors import CompilerError, LoopLimitExceeded
 from .kernels import make_kernel
 from .passes.memory_plan import MemoryPlan, plan_memory
 
@@ -203,7 +203,10 @@ def _control_kernel(node, picked: tuple[int, ...]):
                 break
             state = [np.array(v, copy=True) for v in body_p.run([full[i] for i in ba])]
         else:
-            raise RuntimeError(f"loop %{node.name} ran past max_iter={max_iter}")
+            raise LoopLimitExceeded(
+                f"loop %{node.name} ran past max_iter={max_iter}; raise max_iter or check "
+                "that the loop condition becomes false"
+            )
         return state[picked[0]] if len(picked) == 1 else tuple(state[i] for i in picked)
 
     return k_loop

@@ -23,6 +23,8 @@ import numbers
 from enum import Enum
 from typing import Literal, NamedTuple, get_args
 
+from .errors import HardwareError
+
 __all__ = [
     "ALGORITHMS",
     "Algorithm",
@@ -60,7 +62,9 @@ class CollectiveKind(Enum):
             return cls(kind)
         except ValueError:
             valid = ", ".join(repr(member.value) for member in cls)
-            raise ValueError(f"unknown collective kind {kind!r}; expected one of {valid}") from None
+            raise HardwareError(
+                f"unknown collective kind {kind!r}; expected one of {valid}"
+            ) from None
 
 
 class Link(NamedTuple):
@@ -144,7 +148,7 @@ def tree_time(
     """
     kind = CollectiveKind.parse(kind)
     if kind is not CollectiveKind.ALL_REDUCE:
-        raise ValueError(
+        raise HardwareError(
             f"no tree algorithm for {kind.value}; only all-reduce has one. "
             f"Use algorithm='ring' or 'hierarchical'."
         )
@@ -185,12 +189,12 @@ def hierarchical_time(
     """
     kind = CollectiveKind.parse(kind)
     if kind is CollectiveKind.SEND_RECV:
-        raise ValueError(
+        raise HardwareError(
             "send/recv has no hierarchical form; use ring_time on the slower link instead"
         )
     for label, count in (("n_intra", n_intra), ("n_inter", n_inter)):
         if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
-            raise ValueError(f"{label} must be a positive int, got {count!r}")
+            raise HardwareError(f"{label} must be a positive int, got {count!r}")
     b_in, a_in = intra
     b_out, a_out = inter
     per_node = size_bytes / n_intra
@@ -215,14 +219,16 @@ def hierarchical_time(
 
 def _check_group(size_bytes: float, n: int) -> None:
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise ValueError(f"group size n must be a positive int, got {n!r}")
+        raise HardwareError(f"group size n must be a positive int, got {n!r}")
     ok = isinstance(size_bytes, numbers.Real) and not isinstance(size_bytes, bool)
     if not ok or not math.isfinite(size_bytes) or size_bytes < 0:
-        raise ValueError(f"size_bytes must be a non-negative finite number, got {size_bytes!r}")
+        raise HardwareError(f"size_bytes must be a non-negative finite number, got {size_bytes!r}")
 
 
 def _check_link(bandwidth: float, latency: float) -> None:
     if not (isinstance(bandwidth, numbers.Real) and math.isfinite(bandwidth) and bandwidth > 0):
-        raise ValueError(f"bandwidth must be a positive finite number (bytes/s), got {bandwidth!r}")
+        raise HardwareError(
+            f"bandwidth must be a positive finite number (bytes/s), got {bandwidth!r}"
+        )
     if not (isinstance(latency, numbers.Real) and math.isfinite(latency) and latency >= 0):
-        raise ValueError(f"latency must be a non-negative finite number (s), got {latency!r}")
+        raise HardwareError(f"latency must be a non-negative finite number (s), got {latency!r}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..jsonfile import as_path, read_json
 from .config import ModelConfig, ModelConfigError
@@ -216,7 +216,7 @@ class _Fields:
             )
         return tuple(unknown)
 
-    def fail(self, key: str, value: Any, expected: str) -> None:
+    def fail(self, key: str, value: Any, expected: str) -> NoReturn:
         raise ModelConfigError(f"{self.where}: field {key!r} is {value!r}; expected {expected}")
 
     def model_type(self) -> str:
@@ -278,8 +278,7 @@ class _Fields:
             return "gelu"
         if act == "relu":
             return "relu"
-        self.fail(key, act, f"one of {', '.join(map(repr, _GELU))} or 'relu'")
-        raise AssertionError  # fail raised
+        return self.fail(key, act, f"one of {', '.join(map(repr, _GELU))} or 'relu'")
 
 
 def kind_of(value: Any) -> str:

@@ -336,17 +336,19 @@ def stage_of_scope(partition, name: str) -> int:
     elif head == "layers" and rest.split(".")[0].isdigit():
         i = int(rest.split(".")[0])
         if i >= L:
-            raise ValueError(f"{name!r}: layer {i} but the model has {L} layers (0..{L - 1})")
+            raise TrainingPlanError(
+                f"{name!r}: layer {i} but the model has {L} layers (0..{L - 1})"
+            )
         part = i + 1
     else:
-        raise ValueError(
+        raise TrainingPlanError(
             f"{name!r} is not in a pipeline stage; expected 'embed...', 'layers.<i>...' or "
             "'head...' (graph inputs such as 'tokens' belong to no stage)"
         )
     for g in range(partition.stages):
         if partition.bounds[g] <= part < partition.bounds[g + 1]:
             return g
-    raise AssertionError(f"part {part} outside {partition.bounds}")  # bounds cover all parts
+    raise TrainingPlanError(f"part {part} outside {partition.bounds}")  # bounds cover all parts
 
 
 # ----- the space ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ..models import datasets_dir, load
 from ..models.config import ModelConfig
+from .errors import TrainingError
 from .plan import SearchSpace, TrainingPlan, plan_training
 from .simulate import TrainingParams
 
@@ -72,7 +73,7 @@ def load_published(name: str = "megatron_2021_table1") -> tuple[PublishedRun, ..
     path = datasets_dir() / "published" / f"{name}.csv"
     if not path.is_file():
         have = sorted(p.stem for p in path.parent.glob("*.csv"))
-        raise ValueError(f"no published table {name!r}; available: {', '.join(have)}")
+        raise TrainingError(f"no published table {name!r}; available: {', '.join(have)}")
     out = []
     with path.open(newline="") as f:
         for row in csv.DictReader(f):

@@ -39,7 +39,13 @@ import numpy as np
 
 from ... import trace as _trace
 from ...ir import Graph, TensorType
-from ..errors import CompilerError, GraphBreak, JitSyntaxError, ShapeError
+from ..errors import (
+    CompilerArgumentError,
+    CompilerError,
+    GraphBreak,
+    JitSyntaxError,
+    ShapeError,
+)
 from ..nn import Cell
 from ..passes import Level, RewriteStep, optimize
 from ..passes.driver import BACKENDS, Backend
@@ -105,18 +111,20 @@ class JitFunction:
                  capture: Capture = "ast", dynamic: Dynamic | None = None,
                  backend: Backend = "numpy", bucket: Bucket = "none") -> None:  # fmt: skip
         if level not in ("O0", "O1", "O2"):
-            raise ValueError(f"level={level!r}; expected 'O0', 'O1' or 'O2'")
+            raise CompilerArgumentError(f"level={level!r}; expected 'O0', 'O1' or 'O2'")
         if backend not in BACKENDS:
-            raise ValueError(f"backend={backend!r}; expected one of {', '.join(BACKENDS)}")
+            raise CompilerArgumentError(
+                f"backend={backend!r}; expected one of {', '.join(BACKENDS)}"
+            )
         self.backend = backend
         if syntax not in ("strict", "lax"):
-            raise ValueError(f"syntax={syntax!r}; expected 'strict' or 'lax'")
+            raise CompilerArgumentError(f"syntax={syntax!r}; expected 'strict' or 'lax'")
         if capture not in ("ast", "trace"):
-            raise ValueError(f"capture={capture!r}; expected 'ast' or 'trace'")
+            raise CompilerArgumentError(f"capture={capture!r}; expected 'ast' or 'trace'")
         if dynamic and capture == "trace":
-            raise ValueError('symbolic dims need capture="ast" (shape-only capture)')
+            raise CompilerArgumentError('symbolic dims need capture="ast" (shape-only capture)')
         if bucket not in ("none", "pow2"):
-            raise ValueError(f"bucket={bucket!r}; expected 'none' or 'pow2'")
+            raise CompilerArgumentError(f"bucket={bucket!r}; expected 'none' or 'pow2'")
         self.bucket = bucket
         self.fn = fn
         self.level, self.syntax, self.capture, self.dynamic = (
@@ -164,7 +172,7 @@ class JitFunction:
                 for axis, sym in self.dynamic.get(name, {}).items():
                     d = dims[axis]
                     if sizes.setdefault(sym, d) != d:
-                        raise ValueError(
+                        raise CompilerArgumentError(
                             f"symbolic dim {sym!r} is {sizes[sym]} in one argument and {d} in "
                             f"{name!r}; arguments sharing a symbol must agree"
                         )

@@ -39,6 +39,7 @@ from ...ir.opdef import REQUIRED, OpDef, OpGroup, register
 from ...ir.ops_tensor import Subgraph, _by_size_sig
 from .. import functional as F
 from ..autodiff import VJP, Tape, backward
+from ..errors import LoopLimitExceeded
 from ..executor import Program
 from ..passes.memory_plan import plan_memory
 from ..tensor import Tensor
@@ -251,7 +252,10 @@ def _while_vjp_impl(*xs, cond, body, vjp, n_state, cond_args, body_args, n_caps,
         history.append(state)
         state = [np.array(v, copy=True) for v in body_p.run([full[i] for i in body_args])]
     else:
-        raise RuntimeError(f"while_vjp: the loop ran past max_iter={max_iter}")
+        raise LoopLimitExceeded(
+            f"while_vjp: the loop ran past max_iter={max_iter}; raise max_iter or check that "
+            "the loop condition becomes false"
+        )
     gcap: list[np.ndarray] | None = None
     for s in reversed(history):
         outs = vjp_p.run([*s, *cot, *vcaps])

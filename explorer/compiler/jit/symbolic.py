@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompilerError
+from ..errors import CompilerArgumentError, CompilerError, SymbolicZeroDivision
 
 __all__ = [
     "PRIMES", "sentinel", "SymInt", "SymContext", "ShapeGuard", "evaluate", "show",
@@ -102,7 +102,9 @@ def sentinel(index: int) -> int:
     """The sentinel size of the ``index``-th symbolic dim: ``PRIMES`` first, then the next
     primes after them (any number of symbols)."""
     if index < 0:
-        raise ValueError(f"sentinel index {index} is negative; symbols are numbered from 0")
+        raise CompilerArgumentError(
+            f"sentinel index {index} is negative; symbols are numbered from 0"
+        )
     if index < len(PRIMES):
         return PRIMES[index]
     p, k = PRIMES[-1], len(PRIMES) - 1
@@ -345,7 +347,7 @@ class SymInt(int):
         a, b = (o, self.expr) if swap else (self.expr, o)
         va, vb = (int(other), int(self)) if swap else (int(self), int(other))
         if op in ("floordiv", "mod") and vb == 0:
-            raise ZeroDivisionError("integer division or modulo by zero")
+            raise SymbolicZeroDivision("integer division or modulo by zero (of a symbolic size)")
         v = _BIN[op][0](va, vb)
         e = (op, a, b)
         self.ctx.register(v, e)
