@@ -11,7 +11,8 @@ moe_router           ``...d,ed(,e)->...e``                 gate matmul, softmax 
                                                            scores, (group-limited) top-k,
                                                            normalisation, scaling; dense
                                                            ``[..., e]`` weights, zero for the
-                                                           experts not chosen
+                                                           experts not chosen; ``...e->...e``
+                                                           from logits computed elsewhere
 moe_dispatch_grouped ``gsh,gse->egch``                     each group's tokens into
                                                            ``[experts, groups, capacity, h]``
                                                            (tokens past capacity are dropped)
