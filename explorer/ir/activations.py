@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["GELU_C", "GELU_K", "gelu", "gelu_grad", "gelu_expression"]
+__all__ = ["GELU_C", "GELU_K", "gelu", "gelu_erf", "gelu_grad", "gelu_expression"]
 
 GELU_C = math.sqrt(2.0 / math.pi)
 GELU_K = 0.044715
@@ -47,6 +47,16 @@ def gelu(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     o *= x
     o *= dt(0.5)
     return o
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """The exact GELU, ``0.5 x (1 + erf(x / sqrt 2))``: torch's default ``nn.GELU()`` and
+    the ``gelu`` of Hugging Face configs whose experts use it (the IR's ``gelu`` op is the
+    tanh form above)."""
+    from scipy.special import erf
+
+    x = _floating(x)
+    return (0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))).astype(x.dtype, copy=False)
 
 
 def gelu_grad(x: np.ndarray, g: np.ndarray) -> np.ndarray:

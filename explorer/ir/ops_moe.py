@@ -56,6 +56,7 @@ import math
 import numpy as np
 
 from . import signature as sigmod
+from .activations import gelu, gelu_erf
 from .errors import IRError
 from .opdef import REQUIRED, OpDef, OpGroup, register
 
@@ -71,19 +72,9 @@ def _silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def _gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
-
-
-def _gelu_erf(x):
-    from scipy.special import erf
-
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
-
-
 #: The experts' activations: ``gelu`` is the tanh form (as the IR's ``gelu`` op), ``gelu_erf``
 #: the exact one (torch's default ``nn.GELU()``).
-ACTS = {"silu": _silu, "gelu": _gelu_tanh, "gelu_erf": _gelu_erf,
+ACTS = {"silu": _silu, "gelu": gelu, "gelu_erf": gelu_erf,
         "relu": lambda x: np.maximum(x, 0)}  # fmt: skip
 
 
