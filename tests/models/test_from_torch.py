@@ -175,3 +175,17 @@ def test_from_hf_reads_a_folder_and_names_the_graph_after_it(tmp_path):
     g = from_hf(folder)
     assert g.name == "my-gpt" and g.num_params() == from_hf(cfg).num_params()
     assert g.inputs[0].type.shape == (1, 32)  # batch 1, the config's context length
+
+
+def test_max_and_clamp_map_and_run_like_torch():
+    class M(torch.nn.Module):
+        def forward(self, x, lo):
+            v, _ = torch.max(x, dim=1)  # the unused indices need no opaque argmax
+            return torch.clamp(x, min=lo, max=lo + 0.8).sum() + v.sum() + x.clamp(-0.2).max()
+
+    torch.manual_seed(1)
+    x, lo = torch.randn(3, 4), torch.full((3, 4), -0.3)
+    g = from_torch(M(), (x, lo))
+    assert g.report.exact and not g.report.opaque
+    (out,) = g.run({g.inputs[0].name: x.numpy(), g.inputs[1].name: lo.numpy()}).values()
+    np.testing.assert_allclose(out, M()(x, lo).numpy(), rtol=1e-6)

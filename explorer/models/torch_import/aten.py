@@ -86,7 +86,7 @@ def _binary(name: str):
 
     def fn(cx: Context, node, a):
         if name in ("max", "min") and "other" not in a:
-            raise NotImplementedError(f"{name} as a reduction is mapped by amax/amin")
+            return _max_reduction(cx, node, a, name)
         x = a.get("self", a.get("input"))
         y = a.get("other", a.get("exponent"))
         alpha = a.get("alpha", 1) or 1
@@ -119,6 +119,22 @@ def _binary(name: str):
         raise NotImplementedError(f"{name} of two scalars")
 
     return fn
+
+
+def _max_reduction(cx: Context, node, a, name: str):
+    """``max(x)`` and ``max(x, dim)`` (values, indices): the values are a ``max`` reduction,
+    the indices an opaque node (argmax has no IR op)."""
+    if name == "min":
+        raise NotImplementedError("min as a reduction has no IR op")
+    x, dim = a["self"], a.get("dim")
+    rank = len(cx.shape(x))
+    if dim is None:
+        return cx.op("max", x)
+    val = node.meta["val"]
+    values = cx.reshape(cx.op("max", x, axes=(dim % rank,)), tuple(val[0].shape))
+    if not any(len(u.args) > 1 and u.args[1] == 1 and u.users for u in node.users):
+        return values, None  # the indices are not used
+    return values, cx.opaque(node, a, "argmax (the indices of max) has no IR op", val=val[1])
 
 
 def _number(v: Any) -> float | int | bool:
@@ -342,3 +358,15 @@ def _full(cx: Context, node, a):
     if not isinstance(value, bool | int | float):
         raise NotImplementedError(f"fill value {value!r} is not a Python number")
     return cx.full(value, tuple(int(d) for d in val.shape), cx.dtype(val.dtype))
+
+
+@handler("clamp", "clamp_", "clip")
+def _clamp(cx: Context, node, a):
+    """``min(max(x, lo), hi)`` with tensor or scalar bounds (None: unbounded)."""
+    y = a["self"]
+    for bound, op in ((a.get("min"), "maximum"), (a.get("max"), "minimum")):
+        if isinstance(bound, Ref):
+            y = cx.op(op, y, bound)
+        elif bound is not None:
+            y = cx.op("scalar_op", y, fn=op, value=_number(bound))
+    return y

@@ -143,8 +143,9 @@ class Context:
         return self.op("fill", kind="full", shape=tuple(shape), dtype=dtype.value, value=value)
 
     # --- opaque ---------------------------------------------------------------------------
-    def opaque(self, node: Any, a: Any, why: str = "") -> Any:
-        """Opaque nodes for every tensor ``node`` returns, reading every tensor argument."""
+    def opaque(self, node: Any, a: Any, why: str = "", val: Any = None) -> Any:
+        """Opaque nodes for every tensor ``node`` returns (or for ``val``, a part of what it
+        returns), reading every tensor argument."""
         target = str(node.target)
         refs = [r for r in _flatten(a) if isinstance(r, Ref)]
         static = all(r.name in self.static for r in refs)
@@ -165,7 +166,7 @@ class Context:
 
         if why:
             self.notes.add(f"{target}: {why}")
-        return make(node.meta.get("val"))
+        return make(node.meta.get("val") if val is None else val)
 
     def opaque_report(self) -> tuple[OpaqueOp, ...]:
         return tuple(
@@ -235,6 +236,8 @@ class Context:
         unequal shape turns the node opaque (a mapping bug is never silently wrong)."""
         val = node.meta.get("val")
         if _is_tensor(val):
+            if out is None and not node.users and op_key(node.target) == "getitem":
+                return None  # an unused result the mapping does not compute (argmax)
             if not isinstance(out, Ref):
                 return self.opaque(node, a, "the mapping gave no tensor")
             want = tuple(int(d) for d in val.shape)
