@@ -189,3 +189,20 @@ def test_max_and_clamp_map_and_run_like_torch():
     assert g.report.exact and not g.report.opaque
     (out,) = g.run({g.inputs[0].name: x.numpy(), g.inputs[1].name: lo.numpy()}).values()
     np.testing.assert_allclose(out, M()(x, lo).numpy(), rtol=1e-6)
+
+
+def test_make_fx_tracer_gives_the_same_counts():
+    from explorer.models.hf import hf_model
+
+    from .hf_cases import tiny
+
+    model, _, _ = hf_model(tiny("llama"), dtype="fp32")
+    a = from_torch(model, [(2, 8)], {"use_cache": False})
+    b = from_torch(model, [(2, 8)], {"use_cache": False}, tracer="make_fx")
+    assert (a.report.tracer, b.report.tracer) == ("torch.export", "torch.fx (make_fx)")
+    contraction = [n.name for n in a.ops if a.group(n.name) is OpGroup.CONTRACTION]
+    contraction_b = [n.name for n in b.ops if b.group(n.name) is OpGroup.CONTRACTION]
+    assert b.num_params() == a.num_params()
+    assert b.flops(contraction_b) == a.flops(contraction)
+    with pytest.raises(TorchImportError, match="tracer='jit'"):
+        from_torch(model, [(2, 8)], tracer="jit")
