@@ -1,7 +1,7 @@
 """Aten op -> IR mappings for elementwise, movement, reduction and factory ops.
 
 Each handler receives the conversion `Context`, the fx node and the op's arguments by
-schema name (tensors as `Ref`), and returns the IR value(s). Raising NotImplementedError
+schema name (tensors as `Ref`), and returns the IR value(s). Raising `Unmapped`
 turns the node opaque with the reason in the report. The contraction, norm and attention
 mappings are in `aten_nn`.
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 from ...ir import DType
 from .convert import Context, Ref, handler
+from .report import Unmapped
 
 __all__: list[str] = []
 
@@ -39,7 +40,7 @@ def _dropout(cx: Context, node, a):
 def _to(cx: Context, node, a):
     x = a.get("self")
     if not isinstance(x, Ref):
-        raise NotImplementedError("a device or layout change without a tensor")
+        raise Unmapped("a device or layout change without a tensor")
     return cx.cast(x, cx.dtype(node.meta["val"].dtype))
 
 
@@ -49,7 +50,7 @@ _UNARY = {
     "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "sin": "sin",
     "cos": "cos", "tanh": "tanh", "sigmoid": "sigmoid", "relu": "relu", "silu": "silu",
     "abs": "abs", "reciprocal": "reciprocal", "erf": "erf", "logical_not": "logical_not",
-    "bitwise_not": "logical_not", "gelu": "gelu",
+    "bitwise_not": "logical_not",
 }  # fmt: skip
 
 
@@ -57,7 +58,7 @@ def _unary(op: str):
     def fn(cx: Context, node, a):
         x = a["self"]
         if op == "logical_not" and cx.type(x).dtype is not DType.BOOL:
-            raise NotImplementedError("bitwise not of an integer tensor")
+            raise Unmapped("bitwise not of an integer tensor")
         return cx.op(op, x)
 
     return fn
@@ -65,6 +66,19 @@ def _unary(op: str):
 
 for _k, _v in _UNARY.items():
     handler(_k, f"{_k}_")(_unary(_v))
+
+
+@handler("gelu", "gelu_")
+def _gelu(cx: Context, node, a):
+    """``approximate="tanh"`` is the IR's ``gelu``; torch's default is the exact form,
+    written out as ``0.5 x (1 + erf(x / sqrt 2))`` (the two differ by up to ~1e-3)."""
+    x = a["self"]
+    if a.get("approximate", "none") == "tanh":
+        return cx.op("gelu", x)
+    e = cx.op("erf", cx.op("scale", x, factor=1.0 / math.sqrt(2.0)))
+    half = cx.op("scale", x, factor=0.5)
+    return cx.op("mul", half, cx.op("scalar_op", e, fn="add", value=1.0))
+
 
 # (tensor-tensor op, scalar_op fn with the scalar second, with the scalar first)
 _BINARY = {
@@ -94,14 +108,14 @@ def _binary(name: str):
             if not (isinstance(x, Ref) and isinstance(y, Ref)) or any(
                 cx.type(r).dtype is not DType.BOOL for r in (x, y)
             ):
-                raise NotImplementedError("bitwise ops on integers")
+                raise Unmapped("bitwise ops on integers")
         if name == "div" and a.get("rounding_mode"):
-            raise NotImplementedError(f"division with rounding_mode={a['rounding_mode']!r}")
+            raise Unmapped(f"division with rounding_mode={a['rounding_mode']!r}")
         if isinstance(y, Ref) and alpha != 1:
             y = cx.op("scale", y, factor=float(alpha))
         if isinstance(x, Ref) and isinstance(y, Ref):
             if tensor_op is None:
-                raise NotImplementedError(f"{name} of two tensors")
+                raise Unmapped(f"{name} of two tensors")
             return cx.op(tensor_op, x, y)
         if isinstance(x, Ref):
             v = _number(y) * (alpha if name in ("add", "sub") else 1)
@@ -110,13 +124,13 @@ def _binary(name: str):
             if name == "div" and v != 0 and cx.type(x).dtype.is_float:
                 return cx.op("scale", x, factor=1.0 / float(v))
             if fn_second is None:
-                raise NotImplementedError(f"{name} with a scalar")
+                raise Unmapped(f"{name} with a scalar")
             return cx.op("scalar_op", x, fn=fn_second, value=v)
         if isinstance(y, Ref):
             if fn_first is None:
-                raise NotImplementedError(f"{name} with the scalar first")
+                raise Unmapped(f"{name} with the scalar first")
             return cx.op("scalar_op", y, fn=fn_first, value=_number(x))
-        raise NotImplementedError(f"{name} of two scalars")
+        raise Unmapped(f"{name} of two scalars")
 
     return fn
 
@@ -125,7 +139,7 @@ def _max_reduction(cx: Context, node, a, name: str):
     """``max(x)`` and ``max(x, dim)`` (values, indices): the values are a ``max`` reduction,
     the indices an opaque node (argmax has no IR op)."""
     if name == "min":
-        raise NotImplementedError("min as a reduction has no IR op")
+        raise Unmapped("min as a reduction has no IR op")
     x, dim = a["self"], a.get("dim")
     rank = len(cx.shape(x))
     if dim is None:
@@ -140,7 +154,7 @@ def _max_reduction(cx: Context, node, a, name: str):
 def _number(v: Any) -> float | int | bool:
     if isinstance(v, bool | int | float):
         return v
-    raise NotImplementedError(f"operand {v!r} is not a Python number")
+    raise Unmapped(f"operand {v!r} is not a Python number")
 
 
 for _k in _BINARY:
@@ -160,7 +174,7 @@ def _rsub(cx: Context, node, a):
 def _where(cx: Context, node, a):
     c, x, y = a["condition"], a.get("self"), a.get("other")
     if not isinstance(c, Ref):
-        raise NotImplementedError("where without a condition tensor")
+        raise Unmapped("where without a condition tensor")
     dt = cx.dtype(node.meta["val"].dtype)
     x = x if isinstance(x, Ref) else cx.full(_number(x), (), dt)
     y = y if isinstance(y, Ref) else cx.full(_number(y), (), dt)
@@ -298,7 +312,7 @@ def _getitem(cx: Context, node, a):
     seq, i = a["_0"], a["_1"]
     if isinstance(seq, list | tuple):
         return seq[i]
-    raise NotImplementedError("indexing a value that is not a tuple of results")
+    raise Unmapped("indexing a value that is not a tuple of results")
 
 
 # --- reductions ---------------------------------------------------------------------------
@@ -336,7 +350,7 @@ def _arange(cx: Context, node, a):
     start = a["start"] if "start" in a else 0
     step = a.get("step", 1) or 1
     if not all(isinstance(v, int | float) for v in (start, step)):
-        raise NotImplementedError("arange with tensor bounds")
+        raise Unmapped("arange with tensor bounds")
     return cx.op("fill", kind="arange", shape=tuple(int(d) for d in val.shape),
                  dtype=cx.dtype(val.dtype).value, start=start, step=step)  # fmt: skip
 
@@ -356,7 +370,7 @@ def _full(cx: Context, node, a):
     else:
         value = 0
     if not isinstance(value, bool | int | float):
-        raise NotImplementedError(f"fill value {value!r} is not a Python number")
+        raise Unmapped(f"fill value {value!r} is not a Python number")
     return cx.full(value, tuple(int(d) for d in val.shape), cx.dtype(val.dtype))
 
 

@@ -7,6 +7,7 @@ import math
 import string
 
 from .convert import Context, Ref, handler
+from .report import Unmapped
 
 __all__ = ["contract"]
 
@@ -20,7 +21,7 @@ def contract(cx: Context, x: Ref, w: Ref, *, transpose_w: bool = False) -> Ref:
     if transpose_w and len(ws) == 2:
         ws_eff = (ws[1], ws[0])
     elif transpose_w:
-        raise NotImplementedError("a transposed weight of rank other than 2")
+        raise Unmapped("a transposed weight of rank other than 2")
     else:
         ws_eff = ws
     if len(ws_eff) == 2 and len(xs) >= 1 and not transpose_w:
@@ -57,7 +58,7 @@ def contract(cx: Context, x: Ref, w: Ref, *, transpose_w: bool = False) -> Ref:
                 spec += out[j]
                 keep.append(d)
             elif d != 1:
-                raise NotImplementedError(f"batch dims {bx} and {bw} do not broadcast")
+                raise Unmapped(f"batch dims {bx} and {bw} do not broadcast")
         shape = cx.shape(ref)
         ref = cx.reshape(ref, tuple(keep) + shape[len(batch) :])
         return ref, spec + tail
@@ -83,7 +84,7 @@ def _addmm(cx: Context, node, a):
     y = contract(cx, a["batch1" if "batch1" in a else "mat1"], a["batch2" if "batch2" in a
                                                                  else "mat2"])  # fmt: skip
     if str(node.target).startswith("aten.addbmm"):
-        raise NotImplementedError("addbmm sums over the batch")
+        raise Unmapped("addbmm sums over the batch")
     beta, alpha = a.get("beta", 1), a.get("alpha", 1)
     if alpha != 1:
         y = cx.op("scale", y, factor=float(alpha))
@@ -98,7 +99,7 @@ def _einsum(cx: Context, node, a):
     ops = a["tensors"]
     eq = a["equation"].replace(" ", "")
     if len(ops) != 2 or "..." in eq or "->" not in eq:
-        raise NotImplementedError("einsum of other than two operands with an explicit output")
+        raise Unmapped("einsum of other than two operands with an explicit output")
     return cx.op("einsum", *ops, eq=eq)
 
 
@@ -133,7 +134,7 @@ def _softmax(cx: Context, node, a):
 def _layer_norm(cx: Context, node, a):
     x, shape, w, b, eps = a["input"], a["normalized_shape"], a["weight"], a["bias"], a["eps"]
     if len(shape) != 1:
-        raise NotImplementedError(f"layer norm over {len(shape)} dims")
+        raise Unmapped(f"layer norm over {len(shape)} dims")
     if isinstance(w, Ref) and isinstance(b, Ref):
         return cx.op("layernorm", x, w, b, eps=float(eps))
     # no affine weight or no bias: the same maths as elementwise ops and means
@@ -160,7 +161,7 @@ def _native_layer_norm(cx: Context, node, a):
 def _rms_norm(cx: Context, node, a):
     x, shape, w, eps = a["input"], a["normalized_shape"], a["weight"], a["eps"]
     if len(shape) != 1 or not isinstance(w, Ref):
-        raise NotImplementedError("RMS norm over several dims or without a weight")
+        raise Unmapped("RMS norm over several dims or without a weight")
     return cx.op("rmsnorm", x, w, eps=float(eps if eps is not None else 1e-6))
 
 
@@ -172,10 +173,10 @@ def _sdpa(cx: Context, node, a):
     """softmax(q k^T * scale + mask) v on [b, heads, s, d], grouped heads kept grouped."""
     q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
     if a.get("dropout_p"):
-        raise NotImplementedError("attention dropout in training mode")
+        raise Unmapped("attention dropout in training mode")
     qs, ks = cx.shape(q), cx.shape(k)
     if len(qs) != 4 or len(ks) != 4:
-        raise NotImplementedError("attention on other than [batch, heads, seq, dim]")
+        raise Unmapped("attention on other than [batch, heads, seq, dim]")
     b, n, s, d = qs
     kv = ks[1]
     scale = a.get("scale") or 1.0 / math.sqrt(d)
@@ -216,10 +217,10 @@ def _conv2d(cx: Context, node, a):
     if (len(cx.shape(x)) != 4 or stride != (kh, kw) or any(p != 0 for p in pad)
             or a.get("groups", 1) != 1 or a.get("transposed") or any(d != 1 for d in
                                                                      a["dilation"])):  # fmt: skip
-        raise NotImplementedError("a convolution other than a non-overlapping patchify one")
+        raise Unmapped("a convolution other than a non-overlapping patchify one")
     n, cin, h, wd = cx.shape(x)
     if h % kh or wd % kw:
-        raise NotImplementedError("an image size that is not a multiple of the patch size")
+        raise Unmapped("an image size that is not a multiple of the patch size")
     x6 = cx.reshape(x, (n, cin, h // kh, kh, wd // kw, kw))
     y = cx.op("einsum", x6, w, eq="ncyhxw,ochw->noyx")
     if isinstance(b, Ref):
@@ -236,7 +237,7 @@ def _grouped_mm(cx: Context, node, a):
     w = a.get("weight", a.get("_1", a.get("mat2")))
     offs = a.get("offs", a.get("_2", a.get("offsets")))
     if not all(isinstance(r, Ref) for r in (x, w, offs)) or len(cx.shape(w)) != 3:
-        raise NotImplementedError("grouped matmul other than [tokens, k] x [experts, k, n]")
+        raise Unmapped("grouped matmul other than [tokens, k] x [experts, k, n]")
     return cx.op("grouped_mm", x, w, offs)
 
 
@@ -268,9 +269,9 @@ def _cross_entropy_loss(cx: Context, node, a):
     like the others: the cost of the loss does not depend on which labels are ignored)."""
     logits, labels = a["self"], a["target"]
     if a.get("weight") is not None or a.get("label_smoothing") or len(cx.shape(logits)) < 2:
-        raise NotImplementedError("class weights, label smoothing or unbatched logits")
+        raise Unmapped("class weights, label smoothing or unbatched logits")
     if len(cx.shape(logits)) != len(cx.shape(labels)) + 1:
-        raise NotImplementedError("class-probability targets")
+        raise Unmapped("class-probability targets")
     cx.notes.add("cross_entropy_loss: rows with ignore_index are costed like the others")
     losses = cx.op("cross_entropy", logits, labels)
     reduction = a.get("reduction", 1)
@@ -284,7 +285,7 @@ def _pad(cx: Context, node, a):
     """Constant padding as a concatenation with filled blocks, last dims first."""
     x, pad = a["self"] if "self" in a else a["input"], list(a["pad"])
     if a.get("mode", "constant") != "constant" or any(p < 0 for p in pad):
-        raise NotImplementedError("padding other than constant and non-negative")
+        raise Unmapped("padding other than constant and non-negative")
     value = a.get("value") or 0
     rank = len(cx.shape(x))
     for k in range(len(pad) // 2):

@@ -8,12 +8,18 @@ from typing import Any
 from ...errors import ExplorerError
 from ...ir import Graph
 
-__all__ = ["TorchImportError", "OpaqueOp", "ImportReport", "TracedGraph"]
+__all__ = ["TorchImportError", "Unmapped", "OpaqueOp", "ImportReport", "TracedGraph"]
 
 
 class TorchImportError(ExplorerError, ValueError):
     """A PyTorch module or Hugging Face config cannot be traced into the IR; the message
     names the module, op or field and what to do."""
+
+
+class Unmapped(TorchImportError, NotImplementedError):
+    """Raised by an aten handler for a form of its op the IR has no mapping for; the
+    importer catches it and keeps the node as an ``opaque`` op, with this message as the
+    reason in the import report."""
 
 
 @dataclass(frozen=True)
