@@ -26,7 +26,7 @@ test: $(BIN)/python /usr/bin/chromium
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 bench: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch,hf]'
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
