@@ -340,6 +340,21 @@ class Calibration:
 
         return cls.from_json(Path(path).read_text())
 
+    def table_text(self) -> str:
+        """The table as text: one line per run, fit rows then check rows, with the
+        measured and predicted step times and the errors before and after the fit.
+
+        Columns: role, run, measured s, before s (error), after s (error)."""
+        width = max((len(r.run.label) for r in self.table), default=3)
+        lines = [f"{'role':5}  {'run':{width}}  {'measured':>9}  {'before':>17}  {'after':>17}"]
+        for r in self.table:
+            lines.append(
+                f"{r.role:5}  {r.run.label:{width}}  {r.measured_s:8.3g}s  "
+                f"{r.before_s:8.3g}s ({r.error_before:+6.1%})  "
+                f"{r.after_s:8.3g}s ({r.error_after:+6.1%})"
+            )
+        return "\n".join(lines)
+
     def __str__(self) -> str:
         vals = ", ".join(f"{n}={v:.4g}" for n, v in self.fitted.items())
         med = self.median_error("fit")

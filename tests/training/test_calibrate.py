@@ -220,3 +220,12 @@ def test_default_fit_keeps_fewer_knobs_than_runs():
     named = ex.calibrate(runs, fit=tuple(TRUTH), loo=False)  # named knobs are taken as given
     assert named.fit == tuple(TRUTH) and not named.determined
     assert "not unique" in str(named)
+
+
+def test_table_text_has_one_line_per_run_with_its_role_and_errors(noisy_fit):
+    lines = noisy_fit.table_text().splitlines()
+    assert lines[0].split() == ["role", "run", "measured", "before", "after"]
+    assert len(lines) == 1 + len(noisy_fit.table)
+    for line, row in zip(lines[1:], noisy_fit.table, strict=True):
+        assert line.startswith(row.role) and row.run.label in line
+        assert f"({row.error_after:+6.1%})" in line and f"({row.error_before:+6.1%})" in line
