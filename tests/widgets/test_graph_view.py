@@ -4,6 +4,7 @@ edges, labels at zoom, and "changed" rings only for material cost changes."""
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -354,3 +355,13 @@ def test_opening_groups_keeps_the_height_and_the_responsive_width(llama):
     assert view.figure.layout.height == height
     assert view.figure.layout.width is None and view.figure.layout.autosize is True
     assert view.figure._config.get("responsive") is True
+
+
+def test_a_long_strategy_legend_wraps_into_lines_the_plot_holds():
+    from widgets.figures.graph import LEGEND_LINE_CHARS, _wrap
+
+    parts = [f"<span style='color:#123456'>■</span> a=node,b=gpu+{k} ({k})" for k in range(20)]
+    lines = _wrap("<b>strategy (boxes: most ops)</b>:", parts)
+    visible = [re.sub(r"<[^>]+>", "", line) for line in lines]
+    assert len(lines) > 1 and all(len(v) <= LEGEND_LINE_CHARS for v in visible)
+    assert "".join(lines).count("■") == 20  # every swatch kept

@@ -4,6 +4,7 @@ attribute, with a legend for every colouring, arrows, and labels that show when 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Literal, get_args
@@ -229,7 +230,24 @@ def legend_text(
         _swatch(CHANGED, f"strategy changed and cost moved ≥ {fmt_percent(change_threshold)}",
                 "○") + " · " + _swatch(SELECTED, "selected", "○")
     )  # fmt: skip
-    return f"<b>{title}</b>: " + "  ".join(parts) + "<br>" + rings
+    return "<br>".join([*_wrap(f"<b>{title}</b>:", parts), rings])
+
+
+LEGEND_LINE_CHARS = 120  # visible characters per legend line (~12 px font in ~900 px)
+_TAG = re.compile(r"<[^>]+>")
+
+
+def _wrap(head: str, parts: list[str], width: int = LEGEND_LINE_CHARS) -> list[str]:
+    """The legend's swatches in lines of at most ``width`` visible characters (a plotly
+    annotation does not wrap: a long line ran past the plot's right edge)."""
+    lines, line = [], head
+    for part in parts:
+        if len(_TAG.sub("", line)) + 2 + len(_TAG.sub("", part)) > width and line != head:
+            lines.append(line)
+            line = part
+        else:
+            line = f"{line}  {part}"
+    return [*lines, line]
 
 
 def _short(path_or_node: str, parent: str) -> str:
@@ -427,14 +445,17 @@ def graph_figure_spec(
              + (f", {n_boxes} closed" if n_boxes else "")
              + (f" — coloured by {human_label(color_by).lower()}" if color_by != "group" else ""))  # fmt: skip
     base = base_layout(title, height=height, legend=False)
-    base["margin"] = {**base["margin"], "l": 10, "r": 10, "b": 10, "t": base["margin"]["t"] + 34}
+    legend = legend_text(graph, lay, color_by, plan, stages, change_threshold)
+    legend_px = 17 * (legend.count("<br>") + 1)  # 11 px text, one line per <br>
+    base["margin"] = {**base["margin"], "l": 10, "r": 10, "b": 10,
+                      "t": base["margin"]["t"] + legend_px}  # fmt: skip
     layout = dict(  # noqa: C408
         **base, hovermode="closest", dragmode="pan", plot_bgcolor="white",
         xaxis={"visible": False, "range": [ex0 - 0.5, ex1 + 0.5]},
         yaxis={"visible": False, "scaleanchor": "x", "scaleratio": 1,
                "range": [ey0 - 0.5, ey1 + 1.0]},
         barmode="overlay",
-        annotations=[{"text": legend_text(graph, lay, color_by, plan, stages, change_threshold),
+        annotations=[{"text": legend,
                       "xref": "paper", "yref": "paper", "x": 0, "y": 1, "yshift": 8,
                       "xanchor": "left", "yanchor": "bottom", "showarrow": False,
                       "align": "left", "font": {"size": 11}}],
