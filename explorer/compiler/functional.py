@@ -46,7 +46,7 @@ def _t(x: Any, like: Tensor | None = None) -> Tensor:
         raise _bad(f"{x!r} is a {type(x).__name__}; tensors hold bool, int and float values")
     if isinstance(x, numbers.Number) and like is not None:
         if like.dtype.is_float or isinstance(x, float):
-            return constant(np.float32(x) if like.dtype.is_float else x)
+            return constant(np.float32(_real(x)) if like.dtype.is_float else x)
         return constant(np.asarray(x, like.dtype.numpy))
     return constant(x)
 
@@ -89,19 +89,25 @@ def _is_scalar(x) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
+def _real(x) -> float:
+    """A Python number as a float; an int (a symbolic size under @jit included, whose own
+    ``float()`` refuses) through ``int()`` so the compiler can follow it."""
+    return float(int(x)) if isinstance(x, int) else float(x)
+
+
 def mul(a, b) -> Tensor:
     """``a * b``; a float tensor times a Python number is the ``scale`` op."""
     if _is_scalar(b) and isinstance(a, Tensor) and a.dtype.is_float:
-        return scale(a, float(b))
+        return scale(a, _real(b))
     if _is_scalar(a) and isinstance(b, Tensor) and b.dtype.is_float:
-        return scale(b, float(a))
+        return scale(b, _real(a))
     return _binary("mul", a, b)
 
 
 def div(a, b) -> Tensor:
     """``a / b``; dividing a float tensor by a Python number is ``scale(a, 1/b)``."""
     if _is_scalar(b) and isinstance(a, Tensor) and a.dtype.is_float and b != 0:
-        return scale(a, 1.0 / float(b))
+        return scale(a, 1.0 / _real(b))
     return _binary("div", a, b)
 
 
@@ -123,7 +129,7 @@ def compare(op: str, a, b) -> Tensor:
 
 
 def scale(x: Tensor, factor: float) -> Tensor:
-    return _op("scale", x, factor=float(factor))
+    return _op("scale", x, factor=_real(factor))
 
 
 def neg(x: Tensor) -> Tensor:

@@ -2,6 +2,8 @@
 follow the bound size; each compilation is counted (``len(fn.cache)`` and the trace's
 compile/recompile events), and results equal eager for several sizes."""
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -313,3 +315,18 @@ def float_of_size(x):
 def test_floats_computed_from_a_size_follow_it():
     jf, rec = _check(float_of_size, B, (2, 3, 7, 12), _rows)
     assert _compiles(rec) == ["compile"]
+
+
+def scaled_by_sqrt_of_size(x):
+    return x * (1.0 / math.sqrt(x.shape[0]))
+
+
+def test_a_math_function_of_a_symbolic_size_breaks_the_graph_instead_of_freezing_it():
+    # math.sqrt(B) would be computed once, at the capture's placeholder size, and be wrong
+    # for every real size: strict mode names the construct, lax mode runs it eagerly
+    with pytest.raises(ex.compiler.errors.JitSyntaxError, match="math function of a symbolic"):
+        ex.jit(scaled_by_sqrt_of_size, dynamic=B)(ex.tensor(np.ones((3, 2), np.float32)))
+    lax = ex.jit(scaled_by_sqrt_of_size, dynamic=B, syntax="lax")
+    for n in (3, 5, 9):
+        got = lax(ex.tensor(np.ones((n, 2), np.float32))).numpy()
+        np.testing.assert_allclose(got, np.full((n, 2), 1 / np.sqrt(n)), rtol=1e-6)

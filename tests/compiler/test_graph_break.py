@@ -73,3 +73,19 @@ def test_name_unbound_in_the_head_stays_unbound_in_the_tail(rng):
     for flag in (True, False):
         np.testing.assert_allclose(f(x, flag).numpy(), maybe_bound(x, flag).numpy(), rtol=1e-5)
     assert all(e.split is not None for e in f.cache.values())
+
+
+def imports_then_breaks(x):
+    import math
+
+    y = x * 2.0
+    print("a side effect: the graph breaks here")
+    return y * math.pi
+
+
+def test_a_local_import_before_a_graph_break_reaches_the_eager_rest(capsys):
+    # the compiled head does not return module objects: the eager tail imports again
+    f = ex.jit(imports_then_breaks, syntax="lax")
+    got = f(ex.tensor(np.ones((2, 2), np.float32))).numpy()
+    np.testing.assert_allclose(got, np.full((2, 2), 2 * np.pi, np.float32), rtol=1e-6)
+    assert "graph breaks here" in capsys.readouterr().out

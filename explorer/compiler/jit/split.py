@@ -16,6 +16,7 @@ are not plain positional-or-keyword ones.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import types
 from dataclasses import dataclass
@@ -87,7 +88,12 @@ def plan_split(fn: Any, gb: GraphBreak, runtime: Any) -> Split | None:
 def _tail(fn, fdef: ast.FunctionDef, filename: str, upto: int, args: list[str],
           maybe_unbound: list[str], runtime: Any):  # fmt: skip
     body = fdef.body[upto:]
-    prologue: list[ast.stmt] = []
+    # The head's top-level imports bind names the tail may use (``import math`` before the
+    # statement that broke): they are not values the compiled head returns, so the tail
+    # runs them again (an import of a loaded module is a dict lookup).
+    prologue: list[ast.stmt] = [
+        copy.deepcopy(s) for s in fdef.body[:upto] if isinstance(s, ast.Import | ast.ImportFrom)
+    ]
     for n in maybe_unbound:  # a name the head left unassigned is unbound again here
         test = ast.Compare(ast.Name(n, ast.Load()), [ast.Is()], [
             ast.Attribute(ast.Name(RUNTIME_NAME, ast.Load()), "UNDEFINED", ast.Load())])  # fmt: skip

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import CompilerArgumentError, CompilerError, SymbolicZeroDivision
+from ..errors import CompilerArgumentError, CompilerError, GraphBreak, SymbolicZeroDivision
 
 __all__ = [
     "PRIMES", "sentinel", "SymInt", "SymContext", "ShapeGuard", "evaluate", "show",
@@ -440,6 +440,19 @@ class SymInt(int):
     def __bool__(self) -> bool:
         self.ctx.guard(self.expr, "ne", ("int", 0), int(self) != 0)
         return int(self) != 0
+
+    def __float__(self) -> float:
+        """``float(n)``, ``math.sqrt(n)``, ``math.log(n)``... of a symbolic size in user
+        code: the result cannot follow the size (it would stay at the capture's placeholder
+        value, silently wrong for every real size), so the graph breaks here, naming the fix.
+        (The compiler's own arithmetic with sizes, ``x / n`` and ``x * n``, goes through
+        ``int(n)`` and is followed.)"""
+        raise GraphBreak(
+            f"float() or a math function of a symbolic size ({show(self.expr, self.ctx.names)}):"
+            " its value would be frozen at the capture's placeholder size",
+            "compute it with size arithmetic the compiler follows (n * 0.5, 1.0 / n, n // 2), "
+            "or drop that dim from dynamic= so each size compiles",
+        )
 
 
 # --- sentinel arithmetic ------------------------------------------------------------------
