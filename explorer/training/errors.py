@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from ..errors import ExplorerError
 
-__all__ = ["TrainingError"]
+__all__ = ["TrainingError", "TrainingPlanError"]
 
 
 class TrainingError(ExplorerError, ValueError):
     """The training simulator got input it cannot use; the message names value and fix."""
+
+
+class TrainingPlanError(TrainingError):
+    """No configuration can train the model as asked; the message says what would."""
