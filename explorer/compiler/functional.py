@@ -256,6 +256,11 @@ def cross_entropy(logits: Tensor, labels: Tensor, reduction: str = "mean") -> Te
     labels = _t(labels)
     if logits.ndim == 0:
         raise _bad(f"cross_entropy: logits are {logits.type}; they need a class axis [..., V]")
+    if tuple(labels.shape) != tuple(logits.shape[:-1]):
+        raise _bad(
+            f"cross_entropy: labels are {labels.type} but logits {logits.type} need labels of "
+            f"shape {tuple(logits.shape[:-1])} (one class id per row of logits)"
+        )
     _check_ids("cross_entropy", "labels", labels, logits.shape[-1])
     losses = _op("cross_entropy", logits, labels)
     if reduction == "none":

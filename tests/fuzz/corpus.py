@@ -196,6 +196,12 @@ def _ops_cases() -> tuple[Case, ...]:
         Case("string array", lambda d: ex.tensor(np.array(["a"])), ShapeError, ("<U1",)),
         Case("x[x > 2] eager", lambda d: x()[x() > 2], ShapeError,
              ("boolean-mask", "depend on the data", "where")),
+        # found by bench/fuzz.py: numpy's take_along_axis ValueError escaped
+        Case("cross_entropy scalar label", lambda d: F.cross_entropy(x(), 0), ShapeError,
+             ("labels are int64[]", "need labels of shape (2,)")),
+        Case("cross_entropy scalar label under jit",
+             lambda d: ex.jit(lambda t: F.cross_entropy(t, 0), capture="trace")(x()),
+             ShapeError, ("need labels of shape (2,)",)),
     )  # fmt: skip
 
 
