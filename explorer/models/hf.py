@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ir import DType
-from ..jsonfile import as_path, read_json
+from .hf_config import read_hf_config
 from .torch_import import LeafHandler, TorchImportError, TracedGraph, from_torch
 from .torch_import.repeat import repeat_layer
 
@@ -222,24 +222,8 @@ def hf_model(
 def _config(config: Any, transformers: Any) -> tuple[Any, str]:
     if isinstance(config, transformers.PretrainedConfig):
         return config, getattr(config, "_name_or_path", "") or config.model_type
-    if isinstance(config, Mapping):
-        raw, where = dict(config), ""
-    else:
-        file = as_path(config, TorchImportError, "Hugging Face config")
-        if file.is_dir():
-            if not (file / "config.json").is_file():
-                raise TorchImportError(
-                    f"{file}: is a folder without a config.json; give the config.json file "
-                    "or the model folder that holds it"
-                )
-            file = file / "config.json"
-        raw = read_json(file, TorchImportError, "Hugging Face config")
-        where = str(file)
-    if not isinstance(raw, dict):
-        raise TorchImportError(
-            f"{where or 'config'}: the top level is {type(raw).__name__}; a config.json holds "
-            "a JSON object"
-        )
+    raw, where, _folder = read_hf_config(config, TorchImportError)
+    where = "" if isinstance(config, Mapping) else where
     mtype = raw.get("model_type")
     mapping = transformers.CONFIG_MAPPING
     if not isinstance(mtype, str) or mtype not in mapping:

@@ -60,23 +60,7 @@ def from_hf_config(
     >>> cfg.arch, cfg.activation, cfg.num_layers
     ('decoder', 'gelu', 2)
     """
-    if isinstance(path, Mapping):
-        raw, where, folder = dict(path), "Hugging Face config", ""
-    else:
-        file = as_path(path, ModelConfigError, "Hugging Face config")
-        if file.is_dir():
-            if not (file / "config.json").is_file():
-                raise ModelConfigError(
-                    f"{file}: is a folder without a config.json; give the config.json file "
-                    "or the model folder that holds it"
-                )
-            file = file / "config.json"
-        raw = read_json(file, ModelConfigError, "Hugging Face config")
-        where, folder = str(file), file.resolve().parent.name
-    if not isinstance(raw, dict):
-        raise ModelConfigError(
-            f"{where}: the top level is {kind_of(raw)}; a config.json holds a JSON object"
-        )
+    raw, where, folder = read_hf_config(path, ModelConfigError)
     fields = _Fields(raw, where)
     mtype = fields.model_type()
     if name is None:
@@ -185,6 +169,32 @@ def _llama(f: _Fields, mtype: str) -> dict[str, Any]:
         tied_embeddings=f.optional("tie_word_embeddings", bool, False),
         bias=f.optional("attention_bias", bool, False), **moe,
     )  # fmt: skip
+
+
+def read_hf_config(
+    path: str | Path | Mapping[str, Any], error: type[Exception]
+) -> tuple[dict[str, Any], str, str]:
+    """``(fields, where, folder)`` of a ``config.json`` given as a file, the model folder
+    holding one, or its parsed dict; ``where`` names it in messages (the file, or "Hugging
+    Face config"), ``folder`` is the model folder's name ("" for a dict). Errors are
+    ``error`` naming the file (the hand readers' ModelConfigError, the importer's
+    TorchImportError)."""
+    if isinstance(path, Mapping):
+        raw, where, folder = dict(path), "Hugging Face config", ""
+    else:
+        file = as_path(path, error, "Hugging Face config")
+        if file.is_dir():
+            if not (file / "config.json").is_file():
+                raise error(
+                    f"{file}: is a folder without a config.json; give the config.json file "
+                    "or the model folder that holds it"
+                )
+            file = file / "config.json"
+        raw = read_json(file, error, "Hugging Face config")
+        where, folder = str(file), file.resolve().parent.name
+    if not isinstance(raw, dict):
+        raise error(f"{where}: the top level is {kind_of(raw)}; a config.json holds a JSON object")
+    return raw, where, folder
 
 
 class _Fields:
