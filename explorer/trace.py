@@ -38,6 +38,8 @@ class TraceError(ExplorerError, ValueError):
 EventKind = Literal["op", "kernel", "compile", "recompile", "bind", "graph_break", "cache_hit",
                     "note", "python"]  # fmt: skip
 EVENT_KINDS: tuple[str, ...] = EventKind.__args__
+_KINDS = frozenset(EVENT_KINDS)
+_INF = math.inf
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,19 @@ class TraceEvent:
 
     def __post_init__(self) -> None:
         """Checked at construction: a trace built in Python is held to what an imported one
-        is (a negative or NaN time would make every total after it wrong)."""
+        is (a negative or NaN time would make every total after it wrong). Every recorded
+        op builds one, so the common well-formed case is one comparison chain; the checks
+        below name what is wrong otherwise."""
+        s, d = self.start_us, self.dur_us
+        if (type(self.name) is str and self.kind in _KINDS and type(s) is float
+                and type(d) is float and -_INF < s < _INF and 0.0 <= d < _INF
+                and type(self.bytes_allocated) is int and self.bytes_allocated >= 0
+                and type(self.flops) is int and self.flops >= 0
+                and type(self.live_bytes) is int and self.live_bytes >= -1):  # fmt: skip
+            return
+        self._check()
+
+    def _check(self) -> None:
         if not isinstance(self.name, str):
             raise TraceError(f"TraceEvent name={self.name!r}: expected a str")
         if self.kind not in EVENT_KINDS:
