@@ -31,6 +31,12 @@ TRACES = (
     "error before", "error after", "rank fit", "rank check", "rank diagonal",
 )  # fmt: skip
 BEFORE, AFTER = "#9AA0A6", "#1F77B4"
+
+
+def _swatch(color: str) -> str:
+    return f"<span style='color:{color}'>■</span>"
+
+
 CHECK = "#E377C2"
 
 
@@ -77,7 +83,9 @@ def calibration_figure(cal: Calibration | None, title: str = "") -> go.Figure:
     fig = make_subplots(
         rows=2, cols=2, specs=[[{"colspan": 2}, None], [{}, {}]], row_heights=[0.4, 0.6],
         vertical_spacing=0.3, horizontal_spacing=0.1,
-        subplot_titles=("error: predicted / measured - 1", "predicted vs measured step (s)",
+        subplot_titles=(f"error: predicted / measured - 1 ({_swatch(BEFORE)} before the fit, "
+                        f"{_swatch(AFTER)} after; the legend below names every mark)",
+                        "predicted vs measured step (s)",
                         "rank by tokens/s per device"),
     )  # fmt: skip
     SCATTER, BARS, RANKS = {"row": 2, "col": 1}, {"row": 1, "col": 1}, {"row": 2, "col": 2}
