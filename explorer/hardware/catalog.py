@@ -10,7 +10,9 @@ File schema (units in field names; GB = 1e9 bytes, GiB = 2**30 bytes)::
         "name": "NVIDIA A100 SXM4 80GB",
         "peak_tflops": {"fp32": 19.5, "bf16": 312, ...},   # dense, not 2:4 sparse
         "memory_gib": 80,                      # or "memory_gb" (exactly one of the two)
-        "memory_bandwidth_gb_per_s": 2039
+        "memory_bandwidth_gb_per_s": 2039,
+        "price_usd_per_chip_hour": 1.99,       # optional, with "price_source" (a citation
+        "price_source": "assumption: ..."      # or "assumption: ..." saying how it was chosen)
       },
       "cluster": {
         "chips_per_node": 8,
@@ -71,7 +73,10 @@ MAX_FIGURE = 1e30
 _GIB = 2**30
 
 _TOP_FIELDS = {"name", "source", "notes", "chip", "cluster"}
-_CHIP_FIELDS = {"name", "peak_tflops", "memory_gib", "memory_gb", "memory_bandwidth_gb_per_s"}
+_CHIP_FIELDS = {
+    "name", "peak_tflops", "memory_gib", "memory_gb", "memory_bandwidth_gb_per_s",
+    "price_usd_per_chip_hour", "price_source",
+}  # fmt: skip
 _CLUSTER_FIELDS = {
     "chips_per_node",
     "intra_node_bandwidth_gb_per_s",
@@ -233,6 +238,7 @@ def _parse(data: Any, where: str) -> Cluster:
             ),
             9,
         ),
+        **_price(reader, chip_data),
     )
     per_dir = "a positive number (GB/s per chip, one direction)"
     latency = "a non-negative number (microseconds per step)"
@@ -261,6 +267,26 @@ def _parse(data: Any, where: str) -> Cluster:
         source=source,
         link_levels=levels,
     )
+
+
+def _price(reader: _Reader, chip_data: dict[str, Any]) -> dict[str, Any]:
+    """The optional chip price: ``price_usd_per_chip_hour`` with its ``price_source``."""
+    has_price, has_source = "price_usd_per_chip_hour" in chip_data, "price_source" in chip_data
+    if not has_price and not has_source:
+        return {}
+    if not has_price:
+        reader.fail(
+            "chip.price_usd_per_chip_hour", "is missing while chip.price_source is given",
+            "a positive number (US dollars per chip-hour) or neither field",
+        )  # fmt: skip
+    price = reader.number(
+        chip_data, "chip.price_usd_per_chip_hour", "a positive number (US dollars per chip-hour)"
+    )
+    source = reader.text(
+        chip_data, "chip.price_source",
+        "a non-empty string citing the price, or 'assumption: ...' saying how it was chosen",
+    )  # fmt: skip
+    return {"price_per_chip_hour": price, "price_source": source}
 
 
 def _parse_levels(reader: _Reader, data: Any) -> tuple[Level, ...]:

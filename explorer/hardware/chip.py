@@ -60,6 +60,10 @@ class Chip:
             chips it names when not given.
         matmul_tile_shapes: (rows, columns) of the output tiles the vendor's GEMM library
             picks from, largest first; ``()``: unknown (no tile quantization).
+        price_per_chip_hour: what one chip costs per hour, in US dollars (a rental list
+            price); None: unknown (plans then have no cost objective).
+        price_source: where the price comes from, or "assumption: ..." saying how it was
+            chosen; required with a price.
 
     >>> chip = Chip("toy", {"bf16": 1e12}, memory_bytes=2**30, memory_bandwidth_bytes_per_s=1e11)
     >>> chip.peak_flops("bf16")
@@ -72,6 +76,8 @@ class Chip:
     memory_bandwidth_bytes_per_s: float
     compute_units: int | None = None
     matmul_tile_shapes: tuple[tuple[int, int], ...] = ()
+    price_per_chip_hour: float | None = None
+    price_source: str = ""
 
     def __post_init__(self) -> None:
         pairs = _normalize_peaks(self.name, self.peak_flops_per_s)
@@ -83,6 +89,7 @@ class Chip:
             if not self.matmul_tile_shapes:
                 object.__setattr__(self, "matmul_tile_shapes", facts[1])
         _check_kernel_facts(self)
+        _check_price(self)
         if not isinstance(self.name, str) or not self.name:
             raise HardwareError(f"Chip name must be a non-empty string, got {self.name!r}")
         if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
@@ -162,6 +169,23 @@ def _check_positive(owner: str, field: str, value: object) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     if not ok or not math.isfinite(value) or value <= 0:
         raise HardwareError(f"{owner!r}: {field} must be a positive finite number, got {value!r}")
+
+
+def _check_price(chip: Chip) -> None:
+    price = chip.price_per_chip_hour
+    if price is None:
+        return
+    ok = isinstance(price, int | float) and not isinstance(price, bool)
+    if not ok or not math.isfinite(price) or price <= 0:
+        raise HardwareError(
+            f"Chip {chip.name!r}: price_per_chip_hour={price!r}; expected a positive finite "
+            "number of US dollars per chip-hour, or None when unknown"
+        )
+    if not isinstance(chip.price_source, str) or not chip.price_source.strip():
+        raise HardwareError(
+            f"Chip {chip.name!r}: price_per_chip_hour={price!r} has no price_source; cite "
+            "where the price comes from, or write 'assumption: ...' saying how it was chosen"
+        )
 
 
 def _check_kernel_facts(chip: Chip) -> None:

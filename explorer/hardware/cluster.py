@@ -109,6 +109,11 @@ class Cluster:
         """Total chips: ``chips_per_node * max_nodes``."""
         return self.chips_per_node * self.max_nodes
 
+    @property
+    def price_per_chip_hour(self) -> float | None:
+        """US dollars per chip-hour of the cluster's chip (None: no price in the profile)."""
+        return self.chip.price_per_chip_hour
+
     def bandwidth(self, level: LinkLevel) -> float:
         """Per-chip unidirectional bandwidth (bytes/s) of the ``"intra"`` or ``"inter"`` link.
 
