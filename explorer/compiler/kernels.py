@@ -9,7 +9,9 @@ what memory planning asks.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -17,8 +19,16 @@ import numpy as np
 from ..ir import Node, TensorType, opdef
 from ..ir.activations import GELU_C, GELU_K, gelu
 from ..ir.contraction import einsum_as_matmul
+from ..ir.node import freeze_attrs
 from ..ir.ops_tensor import index_tuple
-from .codegen.build import elementwise_kernel, load, rows_kernel
+from .codegen.build import (
+    compile_mode,
+    elementwise_kernel,
+    load,
+    load_async,
+    loaded,
+    rows_kernel,
+)
 from .errors import ShapeError
 from .ufunc_program import UnsupportedExpr, compile_expr
 
@@ -233,8 +243,42 @@ def _fused(node, in_types, attrs) -> Kernel:
 
 def _generated(node, in_types, attrs) -> Kernel:
     """A generated numba kernel (``explorer.compiler.codegen``): every element (row) is read
-    before its output is written, so ``out`` may be an input of the output's shape."""
-    fn = load(attrs["source"].text, attrs["entry"])
+    before its output is written, so ``out`` may be an input of the output's shape.
+
+    Not yet compiled in this process and ``compile_mode()`` is ``background``: the kernel is
+    handed to the compile worker and, until it is ready, the region's own numpy kernel runs
+    (its result copied into ``out``: the norms' numpy kernel is not in-place safe). A kernel
+    numba cannot compile keeps the numpy kernel and warns once."""
+    src, entry = attrs["source"].text, attrs["entry"]
+    if compile_mode() == "sync" or loaded(src) is not None:
+        return _numba_kernel(load(src, entry), node, attrs)
+    future = load_async(src, entry)
+    origin = dataclasses.replace(node, op=attrs["origin"],
+                                 attrs=freeze_attrs(dict(attrs["origin_attrs"])))  # fmt: skip
+    fallback = make_kernel(origin, in_types)
+    ready: list[Kernel] = []  # the numba kernel once the worker has it
+    failed: list[BaseException] = []
+
+    def k_pending(*xs, out=None):
+        if ready:
+            return ready[0](*xs, out=out)
+        if future.done() and not failed:
+            exc = future.exception()
+            if exc is None:
+                ready.append(_numba_kernel(future.result(), node, attrs))
+                return ready[0](*xs, out=out)
+            failed.append(exc)
+            warnings.warn(f"%{node.name} runs on numpy: {exc}", RuntimeWarning, stacklevel=2)
+        res = fallback(*xs)
+        if out is None:
+            return res
+        np.copyto(out, res)
+        return out
+
+    return k_pending
+
+
+def _numba_kernel(fn, node, attrs) -> Kernel:
     parallel, shape = attrs["parallel"], node.type.shape
     if attrs["origin"] == "fused":
         return elementwise_kernel(fn, parallel, shape, attrs["split"], attrs["kinds"],

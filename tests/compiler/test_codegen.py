@@ -25,6 +25,13 @@ needs_numba = pytest.mark.skipif(not numba_available(), reason="numba is not ins
 RTOL, ATOL = 1e-5, 1e-6
 
 
+@pytest.fixture(autouse=True)
+def sync_compile(monkeypatch):
+    """Kernels compile on the first call, so each test here runs the numba kernel itself
+    (the background mode is tested in test_codegen_background.py)."""
+    monkeypatch.setenv("EXPLORER_NUMBA_COMPILE", "sync")
+
+
 @pytest.fixture
 def every_region(monkeypatch):
     """Small test shapes get kernels too (the cost model would keep them on numpy)."""

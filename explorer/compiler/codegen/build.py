@@ -9,6 +9,12 @@ file) serves later processes: a kernel is compiled once per machine, not once pe
 ``compile_seconds()`` reports the time spent compiling or loading in this process.
 Measured (bench/jit.py, 2 shared cores): the small GPT's 9 kernels take 6.0 s to compile
 cold and 1.3 s to load from the disk cache in a new process (numba's import included).
+
+Compilation runs in the background by default (``EXPLORER_NUMBA_COMPILE=background``):
+``load_async`` hands a kernel to one worker thread and the executor runs the region's numpy
+kernel until it is ready, so a first call never waits for numba (``kernels.py``);
+``wait_compiled()`` blocks until every kernel asked for is ready.
+``EXPLORER_NUMBA_COMPILE=sync`` compiles on the first call instead.
 """
 
 from __future__ import annotations
@@ -21,18 +27,25 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import CompilerError
 
-__all__ = ["numba_available", "numba_threads", "load", "elementwise_kernel", "rows_kernel", "cache_dir",
-           "compile_seconds", "KernelBuildError"]  # fmt: skip
+__all__ = ["numba_available", "numba_threads", "load", "load_async", "loaded", "wait_compiled",
+           "compile_mode", "elementwise_kernel", "rows_kernel", "cache_dir", "compile_seconds",
+           "KernelBuildError"]  # fmt: skip
 
-_LOCK = threading.Lock()  # guards the tables below
+_LOCK = threading.Lock()  # guards the tables below (held briefly, never while compiling)
 _LOADED: dict[str, Callable] = {}
+_PENDING: dict[str, Future] = {}  # kernels handed to the worker (failed ones stay here)
+_WORKER: list[ThreadPoolExecutor] = []  # one thread, made on the first background compile
 _SECONDS: list[float] = [0.0]
+_COMPILE = threading.Lock()  # one compilation at a time (numba's compiler is not reentrant)
+MODES = ("background", "sync")
 # numba's default "workqueue" threading layer must not be entered by two threads at once:
 # parallel kernels take this lock (serial kernels release the GIL and run concurrently).
 _PARALLEL = threading.Lock()
@@ -66,20 +79,46 @@ def compile_seconds() -> float:
     return _SECONDS[0]
 
 
+def compile_mode() -> str:
+    """``EXPLORER_NUMBA_COMPILE``: ``background`` (default) or ``sync``."""
+    mode = os.environ.get("EXPLORER_NUMBA_COMPILE", "") or "background"
+    if mode not in MODES:
+        raise KernelBuildError(
+            f"EXPLORER_NUMBA_COMPILE={mode!r} is not a compile mode; expected one of "
+            f"{', '.join(MODES)} (unset means background)"
+        )
+    return mode
+
+
+def _key(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()[:16]
+
+
+def loaded(source: str) -> Callable | None:
+    """The compiled kernel of ``source`` if this process has it, else None (never waits)."""
+    with _LOCK:
+        return _LOADED.get(_key(source))
+
+
 def load(source: str, entry: str) -> Callable:
     """The compiled function ``entry`` of the module ``source`` (compiled once per source
     per process; numba's disk cache makes later processes load it instead)."""
-    key = hashlib.sha1(source.encode()).hexdigest()[:16]
+    key = _key(source)
     with _LOCK:
         fn = _LOADED.get(key)
-        if fn is not None:
+    if fn is not None:
+        return fn
+    with _COMPILE:
+        with _LOCK:
+            fn = _LOADED.get(key)
+        if fn is not None:  # another thread compiled it meanwhile
             return fn
         t0 = time.perf_counter()
         path = cache_dir() / f"k_{key}.py"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if not path.exists():  # written once: numba's cache keys on the file's mtime
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
                 tmp.write_text(source)
                 os.replace(tmp, path)
             name = f"explorer_codegen_k_{key}"
@@ -93,9 +132,39 @@ def load(source: str, entry: str) -> Callable:
                 f"{str(e)[:400]}); source:\n{source}\nrun with backend='numpy' to avoid it"
             ) from e
         fn = getattr(mod, entry)
-        _LOADED[key] = fn
-        _SECONDS[0] += time.perf_counter() - t0
+        with _LOCK:
+            _LOADED[key] = fn
+            _SECONDS[0] += time.perf_counter() - t0
         return fn
+
+
+def load_async(source: str, entry: str) -> Future:
+    """A future of ``load(source, entry)``, compiled on the background worker thread (one
+    per process; a source asked for twice is compiled once). A failed compilation stays
+    failed: its future holds the KernelBuildError."""
+    key = _key(source)
+    with _LOCK:
+        fut = _PENDING.get(key)
+        if fut is not None:
+            return fut
+        fut = Future()
+        fn = _LOADED.get(key)
+        if fn is not None:
+            fut.set_result(fn)
+            return fut
+        if not _WORKER:
+            _WORKER.append(ThreadPoolExecutor(1, thread_name_prefix="explorer-numba"))
+        fut = _WORKER[0].submit(load, source, entry)
+        _PENDING[key] = fut
+    return fut
+
+
+def wait_compiled(timeout: float | None = None) -> bool:
+    """Block until every kernel handed to the background worker is compiled (or failed);
+    False if ``timeout`` seconds passed first."""
+    with _LOCK:
+        futures = list(_PENDING.values())
+    return not wait_futures(futures, timeout=timeout).not_done
 
 
 def _locked(fn: Callable, parallel: bool) -> Callable:
