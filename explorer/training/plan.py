@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from ..hardware import Cluster, Mesh, resolve
 from ..ir import Graph
 from ..models import ModelConfig, build, load
+from . import pareto as _pareto
 from . import search_space
 from .config import (
     ParallelConfig,
@@ -121,6 +122,7 @@ class TrainingPlan:
     search_time_s: float = field(compare=False, default=0.0)
     model_config: ModelConfig | None = field(compare=False, default=None, repr=False)
     stopped_early: str | None = field(compare=False, default=None)
+    pareto: _pareto.ParetoFront | None = field(compare=False, default=None, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -131,6 +133,7 @@ class TrainingPlan:
             "alternatives": [a.as_dict() for a in self.alternatives],
             "over_memory": [a.as_dict() for a in self.over_memory],
             "searched": self.searched, "search_time_s": self.search_time_s,
+            **({"pareto": self.pareto.as_dict()} if self.pareto is not None else {}),
         }  # fmt: skip
 
     def to_json(self) -> str:
@@ -309,10 +312,11 @@ def _candidate(r: SimResult, best: SimResult, simulated: bool) -> Candidate:
 
 
 def plan_training(
-    cfg: ModelConfig | str, devices: int, hardware: str | Cluster = "a100-80g",
+    cfg: ModelConfig | str, devices: int | None = None, hardware: str | Cluster = "a100-80g",
     global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    objectives: tuple[str, ...] | None = None, pools=None,
 ) -> TrainingPlan:  # fmt: skip
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
@@ -329,6 +333,13 @@ def plan_training(
         time_limit_s: when the estimates run past it, the structures not yet estimated are
             skipped and the plan is the best of those estimated, with ``stopped_early`` saying
             how far the search got (the simulations of the best few still run).
+        objectives: names among ``"step_time"``, ``"memory"``, ``"communication"``,
+            ``"cost"`` (needs a chip price): ``plan.pareto`` is then the Pareto front of the
+            fitting configurations estimated (`explorer.training.pareto`); ``config`` stays
+            the fastest.
+        pools: a list of `Pool` (chips of different kinds in one job): the plan is then
+            `explorer.training.hetero.plan_hetero`'s `HeteroPlan` (``devices`` and
+            ``hardware`` come from the pools and must be left out).
 
     Raises `TrainingPlanError` when no configuration is valid (device count, batch) or
     none fits, naming the smallest memory any needs and the device count that would fit.
@@ -339,6 +350,19 @@ def plan_training(
     >>> plan.sim.fits, plan.config.devices
     (True, 8)
     """
+    if pools is not None:  # a job over pools of different chips (issue 18): hetero.py
+        from .hetero import plan_hetero
+
+        if devices is not None or hardware != "a100-80g":
+            raise TrainingPlanError(
+                "plan_training(pools=...) takes its chips and hardware from the pools; leave "
+                "devices and hardware out"
+            )
+        return plan_hetero(cfg, pools, global_batch, seq, params=params, space=space)
+    if devices is None:
+        raise TrainingPlanError(
+            "plan_training needs devices=<chips in the job> (or pools=[Pool(...), ...])"
+        )
     t0 = time.perf_counter()
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     cluster = resolve(hardware)
@@ -347,6 +371,10 @@ def plan_training(
     space = space or SearchSpace()
     _check_inputs(cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top)
     _check_time_limit(time_limit_s)
+    if objectives is not None:
+        objectives = _pareto.check_objectives(
+            objectives, cluster.price_per_chip_hour, f"hardware {cluster.name!r}"
+        )
     structures, why_not = search_space.structures(cfg, devices, cluster, global_batch, seq, space)
     if not structures:
         why = "; ".join(why_not[:4]) or "tp must divide the heads and the device count"
@@ -421,12 +449,19 @@ def plan_training(
         (r for r in results if not r.fits and r.step_time_s < best.step_time_s),
         key=lambda r: r.step_time_s,
     )[: min(top_k, 3)]
+    pareto = None
+    if objectives is not None:
+        pareto = _pareto.pareto_front(
+            (_normalize(r) for r in fitting), objectives, chosen=best.config,
+            price_per_hour=_pareto.job_price_per_hour(cluster.price_per_chip_hour, devices),
+            simulated=[_normalize(s) for s in exact],  # the numbers the ranking used
+        )  # fmt: skip
     return TrainingPlan(
         model=cfg.name, hardware=cluster.name, devices=devices, global_batch=global_batch,
         seq=seq, config=best.config, sim=best,
         alternatives=tuple(alts), over_memory=tuple(_candidate(r, best, False) for r in over),
         searched=searched, search_time_s=time.perf_counter() - t0, model_config=cfg,
-        stopped_early=stopped_early,
+        stopped_early=stopped_early, pareto=pareto,
     )  # fmt: skip
 
 
