@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..ir import DType, Graph, GraphBuilder
+from . import config_layers
 from .config import ModelConfig, ModelConfigError
 from .layers import attention, linear, mlp, moe, norm
 
@@ -65,7 +66,7 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
             if cfg.query_layer and i == cfg.num_layers - 1:
                 wqe = b.param("top_query", (cfg.max_seq_len, h))
                 query = b.op("embedding", positions, wqe, name="top_query_lookup")
-            x = _block(b, cfg, x, causal=decoder, query=query, seed=2 * i)
+            x = _block(b, cfg, x, causal=decoder, query=query, seed=2 * i, layer=i)
     with b.scope("head"):
         if cfg.norm_position == "pre":
             x = norm(b, cfg, x, "final_norm")
@@ -83,7 +84,9 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
     return b.build([loss])
 
 
-def _block(b, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int) -> str:
+def _block(b, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int, layer: int = 0) -> str:
+    if config_layers.extended(cfg):  # MLA, shared experts, dense first layers, q/k norms
+        return config_layers.block(b, cfg, x, causal=causal, query=query, seed=seed, layer=layer)
     if cfg.norm_position == "pre":
         with b.scope("attn"):
             x = b.op("add", x, attention(b, cfg, norm(b, cfg, x), causal=causal, query=query,

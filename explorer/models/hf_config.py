@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 
 from ..jsonfile import as_path, read_json
 from .config import ModelConfig, ModelConfigError
+from .config_hf_moe import HARMLESS_MOE, READERS, SUPPORTED_MOE
 
 __all__ = ["SUPPORTED", "METADATA", "HARMLESS", "ARCHITECTURE", "from_hf_config"]
 
@@ -25,6 +26,7 @@ SUPPORTED = {
     "mixtral": "decoder, RMSNorm, rotary, SwiGLU mixture of experts",
     "gpt2": "decoder, LayerNorm, learned positions, GELU/ReLU MLP",
     "bert": "encoder, post-LayerNorm, learned positions, GELU/ReLU MLP",
+    **SUPPORTED_MOE,
 }
 _GELU = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu_python")
 
@@ -67,7 +69,7 @@ def from_hf_config(
         name = fields.optional("_name_or_path", str, None) or folder or mtype
     if not isinstance(name, str) or not name.strip():
         raise ModelConfigError(f"{where}: name={name!r}; expected a non-empty string")
-    read = {"gpt2": _gpt2, "bert": _bert}.get(mtype, _llama)
+    read = {"gpt2": _gpt2, "bert": _bert, **READERS}.get(mtype, _llama)
     values = read(fields, mtype)
     ignored = fields.unread(mtype, strict)
     if ignored:
@@ -107,6 +109,7 @@ HARMLESS = {
     "mistral": frozenset({"sliding_window"}),
     "mixtral": frozenset({"sliding_window", "router_aux_loss_coef", "output_router_logits",
                           "router_jitter_noise"}),
+    **HARMLESS_MOE,
 }  # fmt: skip
 
 #: Fields that change the architecture when set: refused unless read (the message suggests
