@@ -25,6 +25,7 @@ import numpy as np
 from .. import trace as _trace
 from ..ir import Graph
 from ..ir.ops_tensor import Subgraph
+from .codegen.build import has_queued, start_queued
 from .errors import CompilerError, LoopLimitExceeded
 from .kernels import make_kernel
 from .passes.memory_plan import MemoryPlan, plan_memory
@@ -133,9 +134,13 @@ class Program:
                 f"({', '.join(self.feed_names)}), got {len(feeds)}; pass the inputs then the "
                 "parameters in graph order"
             )
-        if _trace.active() is None:
-            return self._plan(*feeds)
-        return self.run_interpreted(feeds)
+        try:
+            if _trace.active() is None:
+                return self._plan(*feeds)
+            return self.run_interpreted(feeds)
+        finally:
+            if has_queued():  # numba kernels compile after this run, not during it
+                start_queued()
 
     def run_interpreted(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
         """The steps one by one over the slot list (recording kernel events when a trace is

@@ -63,10 +63,12 @@ def test_first_calls_run_numpy_until_the_kernel_is_compiled(gated, rng):
     args = _args(rng, 1.0)
     want = f(*args)
     jf = ex.jit(f, backend="numba")
+    assert not build.has_queued()
     for _ in range(3):  # the worker is held: the numpy kernels answer
         got = jf(*args)
         for a, w in zip(got, want, strict=True):
             np.testing.assert_allclose(a.numpy(), w.numpy(), rtol=RTOL, atol=ATOL)
+        assert not build.has_queued()  # handed to the worker after the run
     assert calls == []
     assert [n.op for n in jf.lower(*args).ops].count("generated") == 2
     release.set()

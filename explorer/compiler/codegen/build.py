@@ -11,8 +11,9 @@ Measured (bench/jit.py, 2 shared cores): the small GPT's 9 kernels take 6.0 s to
 cold and 1.3 s to load from the disk cache in a new process (numba's import included).
 
 Compilation runs in the background by default (``EXPLORER_NUMBA_COMPILE=background``):
-``load_async`` hands a kernel to one worker thread and the executor runs the region's numpy
-kernel until it is ready, so a first call never waits for numba (``kernels.py``);
+``load_async`` queues a kernel for one worker thread, started after the program's run, and
+the executor runs the region's numpy kernel until it is ready, so a first call never waits
+for numba (``kernels.py``);
 ``wait_compiled()`` blocks until every kernel asked for is ready.
 ``EXPLORER_NUMBA_COMPILE=sync`` compiles on the first call instead.
 """
@@ -36,12 +37,14 @@ import numpy as np
 from ..errors import CompilerError
 
 __all__ = ["numba_available", "numba_threads", "load", "load_async", "loaded", "wait_compiled",
+           "has_queued", "start_queued",
            "compile_mode", "elementwise_kernel", "rows_kernel", "cache_dir", "compile_seconds",
            "KernelBuildError"]  # fmt: skip
 
 _LOCK = threading.Lock()  # guards the tables below (held briefly, never while compiling)
 _LOADED: dict[str, Callable] = {}
 _PENDING: dict[str, Future] = {}  # kernels handed to the worker (failed ones stay here)
+_QUEUED: list[tuple[str, str, Future]] = []  # asked for, not yet handed to the worker
 _WORKER: list[ThreadPoolExecutor] = []  # one thread, made on the first background compile
 _SECONDS: list[float] = [0.0]
 _COMPILE = threading.Lock()  # one compilation at a time (numba's compiler is not reentrant)
@@ -139,9 +142,12 @@ def load(source: str, entry: str) -> Callable:
 
 
 def load_async(source: str, entry: str) -> Future:
-    """A future of ``load(source, entry)``, compiled on the background worker thread (one
-    per process; a source asked for twice is compiled once). A failed compilation stays
-    failed: its future holds the KernelBuildError."""
+    """A future of ``load(source, entry)``, to be compiled on the background worker thread
+    (one per process; a source asked for twice is compiled once) once ``start_queued()``
+    runs: the executor calls it after a program's run, so that compiling does not compete
+    for the GIL with the call that asked (a 4M-element call measured 56 ms alone and 330 ms
+    beside numba's compiler). A failed compilation stays failed: its future holds the
+    KernelBuildError."""
     key = _key(source)
     with _LOCK:
         fut = _PENDING.get(key)
@@ -152,16 +158,40 @@ def load_async(source: str, entry: str) -> Future:
         if fn is not None:
             fut.set_result(fn)
             return fut
-        if not _WORKER:
-            _WORKER.append(ThreadPoolExecutor(1, thread_name_prefix="explorer-numba"))
-        fut = _WORKER[0].submit(load, source, entry)
         _PENDING[key] = fut
+        _QUEUED.append((source, entry, fut))
     return fut
 
 
+def has_queued() -> bool:
+    """Whether kernels wait for ``start_queued()`` (one list check: called every run)."""
+    return bool(_QUEUED)
+
+
+def start_queued() -> None:
+    """Hand the kernels ``load_async`` queued to the worker thread."""
+    with _LOCK:
+        jobs = list(_QUEUED)
+        _QUEUED.clear()
+        if jobs and not _WORKER:
+            _WORKER.append(ThreadPoolExecutor(1, thread_name_prefix="explorer-numba"))
+    for source, entry, fut in jobs:
+        _WORKER[0].submit(_fill, fut, source, entry)
+
+
+def _fill(fut: Future, source: str, entry: str) -> None:
+    if not fut.set_running_or_notify_cancel():
+        return
+    try:
+        fut.set_result(load(source, entry))
+    except BaseException as e:  # noqa: BLE001  (handed to the future's reader)
+        fut.set_exception(e)
+
+
 def wait_compiled(timeout: float | None = None) -> bool:
-    """Block until every kernel handed to the background worker is compiled (or failed);
-    False if ``timeout`` seconds passed first."""
+    """Start the queued kernels and block until every kernel handed to the background
+    worker is compiled (or failed); False if ``timeout`` seconds passed first."""
+    start_queued()
     with _LOCK:
         futures = list(_PENDING.values())
     return not wait_futures(futures, timeout=timeout).not_done
