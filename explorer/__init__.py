@@ -18,8 +18,11 @@ from .training import (
     MeasuredRun,
     ParallelConfig,
     ParetoFront,
+    Pool,
     TrainingPlan,
     calibrate,
+    compare_hetero,
+    plan_hetero,
     plan_training,
     scaling_curve,
     simulate,
@@ -33,4 +36,5 @@ __all__ = [
     "compiler", "trace", "export", "jit", "tensor", "Tensor", "grad", "F", "nn",
     "ParallelConfig", "simulate", "plan_training", "TrainingPlan", "scaling_curve",
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
+    "Pool", "plan_hetero", "compare_hetero",
 ]  # fmt: skip

@@ -10,6 +10,7 @@ True
 
 from .calibrate import Calibration, CalibrationRow, calibrate
 from .config import ParallelConfig, ParallelConfigError
+from .hetero import HeteroComparison, HeteroPlan, PoolAssignment, compare_hetero, plan_hetero
 from .measured import CalibrationError, MeasuredRun, megatron_table1_runs, published_runs
 from .memory import (
     ActivationTerms,
@@ -35,6 +36,7 @@ from .pipeline import (
     uniform_partition,
 )
 from .plan import Candidate, SearchSpace, TrainingPlan, TrainingPlanError, plan_training
+from .pools import Pool, PoolError
 from .published import compare_megatron, load_published, megatron_flops_per_iteration
 from .scaling import ScalingCurve, ScalingPoint, scaling_curve
 from .simulate import (
@@ -61,5 +63,7 @@ __all__ = [
     "MeasuredRun", "CalibrationError", "published_runs", "megatron_table1_runs", "calibrate",
     "Calibration",
     "CalibrationRow",
+    "Pool", "PoolError", "PoolAssignment", "HeteroPlan", "HeteroComparison", "plan_hetero",
+    "compare_hetero",
     "OBJECTIVES", "ParetoFront", "ParetoPoint", "ParetoError",
 ]  # fmt: skip

@@ -312,11 +312,11 @@ def _candidate(r: SimResult, best: SimResult, simulated: bool) -> Candidate:
 
 
 def plan_training(
-    cfg: ModelConfig | str, devices: int, hardware: str | Cluster = "a100-80g",
+    cfg: ModelConfig | str, devices: int | None = None, hardware: str | Cluster = "a100-80g",
     global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-    objectives: tuple[str, ...] | None = None,
+    objectives: tuple[str, ...] | None = None, pools=None,
 ) -> TrainingPlan:  # fmt: skip
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
@@ -337,6 +337,9 @@ def plan_training(
             ``"cost"`` (needs a chip price): ``plan.pareto`` is then the Pareto front of the
             fitting configurations estimated (`explorer.training.pareto`); ``config`` stays
             the fastest.
+        pools: a list of `Pool` (chips of different kinds in one job): the plan is then
+            `explorer.training.hetero.plan_hetero`'s `HeteroPlan` (``devices`` and
+            ``hardware`` come from the pools and must be left out).
 
     Raises `TrainingPlanError` when no configuration is valid (device count, batch) or
     none fits, naming the smallest memory any needs and the device count that would fit.
@@ -347,6 +350,19 @@ def plan_training(
     >>> plan.sim.fits, plan.config.devices
     (True, 8)
     """
+    if pools is not None:  # a job over pools of different chips (issue 18): hetero.py
+        from .hetero import plan_hetero
+
+        if devices is not None or hardware != "a100-80g":
+            raise TrainingPlanError(
+                "plan_training(pools=...) takes its chips and hardware from the pools; leave "
+                "devices and hardware out"
+            )
+        return plan_hetero(cfg, pools, global_batch, seq, params=params, space=space)
+    if devices is None:
+        raise TrainingPlanError(
+            "plan_training needs devices=<chips in the job> (or pools=[Pool(...), ...])"
+        )
     t0 = time.perf_counter()
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     cluster = resolve(hardware)
