@@ -209,6 +209,7 @@ def test_cost_model_keeps_tiny_regions_on_numpy(rng):
     assert not cost.choose("elementwise", 1 << 22, 4, True, threads=1).parallel
 
 
+@needs_numba  # without numba the reason is "not installed"
 def test_two_cheap_ops_stay_on_numpy(every_region, rng):
     def add2(x, y):
         return x + y * 2.0
