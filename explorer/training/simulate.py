@@ -24,7 +24,7 @@ from .pipeline.schedule import build_schedule, peak_in_flight
 from .pipeline.timeline import Timeline, simulate_schedule
 from .stage_costs import PartCost
 from .step_model import CALIBRATED_COST, COMM_KINDS, StepModel, TrainingParams
-from .terms import cp, ep, recompute, zero
+from .terms import cp, ep, moe, recompute, zero
 
 __all__ = [
     "TrainingParams", "SimResult", "PartitionChoice", "PartitionMethod", "simulate", "estimate",
@@ -318,7 +318,7 @@ def _layer_times(step: StepModel, n_full) -> list[float]:
     rec = recompute.layers_s(step, n, n_full) / n
     layer = _busy(c.layer) + rec + 2 * ep.stage_s(step, 1)  # all-to-alls forward + backward
     layer += sum(cp.stage_s(step, n, n_full)) / n  # key/value exchanges, context parallel
-    return [_busy(c.embed)] + [layer] * L + [_busy(c.head)]
+    return moe.layer_times(step, [_busy(c.embed)] + [layer] * L + [_busy(c.head)])
 
 
 @memoize(maxsize=4096, name="training.balanced_split")
@@ -338,6 +338,7 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     per_param = sum(zero.model_state_bytes(1.0, par.weight_replicas, par.zero, step.tparams.state))
     static = [step.embed_params * per_param] + [step.layer_params * per_param] * L
     static.append(step.head_params * per_param)
+    static = moe.layer_static(step, static, per_param)  # dense first layers' own weights
     acts = [step.embed_act()] + [recompute.layers_act(step, n, n_full) / n] * L + [0.0]
     al = step.tparams.allowances
     usable = step.cap / (1 + al.fragmentation_fraction)

@@ -26,7 +26,7 @@ from .memory import (
 )
 from .pipeline.partition import StagePartition
 from .stage_costs import StageCosts, stage_costs
-from .terms import cp, dp, ep, pp, recompute, tp, zero
+from .terms import cp, dp, ep, moe, pp, recompute, tp, zero
 
 __all__ = ["TrainingParams", "CALIBRATED_COST", "COMM_KINDS", "StepModel", "exposed_s"]
 
@@ -206,7 +206,7 @@ class StepModel:
         self.gb = gb
         self.seq_local = cp.local_seq(seq, par.cp)  # positions per context-parallel rank
         whole = stage_costs(
-            cfg,
+            moe.layer_config(cfg),  # every layer a MoE layer; dense first layers: moe.py
             seq,
             par.tp,
             par.microbatch_size,
@@ -231,6 +231,7 @@ class StepModel:
         self.p2p_s, self.p2p_bytes = pp.p2p(self)
         self.ep_s, self.ep_bytes = ep.all_to_all(self)
         self.cp_fwd_s, self.cp_bwd_s, self.cp_fwd_bytes, self.cp_bwd_bytes = cp.exchange(self)
+        self.dense = moe.dense_layers(self)  # MoE models' dense first layers, or None
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized)."""
@@ -256,6 +257,7 @@ class StepModel:
             if has:
                 fwd += P.forward_s
                 bwd += P.backward_s
+        fwd, bwd = moe.stage_compute(self, part, g, fwd, bwd)
         over = self.tparams.microbatch_overhead_s
         return fwd + over, bwd + over
 
@@ -266,7 +268,7 @@ class StepModel:
         tpf, tpb = tp.stage_comm_s(self, part, g)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
-        ep_s = ep.stage_s(self, n)
+        ep_s = ep.stage_s(self, n - moe.dense_in_stage(self, part, g))
         zg_raw = zero.gather_s(self, params)
         z_frac = self.tparams.zero_gather_overlap_fraction
         zg = exposed_s(zg_raw, fwd, z_frac)  # forward gather behind the forward
@@ -286,6 +288,7 @@ class StepModel:
             part.layers(g) * self.layer_params
             + part.has_embed(g) * self.embed_params
             + part.has_head(g) * self.head_params
+            + moe.params_delta(self, part, g)
         )
 
     def device_backward_s(self, part: StagePartition, d: int, n_full: int | None) -> float:
@@ -362,7 +365,7 @@ class StepModel:
     def flops(self) -> tuple[float, float]:
         """(model FLOPs, hardware FLOPs with recomputation) of one step, whole job."""
         c, cfg = self.costs, self.cfg
-        fwd = cfg.num_layers * c.layer.flops + c.embed.flops + c.head.flops
+        fwd = cfg.num_layers * c.layer.flops + c.embed.flops + c.head.flops + moe.flops_delta(self)
         factor = 1 + self.tparams.cost.backward_compute_ratio
         seqs = self.gb / self.par.microbatch_size
         model = factor * fwd * seqs
@@ -379,7 +382,7 @@ class StepModel:
             ("pp", pp.comm_bytes(self)),
             ("dp", dp.comm_bytes(self, params)),
             ("zero", zero.comm_bytes(self, params)),
-            ("ep", ep.comm_bytes(self, n)),
+            ("ep", ep.comm_bytes(self, moe.moe_layers_in(self, part, chunks))),
             ("cp", cp.comm_bytes(self, n)),
         )
 

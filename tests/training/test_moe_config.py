@@ -158,3 +158,76 @@ def test_tiny_matmul_flops_equal_flop_counter(model_type):
         raw.pop("num_experts", None)  # transformers' alias of num_local_experts
     cfg = from_hf_config(raw, name=model_type, strict=False)
     assert forward_flops(cfg, SEQ, BATCH) == oracle_flops(model_type, raw)
+
+
+# --- the training step model -------------------------------------------------------------------
+
+STEP = dict(
+    TINY, name="tiny-v3-step", hidden_size=256, num_heads=8, num_layers=8, vocab_size=1024,
+    q_lora_rank=128, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=32,
+    num_experts=16, experts_top_k=4, moe_intermediate_size=128, first_dense_layers=2,
+    ffn_hidden_size=1024, max_seq_len=256,
+)  # fmt: skip
+
+
+def _step(cfg, par, gb=8, seq=256):
+    from explorer.training.step_model import StepModel, TrainingParams
+
+    return StepModel(cfg, par, ex.hardware.load("h100-sxm"), gb, seq, TrainingParams())
+
+
+def test_step_model_costs_dense_first_layers_as_dense():
+    from explorer.training.pipeline.partition import StagePartition
+    from explorer.training.terms import moe
+
+    cfg = ModelConfig(**STEP)
+    par = ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2, microbatch_size=2)
+    s = _step(cfg, par)
+    assert s.dense is not None and s.dense.count == 2
+    # the layer costed is a MoE layer, the dense one is the config's dense MLP
+    assert s.costs.layer.expert_params == 16 * 3 * 256 * 128
+    assert s.costs.layer.params == layer_sum(cfg, 2) and s.dense.layer.params == layer_sum(cfg, 0)
+    part = StagePartition((0, 4, 10), 8)  # embed + layers 0-2 | layers 3-7 + head
+    assert [moe.dense_in_stage(s, part, g) for g in (0, 1)] == [2, 0]
+    assert moe.moe_layers_in(s, part, (0, 1)) == 6
+    # stage 0: two dense layers (tp-split) and one MoE layer (experts over tp * ep)
+    moe_dev = (layer_sum(cfg, 2) - s.costs.layer.expert_params) / 2 + (
+        s.costs.layer.expert_params / 8
+    )
+    embed = s.embed_params
+    assert s.stage_params(part, 0) == pytest.approx(embed + 2 * layer_sum(cfg, 0) / 2 + moe_dev)
+    fwd0 = s.stage_compute_s(part, 0)[0]
+    base = 3 * s.costs.layer.forward_s + s.costs.embed.forward_s
+    assert fwd0 - base == pytest.approx(2 * (s.dense.layer.forward_s - s.costs.layer.forward_s))
+    # the all-to-alls run for the MoE layer only
+    seg = dict(s.stage_segments(part, 0, None)[0])
+    assert seg["ep-comm"] == pytest.approx(s.ep_s)
+
+
+def layer_sum(cfg, i):
+    return sum(layer_params(cfg, i).values())
+
+
+def test_step_flops_equal_the_whole_built_graph():
+    cfg = ModelConfig(**STEP)
+    par = ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2, microbatch_size=2)
+    s = _step(cfg, par, gb=8, seq=256)
+    g = ex.models.build(cfg, batch=2, seq=256)
+    model, _ = s.flops()
+    factor = 1 + s.tparams.cost.backward_compute_ratio
+    assert model == pytest.approx(factor * g.flops() * 8 / 2, rel=1e-12)
+
+
+def test_simulate_and_plan_a_deepseek_like_model():
+    cfg = ModelConfig(**STEP)
+    par = ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2, microbatch_size=2)
+    r = ex.simulate(cfg, par, "h100-sxm", global_batch=16, seq=256)
+    u = ex.simulate(cfg.replace(first_dense_layers=0), par, "h100-sxm", global_batch=16, seq=256)
+    assert str(r.partition) == str(u.partition) == "embed+4 | 4+head"
+    # stage 0 runs 2 dense + 2 MoE layers: half the all-to-all bytes of 4 MoE layers, and
+    # the dense layers' tp-split weights are more per device than the experts' tp*ep share
+    assert dict(r.comm_bytes)["ep"] == dict(u.comm_bytes)["ep"] / 2
+    assert r.memory_per_device[0].parameters > u.memory_per_device[0].parameters
+    assert r.memory_per_device[1].parameters == u.memory_per_device[1].parameters
+    plan = ex.plan_training(cfg, 16, "h100-sxm", global_batch=16, seq=256, time_limit_s=120)
+    assert plan.config.devices == 16 and plan.sim.fits

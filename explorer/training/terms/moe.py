@@ -1,0 +1,147 @@
+"""Layers that differ along a mixture-of-experts model: DeepSeek's dense first layers.
+
+`StageCosts.layer` is one MoE layer (the step model costs ``layer_config(cfg)``, whose
+every layer holds experts); a model with ``first_dense_layers = k`` runs its first ``k``
+layers as dense MLPs of ``ffn_hidden_size`` instead (DeepSeek-V3: 3 of 61, inner 18432).
+This module costs that dense layer once (the same operator search and kernel timing as
+the MoE layer, `dense_config`) and corrects each pipeline stage by the dense layers it
+holds: compute time, parameters on a device (a dense layer's weights are split by tensor
+parallelism only, never by expert parallelism), FLOPs, and no expert all-to-all. The
+pipeline partition sees the per-layer times and parameters (`layer_times`,
+`layer_static`), so a stage holding dense layers is balanced as what it is.
+
+Not corrected: the tensor-parallel collectives of a dense layer (those of the MoE layer
+are used) and activations (the step model's activation formula has no expert term).
+
+Shared experts and routed experts of ``moe_intermediate_size`` need nothing here: they are
+ops of the MoE layer the operator search costs; the shared experts' two-dimensional
+weights are dense parameters (split over tp), the routed experts' three-dimensional ones
+are ``expert_params`` (split over tp * ep, `ep.layer_params`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ...models import ModelConfig
+
+if TYPE_CHECKING:
+    from ..pipeline.partition import StagePartition
+    from ..stage_costs import PartCost
+    from ..step_model import StepModel
+
+__all__ = [
+    "DenseLayers", "layer_config", "dense_config", "dense_layers", "dense_in_stage",
+    "stage_compute", "params_delta", "flops_delta", "moe_layers_in", "layer_times",
+    "layer_static",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DenseLayers:
+    """The first ``count`` layers are dense: ``layer`` is one of them (timed, one device's
+    share under context parallelism), ``params`` its parameters on one device."""
+
+    count: int
+    layer: PartCost
+    params: float
+
+
+def layer_config(cfg: ModelConfig) -> ModelConfig:
+    """The config the step model costs as "the layer": every layer a MoE layer."""
+    if cfg.is_moe and cfg.first_dense_layers:
+        return cfg.replace(first_dense_layers=0)
+    return cfg
+
+
+def dense_config(cfg: ModelConfig) -> ModelConfig:
+    """``cfg`` with dense MLPs of ``ffn_hidden_size`` in place of its experts."""
+    return cfg.replace(
+        num_experts=0, moe_intermediate_size=None, num_shared_experts=0,
+        shared_expert_size=None, shared_expert_gate=False, first_dense_layers=0,
+    )  # fmt: skip
+
+
+def dense_layers(s: StepModel) -> DenseLayers | None:
+    """The dense first layers of ``s.cfg`` costed like the MoE layer (None: none)."""
+    cfg = s.cfg
+    if not cfg.is_moe or not cfg.dense_layers:
+        return None
+    from ..kernels import timed_costs
+    from ..stage_costs import stage_costs
+    from . import cp, ep
+
+    tp_, par = s.tparams, s.par
+    whole = stage_costs(
+        dense_config(cfg), s.seq, par.tp, par.microbatch_size, s.cluster, tp_.cost,
+        tp_.search_method, tp_.fused_ops,
+    )  # fmt: skip
+    layer = cp.split_costs(timed_costs(whole, s.cluster.chip, tp_), par.cp).layer
+    return DenseLayers(cfg.dense_layers, layer, ep.layer_params(layer, par.tp, par.ep))
+
+
+def dense_in_stage(s: StepModel, part: StagePartition, g: int) -> int:
+    """Dense layers stage ``g`` holds (its parts ``bounds[g]:bounds[g+1]`` of ``[embed,
+    layer 0, ..., head]``: layer ``i`` is part ``i + 1``)."""
+    d = getattr(s, "dense", None)
+    if d is None:
+        return 0
+    lo, hi = part.bounds[g], part.bounds[g + 1]
+    return max(0, min(hi - 1, part.num_layers, d.count) - max(lo - 1, 0))
+
+
+def moe_layers_in(s: StepModel, part: StagePartition, stages) -> int:
+    """Layers holding experts among ``stages`` (what the all-to-alls run for)."""
+    return sum(part.layers(g) - dense_in_stage(s, part, g) for g in stages)
+
+
+def stage_compute(s: StepModel, part: StagePartition, g: int, fwd: float, bwd: float):
+    """(forward, backward) seconds of stage ``g`` with its dense layers at their own cost."""
+    n = dense_in_stage(s, part, g)
+    if not n:
+        return fwd, bwd
+    c, d = s.costs.layer, s.dense.layer
+    return fwd + n * (d.forward_s - c.forward_s), bwd + n * (d.backward_s - c.backward_s)
+
+
+def params_delta(s: StepModel, part: StagePartition, g: int) -> float:
+    """Parameters on a device of stage ``g``: dense layers' minus the MoE layers' they
+    replace."""
+    n = dense_in_stage(s, part, g)
+    return n * (s.dense.params - s.layer_params) if n else 0.0
+
+
+def flops_delta(s: StepModel) -> float:
+    """Forward FLOPs of one microbatch: the dense layers' minus the MoE layers'."""
+    d = getattr(s, "dense", None)
+    return d.count * (d.layer.flops - s.costs.layer.flops) if d else 0.0
+
+
+def layer_times(s: StepModel, times: list[float]) -> list[float]:
+    """Per-part seconds ``[embed, layers..., head]`` with the dense layers' own time (their
+    compute, no all-to-all) for the pipeline partition."""
+    d = getattr(s, "dense", None)
+    if d is None:
+        return times
+    from . import ep
+
+    c = s.costs.layer
+    delta = (d.layer.forward_s + d.layer.backward_s + d.layer.tp_forward_s
+             + d.layer.tp_backward_s) - (c.forward_s + c.backward_s + c.tp_forward_s
+                                         + c.tp_backward_s) - 2 * ep.stage_s(s, 1)  # fmt: skip
+    out = list(times)
+    for i in range(1, 1 + d.count):
+        out[i] += delta
+    return out
+
+
+def layer_static(s: StepModel, static: list[float], per_param: float) -> list[float]:
+    """Per-part model-state bytes with the dense layers' own parameters."""
+    d = getattr(s, "dense", None)
+    if d is None:
+        return static
+    out = list(static)
+    for i in range(1, 1 + d.count):
+        out[i] = d.params * per_param
+    return out
