@@ -35,6 +35,7 @@ from .graph_view import GraphView
 from .memory_view import MemoryView
 from .mesh_view import MeshView
 from .parallelism_lesson import ParallelismLesson
+from .pareto_view import ParetoView
 from .pipeline_view import PipelineView
 from .progress import Progress
 from .scaling_view import ScalingView, Series
@@ -47,5 +48,5 @@ __all__ = [
     "StrategyExplorer", "GraphView", "MeshView", "CostTuner", "TraceCompare", "PipelineView",
     "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
     "ErrorPane", "Coalescer", "Progress", "busy", "figure_box", "ParallelismLesson",
-    "CalibrationView",
+    "CalibrationView", "ParetoView",
 ]  # fmt: skip
