@@ -113,6 +113,13 @@ class ShardingPlan:
         """The status as shown: ``optimal``, ``heuristic`` or ``time-limited (MIP gap x%)``."""
         return status_text(self.status, self.gap)
 
+    @property
+    def cost_tables(self) -> tuple[CostModel, tuple[int, ...]]:
+        """The raw cost tables the plan was weighed on and the chosen strategy index of
+        every node (in ``tables.names`` order): what re-costs these decisions under other
+        `CostParams` without searching again (``breakdown.plan_breakdown``)."""
+        return self._model, self._choice
+
     def node_cost(self, node: str) -> CostBreakdown:
         """One node's own cost."""
         m = self._model

@@ -7,6 +7,17 @@ The fitted knobs are float fields of `TrainingParams`, named by their path
 reflective); the predictions are `estimate`'s (the model `plan_training` ranks with) or,
 on request, `simulate`'s.
 
+Re-timing, not re-searching: the operator search's layouts (one search per model, tensor
+parallelism, microbatch size and `CostParams`) are what a knob moved a little does not
+change, so during the fit they stay those chosen under the starting params
+(`stage_costs.decisions_fixed_at`) and each trial value only re-costs them; the stage
+split, recomputation and everything else of the step model are evaluated as usual. After
+the fit every run is simulated in full under the fitted params and the table reports
+that; if the search there picks other layouts for some run (its full prediction differs
+from the re-timed one), the fit is run again from its result with the layouts chosen under
+the fitted params (at most `MAX_ROUNDS` fits) and ``Calibration.redecided`` names the runs
+that still differ. ``exact=True`` searches again at every trial value (the slow path).
+
 Fit data and check data stay apart: ``runs`` are fitted, ``check`` runs are only
 predicted, and every row of `Calibration.table` says which it is. ``loo_error`` is the
 median |error| of each fit run predicted by a fit on the other runs (leave-one-out).
@@ -30,9 +41,11 @@ from typing import Literal
 
 import numpy as np
 
+from ..errors import ExplorerError
 from .calibration_io import calibration_from_json, calibration_to_json
 from .measured import CalibrationError, MeasuredRun
 from .simulate import TrainingParams, estimate, simulate
+from .stage_costs import decisions_fixed_at
 
 __all__ = [
     "calibrate",
@@ -58,6 +71,11 @@ EFFICIENCY_BOUNDS = (0.05, 1.0)
 FRACTION_BOUNDS = (0.0, 1.0)
 # Any other positive knob: a decade either side of its start.
 DECADE = 10.0
+# Fits at most, each from the last one's result with the layouts chosen under its params.
+MAX_ROUNDS = 3
+# Two predictions of a run within this relative difference are the same decisions: layouts
+# that tie (mirror-image splits) cost the same up to the order of the floating-point sums.
+SAME_TIME = 1e-9
 
 
 # ----- the knobs -------------------------------------------------------------------------
@@ -206,7 +224,23 @@ def _bounds(names, bounds, params) -> list[tuple[float, float]]:
                 "fit or drop its bounds"
             )
         full[path] = (float(b[0]), float(b[1]))
+        _check_range(key, path, full[path], params)
     return [full.get(n) or default_bounds(n, get_value(params, n), params) for n in names]
+
+
+def _check_range(key: str, path: str, bounds: tuple[float, float], params) -> None:
+    """Both ends of a given range must be values the field accepts (an efficiency in
+    (0, 1], a fraction in [0, 1], a knob's declared range)."""
+    declared = _field(params, path).metadata.get("range")
+    for end in bounds:
+        try:
+            with_values(params, {path: end})
+        except ExplorerError as e:
+            what = f" (declared range {tuple(declared)})" if declared is not None else ""
+            raise CalibrationError(
+                f"bounds[{key!r}]={bounds!r}: {path}={end!r} is not a valid value{what}: {e}; "
+                "give bounds inside the field's valid range"
+            ) from None
 
 
 # ----- predictions -----------------------------------------------------------------------
@@ -215,7 +249,7 @@ def predict(run: MeasuredRun, params: TrainingParams, evaluator: Evaluator = "es
     cannot take raises `CalibrationError` naming the run."""
     fn = estimate if evaluator == "estimate" else simulate
     try:
-        return fn(run.cfg, run.config, run.hardware, run.global_batch, run.seq, params)
+        return fn(run.cfg, run.config, run.cluster, run.global_batch, run.seq, params)
     except CalibrationError:
         raise
     except Exception as e:  # the model's own errors: say which run
@@ -276,9 +310,19 @@ class Calibration:
         table: one `CalibrationRow` per run, fit rows first, then check rows.
         loo_error: median |leave-one-out error| over the fit rows (None when not run or
             with fewer fit runs than two).
-        evaluator: ``estimate`` or ``simulate``; ``rms_log_error``: the fit's
-            root-mean-square residual in log step time; ``evaluations``: step-model calls
-            of the main fit; ``seconds``: wall time of the whole call.
+        evaluator: ``estimate`` or ``simulate``; ``rms_log_error``: the root-mean-square
+            residual in log step time of the fit runs fully simulated under ``params``;
+            ``evaluations``: step-model calls of the fits (all rounds, leave-one-out
+            aside); ``seconds``: wall time of the whole call.
+        exact: True when every trial value searched the operator layouts again; False
+            when the fit re-timed fixed layouts (see the module doc).
+        rounds: fits run (a new one each time the fitted params changed some run's
+            layouts; 1 when they did not).
+        redecided: labels of the fit runs whose full simulation under the fitted params
+            differs from the re-timed prediction the last fit used (the search picks other
+            layouts there); empty when the table's "after" column is what was fitted.
+        retime_gap: the largest ``|full / re-timed - 1|`` over the fit runs (0.0 when
+            ``redecided`` is empty or ``exact``).
     """
 
     params: TrainingParams
@@ -293,6 +337,10 @@ class Calibration:
     rms_log_error: float
     evaluations: int
     seconds: float
+    exact: bool = False
+    rounds: int = 1
+    redecided: tuple[str, ...] = ()
+    retime_gap: float = 0.0
 
     @property
     def fitted(self) -> dict[str, float]:
@@ -360,6 +408,11 @@ class Calibration:
         med = self.median_error("fit")
         loo = "n/a" if self.loo_error is None else f"{self.loo_error:.1%}"
         warn = "" if self.determined else " (no more runs than knobs: not unique)"
+        if self.redecided:
+            warn += (
+                f"; {len(self.redecided)} runs take other layouts under the fitted params "
+                f"(up to {self.retime_gap:.2%} from the re-timed fit)"
+            )
         return (
             f"Calibration of {len(self.rows('fit'))} runs ({len(self.rows('check'))} check): "
             f"{vals}{warn}; median |error| {med:.1%} fitted, leave-one-out {loo}"
@@ -379,11 +432,24 @@ def _check_runs(runs, what: str, allow_empty: bool) -> tuple[MeasuredRun, ...]:
     return runs
 
 
-class _Objective:
-    """Residuals ``log(predicted) - log(measured)`` of some runs, counting evaluations."""
+def predict_times(runs, params: TrainingParams, evaluator: Evaluator = "estimate",
+                  decided_at: TrainingParams | None = None) -> np.ndarray:  # fmt: skip
+    """Predicted step times of ``runs`` under ``params``; with ``decided_at``, the
+    operator layouts are those searched under ``decided_at.cost`` (re-timed, not
+    re-searched: `stage_costs.decisions_fixed_at`)."""
+    if decided_at is None:
+        return np.array([predict(r, params, evaluator).step_time_s for r in runs])
+    with decisions_fixed_at(decided_at.cost):
+        return np.array([predict(r, params, evaluator).step_time_s for r in runs])
 
-    def __init__(self, runs, base, names, evaluator):
+
+class _Objective:
+    """Residuals ``log(predicted) - log(measured)`` of some runs, counting evaluations;
+    the layouts are searched under ``decided_at`` (None: under each trial's params)."""
+
+    def __init__(self, runs, base, names, evaluator, decided_at=None):
         self.runs, self.base, self.names, self.evaluator = runs, base, names, evaluator
+        self.decided_at = decided_at
         self.log_measured = np.log([r.step_time_s for r in runs])
         self.calls = 0
 
@@ -393,17 +459,19 @@ class _Objective:
     def __call__(self, x) -> np.ndarray:
         p = self.params(x)
         self.calls += len(self.runs)
-        t = [predict(r, p, self.evaluator).step_time_s for r in self.runs]
+        t = predict_times(self.runs, p, self.evaluator, self.decided_at)
         return np.log(t) - self.log_measured
 
 
-def _sensitive(runs, base, names, evaluator) -> tuple[str, ...]:
+def _sensitive(runs, base, names, evaluator, decided_at=None) -> tuple[str, ...]:
     """The default knobs worth fitting to ``runs``: those that move at least one run's
     predicted time by 1e-4 (relative) when nudged by 1% (of the value, or of the range
     for a knob at 0), the most sensitive first and at most ``len(runs) - 1`` of them (at
     least one), so the fit stays determined. Fitting a knob the runs never use (fused
     attention's efficiency without fused attention) only costs evaluations."""
-    ref = _Objective(runs, base, names, evaluator)(np.array([get_value(base, n) for n in names]))
+    ref = _Objective(runs, base, names, evaluator, decided_at)(
+        np.array([get_value(base, n) for n in names])
+    )
     moves: dict[str, float] = {}
     for n in names:
         v = get_value(base, n)
@@ -412,7 +480,7 @@ def _sensitive(runs, base, names, evaluator) -> tuple[str, ...]:
         nudged = v - step if v - step >= lo else v + step
         if not lo <= nudged <= hi:
             continue
-        o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator)
+        o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator, decided_at)
         move = float(np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)))
         if move > 1e-4:
             moves[n] = move
@@ -464,6 +532,7 @@ def calibrate(
     loo: bool = True,
     evaluator: Evaluator = "estimate",
     max_nfev: int | None = 50,
+    exact: bool = False,
 ) -> Calibration:
     """Fit the ``fit`` fields of ``params`` to ``runs`` within ``bounds``.
 
@@ -478,9 +547,12 @@ def calibrate(
         evaluator: ``estimate`` (closed-form pipeline, as `plan_training` ranks) or
             ``simulate`` (the event simulation).
         max_nfev: the most objective evaluations per fit (each evaluates every run).
+        exact: search the operator layouts again at every trial value (slow: a search
+            per run layout and trial) instead of re-timing the layouts of the start.
 
     Raises:
-        CalibrationError: malformed runs, an unknown field, bounds that are not a range.
+        CalibrationError: malformed runs, a run the step model cannot take (named), an
+            unknown field, bounds that are not a range or leave the field's valid values.
     """
     t0 = time.perf_counter()
     runs = _check_runs(runs, "runs", allow_empty=False)
@@ -490,49 +562,70 @@ def calibrate(
         raise CalibrationError(f"params={params!r}; expected a TrainingParams or None")
     if evaluator not in EVALUATORS:
         raise CalibrationError(f"evaluator={evaluator!r}; expected one of {EVALUATORS}")
+    if not isinstance(exact, bool):
+        raise CalibrationError(f"exact={exact!r}; expected True or False")
     names = resolve_fit(fit, base)
+    # Every run predicted once before the fit: a run the model cannot take fails here,
+    # named (`predict`), not in the middle of the least squares.
+    before = predict_times(runs + check, base, evaluator)
+    decided_at = None if exact else base
     if fit is None:
-        names = _sensitive(runs, base, names, evaluator)
+        names = _sensitive(runs, base, names, evaluator, decided_at)
     rng = _bounds(names, bounds, base)
     lo = np.array([b[0] for b in rng])
     hi = np.array([b[1] for b in rng])
     start = np.array([get_value(base, n) for n in names], dtype=float)
     # least_squares needs a start strictly inside the range
-    x0 = np.clip(start, lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
+    x = np.clip(start, lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
 
-    objective = _Objective(runs, base, names, evaluator)
-    sol = _solve(objective, x0, lo, hi, max_nfev)
-    fitted = objective.params(sol.x)
-    evaluations = objective.calls
+    evaluations, rounds = 0, 0
+    while True:
+        rounds += 1
+        objective = _Objective(runs, base, names, evaluator, decided_at)
+        sol = _solve(objective, x, lo, hi, max_nfev)
+        x, evaluations = sol.x, evaluations + objective.calls
+        fitted = objective.params(x)
+        after = predict_times(runs, fitted, evaluator)  # the full simulation
+        if exact:
+            retimed = after
+            break
+        retimed = predict_times(runs, fitted, evaluator, decided_at)
+        moved = np.max(np.abs(after / retimed - 1)) > SAME_TIME
+        if not moved or rounds >= MAX_ROUNDS or fitted.cost == decided_at.cost:
+            break
+        decided_at = fitted  # fit again, with the layouts chosen under the fitted params
+    gaps = np.abs(after / retimed - 1)
+    redecided = tuple(r.label for r, g in zip(runs, gaps, strict=True) if g > SAME_TIME)
 
     loo_s: list[float | None] = [None] * len(runs)
     if loo and len(runs) >= 2:
         for i in range(len(runs)):
             rest = runs[:i] + runs[i + 1 :]
-            o = _Objective(rest, base, names, evaluator)
-            s = _solve(o, sol.x, lo, hi, max_nfev)  # warm start from the full fit
-            loo_s[i] = predict(runs[i], o.params(s.x), evaluator).step_time_s
+            o = _Objective(rest, base, names, evaluator, decided_at)
+            held = _solve(o, x, lo, hi, max_nfev)  # warm start from the full fit
+            loo_s[i] = predict(runs[i], o.params(held.x), evaluator).step_time_s
 
     table = []
-    for role, group in (("fit", runs), ("check", check)):
-        for j, r in enumerate(group):
-            after = predict(r, fitted, evaluator)
-            table.append(
-                CalibrationRow(
-                    r,
-                    role,
-                    r.step_time_s,
-                    predict(r, base, evaluator).step_time_s,
-                    after.step_time_s,
-                    loo_s[j] if role == "fit" else None,
-                    after.fits,
-                )  # fmt: skip
-            )
-    loo_errs = [abs(x / r.step_time_s - 1) for x, r in zip(loo_s, runs, strict=True) if x]
+    roles = ["fit"] * len(runs) + ["check"] * len(check)
+    for j, (r, role) in enumerate(zip(runs + check, roles, strict=True)):
+        res = predict(r, fitted, evaluator)
+        table.append(
+            CalibrationRow(
+                r,
+                role,
+                r.step_time_s,
+                float(before[j]),
+                res.step_time_s,
+                loo_s[j] if role == "fit" else None,
+                res.fits,
+            )  # fmt: skip
+        )
+    loo_errs = [abs(t / r.step_time_s - 1) for t, r in zip(loo_s, runs, strict=True) if t]
+    rms = float(np.sqrt(np.mean((np.log(after) - objective.log_measured) ** 2)))
     return Calibration(
         params=fitted, base=base, fit=names, start=tuple(float(v) for v in start),
-        values=tuple(float(v) for v in sol.x), bounds=tuple(rng), table=tuple(table),
+        values=tuple(float(v) for v in x), bounds=tuple(rng), table=tuple(table),
         loo_error=float(np.median(loo_errs)) if loo_errs else None, evaluator=evaluator,
-        rms_log_error=float(np.sqrt(np.mean(sol.fun**2))), evaluations=evaluations,
-        seconds=time.perf_counter() - t0,
+        rms_log_error=rms, evaluations=evaluations, seconds=time.perf_counter() - t0,
+        exact=exact, rounds=rounds, redecided=redecided, retime_gap=float(np.max(gaps)),
     )  # fmt: skip

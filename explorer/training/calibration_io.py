@@ -73,6 +73,8 @@ def calibration_to_json(cal) -> str:
         "bounds": [list(b) for b in cal.bounds], "loo_error": cal.loo_error,
         "rms_log_error": cal.rms_log_error, "evaluations": cal.evaluations,
         "seconds": cal.seconds, "table": [r.as_dict() for r in cal.table],
+        "exact": cal.exact, "rounds": cal.rounds, "redecided": list(cal.redecided),
+        "retime_gap": cal.retime_gap,
     }  # fmt: skip
     return json.dumps(doc, indent=1)
 
@@ -113,6 +115,9 @@ def calibration_from_json(text: str, cls, row_cls):
             loo_error=doc["loo_error"], evaluator=doc["evaluator"],
             rms_log_error=doc["rms_log_error"], evaluations=doc["evaluations"],
             seconds=doc["seconds"],
+            # files written before re-timing have none of these: the exact path's values
+            exact=doc.get("exact", True), rounds=doc.get("rounds", 1),
+            redecided=tuple(doc.get("redecided", ())), retime_gap=doc.get("retime_gap", 0.0),
         )  # fmt: skip
     except (KeyError, TypeError) as e:
         raise CalibrationError(

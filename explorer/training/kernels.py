@@ -381,6 +381,7 @@ def timed_costs(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
 
 
 _TIMED: Memo[tuple] = Memo("training.timed_costs", maxsize=4096)
+_PART_TIMES: Memo[tuple] = Memo("training.part_times", maxsize=4096)
 
 
 def _timed_all(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
@@ -393,7 +394,12 @@ def _timed_all(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
 
 
 def _timed(part: PartCost, chip: Chip, p: TrainingParams) -> PartCost:
-    t = part_times(part.kernels, chip, p)
+    # The kernels depend on the layouts alone: costs re-costed under other CostParams
+    # (`stage_costs.decisions_fixed_at`) share them, and their times, by identity.
+    ops, knobs = part.kernels, tuple(getattr(p, f) for f in KERNEL_FIELDS)
+    held, t = _PART_TIMES.get((id(ops), chip, knobs), lambda: (ops, part_times(ops, chip, p)))
+    if held is not ops:  # pragma: no cover - unreachable while entries hold their kernels
+        t = part_times(ops, chip, p)
     return replace(
         part, forward_s=t.forward_s, backward_s=t.backward_s,
         recompute_selective_s=t.core_forward_s,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
 
 from ..errors import ExplorerError
 from ..hardware import Cluster, resolve
@@ -104,13 +105,16 @@ class MeasuredRun:
         self.cluster  # noqa: B018
         self.config.microbatches(self.global_batch)  # ParallelConfigError names the batch
 
-    @property
+    # Loaded once per run (a calibration predicts each run hundreds of times); the cached
+    # values are not fields, so equality, hashing and as_dict see only the fields.
+    @cached_property
     def cfg(self) -> ModelConfig:
         """The model config (loaded from the zoo when given by name)."""
         return self.model if isinstance(self.model, ModelConfig) else load(self.model)
 
-    @property
+    @cached_property
     def cluster(self) -> Cluster:
+        """The hardware profile (loaded from the catalog when given by name)."""
         return resolve(self.hardware)
 
     @property
