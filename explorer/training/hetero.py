@@ -277,7 +277,7 @@ def _pipeline_search(cfg, pools, gb, seq, tparams) -> tuple[list[PipelineArrange
 def plan_hetero(
     cfg: ModelConfig | str, pools, global_batch: int, seq: int | None = None,
     params: TrainingParams | None = None, space: SearchSpace | None = None,
-    modes: tuple[str, ...] = HETERO_MODES,
+    modes: tuple[str, ...] = HETERO_MODES, offload: bool = False,
 ) -> HeteroPlan:  # fmt: skip
     """The fastest arrangement of ``cfg`` over ``pools`` that fits in memory.
 
@@ -286,6 +286,8 @@ def plan_hetero(
         global_batch, seq: sequences per step and their length.
         params: the training cost model; ``space``: restricts each pool's own search in
             ``data`` mode; ``modes``: the arrangements searched (both by default).
+        offload: in ``data`` mode, a pool whose replicas fit only with host offload of the
+            optimizer states uses it (`plan_training`'s ``offload``; the pool's plan says so).
 
     Raises `PoolError` for bad pools and `TrainingPlanError` when no arrangement fits,
     naming why each failed and what would help.
@@ -322,7 +324,7 @@ def plan_hetero(
                 "layer within its pool's memory)"
             )
     if "data" in modes and len(pools) > 1 or modes == ("data",):
-        best, fails = plan_data(cfg, pools, global_batch, seq, tparams, space)
+        best, fails = plan_data(cfg, pools, global_batch, seq, tparams, space, offload)
         searched += len(fails) + (best is not None)
         if best is not None:
             candidates.append((best.step_time_s, "data", best))

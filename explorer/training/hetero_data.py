@@ -98,14 +98,14 @@ def cross_pool_allreduce_s(
     return (P - 1) * link.latency_s + 2 * (P - 1) / P * grad / (chips * bw)
 
 
-def _evaluate(cfg, pools, batches, seq, tparams, space, sync_s) -> DataArrangement | str:
+def _evaluate(cfg, pools, batches, seq, tparams, space, sync_s, offload) -> DataArrangement | str:
     plans = []
     for pool, b in zip(pools, batches, strict=True):
         try:
             plans.append(
                 plan_training(
                     cfg, devices=pool.chips, hardware=pool.cluster, global_batch=b, seq=seq,
-                    params=tparams, space=space, top_k=1, simulate_top=1,
+                    params=tparams, space=space, top_k=1, simulate_top=1, offload=offload,
                 )
             )  # fmt: skip
         except TrainingPlanError as e:
@@ -116,7 +116,7 @@ def _evaluate(cfg, pools, batches, seq, tparams, space, sync_s) -> DataArrangeme
 
 def plan_data(
     cfg: ModelConfig, pools: tuple[Pool, ...], global_batch: int, seq: int,
-    tparams: TrainingParams, space: SearchSpace | None = None,
+    tparams: TrainingParams, space: SearchSpace | None = None, offload: bool = False,
 ) -> tuple[DataArrangement | None, list[str]]:  # fmt: skip
     """The fastest batch split found (None if no split plans on every pool) and why the
     splits tried failed."""
@@ -133,7 +133,7 @@ def plan_data(
             batches = _neighbour(best, unit, tried) if best else None
             if batches is None:
                 break
-        r = _evaluate(cfg, pools, batches, seq, tparams, space, sync)
+        r = _evaluate(cfg, pools, batches, seq, tparams, space, sync, offload)
         tried[batches] = r
         if isinstance(r, str):
             continue

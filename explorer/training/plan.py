@@ -123,6 +123,8 @@ class TrainingPlan:
     model_config: ModelConfig | None = field(compare=False, default=None, repr=False)
     stopped_early: str | None = field(compare=False, default=None)
     pareto: _pareto.ParetoFront | None = field(compare=False, default=None, repr=False)
+    # host offload (terms/offload.py, issue 18): set when nothing fits on the devices alone
+    offload: object | None = field(compare=False, default=None, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -158,6 +160,8 @@ class TrainingPlan:
         if self.over_memory:
             lines.append("faster but over memory:")
             lines += [f"  {a}" for a in self.over_memory]
+        if self.offload is not None:
+            lines.append(f"  {self.offload}")
         lines.append(s.memory.table(s.memory_cap_bytes))
         return "\n".join(lines)
 
@@ -316,7 +320,7 @@ def plan_training(
     global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-    objectives: tuple[str, ...] | None = None, pools=None,
+    objectives: tuple[str, ...] | None = None, pools=None, offload: bool = False,
 ) -> TrainingPlan:  # fmt: skip
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
@@ -340,6 +344,10 @@ def plan_training(
         pools: a list of `Pool` (chips of different kinds in one job): the plan is then
             `explorer.training.hetero.plan_hetero`'s `HeteroPlan` (``devices`` and
             ``hardware`` come from the pools and must be left out).
+        offload: when no configuration fits on the devices alone, plan with host offload of
+            the optimizer states (then of the parameters too; `offload_plan.offload_fallback`);
+            the plan then has ``offload`` set (`terms.offload.OffloadTerms`: bytes moved, time
+            added). False: the no-fit error names the offload plan that would fit.
 
     Raises `TrainingPlanError` when no configuration is valid (device count, batch) or
     none fits, naming the smallest memory any needs and the device count that would fit.
@@ -358,7 +366,9 @@ def plan_training(
                 "plan_training(pools=...) takes its chips and hardware from the pools; leave "
                 "devices and hardware out"
             )
-        return plan_hetero(cfg, pools, global_batch, seq, params=params, space=space)
+        return plan_hetero(
+            cfg, pools, global_batch, seq, params=params, space=space, offload=offload
+        )
     if devices is None:
         raise TrainingPlanError(
             "plan_training needs devices=<chips in the job> (or pools=[Pool(...), ...])"
@@ -420,8 +430,19 @@ def plan_training(
             f"{stopped_early.replace('; raise', ' fits in memory; raise')}"
         )
     if not fitting:
+        from .offload_plan import offload_fallback  # host offload, issue 18
+
+        plan = offload_fallback(cfg, results, cluster, devices, global_batch, seq, tparams, t0)
+        if plan is not None and offload:
+            return plan
         cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
-        raise _no_fit(cfg, devices, cluster, global_batch, seq, tparams, results, cps)
+        err = _no_fit(cfg, devices, cluster, global_batch, seq, tparams, results, cps)
+        if plan is not None:
+            err = TrainingPlanError(
+                f"{err}. With host offload ({plan.offload.kind} in host memory) {plan.config} "
+                f"fits, step {plan.sim.step_time_s:.3g} s: pass offload=True"
+            )
+        raise err
     # Simulate the best few event by event, re-rank.
     exact = []
     for i, r in enumerate(fitting[:simulate_top]):
