@@ -11,9 +11,12 @@ Three kinds of region get a kernel:
   iteration, max, exp and sum in one buffer.
 - layer norm and RMS norm over the last dim.
 
-Each row is computed into a fresh row buffer and then stored: the memory plan may make
-``out`` one of the inputs (in place), and LLVM's vectorizer, unable to rule out that
-overlap, would otherwise run the scalar loop (8x slower measured for GELU in place).
+Each row is computed into a row buffer the kernel allocated and then stored: the memory
+plan may make ``out`` one of the inputs (in place), and LLVM's vectorizer, unable to rule
+out that overlap, would otherwise run the scalar loop (8x slower measured for GELU in
+place). A serial kernel allocates that buffer once per call, a parallel one once per row
+(its threads each need one): one allocation per row cost 53 ns, a third of a 64-wide causal
+softmax row (256 rows: 31 -> 28 us; layer norm 64x128: 11 -> 9 us).
 ``error_model="numpy"``: a division by zero gives inf or NaN as numpy does (numba's default
 raises, and its check keeps LLVM from vectorizing the loop: 10x slower measured). Row sums
 accumulate in float64 (numpy's fp32 pairwise sums are at least as far from the
@@ -205,11 +208,15 @@ def elementwise_source(name: str, expr: str, in_dtypes: Sequence[str], consts: S
     for i in used:  # scalars read once, columns once per row, the rest per element
         if kinds[i] == "scalar":
             lines.append(f"    x{i} = a{i}[0, 0]")
+    row = f"row = np.empty(cols, np.{_NP[out_dtype]})"
+    if not parallel:  # one buffer per call (a thread each needs its own: per row)
+        lines.append(f"    {row}")
     lines.append(f"    for i in {'prange' if parallel else 'range'}(rows):")
     for i in used:
         if kinds[i] == "col":
             lines.append(f"        x{i} = a{i}[i, 0]")
-    lines.append(f"        row = np.empty(cols, np.{_NP[out_dtype]})")
+    if parallel:
+        lines.append(f"        {row}")
     lines.append("        for j in range(cols):")
     for i in used:
         if kinds[i] in ("full", "row"):
@@ -256,6 +263,7 @@ def softmax_source(name: str, scale: float, causal: bool, offset: int,
         f"def {name}(x, out, seq):",
         f"    scale = np.float32({float(scale)!r})",
         "    rows, d = x.shape",
+        *([] if parallel else ["    buf = np.empty(d, np.float32)"]),
         f"    for r in {'prange' if parallel else 'range'}(rows):",
     ]
     if causal:  # keys after query + offset are masked: exp(-inf) = 0
@@ -264,7 +272,7 @@ def softmax_source(name: str, scale: float, causal: bool, offset: int,
         lines.append("        n = d")
     lines += _reduce("peak", "np.float32(-np.inf)", _MAX, "(x[r, {j}] * scale)", "n")
     lines += [
-        "        row = np.empty(n, np.float32)",
+        "        row = np.empty(n, np.float32)" if parallel else "        row = buf",
         "        for j in range(n):",
         "            row[j] = exp32(x[r, j] * scale - peak)",
     ]
@@ -290,9 +298,13 @@ def norm_source(name: str, center: bool, eps: float, parallel: bool) -> str:
         f"def {name}({', '.join(args)}):",
         f"    eps = np.float32({float(eps)!r})",
         "    rows, d = x.shape",
+        *([] if parallel else ["    row = np.empty(d, np.float32)"]),
         f"    for r in {'prange' if parallel else 'range'}(rows):",
     ]
-    lines += ["        row = x[r].copy()"]
+    if parallel:
+        lines += ["        row = x[r].copy()"]
+    else:
+        lines += ["        for j in range(d):", "            row[j] = x[r, j]"]
     if center:
         lines += _reduce("acc", "0.0", _SUM, "row[{j}]", "d")
         lines.append("        mean = np.float32(acc / d)")
