@@ -1,0 +1,152 @@
+"""ParetoView in a real JupyterLab + Chromium at 1440x900 (issue 18 item 2).
+
+What the page holds, not what Python holds: the scatter draws its four traces with the
+front's points, the axis and colour-bar titles carry units and sit inside the plot, no text
+is cut and nothing scrolls sideways; a mouse click on a front point in the page reaches the
+kernel, rings that point and redraws the linked PipelineView for its configuration.
+Screenshots: ``test-artifacts/pareto_view.png`` and ``pareto_view_after_click.png``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from lab import (
+    ARTIFACTS,
+    CLIPPED,
+    NB,
+    OUTPUT_ERRORS,
+    SIDEWAYS,
+    VIEWPORT,
+    misfit_plots,
+    open_notebook,
+    run_all,
+    wait_for_plots,
+)
+
+pytestmark = pytest.mark.browser
+
+CELLS = [
+    """import explorer as ex
+from widgets import ParetoView, PipelineView, link
+
+plan = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512,
+                        objectives=("step_time", "memory", "communication"))
+pareto = ParetoView(plan)
+pipe = PipelineView("gpt2", plan.config, global_batch=64, seq=512)
+sel = link(pareto, pipe)
+pareto""",
+    "pipe",
+]
+
+# The Pareto plot is the first plot of the page; the pipeline's the second.
+PLOT = f"(k) => {NB}.node.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')[k]"
+
+FACTS = f"""() => {{
+  const gd = ({PLOT})(0);
+  const box = gd.getBoundingClientRect();
+  const inside = (sel) => Array.from(gd.querySelectorAll(sel)).map(el => {{
+    const r = el.getBoundingClientRect();
+    return {{sel, text: el.textContent.trim().slice(0, 60),
+             ok: r.left >= box.left - 1 && r.right <= box.right + 1 &&
+                 r.top >= box.top - 1 && r.bottom <= box.bottom + 1}};
+  }});
+  const len = (v) => v ? (v.length !== undefined ? v.length : 0) : 0;
+  return {{
+    traces: gd.data.map(t => ({{name: t.name, n: len(t.x)}})),
+    xtitle: (gd.querySelector('.xtitle') || {{}}).textContent || '',
+    ytitle: (gd.querySelector('.ytitle') || {{}}).textContent || '',
+    cbtitle: (gd.querySelector('.cbtitle') || {{}}).textContent || '',
+    boxes: [...inside('.xtitle'), ...inside('.ytitle'), ...inside('.gtitle'),
+            ...inside('.colorbar'), ...inside('.legend')],
+    pipe_title: ((({PLOT})(1) || document).querySelector('.gtitle') || {{}}).textContent || '',
+  }};
+}}"""
+
+# Page coordinates of front point j (trace 1), from plotly's own axis mapping.
+POINT_XY = f"""(j) => {{
+  const gd = ({PLOT})(0);
+  const fl = gd._fullLayout, xa = fl.xaxis, ya = fl.yaxis, r = gd.getBoundingClientRect();
+  const t = gd._fullData[1];
+  return [r.left + xa._offset + xa.l2p(t.x[j]), r.top + ya._offset + ya.l2p(t.y[j])];
+}}"""
+
+# A front point away from the plan's star and from every other front point (>= 12 px).
+LONELY = f"""() => {{
+  const gd = ({PLOT})(0);
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, t = gd._fullData[1];
+  const star = gd._fullData[2];
+  const px = (x, y) => [xa.l2p(x), ya.l2p(y)];
+  const pts = Array.from(t.x).map((x, j) => px(x, t.y[j]));
+  const s = star.x && star.x.length ? px(star.x[0], star.y[0]) : [-1e9, -1e9];
+  const far = (a, b) => Math.hypot(a[0] - b[0], a[1] - b[1]) >= 12;
+  for (let j = 0; j < pts.length; j++) {{
+    if (far(pts[j], s) && pts.every((q, k) => k === j || far(pts[j], q))) return j;
+  }}
+  return -1;
+}}"""
+
+
+def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
+    import nbformat
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}  # fmt: skip
+    nbformat.write(nb, lab["root"] / "pareto_check.ipynb")
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        open_notebook(page, lab, "pareto_check.ipynb")
+        run_all(page, 180)
+        assert not page.evaluate(OUTPUT_ERRORS)
+        plots = wait_for_plots(page, 60)
+        assert len(plots) >= 2 and all(p["with_data"] > 0 for p in plots), plots
+        assert not misfit_plots(plots), plots
+        assert not page.evaluate(CLIPPED), page.evaluate(CLIPPED)
+        assert not page.evaluate(SIDEWAYS), page.evaluate(SIDEWAYS)
+
+        facts = page.evaluate(FACTS)
+        names = [t["name"] for t in facts["traces"]]
+        assert len(names) == 4 and names[0].startswith("dominated") and "front" in names[1]
+        n = {t["name"]: t["n"] for t in facts["traces"]}
+        assert n[names[0]] > 0 and n[names[1]] > 0 and n[names[2]] == 1 and n[names[3]] == 0
+        assert facts["xtitle"] == "step time (s)"
+        assert facts["ytitle"] == "peak memory per device (GiB)"
+        assert "(GB)" in facts["cbtitle"]
+        cut = [b for b in facts["boxes"] if not b["ok"]]
+        assert not cut, f"parts of the Pareto plot outside it: {cut}"
+
+        gd = page.locator(".jp-OutputArea-output .js-plotly-plot").first
+        gd.evaluate("el => el.scrollIntoView({block: 'start'})")
+        time.sleep(0.5)
+        page.screenshot(path=str(ARTIFACTS / "pareto_view.png"))
+
+        j = page.evaluate(LONELY)
+        assert j >= 0, "no front point stands apart from the others to click"
+        before = facts["pipe_title"]
+        x, y = page.evaluate(POINT_XY, j)
+        page.mouse.move(x, y)
+        time.sleep(0.3)
+        page.mouse.click(x, y)
+        page.wait_for_function(
+            f"() => {{ const t = ({PLOT})(0).data[3]; return t.x && t.x.length === 1; }}",
+            timeout=30_000,
+        )  # fmt: skip
+        page.wait_for_function(
+            f"(b) => (({PLOT})(1).querySelector('.gtitle') || {{}}).textContent !== b",
+            arg=before,
+            timeout=30_000,
+        )  # fmt: skip
+        after = page.evaluate(FACTS)
+        assert after["pipe_title"] != before
+        info = page.locator(".jp-OutputArea-output .widget-html").filter(has_text="selected (ring")
+        assert info.count() == 1, "the view's text does not name the selected point"
+        time.sleep(0.5)
+        page.screenshot(path=str(ARTIFACTS / "pareto_view_after_click.png"))
+        assert not page.evaluate(OUTPUT_ERRORS)
+    finally:
+        context.close()
