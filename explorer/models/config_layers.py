@@ -9,11 +9,12 @@ the attention core and the experts as it does for LLaMA or Mixtral. Parameters e
 `config_counts.param_count` (and transformers' counts for configs read from Hugging Face).
 
 MLA is built as transformers' eager DeepSeek attention computes it, with the fused
-projections split by their output columns (same parameters and FLOPs): queries (through
-the ``q_lora_rank`` latent when set) as ``q_nope`` and ``q_rope``; the key/value latent
-``kv_a`` (``kv_lora_rank``, normed) and the shared rotary key ``k_rope``; ``k_b`` and
-``v_b`` expand the latent to every head. Scores are ``q_nope . k_nope`` (the ``scores``
-op) plus ``q_rope . k_rope`` (``scores_rope``); rotary itself adds no parameters and its
+projections split by their output columns (same parameters and FLOPs): queries of
+``qk_nope_head_dim + qk_rope_head_dim`` per head (through the ``q_lora_rank`` latent when
+set); the key/value latent ``kv_a`` (``kv_lora_rank``, normed) and the one rotary key
+``k_rope`` shared by the heads; ``k_b`` and ``v_b`` expand the latent to every head. The
+keys are ``cat(k_nope, expand(k_rope))``, so the attention core is one ``scores`` and one
+``context`` GEMM (what flash attention fuses); rotary itself adds no parameters and its
 few FLOPs are not modelled.
 
 >>> from explorer.models import ModelConfig, build
@@ -114,19 +115,18 @@ def mla(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool, seed: int = 
         q_src, q_in = x, h
     else:
         q_src, q_in = _rms(b, linear(b, x, h, qr, "q_a", False), qr, "q_a_norm"), qr
-    q_nope = linear(b, q_src, q_in, n * nope, "q_nope", False)
-    q_rope = linear(b, q_src, q_in, n * rope, "q_rope", False)
+    q = linear(b, q_src, q_in, n * (nope + rope), "q_b" if qr else "q", False)
     latent = _rms(b, linear(b, x, h, kvr, "kv_a", False), kvr, "kv_a_norm")
     k_rope = linear(b, x, h, rope, "k_rope", False)
     k_nope = linear(b, latent, kvr, n * nope, "k_b", False)
     val = linear(b, latent, kvr, n * v, "v_b", False)
-    q_nope = b.op("reshape", q_nope, name="q_heads", shape=(bs, s, n, nope))
-    q_rope = b.op("reshape", q_rope, name="q_rope_heads", shape=(bs, s, n, rope))
+    q = b.op("reshape", q, name="q_heads", shape=(bs, s, n, nope + rope))
     k_nope = b.op("reshape", k_nope, name="k_heads", shape=(bs, s, n, nope))
+    k_rope = b.op("reshape", k_rope, name="k_rope_head", shape=(bs, s, 1, rope))
+    k_rope = b.op("expand", k_rope, name="k_rope_heads", shape=(bs, s, n, rope), axes=(2,))
+    k = b.op("cat", k_nope, k_rope, name="k_cat", axis=3)
     val = b.op("reshape", val, name="v_heads", shape=(bs, s, n, v))
-    scores = b.op("einsum", q_nope, k_nope, name="scores", eq="bsnd,btnd->bnst")
-    rot = b.op("einsum", q_rope, k_rope, name="scores_rope", eq="bsnr,btr->bnst")
-    scores = b.op("add", scores, rot, name="scores_sum")
+    scores = b.op("einsum", q, k, name="scores", eq="bsnd,btnd->bnst")
     scores = b.op("scale", scores, name="scale", factor=1.0 / math.sqrt(nope + rope))
     if causal:
         scores = b.op("causal_mask", scores, name="mask")

@@ -231,3 +231,24 @@ def test_simulate_and_plan_a_deepseek_like_model():
     assert r.memory_per_device[1].parameters == u.memory_per_device[1].parameters
     plan = ex.plan_training(cfg, 16, "h100-sxm", global_batch=16, seq=256, time_limit_s=120)
     assert plan.config.devices == 16 and plan.sim.fits
+
+
+def test_expert_gemms_are_timed_as_an_ep_group_runs_them():
+    from explorer.training.kernels import part_times
+
+    cfg = ModelConfig(**STEP)
+    one = _step(cfg, ex.ParallelConfig(dp=4, ep=1, tp=2, pp=2, microbatch_size=2))
+    four = _step(cfg, ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2, microbatch_size=2))
+    by_name = {o.name: o for o in one.costs.layer.kernels}
+    experts = [o for o in four.costs.layer.kernels if o.name.endswith((".moe.up", ".moe.down"))]
+    assert len(experts) == 2
+    for o in experts:  # 16 experts of c rows -> 4 experts of 4c rows: same FLOPs
+        base = by_name[o.name]
+        assert (o.batch, o.m, o.n, o.k) == (base.batch // 4, base.m * 4, base.n, base.k)
+        assert o.batch * o.m * o.n * o.k == base.batch * base.m * base.n * base.k
+    p = four.tparams
+    delta = (
+        part_times(four.costs.layer.kernels, four.cluster.chip, p).forward_s
+        - part_times(one.costs.layer.kernels, one.cluster.chip, p).forward_s
+    )
+    assert four.costs.layer.forward_s - one.costs.layer.forward_s == pytest.approx(delta)

@@ -10,6 +10,12 @@ parallelism only, never by expert parallelism), FLOPs, and no expert all-to-all.
 pipeline partition sees the per-layer times and parameters (`layer_times`,
 `layer_static`), so a stage holding dense layers is balanced as what it is.
 
+Expert parallelism also changes the experts' GEMMs (`ep_kernels`): the layer is searched
+on a ``{"tp": t}`` mesh, where one device runs all ``E`` experts on ``capacity`` rows each;
+in an ``ep`` group it runs ``E / ep`` experts on the tokens of ``ep`` devices
+(``capacity * ep`` rows): the same FLOPs, ``1/ep`` of the expert weights read, larger
+tiles. Their kernel times are re-timed with those shapes.
+
 Not corrected: the tensor-parallel collectives of a dense layer (those of the MoE layer
 are used) and activations (the step model's activation formula has no expert term).
 
@@ -21,20 +27,22 @@ are ``expert_params`` (split over tp * ep, `ep.layer_params`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...models import ModelConfig
 
 if TYPE_CHECKING:
+    from ...hardware import Chip
+    from ..config import ParallelConfig
     from ..pipeline.partition import StagePartition
-    from ..stage_costs import PartCost
-    from ..step_model import StepModel
+    from ..stage_costs import PartCost, StageCosts
+    from ..step_model import StepModel, TrainingParams
 
 __all__ = [
     "DenseLayers", "layer_config", "dense_config", "dense_layers", "dense_in_stage",
     "stage_compute", "params_delta", "flops_delta", "moe_layers_in", "layer_times",
-    "layer_static",
+    "layer_static", "ep_kernels",
 ]  # fmt: skip
 
 
@@ -145,3 +153,32 @@ def layer_static(s: StepModel, static: list[float], per_param: float) -> list[fl
     for i in range(1, 1 + d.count):
         out[i] = d.params * per_param
     return out
+
+
+_EXPERT_GEMMS = (".moe.gate", ".moe.up", ".moe.down", ".moe.fc1")
+
+
+def ep_kernels(costs: StageCosts, cfg: ModelConfig, par: ParallelConfig, chip: Chip,
+               p: TrainingParams) -> StageCosts:  # fmt: skip
+    """``costs`` with the layer's expert GEMMs timed as one device of an ``ep`` group runs
+    them (``E / ep`` experts of ``capacity * ep`` rows; the times of the other kernels
+    kept; ``costs`` are one context-parallel rank's share, so the change is too)."""
+    layer = costs.layer
+    if not cfg.is_moe or par.ep == 1 or p.kernel_model != "shape":
+        return costs
+    from ..kernels import part_times
+
+    def local(o):
+        if o.kind == "gemm" and o.name.endswith(_EXPERT_GEMMS) and o.batch % par.ep == 0:
+            return replace(o, batch=o.batch // par.ep, m=o.m * par.ep)
+        return o
+
+    ops = tuple(local(o) for o in layer.kernels)
+    if ops == layer.kernels:
+        return costs
+    before, after = part_times(layer.kernels, chip, p), part_times(ops, chip, p)
+    fwd = (after.forward_s - before.forward_s) / par.cp
+    bwd = (after.backward_s - before.backward_s) / par.cp
+    layer = replace(layer, forward_s=layer.forward_s + fwd, backward_s=layer.backward_s + bwd,
+                    kernels=ops)  # fmt: skip
+    return replace(costs, layer=layer)
