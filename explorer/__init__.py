@@ -16,14 +16,19 @@ from .search import CostBreakdown, CostParams, ShardingPlan
 from .training import (
     Calibration,
     MeasuredRun,
+    MemoryCap,
+    NewGlobalBatch,
+    NodeLoss,
     ParallelConfig,
     ParetoFront,
     Pool,
+    Straggler,
     TrainingPlan,
     calibrate,
     compare_hetero,
     plan_hetero,
     plan_training,
+    replan,
     scaling_curve,
     simulate,
 )
@@ -37,4 +42,5 @@ __all__ = [
     "ParallelConfig", "simulate", "plan_training", "TrainingPlan", "scaling_curve",
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
     "Pool", "plan_hetero", "compare_hetero",
+    "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch",
 ]  # fmt: skip

@@ -43,6 +43,7 @@ CATALOG = (
     "ascend-910",
     "ascend-910b",
     "dgx-a100-superpod",
+    "dgx-h100-2dc",
     "dgx-h100-superpod",
     "h100-sxm",
     "h200",

@@ -11,6 +11,7 @@ True
 from .calibrate import Calibration, CalibrationRow, calibrate
 from .config import ParallelConfig, ParallelConfigError
 from .hetero import HeteroComparison, HeteroPlan, PoolAssignment, compare_hetero, plan_hetero
+from .local_sgd import LocalSGD, local_sgd
 from .measured import CalibrationError, MeasuredRun, megatron_table1_runs, published_runs
 from .memory import (
     ActivationTerms,
@@ -20,6 +21,7 @@ from .memory import (
     TrainingParamsError,
     activation_bytes_per_layer,
 )
+from .migration import Migration, MigrationError
 from .pareto import OBJECTIVES, ParetoError, ParetoFront, ParetoPoint
 from .pipeline import (
     PartitionError,
@@ -38,6 +40,16 @@ from .pipeline import (
 from .plan import Candidate, SearchSpace, TrainingPlan, TrainingPlanError, plan_training
 from .pools import Pool, PoolError
 from .published import compare_megatron, load_published, megatron_flops_per_iteration
+from .replan import (
+    MemoryCap,
+    NewGlobalBatch,
+    NodeLoss,
+    ReplanError,
+    ReplanOption,
+    ReplanResult,
+    Straggler,
+    replan,
+)  # fmt: skip
 from .scaling import ScalingCurve, ScalingPoint, scaling_curve
 from .simulate import (
     CALIBRATED_COST,
@@ -66,4 +78,6 @@ __all__ = [
     "Pool", "PoolError", "PoolAssignment", "HeteroPlan", "HeteroComparison", "plan_hetero",
     "compare_hetero",
     "OBJECTIVES", "ParetoFront", "ParetoPoint", "ParetoError",
+    "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "ReplanResult",
+    "ReplanOption", "ReplanError", "Migration", "MigrationError", "LocalSGD", "local_sgd",
 ]  # fmt: skip

@@ -15,6 +15,8 @@ from ..models import ModelConfig
 from ..search.params import CostParams
 from ..search.planner import METHODS, Method
 from .config import ParallelConfig, ParallelConfigError
+from .datacenters import collective_time as dc_collective_time
+from .datacenters import mesh_axes
 from .kernels import check_knobs, knob, timed_costs
 from .memory import (
     ActivationTerms,
@@ -217,11 +219,8 @@ class StepModel:
         )
         whole = timed_costs(whole, cluster.chip, tp_)  # kernel time by shape (kernels.py)
         self.costs: StageCosts = cp.split_costs(whole, par.cp)
-        dp_outer = par.dp // par.ep
-        self.mesh = Mesh(
-            {"pp": par.pp, "dp": dp_outer, "ep": par.ep, "cp": par.cp, "tp": par.tp},
-            hardware=cluster,
-        )
+        # devices over (pp, dp, ep, cp, tp); across datacenters dp goes outermost
+        self.mesh = Mesh(mesh_axes(par, cluster), hardware=cluster)
         self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
         self.cap = tp_.cost.device_memory_cap_bytes or float(cluster.chip.memory_bytes)
         # Parameters on one device per part.
@@ -400,8 +399,8 @@ def exposed_s(comm_s: float, window_s: float, fraction: float) -> float:
 @memoize(maxsize=100_000, name="training.collective_s")
 def _collective_s(mesh: Mesh, kind: str, size: float, axes: tuple[str, ...]) -> float:
     """Seconds of a collective; keyed by the whole mesh (axes, links, cluster), which is
-    everything `Mesh.collective_time` reads."""
-    return mesh.collective_time(kind, size, axes)
+    everything `Mesh.collective_time` reads; dp across datacenters is hierarchical."""
+    return dc_collective_time(mesh, kind, size, axes)
 
 
 def _validate(cfg: ModelConfig, par: ParallelConfig, cluster: Cluster, seq: int) -> None:

@@ -1,0 +1,109 @@
+"""A wide-area (WAN) link level: clusters spanning several datacenters.
+
+A multi-datacenter cluster is a cluster's level stack with one more level on top, named
+``"wan"``, whose groups hold every datacenter: its bandwidth per chip is a few percent of
+the inter-node fabric's and its latency is in milliseconds. `datacenters` builds one from
+any cluster; ``datasets/hardware/dgx-h100-2dc.json`` is a catalog example.
+
+Default figures (``WAN_SOURCE``): an assumption, not a measured link. 2% of the cluster's
+inter-node bandwidth per chip (a DGX H100 SuperPOD: 50 GB/s per GPU -> 1 GB/s per GPU, i.e.
+~8 Tb/s between two 1,024-GPU datacenters, twenty 400G data-centre interconnect links), and
+5 ms one way: light in fibre covers ~200 km per ms (refractive index ~1.47), so 5 ms is
+~1,000 km of fibre plus equipment.
+
+>>> from explorer.hardware import load
+>>> two = datacenters(load("a100-80g"), 2)
+>>> two.levels[-1].name, two.capacity, datacenter_size(two)
+('wan', 16384, 8192)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+
+from .cluster import Cluster
+from .errors import HardwareError
+from .levels import Level
+
+__all__ = [
+    "WAN", "WAN_SOURCE", "WAN_BANDWIDTH_FRACTION", "WAN_LATENCY_S", "datacenters",
+    "datacenter_size", "datacenter_count",
+]  # fmt: skip
+
+#: The name of the wide-area level.
+WAN = "wan"
+#: Default WAN bandwidth per chip, as a fraction of the inter-node level's (assumption).
+WAN_BANDWIDTH_FRACTION = 0.02
+#: Default one-way WAN latency per step (assumption: ~1,000 km of fibre).
+WAN_LATENCY_S = 5e-3
+#: Default rails: independent data-centre interconnect links out of one datacenter.
+WAN_RAILS = 20
+WAN_SOURCE = (
+    "assumption: bandwidth per chip 2% of the inter-node fabric's, 20 interconnect links per "
+    "datacenter, 5 ms one way (~1,000 km of fibre at ~200 km per ms)"
+)
+
+
+def datacenters(
+    cluster: Cluster, count: int = 2, bandwidth_fraction: float = WAN_BANDWIDTH_FRACTION,
+    latency_s: float = WAN_LATENCY_S, rails: int = WAN_RAILS, name: str | None = None,
+    source: str = WAN_SOURCE,
+) -> Cluster:  # fmt: skip
+    """``count`` copies of ``cluster`` (each a datacenter) joined by a WAN level.
+
+    Args:
+        bandwidth_fraction: the WAN's per-chip bandwidth over the slowest level of
+            ``cluster`` above its first (the inter-node fabric).
+        latency_s: one-way latency of a WAN step; ``rails``: links out of one datacenter
+            (a single flow uses one).
+
+    Device ids run datacenter by datacenter: datacenter ``k`` holds ids
+    ``k * capacity .. (k + 1) * capacity - 1`` of the new cluster.
+    """
+    if not isinstance(cluster, Cluster):
+        raise HardwareError(f"datacenters: cluster={cluster!r}; expected a Cluster (load(name))")
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 2:
+        raise HardwareError(f"datacenters: count={count!r}; expected an int >= 2 datacenters")
+    if datacenter_size(cluster) is not None:
+        raise HardwareError(
+            f"datacenters: {cluster.name!r} already has a {WAN!r} level; give one datacenter"
+        )
+    ok = isinstance(bandwidth_fraction, numbers.Real) and not isinstance(bandwidth_fraction, bool)
+    if not ok or not 0 < bandwidth_fraction <= 1:
+        raise HardwareError(
+            f"datacenters: bandwidth_fraction={bandwidth_fraction!r}; expected a fraction in "
+            "(0, 1] of the inter-node bandwidth (a WAN: a few percent, e.g. 0.02)"
+        )
+    levels = cluster.levels
+    fabric = min(lv.bandwidth_bytes_per_s for lv in (levels[1:] or levels))
+    wan = Level(WAN, cluster.capacity * count, fabric * bandwidth_fraction, latency_s,
+                rails=rails, source=source)  # fmt: skip
+    # the top level must span exactly one datacenter's chips for the WAN groups to line up
+    top = levels[-1]
+    if top.group_size != cluster.capacity:
+        levels = levels[:-1] + (dataclasses.replace(top, group_size=cluster.capacity),)
+    return dataclasses.replace(
+        cluster, name=name or f"{cluster.name}-x{count}dc", max_nodes=cluster.max_nodes * count,
+        link_levels=levels + (wan,),
+        source=f"{cluster.source} | WAN: {source}",
+    )  # fmt: skip
+
+
+def datacenter_size(cluster: Cluster) -> int | None:
+    """Chips per datacenter when the cluster's outermost level is the WAN, else None.
+
+    >>> from explorer.hardware import load
+    >>> datacenter_size(load("dgx-h100-2dc")), datacenter_size(load("a100-80g"))
+    (1024, None)
+    """
+    levels = cluster.levels
+    if len(levels) < 2 or levels[-1].name != WAN:
+        return None
+    return levels[-2].group_size
+
+
+def datacenter_count(cluster: Cluster, devices: int) -> int:
+    """How many datacenters a job of ``devices`` chips (ids ``0 .. devices-1``) touches."""
+    size = datacenter_size(cluster)
+    return 1 if size is None else -(-devices // size)

@@ -1,0 +1,481 @@
+"""``replan``: a new plan when the job changes, what switching costs, and when it pays off.
+
+Events: `NodeLoss` (k nodes gone), `Straggler` (a node computing at a fraction of its
+speed), `MemoryCap` (less memory per device) and `NewGlobalBatch`. For each, `replan`
+runs `plan_training` on the changed job, builds the migration of every parameter and
+optimizer state from the old layout to the new one (`migration.plan_migration`), times the
+switch over the cluster's links, and compares with keeping the old plan:
+
+- **break-even steps** = switch time / (old step under the event - new step); ``0`` when the
+  old plan cannot run any more (a node lost, the cap exceeded, a batch it cannot split)
+  and ``inf`` ("never") when the new plan is not faster;
+- a straggler has three options: keep the plan (the synchronous step waits for the slow
+  node), rebalance (its data-parallel replica takes fewer microbatches, nothing moves) and
+  drop it (replan on the other nodes, migrate); the chosen one has the least
+  ``switch + horizon_steps * step`` time.
+
+A node is ``chips_per_node`` consecutive device ids; job ranks are numbered as the step
+model's mesh ``(pp, dp, cp, tp)`` places them on devices ``0 .. devices-1``.
+
+>>> import explorer as ex
+>>> plan = ex.plan_training("gpt3-1.3b", devices=32, global_batch=64, seq=2048)
+>>> r = ex.replan(plan, ex.NodeLoss(1))
+>>> r.new.devices < plan.devices, r.break_even_text
+(True, 'required (the old plan cannot run)')
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+
+from ..hardware import Cluster, resolve
+from ..models import load
+from .config import ParallelConfigError
+from .datacenters import mesh_axes
+from .errors import TrainingPlanError
+from .migration import JobLayout, Migration, MigrationError, plan_migration
+from .plan import SearchSpace, TrainingPlan, plan_training
+from .search_space import structures
+from .simulate import SimResult, TrainingParams, estimate
+from .step_model import StepModel
+from .terms import pp as pp_terms
+
+__all__ = [
+    "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "Event", "ReplanOption",
+    "ReplanResult", "ReplanError", "replan", "job_layout",
+]  # fmt: skip
+
+#: Event kinds whose seconds scale with a device's compute speed (a straggler's).
+COMPUTE_KINDS = ("compute-forward", "compute-backward", "recompute", "optimizer")
+
+
+class ReplanError(TrainingPlanError):
+    """An event that does not apply to the plan (a node it does not have, a speed <= 0)."""
+
+
+@dataclass(frozen=True)
+class NodeLoss:
+    """``k`` nodes of the job are gone: ``nodes`` names them (node ids), default the last k."""
+
+    k: int = 1
+    nodes: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("NodeLoss.k", self.k)
+        if self.nodes is not None:
+            object.__setattr__(self, "nodes", tuple(self.nodes))
+            if len(self.nodes) != self.k or len(set(self.nodes)) != self.k:
+                raise ReplanError(
+                    f"NodeLoss(k={self.k}, nodes={self.nodes}): name k distinct node ids"
+                )
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """Node ``node`` computes at ``speed`` (a fraction of the others', 0 < speed <= 1)."""
+
+    node: int
+    speed: float = 0.6
+
+    def __post_init__(self) -> None:
+        if isinstance(self.node, bool) or not isinstance(self.node, numbers.Integral):
+            raise ReplanError(f"Straggler.node={self.node!r}; expected a node id (int >= 0)")
+        ok = isinstance(self.speed, numbers.Real) and not isinstance(self.speed, bool)
+        if not ok or not 0 < self.speed <= 1:
+            raise ReplanError(
+                f"Straggler.speed={self.speed!r}; expected a fraction of full speed in (0, 1]"
+            )
+
+
+@dataclass(frozen=True)
+class MemoryCap:
+    """Each device may use at most ``bytes`` (memory pressure from another process)."""
+
+    bytes: float
+
+    def __post_init__(self) -> None:
+        ok = isinstance(self.bytes, numbers.Real) and not isinstance(self.bytes, bool)
+        if not ok or not math.isfinite(self.bytes) or self.bytes <= 0:
+            raise ReplanError(f"MemoryCap.bytes={self.bytes!r}; expected a positive number")
+
+
+@dataclass(frozen=True)
+class NewGlobalBatch:
+    """The global batch becomes ``n`` sequences (batch-size warm-up, a new phase)."""
+
+    n: int
+
+    def __post_init__(self) -> None:
+        _positive_int("NewGlobalBatch.n", self.n)
+
+
+Event = NodeLoss | Straggler | MemoryCap | NewGlobalBatch
+
+
+@dataclass(frozen=True)
+class ReplanOption:
+    """One way to react: its steady step time, the switch it needs and when it pays off."""
+
+    name: str
+    step_time_s: float
+    switch_s: float
+    break_even_steps: float
+    plan: TrainingPlan | None = field(default=None, repr=False, compare=False)
+    migration: Migration | None = field(default=None, repr=False, compare=False)
+    note: str = ""
+    required: bool = False  # the old plan cannot run: switching is not a choice
+
+    @property
+    def break_even_text(self) -> str:
+        if self.name == "keep":
+            return "baseline"
+        return _break_even_text(self.break_even_steps, self.required)
+
+    def cost_s(self, steps: int) -> float:
+        return self.switch_s + steps * self.step_time_s
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name}: step {self.step_time_s:.3f} s, switch {self.switch_s:.2f} s, "
+            f"break-even {self.break_even_text}" + (f" ({self.note})" if self.note else "")
+        )
+
+
+@dataclass(frozen=True)
+class ReplanResult:
+    """What `replan` returns.
+
+    Attributes:
+        event: the event; ``old``: the plan before it; ``new``: the chosen plan after it
+            (``old`` itself when keeping or rebalancing it wins).
+        keep_step_s: the old plan's step under the event (``inf`` when it cannot run).
+        options: every option compared (the chosen one first); ``chosen``: its name.
+        migration: the chosen option's migration (None when nothing moves).
+        switch_s, break_even_steps: the chosen option's.
+        replan_time_s: wall time of `replan`.
+    """
+
+    event: Event
+    old: TrainingPlan = field(repr=False)
+    new: TrainingPlan = field(repr=False)
+    keep_step_s: float
+    options: tuple[ReplanOption, ...]
+    migration: Migration | None = field(repr=False)
+    replan_time_s: float = field(compare=False, default=0.0)
+
+    @property
+    def chosen(self) -> str:
+        return self.options[0].name
+
+    @property
+    def step_time_s(self) -> float:
+        return self.options[0].step_time_s
+
+    @property
+    def switch_s(self) -> float:
+        return self.options[0].switch_s
+
+    @property
+    def break_even_steps(self) -> float:
+        return self.options[0].break_even_steps
+
+    @property
+    def break_even_text(self) -> str:
+        return self.options[0].break_even_text
+
+    def switch_segments(
+        self, before: int = 2, after: int = 3
+    ) -> tuple[tuple[str, float, float], ...]:
+        """``(label, start_s, end_s)`` of a timeline around the switch: ``before`` old steps,
+        the migration, ``after`` new steps (for the views; the event hits at the end of the
+        last old step)."""
+        out, t = [], 0.0
+        old_s = self.old.sim.step_time_s
+        for i in range(before):
+            out.append((f"old step {i + 1}", t, t + old_s))
+            t += old_s
+        if self.switch_s > 0:
+            out.append(("migration", t, t + self.switch_s))
+            t += self.switch_s
+        for i in range(after):
+            out.append((f"new step {i + 1}", t, t + self.step_time_s))
+            t += self.step_time_s
+        return tuple(out)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "event": repr(self.event), "chosen": self.chosen,
+            "old_config": str(self.old.config), "new_config": str(self.new.config),
+            "old_devices": self.old.devices, "new_devices": self.new.devices,
+            "old_step_s": self.old.sim.step_time_s, "keep_step_s": self.keep_step_s,
+            "step_time_s": self.step_time_s, "switch_s": self.switch_s,
+            "break_even": self.break_even_text,
+            "migration": None if self.migration is None else self.migration.as_dict(),
+            "options": [str(o) for o in self.options], "replan_time_s": self.replan_time_s,
+        }  # fmt: skip
+
+    def report(self) -> str:
+        lines = [
+            f"event: {self.event}",
+            f"old: {self.old.config} on {self.old.devices} devices, step "
+            f"{self.old.sim.step_time_s:.3f} s; under the event: "
+            + ("cannot run" if math.isinf(self.keep_step_s) else f"{self.keep_step_s:.3f} s"),
+            f"chosen: {self.chosen} -> {self.new.config} on {self.new.devices} devices",
+        ]
+        lines += [f"  {o}" for o in self.options]
+        if self.migration is not None:
+            lines.append(f"  {self.migration}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return (
+            f"ReplanResult({self.chosen}: step {self.step_time_s:.3f} s, switch "
+            f"{self.switch_s:.2f} s, break-even {self.break_even_text})"
+        )
+
+
+def replan(
+    plan: TrainingPlan, event: Event, params: TrainingParams | None = None,
+    space: SearchSpace | None = None, horizon_steps: int = 1000, candidates: int = 1,
+    hardware: str | Cluster | None = None,
+) -> ReplanResult:  # fmt: skip
+    """Re-plan ``plan`` for ``event``: the new plan, the migration, the switch time and the
+    break-even number of steps.
+
+    Args:
+        params: the cost model of the new plans (as given to the old `plan_training`).
+        space: the search space of the new plans; default: `SearchSpace` with the old
+            plan's tensor-parallel degree kept (tp lives inside a node, which none of the
+            events changes; searching it too is ~3x slower: pass ``SearchSpace()``).
+        horizon_steps: the straggler's options are ranked by ``switch + horizon * step``.
+        hardware: the plan's cluster when it is not a catalog profile (a `Cluster`).
+        candidates: after a node loss, how many of the largest usable device counts (whole
+            nodes, with a valid dp x tp x pp for the batch) are planned; the fastest wins.
+    """
+    t0 = time.perf_counter()
+    if not isinstance(plan, TrainingPlan):
+        raise ReplanError(f"replan: plan={plan!r}; expected a TrainingPlan (plan_training)")
+    _positive_int("horizon_steps", horizon_steps)
+    _positive_int("candidates", candidates)
+    tparams = params or TrainingParams()
+    space = space or SearchSpace(tp=(plan.config.tp,))
+    cluster = resolve(hardware or plan.hardware)
+    ctx = _Context(plan, cluster, tparams, space)
+    if isinstance(event, NodeLoss):
+        options, keep = _node_loss(ctx, event, candidates), math.inf
+    elif isinstance(event, Straggler):
+        options, keep = _straggler(ctx, event, candidates)
+    elif isinstance(event, MemoryCap):
+        options, keep = _memory_cap(ctx, event)
+    elif isinstance(event, NewGlobalBatch):
+        options, keep = _new_batch(ctx, event)
+    else:
+        raise ReplanError(
+            f"replan: event={event!r}; expected NodeLoss, Straggler, MemoryCap or NewGlobalBatch"
+        )
+    options = sorted(options, key=lambda o: (o.cost_s(horizon_steps), o.name))
+    best = options[0]
+    return ReplanResult(
+        event=event, old=plan, new=best.plan or plan, keep_step_s=keep,
+        options=tuple(options), migration=best.migration,
+        replan_time_s=time.perf_counter() - t0,
+    )  # fmt: skip
+
+
+def job_layout(plan: TrainingPlan, devices: tuple[int, ...] | None = None,
+               params: TrainingParams | None = None,
+               hardware: str | Cluster | None = None) -> JobLayout:  # fmt: skip
+    """The `JobLayout` of ``plan`` on physical ``devices`` (default ``0 .. devices-1``)."""
+    sim = plan.sim
+    cfg = plan.model_config or load(plan.model)
+    cluster = resolve(hardware or plan.hardware)
+    s = StepModel(cfg, sim.config, cluster, sim.global_batch, sim.seq,
+                  params or TrainingParams())  # fmt: skip
+    c = s.costs
+    parts = (float(c.embed.params),) + (float(c.layer.params),) * cfg.num_layers
+    parts += (float(pp_terms.head_params(s)),)
+    return JobLayout(
+        sim.config, sim.partition,
+        tuple(range(plan.devices)) if devices is None else tuple(devices), parts,
+        dp_outermost=list(mesh_axes(sim.config, cluster))[0] == "dp",
+    )  # fmt: skip
+
+
+# --- the events --------------------------------------------------------------------------
+@dataclass
+class _Context:
+    plan: TrainingPlan
+    cluster: Cluster
+    tparams: TrainingParams
+    space: SearchSpace
+
+    @property
+    def cfg(self):
+        return self.plan.model_config or load(self.plan.model)
+
+    def plan_on(self, devices: int, gb: int | None = None, tparams=None) -> TrainingPlan:
+        p = self.plan
+        return plan_training(
+            self.cfg, devices=devices, hardware=self.cluster,
+            global_batch=p.global_batch if gb is None else gb, seq=p.seq,
+            params=tparams or self.tparams, space=self.space,
+        )  # fmt: skip
+
+    def option(self, name: str, new: TrainingPlan, keep_s: float, lost: tuple[int, ...] = (),
+               survivors: tuple[int, ...] | None = None, note: str = "") -> ReplanOption:  # fmt: skip
+        old_layout = job_layout(self.plan, params=self.tparams, hardware=self.cluster)
+        devices = tuple(range(new.devices)) if survivors is None else survivors[: new.devices]
+        try:
+            mig = plan_migration(
+                old_layout, job_layout(new, devices, self.tparams, self.cluster), self.cluster, lost,
+                self.tparams.state,
+            )  # fmt: skip
+        except MigrationError as e:
+            raise ReplanError(f"replan: {e}") from None
+        step = new.sim.step_time_s
+        return ReplanOption(name, step, mig.time_s, _break_even(mig.time_s, keep_s, step),
+                            new, mig, note, required=math.isinf(keep_s))  # fmt: skip
+
+
+def _node_ids(ctx: _Context, nodes: tuple[int, ...]) -> tuple[int, ...]:
+    per = ctx.cluster.chips_per_node
+    have = -(-ctx.plan.devices // per)
+    bad = [n for n in nodes if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < have]
+    if bad:
+        raise ReplanError(
+            f"node {bad[0]!r} is not a node of the job: it runs on nodes 0..{have - 1} "
+            f"({ctx.plan.devices} devices, {per} per node)"
+        )
+    return tuple(
+        d for n in sorted(nodes) for d in range(n * per, min((n + 1) * per, ctx.plan.devices))
+    )
+
+
+def _without(ctx: _Context, nodes: tuple[int, ...], candidates: int, name: str,
+             keep_s: float) -> list[ReplanOption]:  # fmt: skip
+    """Options that run on the job's other nodes: the largest usable device counts."""
+    lost = _node_ids(ctx, nodes)
+    survivors = tuple(d for d in range(ctx.plan.devices) if d not in set(lost))
+    per = ctx.cluster.chips_per_node
+    out, tried = [], []
+    n = len(survivors) // per * per
+    while n >= per and len(out) < candidates:
+        found, _ = structures(ctx.cfg, n, ctx.cluster, ctx.plan.global_batch, ctx.plan.seq,
+                              ctx.space)  # fmt: skip
+        if found:
+            try:
+                new = ctx.plan_on(n)
+            except TrainingPlanError as e:
+                tried.append(f"{n}: {e}")
+            else:
+                note = f"{n} of {len(survivors)} surviving devices"
+                out.append(ctx.option(f"{name} ({n} devices)", new, keep_s, lost, survivors, note))
+        n -= per
+    if not out:
+        raise ReplanError(
+            f"no plan of {ctx.plan.model!r} fits on the {len(survivors)} devices left after "
+            f"losing nodes {nodes}: {'; '.join(tried[:2]) or 'no valid factorisation'}; add "
+            "nodes or change the global batch"
+        )
+    return out
+
+
+def _node_loss(ctx: _Context, ev: NodeLoss, candidates: int) -> list[ReplanOption]:
+    have = -(-ctx.plan.devices // ctx.cluster.chips_per_node)
+    if ev.k >= have:
+        raise ReplanError(f"NodeLoss(k={ev.k}) leaves no node: the job runs on {have} node(s)")
+    nodes = ev.nodes if ev.nodes is not None else tuple(range(have - ev.k, have))
+    return _without(ctx, nodes, candidates, "replan", math.inf)
+
+
+def _straggler(ctx: _Context, ev: Straggler, candidates: int) -> tuple[list[ReplanOption], float]:
+    _node_ids(ctx, (ev.node,))
+    sim = ctx.plan.sim
+    keep = _slowed_step(sim, 1, 1, ev.speed)
+    options = [ReplanOption("keep", keep, 0.0, math.inf, None, None,
+                            f"the step waits for the node at {ev.speed:.0%} speed")]  # fmt: skip
+    c = sim.config
+    m = c.microbatches(sim.global_batch)
+    if c.dp > 1 and m > 1:
+        # the slow replica takes m_slow microbatches, the others share the rest
+        best = min(
+            (max(_slowed_step(sim, -(-(c.dp * m - k) // (c.dp - 1)), m, 1.0),
+                 _slowed_step(sim, k, m, ev.speed)), k)
+            for k in range(1, m + 1)
+        )  # fmt: skip
+        step, k = best
+        note = (f"its replica takes {k} of {m} microbatches, the others up to "
+                f"{-(-(c.dp * m - k) // (c.dp - 1))}; nothing moves")  # fmt: skip
+        options.append(ReplanOption("rebalance", step, 0.0, _break_even(0.0, keep, step),
+                                    None, None, note))  # fmt: skip
+    else:
+        options.append(ReplanOption(
+            "rebalance", keep, 0.0, math.inf, None, None,
+            "no data-parallel replicas (or one microbatch) to take the load: same as keep",
+        ))  # fmt: skip
+    try:
+        options += _without(ctx, (ev.node,), candidates, "drop", keep)
+    except ReplanError as e:
+        options.append(ReplanOption("drop", math.inf, 0.0, math.inf, note=str(e)))
+    return options, keep
+
+
+def _slowed_step(sim: SimResult, m_replica: int, m: int, speed: float) -> float:
+    """A replica's step when it runs ``m_replica`` of the plan's ``m`` microbatches at
+    ``speed``: the compute kinds scale with both, the rest (communication, idle) stays."""
+    compute = sum(v for k, v in sim.time_by_kind if k in COMPUTE_KINDS)
+    return sim.step_time_s - compute + compute * (m_replica / m) / speed
+
+
+def _memory_cap(ctx: _Context, ev: MemoryCap) -> tuple[list[ReplanOption], float]:
+    sim = ctx.plan.sim
+    keep = sim.step_time_s if sim.memory.total <= ev.bytes else math.inf
+    tparams = ctx.tparams.replace(cost=ctx.tparams.cost.replace(device_memory_cap_bytes=ev.bytes))
+    new = ctx.plan_on(ctx.plan.devices, tparams=tparams)
+    options = [ctx.option("replan", new, keep)]
+    if math.isfinite(keep):
+        options.append(ReplanOption("keep", keep, 0.0, math.inf, note="the old plan fits"))
+    return options, keep
+
+
+def _new_batch(ctx: _Context, ev: NewGlobalBatch) -> tuple[list[ReplanOption], float]:
+    p = ctx.plan
+    try:
+        old = estimate(ctx.cfg, p.config.replace(num_microbatches=None), ctx.cluster, ev.n,
+                       p.seq, ctx.tparams)  # fmt: skip
+        keep = old.step_time_s if old.fits else math.inf
+    except ParallelConfigError:
+        keep = math.inf
+    new = ctx.plan_on(p.devices, gb=ev.n)
+    options = [ctx.option("replan", new, keep)]
+    if math.isfinite(keep):
+        options.append(ReplanOption("keep", keep, 0.0, math.inf,
+                                    note=f"the old layout at batch {ev.n}"))  # fmt: skip
+    return options, keep
+
+
+def _break_even(switch_s: float, keep_s: float, step_s: float) -> float:
+    if math.isinf(keep_s):
+        return 0.0
+    saving = keep_s - step_s
+    if saving <= 0:
+        return math.inf
+    return switch_s / saving
+
+
+def _break_even_text(steps: float, required: bool = False) -> str:
+    if required:
+        return "required (the old plan cannot run)"
+    if steps == 0:
+        return "immediately (nothing to move)"
+    if math.isinf(steps):
+        return "never (not faster than keeping the plan)"
+    return f"{steps:.1f} steps"
+
+
+def _positive_int(name: str, v: object) -> None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        raise ReplanError(f"{name}={v!r}; expected an int >= 1")
