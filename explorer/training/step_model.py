@@ -219,6 +219,7 @@ class StepModel:
         )
         whole = timed_costs(whole, cluster.chip, tp_)  # kernel time by shape (kernels.py)
         self.costs: StageCosts = cp.split_costs(whole, par.cp)
+        self.costs = moe.ep_kernels(self.costs, cfg, par, cluster.chip, tp_)  # experts over ep
         # devices over (pp, dp, ep, cp, tp); across datacenters dp goes outermost
         self.mesh = Mesh(mesh_axes(par, cluster), hardware=cluster)
         self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
