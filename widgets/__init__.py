@@ -37,6 +37,7 @@ from .mesh_view import MeshView
 from .parallelism_lesson import ParallelismLesson
 from .pareto_view import ParetoView
 from .pipeline_view import PipelineView
+from .pools_view import PoolsView
 from .progress import Progress
 from .scaling_view import ScalingView, Series
 from .selection import Selection, link
@@ -48,5 +49,5 @@ __all__ = [
     "StrategyExplorer", "GraphView", "MeshView", "CostTuner", "TraceCompare", "PipelineView",
     "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
     "ErrorPane", "Coalescer", "Progress", "busy", "figure_box", "ParallelismLesson",
-    "CalibrationView", "ParetoView",
+    "CalibrationView", "ParetoView", "PoolsView",
 ]  # fmt: skip

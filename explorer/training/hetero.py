@@ -115,6 +115,7 @@ class HeteroPlan:
             (pipeline mode; data mode: None and ``()``).
         alternatives: the runners-up, one line each with why they lost.
         timeline: the chosen pipeline simulated event by event (pipeline mode).
+        pool_plans: each pool's own `TrainingPlan` (data mode; ``()`` in pipeline mode).
     """
 
     model: str
@@ -132,6 +133,7 @@ class HeteroPlan:
     search_time_s: float = field(compare=False, default=0.0)
     timeline: Timeline | None = field(compare=False, default=None, repr=False)
     model_config: ModelConfig | None = field(compare=False, default=None, repr=False)
+    pool_plans: tuple[TrainingPlan, ...] = field(compare=False, default=(), repr=False)
 
     @property
     def devices(self) -> int:
@@ -356,6 +358,7 @@ def plan_hetero(
     return HeteroPlan(
         **common, assignments=_from_data(arr, pools), cross_pool_s=arr.allreduce_s,
         partition=None, stage_pool=(), search_time_s=time.perf_counter() - t0,
+        pool_plans=arr.plans,
     )  # fmt: skip
 
 
