@@ -30,6 +30,7 @@ import explorer as ex
 from explorer.training import TrainingParams
 from explorer.training.calibrate import float_fields, predict, with_values
 from explorer.training.measured import measured_datasets, megatron_table1_runs, published_runs
+from explorer.training.published import run_params
 
 P = ex.ParallelConfig
 OUT = Path(__file__).parent / "results" / "accuracy.json"
@@ -64,8 +65,8 @@ def uncalibrated(data) -> dict:
     print("1. Uncalibrated: predicted vs published step time (default TrainingParams, estimate)")
     print(f"{'dataset':20s} {'run':44s} {'published s':>11s} {'predicted s':>11s} {'error':>7s}")
     rows = []
-    base = TrainingParams()
     for name, runs in data.items():
+        base = run_params(name)  # the dataset's published facts (RUN_FACTS), else defaults
         for r in runs:
             t = predict(r, base).step_time_s
             err = t / r.step_time_s - 1

@@ -302,6 +302,11 @@ def _planned(cfg, row, known, missing, hw, gb, seq, cp) -> dict[str, object]:
             space[key] = (known[k],)
     if "recompute" in missing:
         space["recompute"] = ("none", "selective", "full")
+    from .published import EVEN_CHUNK_DATASETS
+
+    if "virtual_stages" in missing and row["dataset"] in EVEN_CHUNK_DATASETS:
+        L, pp = cfg.num_layers, known["pp"]  # the framework splits chunks evenly
+        space["virtual_stages"] = tuple(v for v in (2, 3, 4) if L % (pp * v) == 0) or (2,)
     if cp > 1:
         space["cp"] = (cp,)
     plan = plan_training(cfg, _int(row, "gpus"), hw, gb, seq, space=SearchSpace(**space), top_k=1)
@@ -309,14 +314,16 @@ def _planned(cfg, row, known, missing, hw, gb, seq, cp) -> dict[str, object]:
 
 
 def _step_flops(convention, cfg, config, hw, gb, seq, estimate) -> float:
-    if convention == "megatron2021":
-        from .published import megatron_flops_per_iteration
+    from .published import FLOP_CONVENTIONS, flops_per_step
 
-        return megatron_flops_per_iteration(cfg, gb, seq)
+    if convention in FLOP_CONVENTIONS and convention != "model":
+        return flops_per_step(convention, cfg, gb, seq)
     if convention == "model":
         sim = estimate(cfg, config, hw, gb, seq)  # model FLOPs do not depend on the efficiencies
         return sim.tflops_per_device * 1e12 * sim.step_time_s * config.devices
-    raise CalibrationError(f"flops_convention={convention!r}; expected 'megatron2021' or 'model'")
+    raise CalibrationError(
+        f"flops_convention={convention!r}; expected one of {', '.join(FLOP_CONVENTIONS)}"
+    )
 
 
 def megatron_table1_runs() -> tuple[MeasuredRun, ...]:

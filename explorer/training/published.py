@@ -29,7 +29,19 @@ __all__ = [
     "megatron_flops_per_iteration",
     "compare_megatron",
     "MEGATRON_PARAMS",
+    "FlopConvention",
+    "FLOP_CONVENTIONS",
+    "flops_per_step",
+    "RunFacts",
+    "RUN_FACTS",
+    "run_params",
+    "EVEN_CHUNK_DATASETS",
 ]
+
+# Datasets whose runs used Megatron-LM 2021's interleaved schedule, which needs the layers
+# to split evenly over pp * v chunks (Narayanan et al. 2021, section 2.2.2): the planner
+# fills their open chunk counts only with such v.
+EVEN_CHUNK_DATASETS = frozenset({"megatron_2021_table1", "megatron_2021_table2"})
 
 # One calibration for every row: the default TrainingParams (CALIBRATED_COST: 65% of peak
 # for contractions, 80% of bandwidth). Nothing here depends on a row.
@@ -138,8 +150,10 @@ def row_space(run: PublishedRun) -> SearchSpace:
     """The published configuration: its TP, PP, schedule, recomputation, no ZeRO and no
     sequence parallelism (2021); microbatch size and chunks per device left open."""
     sched = run.schedule if run.pp > 1 else "1f1b"
+    # Megatron-LM (2021) splits layers evenly over the chunks: only such v were runnable
+    vs = tuple(v for v in (2, 3, 4) if run.layers % (run.pp * v) == 0) or (2,)
     return SearchSpace(
-        tp=(run.tp,), pp=(run.pp,), schedules=(sched,), virtual_stages=(2, 3, 4), zero=(0,),
+        tp=(run.tp,), pp=(run.pp,), schedules=(sched,), virtual_stages=vs, zero=(0,),
         recompute=(run.recompute,), sp=(False,),
     )  # fmt: skip
 
@@ -159,3 +173,107 @@ def compare_megatron(
         pred = flops / plan.sim.step_time_s / run.gpus / 1e12
         out.append(Comparison(run, plan, pred))
     return tuple(out)
+
+
+# ----- FLOP conventions: how each source turned a step time into TFLOP/s -----------------
+@dataclass(frozen=True)
+class FlopConvention:
+    """One way of counting a training step's FLOPs, as a published paper did.
+
+    Attributes:
+        name: the key used in the CSVs' ``flops_convention`` column.
+        formula: the count, in words and symbols (B sequences of s tokens, l layers,
+            hidden h, vocabulary V, N parameters).
+        source: where the formula is stated.
+    """
+
+    name: str
+    formula: str
+    source: str
+
+    def flops(self, cfg: ModelConfig, batch: int, seq: int) -> float:
+        """FLOPs of one step of ``batch`` sequences of ``seq`` tokens."""
+        if self.name == "megatron2021":
+            return megatron_flops_per_iteration(cfg, batch, seq)
+        if self.name == "palm":
+            return palm_flops_per_step(cfg, batch, seq)
+        raise TrainingError(
+            f"flops convention {self.name!r} has no closed form here; expected one of "
+            f"{', '.join(k for k in FLOP_CONVENTIONS if k != 'model')}"
+        )
+
+
+def palm_flops_per_step(cfg: ModelConfig, batch: int, seq: int) -> float:
+    """Model FLOPs as PaLM counts them for MFU: ``B s (6 N + 12 l h s)`` (non-causal
+    attention, no recomputation), N the parameters without the input embedding table (a
+    lookup; the untied output head is a matmul and counts).
+
+    >>> f = palm_flops_per_step(load("llama3-405b"), 2048, 8192)
+    >>> round(f / 1e19, 2)
+    4.4
+    """
+    h, l = cfg.hidden_size, cfg.num_layers
+    n = cfg.num_params() - cfg.vocab_size * h
+    return batch * seq * (6 * n + 12 * l * h * seq)
+
+
+FLOP_CONVENTIONS: dict[str, FlopConvention] = {
+    c.name: c
+    for c in (
+        FlopConvention(
+            "megatron2021",
+            "96 B s l h^2 (1 + s/(6h) + V/(16 l h)): forward, backward and one more forward "
+            "(full recomputation); non-causal attention",
+            "Narayanan et al. 2021 (SC21), section 5.1, eq. (3); Megatron-DeepSpeed's "
+            "throughput log (BLOOM) computes the same with its checkpoint factor 4",
+        ),
+        FlopConvention(
+            "palm",
+            "B s (6 N + 12 l h s): model FLOPs, no recomputation, non-causal attention",
+            "Chowdhery et al. 2022 (PaLM), appendix B (the MFU definition)",
+        ),
+        FlopConvention(
+            "model",
+            "the simulator's model FLOPs (forward + backward of every op, no recomputation)",
+            "this project (explorer.training.simulate.SimResult.tflops_per_device)",
+        ),
+    )
+}
+
+
+def flops_per_step(convention: str, cfg: ModelConfig, batch: int, seq: int) -> float:
+    """FLOPs of one step under a named `FLOP_CONVENTIONS` entry (``model`` needs the
+    simulator: `explorer.training.measured` computes it)."""
+    if convention not in FLOP_CONVENTIONS:
+        raise TrainingError(
+            f"flops_convention={convention!r}; expected one of {', '.join(FLOP_CONVENTIONS)}"
+        )
+    return FLOP_CONVENTIONS[convention].flops(cfg, batch, seq)
+
+
+# ----- what a source says about the run beyond its layout ---------------------------------
+@dataclass(frozen=True)
+class RunFacts:
+    """`TrainingParams` fields a dataset's runs used, with where each comes from; the
+    bench predicts the dataset's rows with them (never tuned on the rows)."""
+
+    values: tuple[tuple[str, object], ...]
+    source: str
+
+
+RUN_FACTS: dict[str, RunFacts] = {
+    "llama3_2024_table4": RunFacts(
+        (("flash_attention", True),),
+        "assumption: a fused (flash) attention kernel; the Llama 3 paper does not name its "
+        "attention kernel, and 2024 H100 training stacks (Megatron-Core, xformers, "
+        "FlashAttention-2) fuse attention; with it 8K-token training fits without "
+        "activation checkpointing, as section 3.3.2 says it did",
+    ),
+}
+
+
+def run_params(dataset: str, base: TrainingParams | None = None) -> TrainingParams:
+    """``base`` (default `TrainingParams()`) with the `RUN_FACTS` of ``dataset``."""
+    base = base or TrainingParams()
+    facts = RUN_FACTS.get(dataset)
+    return base.replace(**dict(facts.values)) if facts else base

@@ -171,9 +171,7 @@ def configurations(cfg, tp, pp, dp, cp, gb, space: SearchSpace):
                 continue  # dominated by 1F1B (module docstring)
             vs = space.virtual_stages if sched == "interleaved_1f1b" else (1,)
             for v in vs:
-                if pp * v > cfg.num_layers or (sched == "interleaved_1f1b" and m % pp):
-                    continue
-                if v > 1 and cfg.num_layers % (pp * v):
+                if pp * v > cfg.num_layers + 2 or (sched == "interleaved_1f1b" and m % pp):
                     continue
                 for zero in zero_terms.stages_worth_searching(space.zero, dp * cp):
                     sps = space.sp if space.sp is not None else (tp > 1,)

@@ -321,11 +321,24 @@ def _layer_times(step: StepModel, n_full) -> list[float]:
     return moe.layer_times(step, [_busy(c.embed)] + [layer] * L + [_busy(c.head)])
 
 
+def _interleaved_s(part: StagePartition, times: list[float], p: int, m: int) -> float:
+    """Closed-form interleaved pipeline time of ``part`` (as `estimate`): m times the
+    busiest device's work plus (p-1) times the slowest chunk. Minimising the slowest chunk
+    alone can pile the larger chunks onto one device; Megatron-LM's even split (extra
+    layers to the first chunks, one per device) keeps the devices even."""
+    t = [sum(times[lo:hi]) for lo, hi in zip(part.bounds, part.bounds[1:], strict=False)]
+    work = [sum(t[d::p]) for d in range(p)]
+    return m * max(work) + (p - 1) * max(t)
+
+
 @memoize(maxsize=4096, name="training.balanced_split")
 def _balanced_split(times: tuple[float, ...], stages: int) -> StagePartition:
     """The split of the parts minimising the slowest stage's time, memory ignored."""
     zeros = [0.0] * len(times)
-    return partition_layers(times, zeros, zeros, [1.0] * stages, [math.inf] * stages)
+    alone = stages > len(times) - 2  # more stages than layers: embedding / head alone
+    return partition_layers(
+        times, zeros, zeros, [1.0] * stages, [math.inf] * stages, end_stages_alone=alone
+    )
 
 
 def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> StagePartition:
@@ -345,7 +358,8 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     usable -= al.runtime_context_bytes + al.communication_buffer_bytes
     usable -= recompute.working_set(step, [n], n_full) + step.head_act()
     usable -= zero.gather_buffer_bytes(step)
-    return partition_layers(times, static, acts, in_flight, [usable] * par.stages)
+    alone = par.stages > L
+    return partition_layers(times, static, acts, in_flight, [usable] * par.stages, alone)
 
 
 def _partition(
@@ -354,32 +368,36 @@ def _partition(
     """The stage split and why: the time-balanced split if it fits; else
     (``memory_capped``) the time-balanced split under the memory caps; else the uniform
     split, reported with why (the memory check that follows says by how much it is over).
-    Interleaved schedules use the uniform split: with unequal chunks the per-device work is
-    unbalanced (layers divide evenly, checked in step_model._validate). `estimate` skips
-    the capped split to stay fast and keeps whichever of the two needs less memory."""
+    Interleaved schedules split the model into pp * v chunks with the same programme (the
+    chunks need not hold equal layer counts: Llama 3 ran 126 layers on 16 stages with one
+    layer fewer on the first and the last); the per-stage memory caps of the capped split
+    do not apply to a device holding v chunks, so an interleaved split that does not fit
+    falls back to the uniform one when that needs less. `estimate` skips the capped split
+    to stay fast and keeps whichever of the two needs less memory."""
     par = step.par
     L = step.cfg.num_layers
     uni = uniform_partition(L, par.stages)
     if par.pp == 1:
         return uni, PartitionChoice("uniform", "one pipeline stage")
-    if par.virtual_stages > 1:
-        return uni, PartitionChoice(
-            "uniform", "interleaved 1F1B runs equal chunks (Megatron-LM's rule)"
-        )
     times = _layer_times(step, n_full)
     balanced = _balanced_split(tuple(times), par.stages)
+    if par.virtual_stages > 1 and _interleaved_s(uni, times, par.pp, step.m) < _interleaved_s(
+        balanced, times, par.pp, step.m
+    ):
+        balanced = uni  # the slowest chunk is not the slowest device: spread the extra layers
     need = max(m.total for m in _formula_memories(step, balanced, n_full, in_flight))
     gib = 2**30
     over = f"the time-balanced split needs {need / gib:.2f} GiB, over the {step.cap / gib:.2f}"
     if need <= step.cap:
         return balanced, PartitionChoice("time_balanced", "it fits the memory cap")
-    if not memory_capped:
+    if not memory_capped or par.virtual_stages > 1:
+        why = "interleaved: no per-stage cap" if memory_capped else "estimate"
         if _fits_better(step, balanced, uni, n_full, in_flight):
             return balanced, PartitionChoice(
-                "time_balanced", f"{over} GiB cap; the uniform split needs more (estimate)"
+                "time_balanced", f"{over} GiB cap; the uniform split needs more ({why})"
             )
         return uni, PartitionChoice(
-            "uniform", f"{over} GiB cap; the uniform split needs less (estimate)"
+            "uniform", f"{over} GiB cap; the uniform split needs less ({why})"
         )
     try:
         capped = _capped_split(step, times, n_full, in_flight)

@@ -63,6 +63,10 @@ class TrainingParams:
             inside (Narayanan et al. 2021, section 4.1).
         zero3_prefetch_layers: layers of full weights a ZeRO-3 device holds at once (the
             layer running and the one prefetched, as DeepSpeed does).
+        zero3_recompute_regather: ZeRO-3 gathers a fully recomputed layer's weights a third
+            time, for the recomputed forward (DeepSpeed: the checkpointed forward runs the
+            module's pre-forward hooks again, which fetch the partitioned parameters;
+            PyTorch FSDP likewise re-gathers under activation checkpointing).
         search_method: the operator-strategy search used for per-layer costs.
         fused_ops: layer ops whose cost a fused kernel absorbs (Megatron-LM's
             FusedScaleMaskSoftmax: scale and mask; bias_gelu: the fc1 bias; bias-dropout-
@@ -93,6 +97,7 @@ class TrainingParams:
     flash_block_tokens            tokens     fused attention block (causal skip granularity)
     grad_overlap_fraction         fraction   of gradient reduction hidden behind backward
     zero_gather_overlap_fraction  fraction   of ZeRO-3 weight gathers hidden behind compute
+    zero_grad_overlap_fraction    fraction   of ZeRO-2/3 per-microbatch reduce-scatters hidden
     ============================  =========  ===============================================
     """
 
@@ -103,6 +108,7 @@ class TrainingParams:
     optimizer_step_bytes_per_param: float = 28.0
     p2p_scatter_gather: bool = True
     zero3_prefetch_layers: int = 2
+    zero3_recompute_regather: bool = True
     search_method: Method = "dynamic_programming"
     fused_ops: tuple[str, ...] = ("scale", "mask", "fc1_bias", "o_bias", "fc2_bias")
     kernel_model: Literal["shape", "flat"] = "shape"
@@ -141,8 +147,17 @@ class TrainingParams:
         0.0, "fraction of the gradient reduction", 0.0, 1.0,
         source="assumption: Megatron-LM 2021 reduces gradients after the last backward")  # fmt: skip
     zero_gather_overlap_fraction: float = knob(
-        0.0, "fraction of ZeRO-3 gathers", 0.0, 1.0,
-        source="assumption (0: gathers not prefetched behind compute until fitted)")  # fmt: skip
+        0.7, "fraction of ZeRO-3 gathers", 0.0, 1.0,
+        source="fitted (one value for both ZeRO overlaps, grid of 0.025) on the fit rows of "
+        "Narayanan et al. 2021 Table 2's ZeRO-3 runs (gpt3-175b on 384 and 1536 GPUs, "
+        "529.6b on 2240; bench/accuracy.py ZERO_FIT); DeepSpeed prefetches the next "
+        "layer's parameters behind compute")  # fmt: skip
+    zero_grad_overlap_fraction: float = knob(
+        0.7, "fraction of ZeRO-2/3 gradient reduce-scatters", 0.0, 1.0,
+        source="fitted with zero_gather_overlap_fraction (same value, same rows of "
+        "Narayanan et al. 2021 Table 2); "
+        "DeepSpeed's overlap_comm runs each microbatch's gradient reduce-scatter behind "
+        "the backward")  # fmt: skip
 
     def __post_init__(self) -> None:
         kinds = (
@@ -272,13 +287,17 @@ class StepModel:
         zg_raw = zero.gather_s(self, params)
         z_frac = self.tparams.zero_gather_overlap_fraction
         zg = exposed_s(zg_raw, fwd, z_frac)  # forward gather behind the forward
-        zgb = exposed_s(zg_raw, bwd + rec, z_frac)  # backward gather behind the backward
-        free = max(bwd + rec - (zg_raw - zgb), 0.0)  # backward time not already hiding it
-        grads = exposed_s(dp.microbatch_s(self, params), free, self.tparams.grad_overlap_fraction)
+        zgb = exposed_s(zg_raw, bwd, z_frac)  # backward gather behind the backward
+        zgr_raw = zg_raw * zero.regather_fraction(self, n, n_full)
+        zgr = exposed_s(zgr_raw, rec, z_frac)  # recompute's gather behind the recompute
+        free = max(bwd + rec - (zg_raw - zgb) - (zgr_raw - zgr), 0.0)  # not yet hiding any
+        grads = exposed_s(
+            dp.microbatch_s(self, params), free, self.tparams.zero_grad_overlap_fraction
+        )  # ZeRO 2/3: each microbatch's reduce-scatter behind its backward
         cpf, cpb = cp.stage_s(self, n, n_full)
         f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s),
              ("cp-comm", cpf)]  # fmt: skip
-        b = [("zero-gather", zgb), ("recompute", rec), ("compute-backward", bwd),
+        b = [("zero-gather", zgb + zgr), ("recompute", rec), ("compute-backward", bwd),
              ("tp-comm", tpb), ("ep-comm", ep_s), ("cp-comm", cpb),
              ("dp-comm", grads)]  # fmt: skip
         return f, b
@@ -420,17 +439,11 @@ def _validate(cfg: ModelConfig, par: ParallelConfig, cluster: Cluster, seq: int)
             f"tp={par.tp} does not divide the {cfg.num_heads} attention heads of {cfg.name!r}; "
             "choose tp among the divisors of the head count"
         )
-    if par.stages > cfg.num_layers:
+    if par.stages > cfg.num_layers + 2:
         raise ParallelConfigError(
             f"pp * virtual_stages = {par.stages} exceeds the {cfg.num_layers} layers of "
-            f"{cfg.name!r}; every stage needs a layer"
-        )
-    if par.virtual_stages > 1 and cfg.num_layers % par.stages:
-        raise ParallelConfigError(
-            f"interleaved 1F1B with pp={par.pp} x virtual_stages={par.virtual_stages} needs "
-            f"the {cfg.num_layers} layers of {cfg.name!r} to split evenly into "
-            f"{par.stages} chunks (Megatron-LM's rule); choose pp * v dividing "
-            f"{cfg.num_layers}"
+            f"{cfg.name!r} plus an embedding and a head stage; every stage needs a layer, "
+            "the embedding or the head"
         )
     if par.ep > 1 and (not cfg.is_moe or cfg.num_experts % par.ep):
         raise ParallelConfigError(

@@ -81,7 +81,7 @@ def test_moe_expert_parallel():
 @pytest.mark.parametrize("kw, match", [
     (dict(tp=5), "does not divide the 12 attention heads"),
     (dict(pp=16), "exceeds the 12 layers"),
-    (dict(pp=2, schedule="interleaved_1f1b", virtual_stages=4), "split evenly"),
+    (dict(pp=4, schedule="interleaved_1f1b", virtual_stages=4), "exceeds the 12 layers"),
     (dict(ep=1, dp=3), "not divisible by dp=3"),
 ])  # fmt: skip
 def test_bad_input(kw, match):

@@ -68,12 +68,25 @@ class StagePartition:
 
 def uniform_partition(num_layers: int, stages: int) -> StagePartition:
     """Megatron-LM's split: layers as even as possible (earlier stages take the extra
-    ones), the embedding with the first stage and the head with the last."""
-    if stages > num_layers:
+    ones), the embedding with the first stage and the head with the last. With one or two
+    stages more than layers, the embedding (then the head) gets a stage of its own (Llama
+    3's interleaved layout, Llama Team 2024 section 3.3.2).
+
+    >>> print(uniform_partition(3, 5))
+    embed+0 | 1 | 1 | 1 | 0+head
+    """
+    if stages > num_layers + 2:
         raise PartitionError(
             f"{stages} pipeline stages for {num_layers} layers leaves a stage without "
-            f"layers; use pp * virtual_stages <= {num_layers}"
+            f"layers, embedding or head; use pp * virtual_stages <= {num_layers + 2}"
         )
+    if stages > num_layers:
+        bounds = list(range(0, num_layers + 2))
+        if stages == num_layers + 1:
+            bounds[-1] = num_layers + 2
+        else:
+            bounds.append(num_layers + 2)
+        return StagePartition(tuple(bounds), num_layers)
     base, extra = divmod(num_layers, stages)
     bounds, at = [0], 1
     for g in range(stages):
@@ -85,7 +98,7 @@ def uniform_partition(num_layers: int, stages: int) -> StagePartition:
 
 def partition_layers(
     times: Sequence[float], static_bytes: Sequence[float], activation_bytes: Sequence[float],
-    in_flight: Sequence[float], caps: Sequence[float],
+    in_flight: Sequence[float], caps: Sequence[float], end_stages_alone: bool = False,
 ) -> StagePartition:  # fmt: skip
     """The contiguous split of the parts minimising the slowest stage's time.
 
@@ -97,8 +110,10 @@ def partition_layers(
         in_flight: per stage, microbatches in flight at its peak (from the schedule).
         caps: per stage, the bytes it may use.
 
-    Every stage gets at least one layer. Raises `PartitionError` naming the smallest cap
-    excess when no split fits.
+    Every stage gets at least one layer; with ``end_stages_alone`` the first stage may
+    hold the embedding alone and the last the head alone (Llama 3's interleaved layout,
+    Llama Team 2024 section 3.3.2: "the first model chunk on the first stage has only the
+    embedding"). Raises `PartitionError` naming the smallest cap excess when no split fits.
 
     >>> p = partition_layers([1, 4, 4, 4, 4, 3], [0] * 6, [0] * 6, [1, 1], [1, 1])
     >>> print(p)
@@ -107,10 +122,11 @@ def partition_layers(
     n = len(times)
     stages = len(caps)
     layers = n - 2
-    if stages > layers:
+    most = layers + 2 if end_stages_alone else layers
+    if stages > most:
         raise PartitionError(
             f"{stages} pipeline stages for {layers} layers leaves a stage without layers; "
-            f"use pp * virtual_stages <= {layers}"
+            f"use pp * virtual_stages <= {most}"
         )
     T = np.concatenate([[0.0], np.cumsum(times)])
     M = np.concatenate([[0.0], np.cumsum(static_bytes)])
@@ -119,7 +135,8 @@ def partition_layers(
     I, J = idx[:, None], idx[None, :]
     # A stage [i, j) needs at least one layer: not just the embed (j == 1) or the head.
     ok = J > I
-    ok &= ~((I == 0) & (J == 1)) & ~((I == n - 1) & (J == n))
+    if not end_stages_alone:
+        ok &= ~((I == 0) & (J == 1)) & ~((I == n - 1) & (J == n))
     seg_t = T[J] - T[I]
     seg_m = M[J] - M[I]
     seg_a = A[J] - A[I]

@@ -15,6 +15,7 @@ stage  sharded over dp      gradient reduction          weights
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..memory import StateBytes
@@ -83,6 +84,17 @@ def gather_s(s: StepModel, params: float) -> float:
     return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
 
 
+def regather_fraction(s: StepModel, n_layers: int, n_full: int | None) -> float:
+    """ZeRO-3 with ``zero3_recompute_regather``: the share of a stage's ``n_layers``
+    layers whose weights are gathered again for the recomputed forward (the fully
+    recomputed ones), else 0."""
+    if s.par.zero < 3 or not s.tparams.zero3_recompute_regather or n_layers == 0:
+        return 0.0
+    from . import recompute
+
+    return recompute.layer_policies(s.par.recompute, n_layers, n_full)[2] / n_layers
+
+
 def tail_gather_s(s: StepModel, params: float) -> float:
     """ZeRO 1/2: seconds to all-gather the updated weights after the optimizer step."""
     if s.par.zero not in (1, 2) or s.par.weight_replicas == 1:
@@ -106,8 +118,10 @@ def comm_bytes(s: StepModel, params: float) -> float:
     if zero in (1, 2):
         return s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
     if zero == 3:
+        n = math.ceil(s.cfg.num_layers / s.par.stages)
+        gathers = 2 + regather_fraction(s, n, None if s.par.recompute != "per_layer" else 0)
         return (
-            2
+            gathers
             * s.m
             * s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
         )
