@@ -251,8 +251,13 @@ class ParetoView(View):
         lines = [
             f"<b>{len(f.front)}</b> of {len(f.points)} fitting configurations are on the "
             f"front over {', '.join(OBJECTIVE_LABELS[o] for o in f.objectives)}; "
-            f"{f.n_dominated} are dominated (faded). Values: {escape(f.source)}."
+            f"{f.n_dominated} are dominated (faded)."
         ]
+        sims = sum(p.simulated for p in f.points)
+        lines.append(
+            f"Values: closed-form estimates, except {sims} simulated event by event (the "
+            "plan's own ranking); a picked point is simulated for the linked views."
+        )
         if f.ties:
             lines.append(f"{len(f.ties)} group(s) of front plans with identical values "
                          "(neither dominates; all kept).")  # fmt: skip

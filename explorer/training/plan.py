@@ -107,6 +107,8 @@ class TrainingPlan:
             the best of the configurations estimated by then).
         model_config: the ModelConfig planned (not compared, not serialised; lets
             ``sharding_plan`` rebuild the graph of a config that is not in the registry).
+        pareto: with ``plan_training(..., objectives=...)``, the `ParetoFront` of the fitting
+            configurations (``config`` is its fastest point); None otherwise.
     """
 
     model: str

@@ -137,8 +137,8 @@ def pareto_figure(
         ))  # fmt: skip
     if not title and front is not None:
         title = (
-            f"Pareto front: {n_front} of {len(points)} fitting plans are not dominated "
-            f"({front.n_dominated} dominated, faded) over {len(front.objectives)} objectives"
+            f"Pareto front: {n_front} of {len(points)} fitting plans ({front.n_dominated} "
+            f"dominated, faded) over {len(front.objectives)} objectives"
         )
     fig.update_layout(base_layout(title or "Pareto front", height=460))
     fig.update_layout(
