@@ -368,6 +368,12 @@ def plan_training(
                 "plan_training(pools=...) takes its chips and hardware from the pools; leave "
                 "devices and hardware out"
             )
+        if objectives is not None:  # not silently dropped: the front is per cluster today
+            raise _pareto.ParetoError(
+                f"objectives={objectives!r} with pools=...: the Pareto front is computed for "
+                "one cluster only; plan each pool alone with objectives=..., or leave "
+                "objectives out (the pooled plan is the fastest)"
+            )
         return plan_hetero(
             cfg, pools, global_batch, seq, params=params, space=space, offload=offload
         )

@@ -197,3 +197,9 @@ def test_pareto_front_directly_from_results():
     assert f.duplicates == 1 and len(f.points) == 3
     with pytest.raises(ParetoError, match="needs a chip price"):
         pareto_front(rs, ("cost",))
+
+
+def test_objectives_with_pools_are_refused_not_dropped():
+    pools = [ex.Pool("a100-80g", 8), ex.Pool("h100-sxm", 8)]
+    with pytest.raises(ParetoError, match="one cluster only"):
+        ex.plan_training("gpt2", pools=pools, global_batch=64, seq=512, objectives=("memory",))
