@@ -562,8 +562,16 @@ def calibrate(
         raise CalibrationError(f"params={params!r}; expected a TrainingParams or None")
     if evaluator not in EVALUATORS:
         raise CalibrationError(f"evaluator={evaluator!r}; expected one of {EVALUATORS}")
-    if not isinstance(exact, bool):
-        raise CalibrationError(f"exact={exact!r}; expected True or False")
+    for name, flag in (("exact", exact), ("loo", loo)):
+        if not isinstance(flag, bool):
+            raise CalibrationError(f"{name}={flag!r}; expected True or False")
+    if max_nfev is not None and (
+        isinstance(max_nfev, bool) or not isinstance(max_nfev, int) or max_nfev < 1
+    ):
+        raise CalibrationError(
+            f"max_nfev={max_nfev!r}; expected an int >= 1 (objective evaluations per fit) "
+            "or None (scipy's default)"
+        )
     names = resolve_fit(fit, base)
     # Every run predicted once before the fit: a run the model cannot take fails here,
     # named (`predict`), not in the middle of the least squares.

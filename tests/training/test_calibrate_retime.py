@@ -230,7 +230,13 @@ def test_a_run_the_model_cannot_take_is_named_before_the_fit(config, why, monkey
         assert bad.label in str(e.value)
 
 
-def test_exact_must_be_a_bool():
+@pytest.mark.parametrize("kwargs, match", [
+    ({"exact": "yes"}, "exact='yes'; expected True or False"),
+    ({"loo": 1}, "loo=1; expected True or False"),
+    ({"max_nfev": 0}, "max_nfev=0; expected an int >= 1"),
+    ({"max_nfev": 2.5}, "max_nfev=2.5; expected an int >= 1"),
+])  # fmt: skip
+def test_bad_options_are_refused_naming_the_value(kwargs, match):
     run = ex.MeasuredRun(**GOOD, step_time_s=1.0)
-    with pytest.raises(CalibrationError, match="exact='yes'"):
-        ex.calibrate([run], fit=("compute_efficiency",), exact="yes")
+    with pytest.raises(CalibrationError, match=match):
+        ex.calibrate([run], fit=("compute_efficiency",), **kwargs)
