@@ -335,8 +335,9 @@ def plan_hetero(
     if not candidates:
         raise TrainingPlanError(
             f"{cfg.name!r} fits no arrangement over {' + '.join(map(str, pools))} with global "
-            f"batch {global_batch}: {'; '.join(why)}. Add chips, use pools with more memory, or "
-            "a global batch with more divisors"
+            f"batch {global_batch}: {'; '.join(why)}. Add chips, use pools with more memory, "
+            "a global batch with more divisors, or offload=True (host offload of optimizer "
+            "states in each pool's replicas)"
         )
     candidates.sort(key=lambda c: c[0])
     step, mode, arr = candidates[0]

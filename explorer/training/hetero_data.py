@@ -13,7 +13,15 @@ already reduces inside the pool; the pools then exchange the reduced gradient). 
 exchange crosses the slowest link (`pools.cross_pool_link`), spread over the chips of the
 smallest pool, as a ring over the pools::
 
-    t = (P - 1) latency + 2 (P - 1) / P * params * gradient_bytes / (chips_min * bw * eff)
+    t = 2 (P - 1) latency + 2 (P - 1) / P * params * gradient_bytes / (chips_min * bw * eff)
+
+(a ring all-reduce: a reduce-scatter and an all-gather of ``P - 1`` steps each).
+
+With identical pools this is the homogeneous plan with a hierarchical gradient reduction
+(ZeRO or the all-reduce inside each pool, on its fast links; one exchange across), which
+`plan_training`'s own search does not have (its data-parallel axis is one flat ring), so it
+can beat the homogeneous plan on the union of the pools; the ``pipeline`` arrangement on
+identical pools reproduces `estimate` of the same configuration (tests/training/test_hetero.py).
 
 The step is the slowest pool's step plus that exchange (it runs after the last backward
 of every pool, before the optimizer; the pools' own tails are kept as they are).
@@ -95,7 +103,7 @@ def cross_pool_allreduce_s(
     grad = cfg.num_params() * tparams.state.gradient_bytes
     chips = min(p.chips for p in pools)
     bw = link.bandwidth_bytes_per_s * tparams.cost.bandwidth_efficiency
-    return (P - 1) * link.latency_s + 2 * (P - 1) / P * grad / (chips * bw)
+    return 2 * (P - 1) * link.latency_s + 2 * (P - 1) / P * grad / (chips * bw)
 
 
 def _evaluate(cfg, pools, batches, seq, tparams, space, sync_s, offload) -> DataArrangement | str:

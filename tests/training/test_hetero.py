@@ -135,7 +135,7 @@ def test_cross_pool_link_is_the_slowest_outer_level():
     assert "assumption" in link.source
     t = cross_pool_allreduce_s(ex.models.load("gpt2"), pools, TrainingParams())
     grad = ex.models.load("gpt2").num_params() * 2
-    assert t == pytest.approx(link.latency_s + grad / (8 * 25e9 * 0.8))
+    assert t == pytest.approx(2 * link.latency_s + grad / (8 * 25e9 * 0.8))
 
 
 def test_batch_shares():
@@ -170,6 +170,15 @@ def test_a_model_that_fits_no_arrangement_is_named():
 def test_a_chip_without_the_model_dtype_is_named():
     with pytest.raises(PoolError, match="no peak rate for 'gpt3-1.3b'.s dtype 'bf16'.*dtype="):
         ex.plan_hetero("gpt3-1.3b", [ex.Pool("v100-32g", 8), ex.Pool("a100-80g", 8)], 16, 512)
+
+
+def test_one_pool_is_a_homogeneous_1f1b_search():
+    one = ex.plan_training("gpt2", pools=[ex.Pool("a100-80g", 8)], global_batch=64, seq=512)
+    homo = ex.plan_training("gpt2", devices=8, hardware="a100-80g", global_batch=64, seq=512)
+    assert one.mode == "pipeline" and one.fits
+    # the homogeneous search holds every 1F1B arrangement of one pool (and more): claim, it
+    # is at least as fast, to the 1e-3 of the pipeline arrangement's own pricing
+    assert homo.sim.step_time_s <= one.step_time_s * (1 + 1e-3)
 
 
 def test_plan_training_pools_refuses_devices():
