@@ -145,7 +145,8 @@ def pools_pipeline_figure(plan: HeteroPlan, *, pool: int = 0, **kwargs) -> go.Fi
         sim = plan.pool_plans[pool].sim
         fig = pipeline_figure(sim, **kwargs)
         rows = [pool] * sim.timeline.devices
-        ticks = [f"device {d} · {plan.pools[pool].label}" for d in range(len(rows))]
+        base = fig.layout.yaxis.ticktext or [f"device {d}" for d in range(len(rows))]
+        ticks = [f"{t} · {plan.pools[pool].label}" for t in base]
         title = (
             f"{plan.pools[pool]} (one of {len(plan.pools)} data-parallel pools): "
             f"{plan.assignments[pool].sequences} sequences — step {sim.step_time_s:.3g} s"
