@@ -236,10 +236,20 @@ def _from_data(arr: DataArrangement, pools) -> tuple[PoolAssignment, ...]:
 
 
 def _orders(pools: tuple[Pool, ...]) -> list[tuple[int, ...]]:
-    """Pipeline orders tried: the pools as given and reversed (the first stage keeps the
-    embedding and the most microbatches in flight; the last, the head's logits)."""
+    """Pipeline orders tried: the pools as given and reversed, and (three pools or more)
+    by chip speed both ways (the first stage keeps the embedding and the most microbatches
+    in flight; the last, the head's logits). Every order of P pools would be P! searches.
+
+    >>> a, b = Pool("a100-80g", 8), Pool("h100-sxm", 8)
+    >>> _orders((a, b, Pool("a100-40g", 8)))
+    [(0, 1, 2), (2, 1, 0), (1, 0, 2), (2, 0, 1)]
+    """
     ident = tuple(range(len(pools)))
-    return [ident] if len(pools) == 1 else [ident, ident[::-1]]
+    out = [ident, ident[::-1]]
+    if len(pools) > 2:
+        fast = tuple(sorted(ident, key=lambda i: (-pools[i].peak_flops, i)))
+        out += [fast, fast[::-1]]
+    return list(dict.fromkeys(out))
 
 
 def _pipeline_search(cfg, pools, gb, seq, tparams) -> tuple[list[PipelineArrangement], int]:
