@@ -109,8 +109,9 @@ class HeteroPlan:
         mode: ``pipeline`` or ``data`` (module docstring).
         assignments: one per pool, in the order of ``pools``.
         step_time_s: the job's step; ``cross_pool_s``: the part of it spent crossing pools
-            (data: the gradient exchange; pipeline: the transfers at pool boundaries, per
-            step: 2 per microbatch per boundary, closed form).
+            (data: the gradient exchange; pipeline: the transfers at pool boundaries on the
+            critical path, one forward and one backward per boundary as `estimate` counts
+            them; the others overlap compute).
         partition, stage_pool: the pipeline's stage split and each stage's pool index
             (pipeline mode; data mode: None and ``()``).
         alternatives: the runners-up, one line each with why they lost.

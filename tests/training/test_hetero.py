@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -104,6 +105,9 @@ def test_tensor_parallelism_stays_inside_a_pool():
     assert plan.alternatives  # the other arrangement is there, with why it lost
     text = plan.report()
     assert "h100-sxm" in text and "a100-80g" in text
+    d = json.loads(plan.to_json())
+    assert d["mode"] == plan.mode and len(d["assignments"]) == 2
+    assert d["step_time_s"] == plan.step_time_s
 
 
 def test_pipeline_plan_has_a_timeline_and_names_stage_pools():
