@@ -72,7 +72,9 @@ POINT_XY = f"""(j) => {{
   return [r.left + xa._offset + xa.l2p(t.x[j]), r.top + ya._offset + ya.l2p(t.y[j])];
 }}"""
 
-# A front point away from the plan's star and from every other front point (>= 12 px).
+# A front point away from the plan's star and from every other front point (>= 12 px),
+# preferring a pipelined configuration (its hover names "pp2", "pp4", ...: the linked
+# PipelineView then draws stages the plan's config does not have), then the farthest.
 LONELY = f"""() => {{
   const gd = ({PLOT})(0);
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, t = gd._fullData[1];
@@ -80,11 +82,14 @@ LONELY = f"""() => {{
   const px = (x, y) => [xa.l2p(x), ya.l2p(y)];
   const pts = Array.from(t.x).map((x, j) => px(x, t.y[j]));
   const s = star.x && star.x.length ? px(star.x[0], star.y[0]) : [-1e9, -1e9];
-  const far = (a, b) => Math.hypot(a[0] - b[0], a[1] - b[1]) >= 12;
+  const dist = (a, b) => Math.hypot(a[0] - b[0], a[1] - b[1]);
+  let best = -1, score = -1;
   for (let j = 0; j < pts.length; j++) {{
-    if (far(pts[j], s) && pts.every((q, k) => k === j || far(pts[j], q))) return j;
+    if (dist(pts[j], s) < 12 || !pts.every((q, k) => k === j || dist(pts[j], q) >= 12)) continue;
+    const piped = /pp([2-9]|\\d\\d)/.test(String(t.hovertext[j])) ? 1e6 : 0;
+    if (piped + dist(pts[j], s) > score) {{ best = j; score = piped + dist(pts[j], s); }}
   }}
-  return -1;
+  return best;
 }}"""
 
 
