@@ -277,10 +277,11 @@ class ModelConfig:
         if self.is_moe and self.first_dense_layers:
             moe += f", first {self.dense_layers} dense"
         if self.is_mla:
-            moe += f", MLA (kv rank {self.kv_lora_rank})"
+            moe += f", MLA ranks q {self.q_lora_rank or 'full'} kv {self.kv_lora_rank}"
         return (
             f"{self.name}: {self.arch}, {self.num_layers} layers, hidden {self.hidden_size}, "
-            f"{self.num_heads} heads ({self.kv_heads} kv), ffn {self.ffn}, vocab "
+            f"{self.num_heads} heads ({'MLA' if self.is_mla else f'{self.kv_heads} kv'}), "
+            f"ffn {self.ffn}, vocab "
             f"{self.vocab_size}{moe}"
         )
 

@@ -252,3 +252,32 @@ def test_expert_gemms_are_timed_as_an_ep_group_runs_them():
         - part_times(one.costs.layer.kernels, one.cluster.chip, p).forward_s
     )
     assert four.costs.layer.forward_s - one.costs.layer.forward_s == pytest.approx(delta)
+
+
+@pytest.mark.parametrize(
+    "model_type, change, needle",
+    [
+        ("deepseek_v3", {"attention_bias": True}, "'attention_bias' is True"),
+        ("deepseek_v2", {"moe_layer_freq": 2}, "'moe_layer_freq' is 2"),
+        ("deepseek_v3", {"num_key_value_heads": 2}, "expands its latent to all"),
+        ("qwen3_moe", {"decoder_sparse_step": 2}, "'decoder_sparse_step' is 2"),
+        ("qwen2_moe", {"mlp_only_layers": [0]}, "first_dense_layers"),
+        ("qwen3_moe", {"num_experts_per_tok": 0}, "expected an integer > 0"),
+    ],
+)
+def test_moe_readers_refuse_what_they_do_not_model(model_type, change, needle):
+    raw = {
+        "deepseek_v3": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                            vocab_size=128, intermediate_size=128, kv_lora_rank=16,
+                            q_lora_rank=32, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                            v_head_dim=16, n_routed_experts=4, num_experts_per_tok=2,
+                            moe_intermediate_size=32),
+        "qwen3_moe": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          vocab_size=128, intermediate_size=128, num_experts=4,
+                          num_experts_per_tok=2, moe_intermediate_size=32),
+    }  # fmt: skip
+    raw["deepseek_v2"], raw["qwen2_moe"] = raw["deepseek_v3"], raw["qwen3_moe"]
+    base = {**raw[model_type], "model_type": model_type}
+    assert from_hf_config(base).is_moe  # the base reads
+    with pytest.raises(ModelConfigError, match=needle):
+        from_hf_config({**base, **change})
