@@ -77,6 +77,8 @@ def test_first_calls_run_numpy_until_the_kernel_is_compiled(gated, rng):
     for a, w in zip(got, want, strict=True):
         np.testing.assert_allclose(a.numpy(), w.numpy(), rtol=RTOL, atol=ATOL)
     assert sorted(calls) == ["fused_kernel", "layernorm_kernel"]
+    worker = next(t for t in threading.enumerate() if t.name == "explorer-numba")
+    assert worker.daemon  # a process exits without waiting for kernels it no longer needs
 
 
 @needs_numba

@@ -24,11 +24,12 @@ import hashlib
 import importlib.util
 import math
 import os
+import queue
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
 
@@ -45,7 +46,10 @@ _LOCK = threading.Lock()  # guards the tables below (held briefly, never while c
 _LOADED: dict[str, Callable] = {}
 _PENDING: dict[str, Future] = {}  # kernels handed to the worker (failed ones stay here)
 _QUEUED: list[tuple[str, str, Future]] = []  # asked for, not yet handed to the worker
-_WORKER: list[ThreadPoolExecutor] = []  # one thread, made on the first background compile
+_JOBS: queue.SimpleQueue = queue.SimpleQueue()  # (future, source, entry) for the worker
+# one daemon thread, made on the first background compile: a process may exit while it
+# compiles (the source and numba's cache files are written by rename: never half written)
+_WORKER: list[threading.Thread] = []
 _SECONDS: list[float] = [0.0]
 _COMPILE = threading.Lock()  # one compilation at a time (numba's compiler is not reentrant)
 MODES = ("background", "sync")
@@ -174,18 +178,22 @@ def start_queued() -> None:
         jobs = list(_QUEUED)
         _QUEUED.clear()
         if jobs and not _WORKER:
-            _WORKER.append(ThreadPoolExecutor(1, thread_name_prefix="explorer-numba"))
+            worker = threading.Thread(target=_work, name="explorer-numba", daemon=True)
+            worker.start()
+            _WORKER.append(worker)
     for source, entry, fut in jobs:
-        _WORKER[0].submit(_fill, fut, source, entry)
+        _JOBS.put((fut, source, entry))
 
 
-def _fill(fut: Future, source: str, entry: str) -> None:
-    if not fut.set_running_or_notify_cancel():
-        return
-    try:
-        fut.set_result(load(source, entry))
-    except BaseException as e:  # noqa: BLE001  (handed to the future's reader)
-        fut.set_exception(e)
+def _work() -> None:
+    while True:
+        fut, source, entry = _JOBS.get()
+        if not fut.set_running_or_notify_cancel():
+            continue
+        try:
+            fut.set_result(load(source, entry))
+        except BaseException as e:  # noqa: BLE001  (handed to the future's reader)
+            fut.set_exception(e)
 
 
 def wait_compiled(timeout: float | None = None) -> bool:
