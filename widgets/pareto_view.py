@@ -91,7 +91,8 @@ class ParetoView(View):
         for key in ("x", "y", "color"):
             self.controls[key].observe(self.errors.guard(self._on_axis), names="value")
         self.figure = FigureWidget(self._build())
-        for k in (TRACES.index("dominated"), TRACES.index("front"), TRACES.index("plan")):
+        for name in ("dominated", "front", "dominators", "plan"):
+            k = TRACES.index(name)
             self.figure.data[k].on_click(self.errors.guard(self._on_click))
         self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")

@@ -64,11 +64,14 @@ FACTS = f"""() => {{
   }};
 }}"""
 
-# Page coordinates of front point j (trace 1), from plotly's own axis mapping.
+# Trace indices follow widgets.figures.pareto.TRACES.
+FRONT, STAR, SELECTED = 2, 4, 5
+
+# Page coordinates of front point j, from plotly's own axis mapping.
 POINT_XY = f"""(j) => {{
   const gd = ({PLOT})(0);
   const fl = gd._fullLayout, xa = fl.xaxis, ya = fl.yaxis, r = gd.getBoundingClientRect();
-  const t = gd._fullData[1];
+  const t = gd._fullData[{FRONT}];
   return [r.left + xa._offset + xa.l2p(t.x[j]), r.top + ya._offset + ya.l2p(t.y[j])];
 }}"""
 
@@ -77,8 +80,8 @@ POINT_XY = f"""(j) => {{
 # PipelineView then draws stages the plan's config does not have), then the farthest.
 LONELY = f"""() => {{
   const gd = ({PLOT})(0);
-  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, t = gd._fullData[1];
-  const star = gd._fullData[2];
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, t = gd._fullData[{FRONT}];
+  const star = gd._fullData[{STAR}];
   const px = (x, y) => [xa.l2p(x), ya.l2p(y)];
   const pts = Array.from(t.x).map((x, j) => px(x, t.y[j]));
   const s = star.x && star.x.length ? px(star.x[0], star.y[0]) : [-1e9, -1e9];
@@ -116,9 +119,10 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
 
         facts = page.evaluate(FACTS)
         names = [t["name"] for t in facts["traces"]]
-        assert len(names) == 4 and names[0].startswith("dominated") and "front" in names[1]
-        n = {t["name"]: t["n"] for t in facts["traces"]}
-        assert n[names[0]] > 0 and n[names[1]] > 0 and n[names[2]] == 1 and n[names[3]] == 0
+        assert len(names) == 6 and names[1].startswith("dominated") and "front" in names[FRONT]
+        n = [t["n"] for t in facts["traces"]]
+        # three objectives: no staircase; nothing picked yet: no dominators, no ring
+        assert n == [0, n[1], n[2], 0, 1, 0] and n[1] > 0 and n[2] > 0
         assert facts["xtitle"] == "step time (s)"
         assert facts["ytitle"] == "peak memory per device (GiB)"
         assert "(GB)" in facts["cbtitle"]
@@ -138,7 +142,7 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
         time.sleep(0.3)
         page.mouse.click(x, y)
         page.wait_for_function(
-            f"() => {{ const t = ({PLOT})(0).data[3]; return t.x && t.x.length === 1; }}",
+            f"() => {{ const t = ({PLOT})(0).data[{SELECTED}]; return t.x && t.x.length === 1; }}",
             timeout=30_000,
         )  # fmt: skip
         page.wait_for_function(

@@ -49,6 +49,20 @@ def test_figure_draws_front_and_faded_dominated_in_axis_units(plan):
     assert "dominated by" in dom.hovertext[0] and str(f.dominated[0].config) in dom.hovertext[0]
 
 
+def test_two_objectives_draw_the_front_as_a_staircase_and_the_dominators(plan):
+    two = ex.plan_training("gpt2", devices=8, **JOB, objectives=("step_time", "memory")).pareto
+    d = len(two.front) + 2  # a dominated point
+    fig = pareto_figure(two, "step_time", "memory", None, selected=d)
+    line = trace(fig, "front line")
+    assert list(line.x) == sorted(p.step_time_s for p in two.front)
+    assert list(line.y) == sorted((p.memory_bytes / 2**30 for p in two.front), reverse=True)
+    by = trace(fig, "dominators")
+    assert list(by.customdata) == list(two.points[d].dominated_by) and len(by.x) > 0
+    # three objectives: the projection is no staircase; a front point has no dominators
+    fig3 = pareto_figure(plan.pareto, selected=0)
+    assert len(trace(fig3, "front line").x) == 0 and len(trace(fig3, "dominators").x) == 0
+
+
 def test_empty_figure_keeps_every_trace():
     fig = pareto_figure(None)
     assert len(fig.data) == len(TRACES) and all(len(t.x) == 0 for t in fig.data)

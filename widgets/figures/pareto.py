@@ -3,9 +3,14 @@
 A fixed set of traces (a view updates them and never adds one; added traces are lost when
 a page reconnects), addressed by ``TRACES``:
 
+- ``front line``: with exactly two objectives, both on the axes, the front as a staircase
+  (every point above and right of it is dominated); empty otherwise (with three, the front
+  projected on two axes is no staircase);
 - ``dominated``: every fitting configuration some front point dominates, faded grey;
 - ``front``: the non-dominated ones, coloured by the colour objective (with its colour bar)
   or blue when there is none;
+- ``dominators``: when the picked point is dominated, the front points that dominate it
+  (orange squares: "by whom");
 - ``plan``: the plan's config (the simulated fastest), a black star outline;
 - ``selected``: the point picked in the view, a red ring.
 
@@ -25,13 +30,14 @@ from .style import base_layout
 
 __all__ = ["pareto_figure", "axis_title", "scaled", "hover_text", "TRACES", "AXIS_UNITS"]
 
-TRACES = ("dominated", "front", "plan", "selected")
+TRACES = ("front line", "dominated", "front", "dominators", "plan", "selected")
 # objective -> (unit shown, divisor from the core's unit)
 AXIS_UNITS = {
     "step_time": ("s", 1.0), "memory": ("GiB", float(2**30)),
     "communication": ("GB", 1e9), "cost": ("USD", 1.0),
 }  # fmt: skip
 FADED, FRONT, PLAN, SELECTED = "#B0B4BA", "#1F77B4", "#111111", "#D62728"
+DOMINATORS, LINE = "#FF7F0E", "#7A8CA3"
 
 
 def axis_title(objective: str) -> str:
@@ -104,6 +110,14 @@ def pareto_figure(
     hover = [hover_text(front, i) for i in range(len(points))] if front else []
     template = "%{hovertext}<extra></extra>"
     fig = go.Figure()
+    stair = []
+    if front is not None and set(front.objectives) == {x, y}:
+        stair = sorted(front_idx, key=lambda i: (scaled(points[i], x), scaled(points[i], y)))
+    fig.add_trace(go.Scatter(
+        x=column(stair, x), y=column(stair, y), mode="lines", name="front (staircase)",
+        line={"color": LINE, "width": 1.5, "shape": "hv"}, hoverinfo="skip",
+        showlegend=bool(stair),
+    ))  # fmt: skip
     fig.add_trace(go.Scatter(
         x=column(dom_idx, x), y=column(dom_idx, y), customdata=dom_idx,
         hovertext=[hover[i] for i in dom_idx], hovertemplate=template, mode="markers",
@@ -123,6 +137,15 @@ def pareto_figure(
         x=column(front_idx, x), y=column(front_idx, y), customdata=front_idx,
         hovertext=[hover[i] for i in front_idx], hovertemplate=template, mode="markers",
         name=f"Pareto front ({n_front})", marker=marker,
+    ))  # fmt: skip
+    picked = points[selected] if selected is not None and 0 <= selected < len(points) else None
+    by = list(picked.dominated_by) if picked is not None else []
+    fig.add_trace(go.Scatter(
+        x=column(by, x), y=column(by, y), customdata=by, mode="markers",
+        name=f"dominate the selected ({len(by)})", showlegend=bool(by),
+        hovertext=[hover[i] for i in by], hovertemplate=template,
+        marker={"symbol": "square-open", "size": 14, "color": DOMINATORS,
+                "line": {"width": 2, "color": DOMINATORS}},
     ))  # fmt: skip
     for name, idx, style in (
         ("plan (fastest)", plan_index, {"symbol": "star-open", "size": 18, "color": PLAN,
