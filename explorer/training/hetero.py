@@ -66,6 +66,7 @@ class PoolAssignment:
             ``layers``: layers per stage held (data: the pool's own split).
         busy_s: the pool's own step (data) or its slowest stage per microbatch (pipeline).
         memory: the pool's device needing the most; ``memory_cap_bytes``: its chips' memory.
+        offload: ``none`` or what lives in host memory (`terms.offload`).
     """
 
     pool: Pool
@@ -77,6 +78,7 @@ class PoolAssignment:
     busy_s: float
     memory: MemoryBreakdown
     memory_cap_bytes: float
+    offload: str = "none"
 
     @property
     def fits(self) -> bool:
@@ -88,6 +90,7 @@ class PoolAssignment:
             "replicas": self.replicas, "sequences": self.sequences, "stages": list(self.stages),
             "layers": list(self.layers), "busy_s": self.busy_s,
             "memory_bytes": self.memory.total, "memory_cap_bytes": self.memory_cap_bytes,
+            "offload": self.offload,
         }  # fmt: skip
 
     def __str__(self) -> str:
@@ -98,6 +101,7 @@ class PoolAssignment:
         return (
             f"{self.pool}: {where}, {self.sequences} sequences, memory "
             f"{self.memory.total / _GIB:.1f}/{self.memory_cap_bytes / _GIB:.0f} GiB"
+            + (f", {self.offload} states in host memory" if self.offload != "none" else "")
         )
 
 
@@ -217,7 +221,7 @@ def _from_pipeline(arr: PipelineArrangement, pools, gb) -> tuple[PoolAssignment,
             replicas=arr.dp, sequences=gb, stages=stages,
             layers=tuple(arr.partition.layers(g) for g in stages),
             busy_s=max(arr.stage_s[g] for g in stages), memory=arr.memory[k],
-            memory_cap_bytes=arr.caps[k],
+            memory_cap_bytes=arr.caps[k], offload="optimizer" if arr.offload else "none",
         )  # fmt: skip
     return tuple(out[i] for i in range(len(pools)))
 
@@ -231,6 +235,7 @@ def _from_data(arr: DataArrangement, pools) -> tuple[PoolAssignment, ...]:
                 pool=pool, config=plan.config, replicas=plan.config.dp, sequences=b, stages=(),
                 layers=s.partition.layer_counts(), busy_s=s.step_time_s, memory=s.memory,
                 memory_cap_bytes=s.memory_cap_bytes,
+                offload=plan.offload.kind if plan.offload is not None else "none",
             )
         )  # fmt: skip
     return tuple(out)
@@ -253,7 +258,12 @@ def _orders(pools: tuple[Pool, ...]) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(out))
 
 
-def _pipeline_search(cfg, pools, gb, seq, tparams) -> tuple[list[PipelineArrangement], int]:
+def _pipeline_search(
+    cfg, pools, gb, seq, tparams, offload: bool = False
+) -> tuple[list[PipelineArrangement], int]:
+    """Every structure (order, dp, tp per pool, microbatch size) with the cheapest
+    recomputation that fits; with ``offload``, a structure that fits no rung on the devices
+    alone is tried again with the optimizer states in host memory."""
     found: list[PipelineArrangement] = []
     searched = 0
     g = math.gcd(*(p.chips for p in pools))
@@ -275,10 +285,12 @@ def _pipeline_search(cfg, pools, gb, seq, tparams) -> tuple[list[PipelineArrange
                 for mbs in PIPELINE_MICROBATCH_SIZES:
                     if gb % (dp * mbs):
                         continue
-                    for rec in PIPELINE_RECOMPUTE:
+                    rungs = [(r, False) for r in PIPELINE_RECOMPUTE]
+                    rungs += [(r, True) for r in PIPELINE_RECOMPUTE] if offload else []
+                    for rec, off in rungs:
                         searched += 1
                         arr = evaluate_pipeline(
-                            cfg, pools, order, dp, tps, mbs, rec, gb, seq, tparams
+                            cfg, pools, order, dp, tps, mbs, rec, gb, seq, tparams, off
                         )
                         if arr is not None and arr.fits:
                             found.append(arr)
@@ -299,8 +311,9 @@ def plan_hetero(
         global_batch, seq: sequences per step and their length.
         params: the training cost model; ``space``: restricts each pool's own search in
             ``data`` mode; ``modes``: the arrangements searched (both by default).
-        offload: in ``data`` mode, a pool whose replicas fit only with host offload of the
-            optimizer states uses it (`plan_training`'s ``offload``; the pool's plan says so).
+        offload: a structure that fits only with host offload of the optimizer states uses
+            it (`terms.offload`; pipeline: per structure after the recomputation ladder;
+            data: `plan_training`'s ``offload``); ``assignments[i].offload`` says so.
 
     Raises `PoolError` for bad pools and `TrainingPlanError` when no arrangement fits,
     naming why each failed and what would help.
@@ -328,7 +341,7 @@ def plan_hetero(
     why: list[str] = []
     searched = 0
     if "pipeline" in modes:
-        found, n = _pipeline_search(cfg, pools, global_batch, seq, tparams)
+        found, n = _pipeline_search(cfg, pools, global_batch, seq, tparams, offload)
         searched += n
         candidates += [(a.step_time_s, "pipeline", a) for a in found[:3]]
         if not found:

@@ -19,12 +19,16 @@ The step is the closed-form 1F1B time ``sum T_g + (m - 1) max T_g`` plus the tra
 the slowest stage's tail (gradient reduction in its pool, optimizer), as `estimate` does;
 `timeline` simulates the chosen one event by event (`simulate_schedule`), with every
 transfer at the slowest boundary's time (the simulator takes one transfer time).
+
+With ``offload`` the optimizer states live in host memory (`terms.offload`, ``optimizer``):
+a stage's memory drops them, its tail's ``optimizer`` segment becomes the host update with
+its PCIe copies (the gradient copy behind the stage's last backward).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..models import ModelConfig
 from .config import ParallelConfig, ParallelConfigError
@@ -34,6 +38,8 @@ from .pipeline.schedule import build_schedule, peak_in_flight
 from .pipeline.timeline import Timeline, simulate_schedule
 from .pools import Pool, cross_pool_link
 from .step_model import StepModel, TrainingParams
+from .terms import zero
+from .terms.offload import HostLink, OffloadError, host_link, optimizer_offload_s
 
 __all__ = ["PipelineArrangement", "evaluate_pipeline", "pipeline_timeline", "split_layers"]
 
@@ -53,6 +59,7 @@ class PipelineArrangement:
         stage_s: seconds of one microbatch's forward + backward per stage.
         step_time_s: the closed-form step; ``p2p_s``: each boundary's transfer time.
         memory: the worst device's breakdown per pool (in ``order``), ``caps`` their caps.
+        offload: the optimizer states live in host memory (`terms.offload`, ``optimizer``).
     """
 
     order: tuple[int, ...]
@@ -69,6 +76,7 @@ class PipelineArrangement:
     step_time_s: float
     memory: tuple[MemoryBreakdown, ...]
     caps: tuple[float, ...]
+    offload: bool = False
 
     @property
     def fits(self) -> bool:
@@ -134,13 +142,38 @@ def _probe(L: int, S: int, g: int, n: int) -> StagePartition:
     return _bounds(layers, L)
 
 
-def _most_layers(step: StepModel, L: int, S: int, g: int, flight: int) -> int:
+def _memory(step: StepModel, part: StagePartition, g: int, flight: int, offload: bool):
+    """Stage ``g``'s device memory; with ``offload`` its optimizer states (and their share of
+    fragmentation) are in host memory."""
+    mem = step.device_memory(part, g, None, step.stage_act(part, g, None) * flight)
+    if not offload:
+        return mem
+    frag = step.tparams.allowances.fragmentation_fraction
+    return replace(
+        mem, optimizer_states=0.0,
+        fragmentation=max(0.0, mem.fragmentation - frag * mem.optimizer_states),
+    )  # fmt: skip
+
+
+def _tail(step: StepModel, part: StagePartition, g: int, offload: bool, link: HostLink | None):
+    """Stage ``g``'s step tail; with ``offload`` its ``optimizer`` segment is the host's
+    update with its PCIe copies (`terms.offload.optimizer_offload_s`)."""
+    window = step.device_backward_s(part, g, None)
+    params = step.stage_params(part, g)
+    tail = step.tail(params, window)
+    if not offload:
+        return tail
+    par = step.par
+    opt = zero.optimizer_params(params, par.weight_replicas, par.zero)
+    exposed = optimizer_offload_s(opt, window, link, step.tparams)[3]
+    return [(k, exposed if k == "optimizer" else x) for k, x in tail]
+
+
+def _most_layers(step: StepModel, L: int, S: int, g: int, flight: int, offload: bool) -> int:
     """The most layers stage ``g`` holds within the device's memory cap (0: not even one)."""
 
     def need(n: int) -> float:
-        part = _probe(L, S, g, n)
-        live = step.stage_act(part, g, None) * flight
-        return step.device_memory(part, g, None, live).total
+        return _memory(step, _probe(L, S, g, n), g, flight, offload).total
 
     hi = L - (S - 1)
     if need(1) > step.cap:
@@ -174,8 +207,11 @@ def _layer_s(step: StepModel) -> tuple[float, float, float]:
 def evaluate_pipeline(
     cfg: ModelConfig, pools: tuple[Pool, ...], order: tuple[int, ...], dp: int,
     tps: tuple[int, ...], mbs: int, recompute: str, gb: int, seq: int, tparams: TrainingParams,
+    offload: bool = False,
 ) -> PipelineArrangement | None:  # fmt: skip
-    """Evaluate one structure; None when it is invalid or some stage cannot hold a layer."""
+    """Evaluate one structure; None when it is invalid or some stage cannot hold a layer.
+    ``offload``: the optimizer states in host memory (`terms.offload`); None also when a
+    pool's host link is unknown or its host memory cannot hold them."""
     L = cfg.num_layers
     pps = tuple(pools[i].chips // (dp * t) for i, t in zip(order, tps, strict=True))
     S = sum(pps)
@@ -197,33 +233,44 @@ def evaluate_pipeline(
     flight = [peak_in_flight("1f1b", S, m, g) for g in range(S)]
     if L == S or S == 1:  # one layer per stage, or one stage: nothing to balance
         layers = [L // S] * S
-        if any(_most_layers(s, L, S, g, flight[g]) < 1 for g, s in enumerate(stage_step)):
+        if any(_most_layers(s, L, S, g, flight[g], offload) < 1 for g, s in enumerate(stage_step)):
             return None
-        return _finish(pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m)
+        return _finish(
+            pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m, offload
+        )
     per_layer, extra, most = [], [], []
     times = {id(s): _layer_s(s) for s in steps}
     for g, s in enumerate(stage_step):
         layer, emb, head = times[id(s)]
         per_layer.append(layer)
         extra.append((emb if g == 0 else 0.0) + (head if g == S - 1 else 0.0))
-        most.append(_most_layers(s, L, S, g, flight[g]))
+        most.append(_most_layers(s, L, S, g, flight[g], offload))
     layers = split_layers(L, per_layer, extra, most)
     if layers is None:
         return None
-    return _finish(pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m)
+    return _finish(
+        pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m, offload
+    )
 
 
-def _finish(pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m):
+def _finish(pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m, offload):
     """The arrangement of a chosen split: stage times, tails, memory, the closed-form step."""
     L = steps[0].cfg.num_layers
     part = _bounds(layers, L)
+    links = _host_links(pools) if offload else {}
+    if links is None:
+        return None
     stage_s, tails, mems = [], [], {}
     for g, s in enumerate(stage_step):
         f, b = s.stage_segments(part, g, None)
         stage_s.append(sum(x for _, x in f) + sum(x for _, x in b))
-        tail = s.tail(s.stage_params(part, g), s.device_backward_s(part, g, None))
+        tail = _tail(s, part, g, offload, links.get(stage_pool[g]))
         tails.append(sum(x for _, x in tail))
-        mem = s.device_memory(part, g, None, s.stage_act(part, g, None) * flight[g])
+        mem = _memory(s, part, g, flight[g], offload)
+        if offload:
+            host = s.device_memory(part, g, None, 0.0).optimizer_states
+            if host > links[stage_pool[g]].host_memory_bytes:
+                return None
         k = stage_pool[g]
         if k not in mems or mem.total > mems[k].total:
             mems[k] = mem
@@ -234,7 +281,15 @@ def _finish(pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, l
         partition=part, stage_pool=stage_pool, stage_s=tuple(stage_s), tail_s=tuple(tails),
         p2p_s=tuple(p2p), microbatches=m, step_time_s=step_time,
         memory=tuple(mems[i] for i in order), caps=tuple(s.cap for s in steps),
+        offload=offload,
     )  # fmt: skip
+
+
+def _host_links(pools) -> dict[int, HostLink] | None:
+    try:
+        return {i: host_link(p.cluster) for i, p in enumerate(pools)}
+    except OffloadError:
+        return None
 
 
 def _boundary_p2p(pools, stage_step, stage_pool) -> list[float]:
@@ -258,6 +313,7 @@ def pipeline_timeline(
 ) -> Timeline:  # fmt: skip
     """The arrangement's step simulated event by event (one transfer time: the slowest)."""
     S = arr.partition.stages
+    links = (_host_links(pools) or {}) if arr.offload else {}
     steps = {}
     for k, i in enumerate(arr.order):
         steps[i] = StepModel(cfg, arr.configs[k], pools[i].cluster, gb, seq, tparams)
@@ -267,8 +323,6 @@ def pipeline_timeline(
         f, b = s.stage_segments(arr.partition, g, None)
         fwd.append(f)
         bwd.append(b)
-        tails.append(
-            s.tail(s.stage_params(arr.partition, g), s.device_backward_s(arr.partition, g, None))
-        )
+        tails.append(_tail(s, arr.partition, g, arr.offload, links.get(arr.stage_pool[g])))
     schedule = build_schedule("1f1b", S, arr.microbatches, 1)
     return simulate_schedule(schedule, fwd, bwd, max(arr.p2p_s, default=0.0), tails)

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OffloadKind", "OFFLOAD_KINDS", "OffloadError", "HostLink", "HOST_LINKS", "host_link",
-    "OffloadParams", "OffloadTerms", "offload_terms", "apply_offload",
+    "OffloadParams", "OffloadTerms", "offload_terms", "apply_offload", "optimizer_offload_s",
 ]  # fmt: skip
 
 OffloadKind = Literal["none", "optimizer", "optimizer+params"]
@@ -251,6 +251,27 @@ def _exposed(comm_s: float, window_s: float, fraction: float) -> float:
     return comm_s - min(fraction * comm_s, max(window_s, 0.0))
 
 
+def optimizer_offload_s(
+    opt_params: float, backward_window_s: float, link: HostLink, tparams: TrainingParams,
+    oparams: OffloadParams | None = None,
+) -> tuple[float, float, float, float]:  # fmt: skip
+    """(gradient copy, host step, weight copy, exposed) seconds of offloading the optimizer
+    of ``opt_params`` parameters (one device's share), the gradient copy hidden behind
+    ``backward_window_s`` (the module docstring's model)."""
+    op = oparams or OffloadParams()
+    st = tparams.state
+    bw = link.bandwidth_bytes_per_s
+    grad_copy = link.latency_s + opt_params * st.gradient_bytes / bw
+    host_bw = link.host_memory_bandwidth_bytes_per_s * op.host_memory_efficiency
+    host_step = opt_params * tparams.optimizer_step_bytes_per_param / host_bw
+    weight_copy = link.latency_s + opt_params * st.weight_bytes / bw
+    exposed = (
+        _exposed(grad_copy, backward_window_s, op.gradient_overlap_fraction)
+        + host_step + weight_copy
+    )  # fmt: skip
+    return grad_copy, host_step, weight_copy, exposed
+
+
 def offload_terms(
     sim: SimResult, kind: OffloadKind, cluster: Cluster, tparams: TrainingParams,
     oparams: OffloadParams | None = None,
@@ -270,10 +291,9 @@ def offload_terms(
     kinds = dict(sim.time_by_kind)
     m = sim.config.num_microbatches or 1
     backward = kinds.get("compute-backward", 0.0) / m
-    grad_copy = link.latency_s + opt_params * st.gradient_bytes / bw
-    host_bw = link.host_memory_bandwidth_bytes_per_s * op.host_memory_efficiency
-    host_step = opt_params * tparams.optimizer_step_bytes_per_param / host_bw
-    weight_copy = link.latency_s + opt_params * st.weight_bytes / bw
+    grad_copy, host_step, weight_copy, exposed = optimizer_offload_s(
+        opt_params, backward, link, tparams, op
+    )
     hbm = (
         tparams.hbm_efficiency
         if tparams.kernel_model == "shape"
@@ -283,7 +303,6 @@ def offload_terms(
         opt_params * tparams.optimizer_step_bytes_per_param
         / (cluster.chip.memory_bandwidth_bytes_per_s * hbm)
     )  # fmt: skip
-    exposed = _exposed(grad_copy, backward, op.gradient_overlap_fraction) + host_step + weight_copy
     host = mem.optimizer_states
     saved = mem.optimizer_states
     stream = 0.0
