@@ -67,6 +67,7 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
                 wqe = b.param("top_query", (cfg.max_seq_len, h))
                 query = b.op("embedding", positions, wqe, name="top_query_lookup")
             x = _block(b, cfg, x, causal=decoder, query=query, seed=2 * i, layer=i)
+    hidden = x  # what multi-token prediction starts from
     with b.scope("head"):
         if cfg.norm_position == "pre":
             x = norm(b, cfg, x, "final_norm")
@@ -81,6 +82,7 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
             logits = b.op("add", logits, b.param("logits_b", (V,)), name="logits_bias")
         losses = b.op("cross_entropy", logits, labels, name="token_loss")
         loss = b.op("mean", losses, name="loss")
+        loss = config_layers.mtp(b, cfg, hidden, loss)  # DeepSeek-V3's MTP modules, if any
     return b.build([loss])
 
 

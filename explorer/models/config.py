@@ -75,6 +75,10 @@ class ModelConfig:
         shared_expert_gate: a sigmoid gate ``[hidden, 1]`` on the shared expert (Qwen2-MoE).
         first_dense_layers: the first layers are dense MLPs of ``ffn`` (DeepSeek's
             ``first_k_dense_replace``); a slice with fewer layers is all dense.
+        mtp_layers: DeepSeek-V3's multi-token-prediction modules after the head (each: two
+            norms, a ``[2h, h]`` projection, one layer like the last, the final norm; the
+            embedding and the output head shared). transformers does not build them, so
+            ``from_hf_config`` leaves 0; DeepSeek-V3 trained with 1.
         embed_norm: a norm right after the embedding (BLOOM, BERT).
         type_vocab_size: token-type embeddings (BERT).
         query_layer: PanGu-alpha's top query layer (its queries come from a second
@@ -120,6 +124,7 @@ class ModelConfig:
     shared_expert_size: int | None = None
     shared_expert_gate: bool = False
     first_dense_layers: int = 0
+    mtp_layers: int = 0
     embed_norm: bool = False
     type_vocab_size: int = 0
     query_layer: bool = False
@@ -333,6 +338,11 @@ def check_extensions(cfg: ModelConfig, where: str) -> None:
                 f"{where}: attention='mha' with num_kv_heads={cfg.num_kv_heads} != num_heads="
                 f"{cfg.num_heads}; use attention='gqa' (or leave it null)"
             )
+    if cfg.mtp_layers < 0 or (cfg.mtp_layers and cfg.arch != "decoder"):
+        raise ModelConfigError(
+            f"{where}: mtp_layers={cfg.mtp_layers}; expected an int >= 0, and 0 unless "
+            "arch='decoder' (multi-token prediction follows a decoder's head)"
+        )
     k = cfg.num_shared_experts
     if isinstance(k, bool) or k < 0 or cfg.first_dense_layers < 0:
         raise ModelConfigError(

@@ -111,7 +111,16 @@ def param_count(cfg: ModelConfig) -> int:
     dense = sum(_layer(cfg, moe=False).values()) if cfg.dense_layers else 0
     moe = sum(_layer(cfg, moe=True).values()) if cfg.moe_layers else 0
     query = cfg.max_seq_len * cfg.hidden_size if cfg.query_layer else 0
-    return embed + head + cfg.dense_layers * dense + cfg.moe_layers * moe + query
+    return embed + head + cfg.dense_layers * dense + cfg.moe_layers * moe + query + _mtp(cfg)
+
+
+def _mtp(cfg: ModelConfig) -> int:
+    """Parameters of the multi-token-prediction modules (embedding and head shared)."""
+    if not cfg.mtp_layers:
+        return 0
+    h = cfg.hidden_size
+    layer = sum(_layer(cfg, cfg.layer_is_moe(cfg.num_layers)).values())
+    return cfg.mtp_layers * (layer + 2 * h * h + 3 * _norm(cfg))
 
 
 def active_params(cfg: ModelConfig) -> int:
@@ -160,4 +169,9 @@ def forward_flops(cfg: ModelConfig, seq: int, batch: int = 1) -> int:
     dense = layer_flops(cfg, 0, seq, batch) if cfg.dense_layers else 0
     moe = layer_flops(cfg, cfg.num_layers - 1, seq, batch) if cfg.moe_layers else 0
     head = 2 * t * h * cfg.vocab_size + (2 * t * h * h if cfg.arch == "encoder" else 0)
-    return cfg.dense_layers * dense + cfg.moe_layers * moe + head
+    mtp = (
+        layer_flops(cfg, cfg.num_layers, seq, batch)
+        + 2 * t * 2 * h * h
+        + 2 * t * h * cfg.vocab_size
+    )
+    return cfg.dense_layers * dense + cfg.moe_layers * moe + head + cfg.mtp_layers * mtp

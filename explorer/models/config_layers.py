@@ -36,7 +36,7 @@ from ..ir import GraphBuilder
 from .config import ModelConfig
 from .layers import _dropout, attention, linear, mlp, moe, norm
 
-__all__ = ["extended", "block", "mla", "shared_expert"]
+__all__ = ["extended", "block", "mla", "shared_expert", "mtp"]
 
 
 def extended(cfg: ModelConfig) -> bool:
@@ -163,3 +163,31 @@ def _attention_qk(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool,
     ctx = b.op("reshape", ctx, name="merge_heads", shape=(bs, s, n * d))
     out = linear(b, ctx, n * d, h, "o", cfg.bias)
     return _dropout(b, cfg, out, "dropout", seed + 1)
+
+
+def mtp(b: GraphBuilder, cfg: ModelConfig, hidden: str, loss: str) -> str:
+    """DeepSeek-V3's multi-token-prediction modules, in the head's scope: each normalises
+    the previous depth's hidden states and the token embeddings (``embed.wte``; the one-
+    position shift of the tokens changes no cost and is not modelled), projects their
+    concatenation ``[2h] -> [h]``, runs one layer like the model's last, and predicts
+    through the shared output head; the losses are added to ``loss``."""
+    if not cfg.mtp_layers:
+        return loss
+    h = cfg.hidden_size
+    for d in range(cfg.mtp_layers):
+        with b.scope(f"mtp{d}"):
+            emb = b.op("embedding", "tokens", "embed.wte", name="embed")
+            both = b.op("cat", norm(b, cfg, hidden, "hnorm"), norm(b, cfg, emb, "enorm"),
+                        name="concat", axis=2)  # fmt: skip
+            x = linear(b, both, 2 * h, h, "eh_proj", False)
+            with b.scope("layer"):
+                x = block(b, cfg, x, causal=True, query=None, seed=0, layer=cfg.num_layers)
+            hidden, y = x, norm(b, cfg, x, "final_norm")
+            if cfg.tied_embeddings:
+                logits = b.op("einsum", y, "embed.wte", name="logits", eq="bsh,vh->bsv")
+            else:
+                logits = b.op("matmul", y, "head.lm_head_w", name="logits")
+            lm = b.op("mean", b.op("cross_entropy", logits, "labels", name="token_loss"),
+                      name="loss")  # fmt: skip
+            loss = b.op("add", loss, lm, name="total_loss")
+    return loss

@@ -283,7 +283,7 @@ class StepModel:
         tpf, tpb = tp.stage_comm_s(self, part, g)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
-        ep_s = ep.stage_s(self, n - moe.dense_in_stage(self, part, g))
+        ep_s = ep.stage_s(self, moe.moe_layers_in(self, part, (g,)))
         zg_raw = zero.gather_s(self, params)
         z_frac = self.tparams.zero_gather_overlap_fraction
         zg = exposed_s(zg_raw, fwd, z_frac)  # forward gather behind the forward

@@ -281,3 +281,33 @@ def test_moe_readers_refuse_what_they_do_not_model(model_type, change, needle):
     assert from_hf_config(base).is_moe  # the base reads
     with pytest.raises(ModelConfigError, match=needle):
         from_hf_config({**base, **change})
+
+
+def test_multi_token_prediction_modules_are_counted_built_and_planned():
+    for kw in ({"mtp_layers": 1}, {"mtp_layers": 2, "tied_embeddings": True}):
+        cfg = ModelConfig(**{**TINY, **kw})
+        g = ex.models.build(cfg, batch=2, seq=8)
+        assert g.num_params() == cfg.num_params()
+        assert _contraction_flops(g) == forward_flops(cfg, 8, 2)
+    base = ModelConfig(**TINY)
+    one = base.replace(mtp_layers=1)
+    h = base.hidden_size  # one layer like the last (MoE), the [2h, h] projection, 3 norms
+    assert one.num_params() - base.num_params() == layer_sum(base, 2) + 2 * h * h + 3 * h
+    with pytest.raises(ModelConfigError, match="mtp_layers=-1"):
+        base.replace(mtp_layers=-1)
+    # the step model: the MTP layer's experts split over tp * ep on the head's stage, and
+    # its all-to-alls run there
+    from explorer.training.pipeline.partition import StagePartition
+    from explorer.training.terms import moe
+
+    cfg = ModelConfig(**{**STEP, "mtp_layers": 1})
+    s0 = _step(cfg.replace(mtp_layers=0), ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2))
+    s1 = _step(cfg, ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2))
+    part = StagePartition((0, 4, 10), 8)
+    experts = s1.costs.head.expert_params
+    assert experts == s1.costs.layer.expert_params
+    extra = s1.stage_params(part, 1) - s0.stage_params(part, 1)
+    mtp_dense = s1.costs.head.params - s0.costs.head.params - experts
+    assert extra == pytest.approx(mtp_dense / 2 + experts / 8)
+    assert moe.moe_layers_in(s1, part, (1,)) == moe.moe_layers_in(s0, part, (1,)) + 1
+    assert s1.stage_params(part, 0) == s0.stage_params(part, 0)

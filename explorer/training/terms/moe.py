@@ -16,8 +16,13 @@ in an ``ep`` group it runs ``E / ep`` experts on the tokens of ``ep`` devices
 (``capacity * ep`` rows): the same FLOPs, ``1/ep`` of the expert weights read, larger
 tiles. Their kernel times are re-timed with those shapes.
 
+DeepSeek-V3's multi-token-prediction modules (``mtp_layers``) are built in the head's
+scope, so the head's part cost holds their compute; their expert weights are split over
+ep (`head_params_delta`) and their all-to-alls run on the head's stage (`moe_layers_in`).
+
 Not corrected: the tensor-parallel collectives of a dense layer (those of the MoE layer
-are used) and activations (the step model's activation formula has no expert term).
+are used) and activations (the step model's activation formula has no expert term, and
+the head's holds the logits only, not those of the MTP layer).
 
 Shared experts and routed experts of ``moe_intermediate_size`` need nothing here: they are
 ops of the MoE layer the operator search costs; the shared experts' two-dimensional
@@ -42,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DenseLayers", "layer_config", "dense_config", "dense_layers", "dense_in_stage",
     "stage_compute", "params_delta", "flops_delta", "moe_layers_in", "layer_times",
-    "layer_static", "ep_kernels",
+    "layer_static", "ep_kernels", "mtp_moe_layers", "head_params_delta",
 ]  # fmt: skip
 
 
@@ -100,8 +105,23 @@ def dense_in_stage(s: StepModel, part: StagePartition, g: int) -> int:
 
 
 def moe_layers_in(s: StepModel, part: StagePartition, stages) -> int:
-    """Layers holding experts among ``stages`` (what the all-to-alls run for)."""
-    return sum(part.layers(g) - dense_in_stage(s, part, g) for g in stages)
+    """Layers holding experts among ``stages`` (what the all-to-alls run for), the MoE
+    layers of multi-token prediction with the head."""
+    mtp = mtp_moe_layers(s.cfg)
+    return sum(part.layers(g) - dense_in_stage(s, part, g) + mtp * part.has_head(g)
+               for g in stages)  # fmt: skip
+
+
+def mtp_moe_layers(cfg: ModelConfig) -> int:
+    """MoE layers in the multi-token-prediction modules (each has one layer like the last)."""
+    return cfg.mtp_layers if cfg.layer_is_moe(cfg.num_layers) else 0
+
+
+def head_params_delta(s: StepModel) -> float:
+    """The head's expert weights (multi-token prediction's MoE layers) on one device: split
+    over tp * ep, not tp alone as the rest of the head."""
+    e = s.costs.head.expert_params
+    return -e / s.par.tp * (1 - 1 / s.par.ep) if e else 0.0
 
 
 def stage_compute(s: StepModel, part: StagePartition, g: int, fwd: float, bwd: float):
@@ -115,9 +135,10 @@ def stage_compute(s: StepModel, part: StagePartition, g: int, fwd: float, bwd: f
 
 def params_delta(s: StepModel, part: StagePartition, g: int) -> float:
     """Parameters on a device of stage ``g``: dense layers' minus the MoE layers' they
-    replace."""
+    replace, and the head's expert weights split over ep (`head_params_delta`)."""
     n = dense_in_stage(s, part, g)
-    return n * (s.dense.params - s.layer_params) if n else 0.0
+    out = n * (s.dense.params - s.layer_params) if n else 0.0
+    return out + (head_params_delta(s) if part.has_head(g) else 0.0)
 
 
 def flops_delta(s: StepModel) -> float:
@@ -127,31 +148,34 @@ def flops_delta(s: StepModel) -> float:
 
 
 def layer_times(s: StepModel, times: list[float]) -> list[float]:
-    """Per-part seconds ``[embed, layers..., head]`` with the dense layers' own time (their
-    compute, no all-to-all) for the pipeline partition."""
-    d = getattr(s, "dense", None)
-    if d is None:
-        return times
+    """Per-part seconds ``[embed, layers..., head]`` for the pipeline partition, with the
+    dense layers' own time (their compute, no all-to-all) and the all-to-alls of the
+    head's multi-token-prediction MoE layers."""
     from . import ep
 
+    out = list(times)
+    out[-1] += 2 * ep.stage_s(s, mtp_moe_layers(s.cfg))
+    d = getattr(s, "dense", None)
+    if d is None:
+        return out
     c = s.costs.layer
     delta = (d.layer.forward_s + d.layer.backward_s + d.layer.tp_forward_s
              + d.layer.tp_backward_s) - (c.forward_s + c.backward_s + c.tp_forward_s
                                          + c.tp_backward_s) - 2 * ep.stage_s(s, 1)  # fmt: skip
-    out = list(times)
     for i in range(1, 1 + d.count):
         out[i] += delta
     return out
 
 
 def layer_static(s: StepModel, static: list[float], per_param: float) -> list[float]:
-    """Per-part model-state bytes with the dense layers' own parameters."""
-    d = getattr(s, "dense", None)
-    if d is None:
-        return static
+    """Per-part model-state bytes with the dense layers' own parameters and the head's
+    experts split over ep."""
     out = list(static)
-    for i in range(1, 1 + d.count):
-        out[i] = d.params * per_param
+    out[-1] += head_params_delta(s) * per_param
+    d = getattr(s, "dense", None)
+    if d is not None:
+        for i in range(1, 1 + d.count):
+            out[i] = d.params * per_param
     return out
 
 
