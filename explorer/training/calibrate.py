@@ -15,8 +15,9 @@ split, recomputation and everything else of the step model are evaluated as usua
 the fit every run is simulated in full under the fitted params and the table reports
 that; if the search there picks other layouts for some run (its full prediction differs
 from the re-timed one), the fit is run again from its result with the layouts chosen under
-the fitted params (at most `MAX_ROUNDS` fits) and ``Calibration.redecided`` names the runs
-that still differ. ``exact=True`` searches again at every trial value (the slow path).
+the fitted params (at most `MAX_ROUNDS` fits); if they still change, a last fit from there
+searches again at every trial value (``Calibration.exact``). ``exact=True`` does so from
+the start (the slow path).
 
 Fit data and check data stay apart: ``runs`` are fitted, ``check`` runs are only
 predicted, and every row of `Calibration.table` says which it is. ``loo_error`` is the
@@ -314,15 +315,19 @@ class Calibration:
             residual in log step time of the fit runs fully simulated under ``params``;
             ``evaluations``: step-model calls of the fits (all rounds, leave-one-out
             aside); ``seconds``: wall time of the whole call.
-        exact: True when every trial value searched the operator layouts again; False
-            when the fit re-timed fixed layouts (see the module doc).
-        rounds: fits run (a new one each time the fitted params changed some run's
-            layouts; 1 when they did not).
-        redecided: labels of the fit runs whose full simulation under the fitted params
-            differs from the re-timed prediction the last fit used (the search picks other
-            layouts there); empty when the table's "after" column is what was fitted.
-        retime_gap: the largest ``|full / re-timed - 1|`` over the fit runs (0.0 when
-            ``redecided`` is empty or ``exact``).
+        exact: True when the last fit searched the operator layouts again at every trial
+            value (``exact=True``, or the fallback below); False when the fitted values
+            come from re-timed layouts (see the module doc).
+        rounds: fits run: a new one each time the fitted params changed some run's
+            layouts (1 when they did not); when they still change after `MAX_ROUNDS`
+            re-timed fits, one more fit from there searches at every trial value.
+        redecided: labels of the fit runs whose layouts changed during the fit: at the end
+            of some fit their full simulation differed from the re-timed prediction that
+            fit used, so another fit followed (the table's "after" column is always the
+            full simulation under ``params``, and the last fit used the same layouts).
+        retime_gap: the largest ``|full / re-timed - 1|`` seen at the end of a fit: how
+            far off a single re-timed fit would have been (0.0 when ``redecided`` is
+            empty).
     """
 
     params: TrainingParams
@@ -410,8 +415,8 @@ class Calibration:
         warn = "" if self.determined else " (no more runs than knobs: not unique)"
         if self.redecided:
             warn += (
-                f"; {len(self.redecided)} runs take other layouts under the fitted params "
-                f"(up to {self.retime_gap:.2%} from the re-timed fit)"
+                f"; {len(self.redecided)} runs took other layouts during the fit (refitted "
+                f"{self.rounds - 1} times)"
             )
         return (
             f"Calibration of {len(self.rows('fit'))} runs ({len(self.rows('check'))} check): "
@@ -586,23 +591,26 @@ def calibrate(
     # least_squares needs a start strictly inside the range
     x = np.clip(start, lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
 
-    evaluations, rounds = 0, 0
+    evaluations, rounds, searched = 0, 0, exact
+    gaps = np.zeros(len(runs))  # per run, the largest |full / re-timed - 1| at a fit's end
     while True:
         rounds += 1
-        objective = _Objective(runs, base, names, evaluator, decided_at)
+        objective = _Objective(runs, base, names, evaluator, None if searched else decided_at)
         sol = _solve(objective, x, lo, hi, max_nfev)
         x, evaluations = sol.x, evaluations + objective.calls
         fitted = objective.params(x)
         after = predict_times(runs, fitted, evaluator)  # the full simulation
-        if exact:
-            retimed = after
+        retimed = after if searched else predict_times(runs, fitted, evaluator, decided_at)
+        step = np.abs(after / retimed - 1)
+        gaps = np.maximum(gaps, step)
+        if searched or np.max(step) <= SAME_TIME:
             break
-        retimed = predict_times(runs, fitted, evaluator, decided_at)
-        moved = np.max(np.abs(after / retimed - 1)) > SAME_TIME
-        if not moved or rounds >= MAX_ROUNDS or fitted.cost == decided_at.cost:
-            break
-        decided_at = fitted  # fit again, with the layouts chosen under the fitted params
-    gaps = np.abs(after / retimed - 1)
+        if rounds >= MAX_ROUNDS:
+            # The layouts still change near the optimum (it sits where the search switches
+            # between layouts): a last fit from here searches at every trial value.
+            searched = True
+        else:
+            decided_at = fitted  # fit again, with the layouts chosen under the fitted params
     redecided = tuple(r.label for r, g in zip(runs, gaps, strict=True) if g > SAME_TIME)
 
     loo_s: list[float | None] = [None] * len(runs)
@@ -635,5 +643,5 @@ def calibrate(
         values=tuple(float(v) for v in x), bounds=tuple(rng), table=tuple(table),
         loo_error=float(np.median(loo_errs)) if loo_errs else None, evaluator=evaluator,
         rms_log_error=rms, evaluations=evaluations, seconds=time.perf_counter() - t0,
-        exact=exact, rounds=rounds, redecided=redecided, retime_gap=float(np.max(gaps)),
+        exact=searched, rounds=rounds, redecided=redecided, retime_gap=float(np.max(gaps)),
     )  # fmt: skip
