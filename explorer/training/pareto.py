@@ -22,9 +22,10 @@ Which numbers are estimates: the same ones plan_training ranks with. Every confi
 is estimated in closed form (`estimate`); the few best that plan_training then simulates
 event by event (``simulate_top``) carry their simulated numbers instead, and say so
 (``ParetoPoint.simulated``). So the plan's ``config``, the simulated fastest, is the
-fastest point of the front, as in the plan's ranking; simulating every front point would
-cost ~0.25 s each (27 points for gpt3-175b on 1024 A100s) and is left to the views, which
-simulate the point a person picks. On one homogeneous cluster cost per step is the step
+fastest point of the front, as in the plan's ranking. Simulating every front point would
+blow the time budget (gpt3-175b on 1024 A100s: the 25 front points not yet simulated took
+20 s, 0.8 s each, on a loaded 2-core machine, against ~6 s for the whole plan), so it is
+left to the views, which simulate the point a person picks. On one homogeneous cluster cost per step is the step
 time times a constant (every configuration uses all the devices), so adding ``cost`` to
 ``step_time`` changes no domination; it matters when the price differs between plans
 (pools of different chips).
