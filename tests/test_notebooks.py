@@ -56,6 +56,12 @@ EXPECTED = {
          "H800 GPU hours predicted, 2.664M published",
          "max |torch - sharded on 8 devices| = "], 2,
     ),
+    "10_beyond_one_cluster.ipynb": (
+        ["x h100-sxm alone (", "speedup", "fitting plans on the front", "event: NodeLoss",
+         "migration: ", "from the checkpoint", "rebalance: step", "break-even",
+         "axes across the WAN: dp", "pp  crosses -", "hierarchical",
+         "H= 500", "caveat: Convergence is not modelled", "arXiv:2311.08105"], 3,
+    ),
 }  # fmt: skip
 
 

@@ -31,6 +31,8 @@ import numbers
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..hardware import Cluster, resolve
 from ..models import load
 from .config import ParallelConfigError
@@ -399,28 +401,41 @@ def _straggler(ctx: _Context, ev: Straggler, candidates: int) -> tuple[list[Repl
                             f"the step waits for the node at {ev.speed:.0%} speed")]  # fmt: skip
     c = sim.config
     m = c.microbatches(sim.global_batch)
-    if c.dp > 1 and m > 1:
-        # the slow replica takes m_slow microbatches, the others share the rest
-        best = min(
-            (max(_slowed_step(sim, -(-(c.dp * m - k) // (c.dp - 1)), m, 1.0),
-                 _slowed_step(sim, k, m, ev.speed)), k)
+    slow = _replicas_on(ctx, ev.node)  # data-parallel replicas with a device on the node
+    if c.dp > slow and m > 1:
+        # the slow replicas take k microbatches each, the others share the rest (ceil)
+        def fast(k: int) -> int:
+            return -(-(c.dp * m - slow * k) // (c.dp - slow))
+
+        step, neg_k = min(
+            (max(_slowed_step(sim, fast(k), m, 1.0), _slowed_step(sim, k, m, ev.speed)), -k)
             for k in range(1, m + 1)
         )  # fmt: skip
-        step, k = best
-        note = (f"its replica takes {k} of {m} microbatches, the others up to "
-                f"{-(-(c.dp * m - k) // (c.dp - 1))}; nothing moves")  # fmt: skip
+        k = -neg_k
+        note = (f"its {slow} replica(s) take {k} of {m} microbatches each, the others up to "
+                f"{fast(k)}; nothing moves")  # fmt: skip
         options.append(ReplanOption("rebalance", step, 0.0, _break_even(0.0, keep, step),
                                     None, None, note))  # fmt: skip
     else:
         options.append(ReplanOption(
             "rebalance", keep, 0.0, math.inf, None, None,
-            "no data-parallel replicas (or one microbatch) to take the load: same as keep",
+            "every data-parallel replica has a device on the node (or one microbatch): "
+            "no one to take the load, same as keep",
         ))  # fmt: skip
     try:
         options += _without(ctx, (ev.node,), candidates, "drop", keep)
     except ReplanError as e:
         options.append(ReplanOption("drop", math.inf, 0.0, math.inf, note=str(e)))
     return options, keep
+
+
+def _replicas_on(ctx: _Context, node: int) -> int:
+    """How many data-parallel replicas have a device on ``node``."""
+    lay = job_layout(ctx.plan, params=ctx.tparams, hardware=ctx.cluster)
+    ranks = lay.ranks()  # [pp, dp * cp, tp] -> physical id
+    on = set(_node_ids(ctx, (node,)))
+    replicas = {r // lay.config.cp for (_, r, _), d in np.ndenumerate(ranks) if d in on}
+    return len(replicas)
 
 
 def _slowed_step(sim: SimResult, m_replica: int, m: int, speed: float) -> float:
