@@ -165,6 +165,8 @@ class TrainingPlan:
         if self.offload is not None:
             lines.append(f"  {self.offload}")
         lines.append(s.memory.table(s.memory_cap_bytes))
+        if self.pareto is not None:
+            lines.append(str(self.pareto) + " (plan.pareto.table() lists the front)")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -148,6 +148,7 @@ def test_json_has_the_front(plan):
     assert len(d["pareto"]["front"]) == len(plan.pareto.front)
     assert d["pareto"]["objectives"] == list(plan.pareto.objectives)
     assert "dominated" in plan.pareto.table() and str(plan.pareto).startswith("ParetoFront(")
+    assert str(plan.pareto) in plan.report()
 
 
 # --- errors ----------------------------------------------------------------------------------
