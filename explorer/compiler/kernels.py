@@ -283,7 +283,12 @@ def _numba_kernel(fn, node, attrs) -> Kernel:
     if attrs["origin"] == "fused":
         return elementwise_kernel(fn, parallel, shape, attrs["split"], attrs["kinds"],
                                   node.type.dtype.numpy)  # fmt: skip
-    extra = (shape[-2] if len(shape) >= 2 else 1,) if attrs["entry"] == "softmax_kernel" else ()
+    full = opdef.get(attrs["origin"]).full_attrs(dict(attrs["origin_attrs"]))
+    if attrs["entry"] == "softmax_kernel":  # scale, mask and eps are the kernel's arguments
+        extra = (shape[-2] if len(shape) >= 2 else 1, np.float32(full.get("scale", 1.0)),
+                 bool(full.get("causal", False)), int(full.get("offset", 0)))  # fmt: skip
+    else:
+        extra = (np.float32(full["eps"]),)
     return rows_kernel(fn, parallel, shape, extra)
 
 

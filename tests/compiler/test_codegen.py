@@ -338,3 +338,24 @@ def test_generated_kernels_equal_eager_on_random_broadcasts(case):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
     finally:
         cost.MIN_WORK = saved
+
+
+@needs_numba
+def test_one_softmax_and_one_norm_kernel_serve_every_scale_mask_and_eps(every_region, rng):
+    """Scale, causal mask, offset and eps are the kernels' arguments: a second model with
+    other values reuses the compiled kernel (and its disk-cache entry)."""
+    x, g, b = _tensor(rng, (2, 5, 5)), _tensor(rng, (5,)), _tensor(rng, (5,))
+
+    def one(x, g, b):
+        return F.softmax(F.causal_mask(x * 0.5, 0)), F.layer_norm(x, g, b, eps=1e-5)
+
+    def other(x, g, b):
+        return F.softmax(x * -3.0), F.layer_norm(x, g, b, eps=0.25)
+
+    sources = []
+    for fn in (one, other):
+        want, got, f = _both(fn, x, g, b)
+        for a, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(a.numpy(), w.numpy(), rtol=RTOL, atol=ATOL)
+        sources.append(sorted(s.source for s in f.steps(x, g, b) if s.rule == "numba_kernel"))
+    assert len(sources[0]) == 2 and sources[0] == sources[1]

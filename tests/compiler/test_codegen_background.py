@@ -21,12 +21,21 @@ needs_numba = pytest.mark.skipif(not numba_available(), reason="numba is not ins
 RTOL, ATOL = 1e-5, 1e-6
 
 
+def fresh(monkeypatch):
+    """Background mode, every region a kernel, and a process that has loaded no kernel yet
+    (kernels are shared by source: another test may have compiled the same one)."""
+    monkeypatch.setattr(cost, "MIN_WORK", 0)
+    monkeypatch.setenv("EXPLORER_NUMBA_COMPILE", "background")
+    monkeypatch.setattr(build, "_LOADED", {})
+    monkeypatch.setattr(build, "_PENDING", {})
+    monkeypatch.setattr(build, "_QUEUED", [])
+
+
 @pytest.fixture
 def gated(monkeypatch):
     """(release event, list of numba-kernel calls): the worker compiles only once the event
     is set; every call of a kernel it compiled is appended to the list."""
-    monkeypatch.setattr(cost, "MIN_WORK", 0)
-    monkeypatch.setenv("EXPLORER_NUMBA_COMPILE", "background")
+    fresh(monkeypatch)
     release, calls = threading.Event(), []
     real = build.load
 
@@ -57,7 +66,7 @@ def _args(rng, scale):
 def test_first_calls_run_numpy_until_the_kernel_is_compiled(gated, rng):
     release, calls = gated
 
-    def f(x, g, b):  # constants unique to this test: a source no other test compiled
+    def f(x, g, b):
         return F.gelu(x * 1.7183 + b) * 0.3183, F.layer_norm(x, g, b, eps=3.1e-5)
 
     args = _args(rng, 1.0)
@@ -103,8 +112,7 @@ def test_in_place_regions_are_right_while_numpy_serves_them(gated, rng):
 
 @needs_numba
 def test_a_kernel_that_fails_to_compile_keeps_numpy_and_warns_once(monkeypatch, rng):
-    monkeypatch.setattr(cost, "MIN_WORK", 0)
-    monkeypatch.setenv("EXPLORER_NUMBA_COMPILE", "background")
+    fresh(monkeypatch)
 
     def broken(source, entry):
         raise build.KernelBuildError(f"numba could not compile the generated kernel {entry}")

@@ -256,22 +256,23 @@ _MAX = "{v} if ({v} > {a} or {v} != {v}) and {a} == {a} else {a}"  # NaN wins, a
 _SUM = "{a} + {v}"
 
 
-def softmax_source(name: str, scale: float, causal: bool, offset: int,
-                   parallel: bool) -> str:  # fmt: skip
-    """``name(x, out, seq)``: ``softmax(causal_mask(x * scale))`` over rows of ``x`` viewed
-    as ``(rows, d)``; row ``r`` is query ``r % seq`` of its attention matrix."""
-    lines = _header(parallel, _sig(["float32", "float32"])[:-1] + ", int64)")
+def softmax_source(name: str, parallel: bool) -> str:
+    """``name(x, out, seq, scale, causal, offset)``: ``softmax(causal_mask(x * scale,
+    offset))`` (no mask unless ``causal``) over rows of ``x`` viewed as ``(rows, d)``; row
+    ``r`` is query ``r % seq`` of its attention matrix. Scale, mask and offset are arguments,
+    so one compiled kernel (and one disk-cache entry) serves every model."""
+    lines = _header(
+        parallel, _sig(["float32", "float32"])[:-1] + ", int64, float32, boolean, int64)"
+    )
     lines += [
-        f"def {name}(x, out, seq):",
-        f"    scale = np.float32({float(scale)!r})",
+        f"def {name}(x, out, seq, scale, causal, offset):",
         "    rows, d = x.shape",
         *([] if parallel else ["    buf = np.empty(d, np.float32)"]),
         f"    for r in {'prange' if parallel else 'range'}(rows):",
+        "        n = d  # keys after query + offset are masked: exp(-inf) = 0",
+        "        if causal:",
+        "            n = min(d, max(0, r % seq + offset + 1))",
     ]
-    if causal:  # keys after query + offset are masked: exp(-inf) = 0
-        lines.append(f"        n = min(d, max(0, r % seq + {offset} + 1))")
-    else:
-        lines.append("        n = d")
     lines += _reduce("peak", "np.float32(-np.inf)", _MAX, "(x[r, {j}] * scale)", "n")
     lines += [
         "        row = np.empty(n, np.float32)" if parallel else "        row = buf",
@@ -291,14 +292,14 @@ def softmax_source(name: str, scale: float, causal: bool, offset: int,
     return "\n".join(lines) + "\n"
 
 
-def norm_source(name: str, center: bool, eps: float, parallel: bool) -> str:
-    """``name(x, g, [b,] out)``: layer norm (``center``) or RMS norm over rows of ``x``
-    viewed as ``(rows, d)``, with ``g`` and ``b`` as ``(1, d)``."""
+def norm_source(name: str, center: bool, parallel: bool) -> str:
+    """``name(x, g, [b,] out, eps)``: layer norm (``center``) or RMS norm over rows of ``x``
+    viewed as ``(rows, d)``, with ``g`` and ``b`` as ``(1, d)``; ``eps`` is an argument, so
+    one compiled kernel serves every model."""
     args = ["x", "g", "b", "out"] if center else ["x", "g", "out"]
-    lines = _header(parallel, _sig(["float32"] * len(args)))
+    lines = _header(parallel, _sig(["float32"] * len(args))[:-1] + ", float32)")
     lines += [
-        f"def {name}({', '.join(args)}):",
-        f"    eps = np.float32({float(eps)!r})",
+        f"def {name}({', '.join(args)}, eps):",
         "    rows, d = x.shape",
         *([] if parallel else ["    row = np.empty(d, np.float32)"]),
         f"    for r in {'prange' if parallel else 'range'}(rows):",

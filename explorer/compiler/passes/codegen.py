@@ -60,14 +60,12 @@ def _region(n: Node, in_types: tuple[TensorType, ...], parallel: bool) -> dict:
         causal = bool(attrs.get("causal", False))
         if causal and out.rank < 2:
             raise UnsupportedRegion("causal softmax of rank < 2")
-        src = softmax_source("softmax_kernel", attrs.get("scale", 1.0), causal,
-                             int(attrs.get("offset", 0)), parallel)  # fmt: skip
+        src = softmax_source("softmax_kernel", parallel)
         return {"source": src, "entry": "softmax_kernel",
                 "ops": attrs.get("ops", (n.op,)), "members": attrs.get("members", (n.name,))}  # fmt: skip
     if any(t.shape != (out.shape[-1],) for t in in_types[1:]):
         raise UnsupportedRegion(f"{n.op} with gain/bias shapes {[t.shape for t in in_types]}")
-    eps = attrs.get("eps", 1e-5 if kind == "layernorm" else 1e-6)
-    src = norm_source(f"{kind}_kernel", kind == "layernorm", eps, parallel)
+    src = norm_source(f"{kind}_kernel", kind == "layernorm", parallel)
     return {"source": src, "entry": f"{kind}_kernel", "ops": (n.op,), "members": (n.name,)}
 
 
