@@ -176,16 +176,21 @@ def _most_layers(step: StepModel, L: int, S: int, g: int, flight: int, offload: 
         return _memory(step, _probe(L, S, g, n), g, flight, offload).total
 
     hi = L - (S - 1)
-    if need(1) > step.cap:
+    cap = step.cap
+    first = need(1)
+    if first > cap:
         return 0
-    lo = 1
-    while lo < hi:  # memory grows with the layers held
-        mid = (lo + hi + 1) // 2
-        if need(mid) <= step.cap:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
+    if hi == 1:
+        return 1
+    # memory is close to affine in the layers held: start at the affine guess, then walk to
+    # the exact boundary (two or three evaluations instead of a bisection's log2 L)
+    slope = need(2) - first
+    n = hi if slope <= 0 else max(1, min(hi, 1 + math.floor((cap - first) / slope)))
+    while n > 1 and need(n) > cap:
+        n -= 1
+    while n < hi and need(n + 1) <= cap:
+        n += 1
+    return n
 
 
 def _stage_time(step: StepModel, part: StagePartition, g: int) -> float:
