@@ -22,8 +22,9 @@ back from the last checkpoint (``checkpoint_bytes``, not part of the switch time
 
 The redistribution planner (`explorer.sharding.redistribute`) turns one layout into another
 on one mesh; an old and a new job have different meshes (other device counts and
-factorisations), so this module intersects the two jobs' shards directly instead, which on
-a common mesh gives the bytes of the planner's all-gather / slice / all-to-all moves.
+factorisations), so this module intersects the two jobs' shards directly. On one mesh the two
+agree: a ZeRO-0 -> ZeRO-3 change is the planner's ``slice(dp)`` (nothing sent) and ZeRO-3 ->
+ZeRO-0 its ``all-gather(dp)``, byte for byte per device (``tests/training/test_replan.py``).
 
 Gradients are not moved (the next step recomputes them). Norm weights, which tensor
 parallelism keeps whole, are counted as split like the rest of their layer (<0.1% of a

@@ -140,3 +140,26 @@ def test_bad_events(plan) -> None:
         ex.NodeLoss(2, nodes=(1, 1))
     assert issubclass(ReplanError, ex.ExplorerError)
     assert issubclass(MigrationError, ex.ExplorerError)
+
+
+@pytest.mark.parametrize(("src_zero", "dst_zero"), [(0, 3), (3, 0), (3, 3)])
+def test_same_mesh_migration_matches_the_redistribution_planner(src_zero, dst_zero) -> None:
+    # On one mesh the migration of a ZeRO change is the planner's slice or all-gather(dp)
+    from explorer.hardware import Mesh
+    from explorer.ir import TensorType
+    from explorer.sharding import Layout
+    from explorer.sharding.redistribute import redistribute
+
+    def layout(zero):
+        return JobLayout(ParallelConfig(dp=4, tp=2, zero=zero), uniform_partition(1, 1),
+                         tuple(range(8)), (0.0, 4096.0, 0.0))  # fmt: skip
+
+    def spec(zero):
+        return Layout(((("tp", "dp") if zero >= 3 else ("tp",)),))
+
+    state = StateBytes(weight_bytes=2.0, optimizer_bytes=0.0)
+    m = plan_migration(layout(src_zero), layout(dst_zero), load("a100-80g"), state=state)
+    mesh = Mesh({"dp": 4, "tp": 2}, hardware="a100-80g")
+    r = redistribute(spec(src_zero), spec(dst_zero), TensorType((4096,), "bf16"), mesh)
+    assert max(m.received_bytes) == pytest.approx(r.bytes_per_device, rel=1e-12)
+    assert all(b == pytest.approx(r.bytes_per_device, rel=1e-12) for b in m.received_bytes)
