@@ -24,13 +24,20 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import minimize_scalar
 from scipy.stats import spearmanr
 
 import explorer as ex
 from explorer.training import TrainingParams
 from explorer.training.calibrate import float_fields, predict, with_values
 from explorer.training.measured import measured_datasets, megatron_table1_runs, published_runs
-from explorer.training.published import run_params
+from explorer.training.published import (
+    DEEPSPEED_PIPELINE_OVERHEAD_S,
+    FLOP_CONVENTIONS,
+    RUN_FACTS,
+    row_role,
+    run_params,
+)
 
 P = ex.ParallelConfig
 OUT = Path(__file__).parent / "results" / "accuracy.json"
@@ -60,31 +67,91 @@ def datasets() -> dict[str, tuple[ex.MeasuredRun, ...]]:
     return out
 
 
+# ----- 0. the defaults and dataset facts fitted on fit rows --------------------------------
+def _fit_1d(runs, make, lo: float, hi: float) -> float:
+    """The value in [lo, hi] minimising the squared log error of ``runs`` under
+    ``make(value)`` (a TrainingParams)."""
+
+    def loss(x: float) -> float:
+        return sum(np.log(predict(r, make(x)).step_time_s / r.step_time_s) ** 2 for r in runs)
+
+    return float(minimize_scalar(loss, bounds=(lo, hi), method="bounded",
+                                 options={"xatol": 1e-4}).x)  # fmt: skip
+
+
+def fit_dataset_facts(data) -> dict:
+    """Re-fit the two values set on fit rows and compare them with the stored ones."""
+    print("0. Values fitted on fit rows (stored as defaults / dataset facts; rows marked 'fit')")
+    z_rows = [r for r in data["megatron_2021_table2"] if r.config.zero == 3]
+    z_fit = [r for r in z_rows if row_role("megatron_2021_table2", r.model_name, r.config.dp)
+             == "fit"]  # fmt: skip
+    z = _fit_1d(z_fit, lambda x: TrainingParams(zero_gather_overlap_fraction=x,
+                                                zero_grad_overlap_fraction=x), 0.0, 1.0)  # fmt: skip
+    stored_z = TrainingParams().zero_gather_overlap_fraction
+    print(f"   ZeRO overlap (gather and reduce-scatter, one value) on {len(z_fit)} ZeRO-3 rows "
+          f"of Table 2: fitted {z:.3f}, stored default {stored_z}")  # fmt: skip
+    mt = data["mtnlg_2022"]
+    mt_fit = [r for r in mt if row_role("mtnlg_2022", r.model_name, r.config.dp) == "fit"]
+    o = _fit_1d(mt_fit, lambda x: TrainingParams(microbatch_overhead_s=x), 0.0, 0.1)
+    print(
+        f"   DeepSpeed pipeline overhead per stage pass on {len(mt_fit)} MT-NLG rows: "
+        f"fitted {o * 1e3:.1f} ms, stored {DEEPSPEED_PIPELINE_OVERHEAD_S * 1e3:.1f} ms"
+    )
+    print("   dataset facts (RUN_FACTS):")
+    for name, f in RUN_FACTS.items():
+        print(f"     {name}: {dict(f.values)}")
+    print("   FLOP conventions (a published TFLOP/s becomes a step time with its source's):")
+    for c in FLOP_CONVENTIONS.values():
+        print(f"     {c.name}: {c.formula} [{c.source}]")
+    print()
+    return {"zero_overlap_fitted": z, "zero_overlap_stored": stored_z,
+            "deepspeed_overhead_fitted_s": o,
+            "deepspeed_overhead_stored_s": DEEPSPEED_PIPELINE_OVERHEAD_S,
+            "run_facts": {k: {"values": dict(v.values), "source": v.source}
+                          for k, v in RUN_FACTS.items()},
+            "flop_conventions": {k: {"formula": c.formula, "source": c.source}
+                                 for k, c in FLOP_CONVENTIONS.items()}}  # fmt: skip
+
+
 # ----- 1. uncalibrated --------------------------------------------------------------------
 def uncalibrated(data) -> dict:
-    print("1. Uncalibrated: predicted vs published step time (default TrainingParams, estimate)")
-    print(f"{'dataset':20s} {'run':44s} {'published s':>11s} {'predicted s':>11s} {'error':>7s}")
+    print("1. Uncalibrated: predicted vs published step time (defaults + the dataset's "
+          "RUN_FACTS, estimate); role: fit = the row set a default or fact, check = not")  # fmt: skip
+    print(f"{'dataset':20s} {'role':5s} {'run':44s} {'published s':>11s} {'predicted s':>11s} "
+          f"{'error':>7s}")  # fmt: skip
     rows = []
     for name, runs in data.items():
         base = run_params(name)  # the dataset's published facts (RUN_FACTS), else defaults
         for r in runs:
             t = predict(r, base).step_time_s
             err = t / r.step_time_s - 1
-            rows.append({"dataset": name, "run": r.label, "config": str(r.config),
+            role = row_role(name, r.model_name, r.config.dp)
+            rows.append({"dataset": name, "role": role, "run": r.label, "config": str(r.config),
                          "published_s": r.step_time_s, "predicted_s": t, "error": err,
                          "source": r.source})  # fmt: skip
-            print(f"{name:20s} {r.label:44s} {r.step_time_s:>11.3f} {t:>11.3f} {err:>+7.1%}")
+            print(f"{name:20s} {role:5s} {r.label:44s} {r.step_time_s:>11.3f} {t:>11.3f} "
+                  f"{err:>+7.1%}")  # fmt: skip
     errs = np.abs([x["error"] for x in rows])
     summary = {
         "rows": len(rows), "within_10pct": int((errs <= 0.10).sum()),
         "median_abs_error": float(np.median(errs)), "worst_abs_error": float(errs.max()),
         "worst_row": rows[int(errs.argmax())]["run"], "target": "every row within 10%",
     }  # fmt: skip
+    for role in ("fit", "check"):
+        e = np.abs([x["error"] for x in rows if x["role"] == role])
+        summary[role] = {"rows": len(e), "within_10pct": int((e <= 0.10).sum()),
+                         "median_abs_error": float(np.median(e)),
+                         "worst_abs_error": float(e.max())}  # fmt: skip
     print(
         f"   {summary['within_10pct']}/{summary['rows']} within 10%, median |error| "
         f"{summary['median_abs_error']:.1%}, worst {summary['worst_abs_error']:.1%} "
-        f"({summary['worst_row']})\n"
+        f"({summary['worst_row']})"
     )
+    for role in ("fit", "check"):
+        x = summary[role]
+        print(f"   {role} rows: {x['within_10pct']}/{x['rows']} within 10%, median "
+              f"{x['median_abs_error']:.1%}, worst {x['worst_abs_error']:.1%}")  # fmt: skip
+    print()
     return {"rows": rows, "summary": summary}
 
 
@@ -228,6 +295,7 @@ def main() -> None:
     result = {
         "datasets": {k: [r.source for r in v] for k, v in data.items()},
         "skipped_rows": SKIPPED,
+        "fitted_facts": fit_dataset_facts(data),
         "uncalibrated": uncalibrated(data),
         "out_of_sample": out_of_sample(data),
         "recovery": recovery(),

@@ -36,6 +36,9 @@ __all__ = [
     "RUN_FACTS",
     "run_params",
     "EVEN_CHUNK_DATASETS",
+    "DEEPSPEED_PIPELINE_OVERHEAD_S",
+    "FIT_ROWS",
+    "row_role",
 ]
 
 # Datasets whose runs used Megatron-LM 2021's interleaved schedule, which needs the layers
@@ -261,15 +264,51 @@ class RunFacts:
     source: str
 
 
+# Seconds a stage's forward or backward of one microbatch costs in DeepSpeed's pipeline
+# engine beyond its kernels (its schedule runs instruction by instruction in Python, with
+# blocking point-to-point sends). Fitted by `bench/accuracy.py` (``fit_dataset_facts``:
+# bounded least squares on log step time) on the FIT_ROWS of mtnlg_2022 only (530B on
+# 2240 and 3360 GPUs); the 2800-GPU MT-NLG row and BLOOM (also Megatron-DeepSpeed) check it.
+DEEPSPEED_PIPELINE_OVERHEAD_S = 0.0165
+
+_DEEPSPEED_PIPE = RunFacts(
+    (("microbatch_overhead_s", DEEPSPEED_PIPELINE_OVERHEAD_S),),
+    "fitted on mtnlg_2022's fit rows (DEEPSPEED_PIPELINE_OVERHEAD_S): Megatron-DeepSpeed's "
+    "PipelineEngine (MT-NLG: Smith et al. 2022 section 2; BLOOM: Bekman 2022) adds a fixed "
+    "time per stage and microbatch that Megatron-LM's own schedule does not",
+)
+
 RUN_FACTS: dict[str, RunFacts] = {
     "llama3_2024_table4": RunFacts(
-        (("flash_attention", True),),
-        "assumption: a fused (flash) attention kernel; the Llama 3 paper does not name its "
-        "attention kernel, and 2024 H100 training stacks (Megatron-Core, xformers, "
-        "FlashAttention-2) fuse attention; with it 8K-token training fits without "
-        "activation checkpointing, as section 3.3.2 says it did",
+        (("flash_attention", True), ("zero_grad_overlap_fraction", 1.0)),
+        "assumptions: a fused (flash) attention kernel (the Llama 3 paper does not name its "
+        "attention kernel; 2024 H100 training stacks fuse attention, and only then does "
+        "8K-token training fit without activation checkpointing, as section 3.3.2 says it "
+        "did); PyTorch FSDP reduce-scatters each gradient on its own CUDA stream behind the "
+        "backward that follows (Zhao et al. 2023, PyTorch FSDP, VLDB, section 3.3), so all "
+        "of it may hide (still capped by the backward's length)",
     ),
+    "mtnlg_2022": _DEEPSPEED_PIPE,
+    "bloom_2022": _DEEPSPEED_PIPE,
 }
+
+# Rows that set a default or a dataset fact (fit data); every other row is check data.
+# (dataset, model, dp): Narayanan et al. 2021 Table 1 set matmul_efficiency_cap (all ten
+# rows, in sample); the even ZeRO-3 rows of Table 2 set zero_gather_overlap_fraction and
+# zero_grad_overlap_fraction; MT-NLG's first and last rows set DEEPSPEED_PIPELINE_OVERHEAD_S.
+FIT_ROWS: frozenset[tuple[str, str, int]] = frozenset(
+    {("megatron_2021_table1", "*", 0)}
+    | {("megatron_2021_table2", "gpt3-175b", 384), ("megatron_2021_table2", "gpt3-175b", 1536),
+       ("megatron_2021_table2", "megatron-529.6b", 2240)}
+    | {("mtnlg_2022", "megatron-529.6b", 8), ("mtnlg_2022", "megatron-529.6b", 12)}
+)  # fmt: skip
+
+
+def row_role(dataset: str, model: str, dp: int) -> str:
+    """``fit`` when the row set a default or a dataset fact (`FIT_ROWS`), else ``check``."""
+    if (dataset, "*", 0) in FIT_ROWS or (dataset, model, dp) in FIT_ROWS:
+        return "fit"
+    return "check"
 
 
 def run_params(dataset: str, base: TrainingParams | None = None) -> TrainingParams:

@@ -173,6 +173,8 @@ def configurations(cfg, tp, pp, dp, cp, gb, space: SearchSpace):
             for v in vs:
                 if pp * v > cfg.num_layers + 2 or (sched == "interleaved_1f1b" and m % pp):
                     continue
+                if v > 1 and cfg.num_layers % (pp * v) and not cfg.num_layers % pp:
+                    continue  # uneven chunks only where the layers do not split over pp
                 for zero in zero_terms.stages_worth_searching(space.zero, dp * cp):
                     sps = space.sp if space.sp is not None else (tp > 1,)
                     for sp, ep, kv in itertools.product(sps, eps, exchanges):

@@ -368,9 +368,11 @@ def _partition(
     """The stage split and why: the time-balanced split if it fits; else
     (``memory_capped``) the time-balanced split under the memory caps; else the uniform
     split, reported with why (the memory check that follows says by how much it is over).
-    Interleaved schedules split the model into pp * v chunks with the same programme (the
-    chunks need not hold equal layer counts: Llama 3 ran 126 layers on 16 stages with one
-    layer fewer on the first and the last); the per-stage memory caps of the capped split
+    Interleaved schedules keep Megatron-LM's equal chunks when the layers divide into
+    pp * v; otherwise they split the model into chunks with the same programme (chunks of
+    unequal layer counts: Llama 3 ran 126 layers on 16 stages with one layer fewer on the
+    first and the last), or the even split when it keeps the devices more even
+    (`_interleaved_s`); the per-stage memory caps of the capped split
     do not apply to a device holding v chunks, so an interleaved split that does not fit
     falls back to the uniform one when that needs less. `estimate` skips the capped split
     to stay fast and keeps whichever of the two needs less memory."""
@@ -379,6 +381,10 @@ def _partition(
     uni = uniform_partition(L, par.stages)
     if par.pp == 1:
         return uni, PartitionChoice("uniform", "one pipeline stage")
+    if par.virtual_stages > 1 and L % par.stages == 0:
+        return uni, PartitionChoice(
+            "uniform", "interleaved 1F1B over equal chunks (Megatron-LM's rule)"
+        )
     times = _layer_times(step, n_full)
     balanced = _balanced_split(tuple(times), par.stages)
     if par.virtual_stages > 1 and _interleaved_s(uni, times, par.pp, step.m) < _interleaved_s(

@@ -148,10 +148,10 @@ class TrainingParams:
         source="assumption: Megatron-LM 2021 reduces gradients after the last backward")  # fmt: skip
     zero_gather_overlap_fraction: float = knob(
         0.7, "fraction of ZeRO-3 gathers", 0.0, 1.0,
-        source="fitted (one value for both ZeRO overlaps, grid of 0.025) on the fit rows of "
-        "Narayanan et al. 2021 Table 2's ZeRO-3 runs (gpt3-175b on 384 and 1536 GPUs, "
-        "529.6b on 2240; bench/accuracy.py ZERO_FIT); DeepSpeed prefetches the next "
-        "layer's parameters behind compute")  # fmt: skip
+        source="fitted (one value for both ZeRO overlaps, rounded to 0.05) on the fit rows "
+        "of Narayanan et al. 2021 Table 2's ZeRO-3 runs (gpt3-175b on 384 and 1536 GPUs, "
+        "529.6b on 2240; published.FIT_ROWS, bench/accuracy.py fit_dataset_facts); "
+        "DeepSpeed prefetches the next layer's parameters behind compute")  # fmt: skip
     zero_grad_overlap_fraction: float = knob(
         0.7, "fraction of ZeRO-2/3 gradient reduce-scatters", 0.0, 1.0,
         source="fitted with zero_gather_overlap_fraction (same value, same rows of "

@@ -93,7 +93,8 @@ def test_split_that_cannot_fit_is_reported_not_silent():
 
 @pytest.mark.parametrize("kw, method, words", [
     (dict(dp=8, microbatch_size=4), "uniform", "one pipeline stage"),
-    (dict(pp=4, schedule="interleaved_1f1b", virtual_stages=3), "time_balanced", "fits"),
+    (dict(pp=4, schedule="interleaved_1f1b", virtual_stages=3), "uniform", "equal chunks"),
+    (dict(pp=2, schedule="interleaved_1f1b", virtual_stages=4), "time_balanced", "fits"),
     (dict(dp=2, tp=2, pp=2, microbatch_size=2), "time_balanced", "fits"),
 ])  # fmt: skip
 def test_every_result_names_its_split(kw, method, words):
