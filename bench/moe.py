@@ -9,7 +9,8 @@ H800 GPU hours of pre-training (2.788M with context extension and post-training)
 
 The model comes from the published config.json (datasets/hf/deepseek-ai__DeepSeek-V3.json,
 read by ``from_hf_config``: MLA, 1 shared + 256 routed experts top-8 of 2048, 3 dense first
-layers; 671,026,404,352 parameters without the MTP module). The H800 is the H100 SXM
+layers; 671,026,404,352 parameters) with the one multi-token-prediction module it trained
+with (``mtp_layers=1``: 682,636,472,320 with the embedding and head shared). The H800 is the H100 SXM
 profile (same chip peak and HBM) with NVLink 160 GB/s and 50 GB/s per GPU between nodes.
 We simulate the published configuration (1F1B in place of DualPipe, bf16 in place of FP8
 GEMMs, flash attention) at batch 15360 x 4096 and plan the fastest configuration with
@@ -45,7 +46,7 @@ def h800_cluster() -> ex.hardware.Cluster:
 
 def deepseek_v3() -> ex.models.ModelConfig:
     raw = json.loads((ROOT / "datasets/hf/deepseek-ai__DeepSeek-V3.json").read_text())
-    return ex.models.from_hf_config(raw, name="deepseek-v3")
+    return ex.models.from_hf_config(raw, name="deepseek-v3").replace(mtp_layers=1)
 
 
 def gpu_hours(step_s: float) -> float:
