@@ -94,9 +94,11 @@ class PoolAssignment:
         }  # fmt: skip
 
     def __str__(self) -> str:
+        c = self.config
         where = (
             f"stages {self.stages[0]}-{self.stages[-1]} ({'/'.join(map(str, self.layers))} "
-            f"layers)" if self.stages else f"{self.replicas} replicas x {self.config}"
+            f"layers) on dp{c.dp} x tp{c.tp}{' +sp' if c.sp else ''}, mb{c.microbatch_size}, "
+            f"recompute {c.recompute}" if self.stages else f"replicas {c}"
         )  # fmt: skip
         return (
             f"{self.pool}: {where}, {self.sequences} sequences, memory "
@@ -400,7 +402,12 @@ def _describe(arr, pools) -> str:
             f"{pools[i].label} tp{t} x {n} stages"
             for i, t, n in zip(arr.order, arr.tps, arr.pps, strict=True)
         )  # fmt: skip
-        return f" (dp{arr.dp}: {per}; {arr.partition})"
+        c = arr.configs[0]
+        off = ", optimizer offloaded" if arr.offload else ""
+        return (
+            f" (dp{arr.dp}: {per}; mb{c.microbatch_size}, recompute {c.recompute}{off}; "
+            f"{arr.partition})"
+        )
     return " (" + ", ".join(
         f"{p.label} {b} seq: {pl.config}" for p, b, pl in zip(pools, arr.batches, arr.plans, strict=True)
     ) + ")"  # fmt: skip
