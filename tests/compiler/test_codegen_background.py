@@ -7,8 +7,12 @@ The worker's ``load`` is wrapped so that a test decides when compilation finishe
 Event) and counts the compiled kernel's calls: no test depends on timing.
 """
 
+import os
+import subprocess
+import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -138,3 +142,25 @@ def test_unknown_compile_mode_is_refused(monkeypatch):
     monkeypatch.setenv("EXPLORER_NUMBA_COMPILE", "eventually")
     with pytest.raises(build.KernelBuildError, match="'eventually'.*background, sync"):
         build.compile_mode()
+
+
+@needs_numba
+@pytest.mark.parametrize("env", [None, "1", "3"])
+def test_thread_count_is_numbas_without_importing_numba(env):
+    """Choosing a large region's backend asks for numba's thread count; it must not import
+    numba on the calling thread (a fresh process: numba not yet imported)."""
+    code = (
+        "import sys\n"
+        "from explorer.compiler.codegen.build import numba_threads\n"
+        "n = numba_threads()\n"
+        "assert 'numba' not in sys.modules, 'numba_threads imported numba'\n"
+        "import numba\n"
+        "assert n == numba.config.NUMBA_NUM_THREADS, (n, numba.config.NUMBA_NUM_THREADS)\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"}
+    if env is not None:
+        environ["NUMBA_NUM_THREADS"] = env
+    root = Path(__file__).resolve().parents[2]  # the repository: explorer importable
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
+                          text=True, timeout=300, check=False, cwd=root)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
