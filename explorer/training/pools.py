@@ -13,11 +13,12 @@ fabric, and a flow from one pool to another runs at the slower pool's outermost 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..hardware import Cluster, resolve
+from ..hardware import Cluster, load, names, resolve
 from ..hardware.errors import HardwareError
 from .errors import TrainingError
 
@@ -56,8 +57,8 @@ class Pool:
             cluster = resolve(self.hardware)
         except HardwareError as e:
             raise PoolError(
-                f"Pool(hardware={self.hardware!r}): {e}. Use a profile name from "
-                "explorer.hardware.names() or a Cluster"
+                f"Pool(hardware={self.hardware!r}): {e}.{_chip_hint(self.hardware)} Use a "
+                "profile name from explorer.hardware.names() or a Cluster"
             ) from None
         object.__setattr__(self, "cluster", cluster)
         c = self.chips
@@ -116,6 +117,23 @@ class Pool:
 
     def __str__(self) -> str:
         return f"{self.chips} x {self.label}"
+
+
+def _chip_hint(name: object) -> str:
+    """Profiles whose chip's name holds every part of ``name`` (``"h100-80g"`` ->
+    ``h100-sxm``, the NVIDIA H100 SXM5 80GB), as a sentence; "" when none or not a str."""
+    if not isinstance(name, str):
+        return ""
+    parts = [p for p in re.split(r"[-_\s]+", name.lower()) if p]
+    found = []
+    for profile in names():
+        try:
+            chip = load(profile).chip.name.lower()
+        except HardwareError:
+            continue
+        if parts and all(p in chip for p in parts):
+            found.append(f"{profile!r} ({load(profile).chip.name})")
+    return f" Its chip is in {', '.join(found)}." if found else ""
 
 
 def check_pools(pools: object) -> tuple[Pool, ...]:

@@ -154,7 +154,10 @@ def test_batch_shares():
 @pytest.mark.parametrize(
     "make, match",
     [
-        (lambda: ex.Pool("h100-80g", 8), "unknown hardware 'h100-80g'.*h100-sxm"),
+        (
+            lambda: ex.Pool("h100-80g", 8),
+            "unknown hardware 'h100-80g'.*Its chip is in .*'h100-sxm' \\(NVIDIA H100 SXM5 80GB\\)",
+        ),
         (lambda: ex.Pool("a100-80g", 0), "chips=0.*leave a pool with no chips out"),
         (lambda: ex.Pool("a100-80g", 10**6), "holds 8192 chips"),
         (lambda: ex.Pool("a100-80g", 8, price_per_chip_hour=-1), "price_per_chip_hour=-1"),
