@@ -90,9 +90,22 @@ def _flatten(out: Any) -> tuple[list[Tensor], Any]:
     return [], ("V", out)
 
 
+@functools.lru_cache(maxsize=1024)
+def _out_type(shape: tuple[int, ...], dtype: np.dtype) -> TensorType:
+    return Tensor.wrap(np.empty((0,), dtype)).type.with_shape(shape)
+
+
+def _wrap_out(a: Any) -> Tensor:
+    """A program's output as a Tensor: its type made once per shape and dtype (checking and
+    building a TensorType at every call was a tenth of a small program's call)."""
+    if type(a) is not np.ndarray or (a.dtype.kind == "f" and a.dtype != np.float32):
+        return Tensor.wrap(a)  # converted (float64) or refused like any array
+    return Tensor(a, _out_type(a.shape, a.dtype))
+
+
 def _unflatten(tree: Any, it, sizes: dict[int, int]) -> Any:
     if tree == "T":
-        return Tensor.wrap(next(it))
+        return _wrap_out(next(it))
     kind, sub = tree
     if kind == "V":
         return sub
@@ -134,6 +147,9 @@ class JitFunction:
             dict(dynamic or {}),
         )
         self.sig = inspect.signature(fn)
+        params = tuple(self.sig.parameters.values())
+        plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
+        self._plain = tuple(p.name for p in params) if plain else None  # fast _bind
         self.cache: dict[tuple, CacheEntry] = {}
         # signature key -> the keys of its compiled variants (symbolic first, then the ones
         # with dims fixed after a shape guard failed); keys whose capture is per size
@@ -158,6 +174,10 @@ class JitFunction:
 
     # --- signature ------------------------------------------------------------------------
     def _bind(self, owner: tuple, args, kwargs) -> inspect.BoundArguments:
+        names = self._plain
+        if names is not None and not kwargs and len(owner) + len(args) == len(names):
+            # every parameter given by position, none with a default: what bind() returns
+            return inspect.BoundArguments(self.sig, dict(zip(names, (*owner, *args), strict=True)))
         bound = self.sig.bind(*owner, *args, **kwargs)
         bound.apply_defaults()
         return bound
