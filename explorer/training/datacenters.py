@@ -1,8 +1,9 @@
 """Training across datacenters: where the mesh axes go, and the gradient sync over the WAN.
 
 **Placement.** On one datacenter the step model numbers devices over the mesh
-``(pp, dp, ep, cp, tp)`` (tp innermost, inside a node). On a cluster whose outermost level
-is the WAN (`explorer.hardware.wan`) the data-parallel axis goes outermost instead,
+``(pp, dp, ep, cp, tp)`` (tp innermost, inside a node). For a job spanning several
+datacenters (a cluster whose outermost level is the WAN, `explorer.hardware.wan`) the
+data-parallel axis goes outermost instead,
 ``(dp, pp, ep, cp, tp)``: when ``dp`` is a multiple of the datacenter count, every
 tensor-, pipeline- and context-parallel group lies inside one datacenter and only the
 data-parallel rings cross the WAN (once a step, not once a microbatch). `plan_training`
@@ -47,14 +48,18 @@ _HIERARCHICAL = ("all-reduce", "reduce-scatter", "all-gather")
 
 
 def mesh_axes(par: ParallelConfig, cluster: Cluster) -> dict[str, int]:
-    """The step model's mesh axes in device order (outermost first) for ``par``.
+    """The step model's mesh axes in device order (outermost first) for ``par``: dp
+    outermost when the job spans several datacenters, else the one-datacenter order (a job
+    inside one datacenter of a multi-datacenter profile is planned as on that datacenter).
 
     >>> from explorer.hardware import load
-    >>> list(mesh_axes(ParallelConfig(dp=4, tp=8), load("dgx-h100-2dc")))
+    >>> list(mesh_axes(ParallelConfig(dp=256, tp=8), load("dgx-h100-2dc")))
     ['dp', 'pp', 'ep', 'cp', 'tp']
+    >>> list(mesh_axes(ParallelConfig(dp=4, tp=8), load("dgx-h100-2dc")))
+    ['pp', 'dp', 'ep', 'cp', 'tp']
     """
     dp_outer = par.dp // par.ep
-    if datacenter_size(cluster) is not None:
+    if datacenter_count(cluster, par.devices) > 1:
         return {"dp": dp_outer, "pp": par.pp, "ep": par.ep, "cp": par.cp, "tp": par.tp}
     return {"pp": par.pp, "dp": dp_outer, "ep": par.ep, "cp": par.cp, "tp": par.tp}
 

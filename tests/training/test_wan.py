@@ -35,7 +35,17 @@ def test_catalog_entry_and_builder(two) -> None:
 def test_one_datacenter_keeps_the_old_order() -> None:
     par = ex.ParallelConfig(dp=4, tp=2, pp=2)
     assert list(mesh_axes(par, load("a100-80g"))) == ["pp", "dp", "ep", "cp", "tp"]
-    assert list(mesh_axes(par, load("dgx-h100-2dc"))) == ["dp", "pp", "ep", "cp", "tp"]
+    assert list(mesh_axes(par, load("dgx-h100-2dc"))) == ["pp", "dp", "ep", "cp", "tp"]
+    across = ex.ParallelConfig(dp=128, tp=4, pp=4)  # 2048 devices: both datacenters
+    assert list(mesh_axes(across, load("dgx-h100-2dc"))) == ["dp", "pp", "ep", "cp", "tp"]
+
+
+def test_a_job_inside_one_datacenter_plans_as_on_it() -> None:
+    job = {"devices": 64, "global_batch": 128, "seq": 2048}
+    inside = ex.plan_training("gpt3-1.3b", hardware="dgx-h100-2dc", **job)
+    alone = ex.plan_training("gpt3-1.3b", hardware="dgx-h100-superpod", **job)
+    assert inside.config == alone.config
+    assert inside.sim.step_time_s == pytest.approx(alone.sim.step_time_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("pp", [1, 2])
