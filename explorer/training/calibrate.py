@@ -65,6 +65,8 @@ __all__ = [
     "resolve_fit",
     "with_values",
     "predict",
+    "predict_times",
+    "MAX_ROUNDS",
 ]
 
 Evaluator = Literal["estimate", "simulate"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ..errors import ExplorerError
 from .measured import CalibrationError
@@ -164,9 +164,11 @@ def default_bounds(path: str, start: float, params: TrainingParams | None = None
 def fit_bounds(names, bounds, params) -> list[tuple[float, float]]:
     """The range of each fitted knob: ``bounds``'s (checked: a range of valid values, for a
     fitted knob) or `default_bounds`."""
+    if bounds is not None and not isinstance(bounds, Mapping):
+        raise CalibrationError(
+            f"bounds={bounds!r}; expected a dict {{field name: (low, high)}} or None"
+        )
     given = dict(bounds or {})
-    if not isinstance(given, dict):
-        raise CalibrationError(f"bounds={bounds!r}; expected {{field name: (low, high)}}")
     full: dict[str, tuple[float, float]] = {}
     for key, b in given.items():
         (path,) = resolve_fit((key,), params)

@@ -241,6 +241,8 @@ def test_a_run_the_model_cannot_take_is_named_before_the_fit(config, why, monkey
     ({"loo": 1}, "loo=1; expected True or False"),
     ({"max_nfev": 0}, "max_nfev=0; expected an int >= 1"),
     ({"max_nfev": 2.5}, "max_nfev=2.5; expected an int >= 1"),
+    ({"bounds": [1, 2]}, r"bounds=\[1, 2\]; expected a dict"),
+    ({"bounds": [("compute_efficiency", (0.1, 0.9))]}, "expected a dict"),
 ])  # fmt: skip
 def test_bad_options_are_refused_naming_the_value(kwargs, match):
     run = ex.MeasuredRun(**GOOD, step_time_s=1.0)
