@@ -527,8 +527,12 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
             Inputs are never padded: every size runs at its own shape. Either way an entry
             keeps the programs of its ``cache.MAX_BOUND_SIZES`` most recent sizes.
         backend: ``"numba"`` compiles the fused regions the cost model picks to generated
-            numba kernels (``explorer.compiler.codegen``; numpy when numba is missing);
-            ``"numpy"`` runs numpy/numexpr kernels only.
+            numba kernels (``explorer.compiler.codegen``; numpy when numba is missing).
+            numba compiles them on a background thread once the first call has run, and
+            the regions' numpy kernels serve the calls until each kernel is ready
+            (``codegen.wait_compiled()`` waits for them; ``EXPLORER_NUMBA_COMPILE=sync``
+            compiles them during the first call instead). ``"numpy"`` runs numpy/numexpr
+            kernels only.
 
     Tensors read from module scope or closures (not passed as arguments) are baked into the
     graph as constants and *guarded on identity*: rebinding such a name (``W = new``) makes
