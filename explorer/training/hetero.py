@@ -47,6 +47,8 @@ __all__ = [
 HeteroMode = Literal["pipeline", "data"]
 HETERO_MODES: tuple[str, ...] = get_args(HeteroMode)
 _GIB = 2**30
+#: pipeline arrangements simulated event by event before the final ranking.
+SIMULATE_TOP = 3
 #: microbatch sizes and recomputation ladder the pipeline arrangement searches.
 PIPELINE_MICROBATCH_SIZES = (1, 2, 4, 8)
 PIPELINE_RECOMPUTE = ("none", "selective", "full")
@@ -121,7 +123,8 @@ class HeteroPlan:
         partition, stage_pool: the pipeline's stage split and each stage's pool index
             (pipeline mode; data mode: None and ``()``).
         alternatives: the runners-up, one line each with why they lost.
-        timeline: the chosen pipeline simulated event by event (pipeline mode).
+        timeline: the chosen pipeline simulated event by event (pipeline mode): its step is
+            ``step_time_s``; ``estimate_s``: the closed form the search ranked with.
         pool_plans: each pool's own `TrainingPlan` (data mode; ``()`` in pipeline mode).
     """
 
@@ -141,6 +144,7 @@ class HeteroPlan:
     timeline: Timeline | None = field(compare=False, default=None, repr=False)
     model_config: ModelConfig | None = field(compare=False, default=None, repr=False)
     pool_plans: tuple[TrainingPlan, ...] = field(compare=False, default=(), repr=False)
+    estimate_s: float | None = None
 
     @property
     def devices(self) -> int:
@@ -342,10 +346,13 @@ def plan_hetero(
     candidates: list[tuple[float, str, object]] = []
     why: list[str] = []
     searched = 0
+    timelines = {}
     if "pipeline" in modes:
         found, n = _pipeline_search(cfg, pools, global_batch, seq, tparams, offload)
         searched += n
-        candidates += [(a.step_time_s, "pipeline", a) for a in found[:3]]
+        for a in found[:SIMULATE_TOP]:  # re-ranked by their event simulation, as plan_training
+            timelines[id(a)] = pipeline_timeline(a, cfg, pools, global_batch, seq, tparams)
+            candidates.append((timelines[id(a)].step_time_s, "pipeline", a))
         if not found:
             why.append(
                 f"pipeline across pools: none of {n} arrangements fits (every stage needs a "
@@ -376,11 +383,11 @@ def plan_hetero(
         step_time_s=step, alternatives=alts, searched=searched, model_config=cfg,
     )  # fmt: skip
     if mode == "pipeline":
-        tl = pipeline_timeline(arr, cfg, pools, global_batch, seq, tparams)
         return HeteroPlan(
             **common, assignments=_from_pipeline(arr, pools, global_batch),
             cross_pool_s=_cross_pipeline_s(arr), partition=arr.partition,
-            stage_pool=arr.stage_pool, timeline=tl, search_time_s=time.perf_counter() - t0,
+            stage_pool=arr.stage_pool, timeline=timelines[id(arr)],
+            search_time_s=time.perf_counter() - t0, estimate_s=arr.step_time_s,
         )  # fmt: skip
     return HeteroPlan(
         **common, assignments=_from_data(arr, pools), cross_pool_s=arr.allreduce_s,

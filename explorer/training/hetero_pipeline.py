@@ -17,8 +17,9 @@ taken from the slowest stages. A pool twice as fast per layer gets about twice t
 
 The step is the closed-form 1F1B time ``sum T_g + (m - 1) max T_g`` plus the transfers and
 the slowest stage's tail (gradient reduction in its pool, optimizer), as `estimate` does;
-`timeline` simulates the chosen one event by event (`simulate_schedule`), with every
-transfer at the slowest boundary's time (the simulator takes one transfer time).
+the search ranks with it; `pipeline_timeline` then simulates the best few event by event
+(`simulate_schedule`, every transfer at the slowest boundary's time: the simulator takes one
+transfer time) and `plan_hetero` ranks those by their simulated step, as `plan_training` does.
 
 With ``offload`` the optimizer states live in host memory (`terms.offload`, ``optimizer``):
 a stage's memory drops them, its tail's ``optimizer`` segment becomes the host update with

@@ -89,7 +89,9 @@ def test_identical_pools_reproduce_the_homogeneous_step():
     same = ex.training.estimate(cfg, a.config, "a100-80g", 64, 2048)
     assert str(same.partition) == str(plan.partition)
     # claim: equal to 1e-3 (the boundary transfer is priced as one send on the node link)
-    assert plan.step_time_s == pytest.approx(same.step_time_s, rel=1e-3)
+    assert plan.estimate_s == pytest.approx(same.step_time_s, rel=1e-3)
+    sim = ex.simulate(cfg, a.config, "a100-80g", 64, 2048)
+    assert plan.step_time_s == pytest.approx(sim.step_time_s, rel=1e-3)
 
 
 def test_tensor_parallelism_stays_inside_a_pool():
@@ -115,8 +117,11 @@ def test_pipeline_plan_has_a_timeline_and_names_stage_pools():
     plan = ex.plan_hetero("gpt2", [ex.Pool(fast, 8), ex.Pool("a100-80g", 8)], 64, 512,
                           modes=("pipeline",))  # fmt: skip
     assert plan.timeline is not None and plan.timeline.devices == plan.partition.stages
-    # the event simulation and the closed form agree to 2% (transfers: one time for all)
-    assert plan.timeline.step_time_s == pytest.approx(plan.step_time_s, rel=0.02)
+    # the step is the event simulation's; the closed form it was ranked by agrees to 5%
+    # (it adds the longest tail after the last backward; simulated, the later stages' tails
+    # run while the first stage still works; and every transfer takes the slowest's time)
+    assert plan.step_time_s == plan.timeline.step_time_s
+    assert plan.estimate_s == pytest.approx(plan.step_time_s, rel=0.05)
     labels = {plan.pool_of_stage(g).label for g in range(plan.partition.stages)}
     assert labels == {"a100-80g-x2", "a100-80g"}
     with pytest.raises(ex.training.TrainingPlanError, match="stages 0"):
@@ -233,6 +238,6 @@ def test_pipeline_across_pools_offloads_the_optimizer_when_asked():
     for a in plan.assignments:
         assert a.offload == "optimizer" and a.memory.optimizer_states == 0
     assert "optimizer states in host memory" in plan.report()
-    # the host's Adam update is on the critical path: the timeline agrees with the closed
-    # form to 2% (one transfer time for every boundary)
-    assert plan.timeline.step_time_s == pytest.approx(plan.step_time_s, rel=0.02)
+    # the host's Adam update is on the critical path; the closed form agrees with the
+    # simulated step to 5% (see test_pipeline_plan_has_a_timeline_and_names_stage_pools)
+    assert plan.estimate_s == pytest.approx(plan.step_time_s, rel=0.05)
