@@ -45,10 +45,41 @@ def _model_args(cfg: ModelConfig, seq: int | None) -> list[str]:
     if cfg.is_moe:
         args += ["--num-experts", str(cfg.num_experts), "--moe-router-topk",
                  str(cfg.experts_top_k)]  # fmt: skip
+    args += _moe_mla_args(cfg)
     if cfg.dtype == "bf16":
         args.append("--bf16")
     elif cfg.dtype == "fp16":
         args.append("--fp16")
+    return args
+
+
+def _moe_mla_args(cfg: ModelConfig) -> list[str]:
+    """Megatron-Core's flags for MLA, q/k norms, q/k/v biases, expert sizes, shared experts,
+    dense first layers and multi-token prediction (issue 16's ModelConfig fields)."""
+    args: list[str] = []
+    if cfg.is_mla:
+        args += ["--multi-latent-attention", "--kv-lora-rank", str(cfg.kv_lora_rank),
+                 "--qk-head-dim", str(cfg.qk_nope_head_dim), "--qk-pos-emb-head-dim",
+                 str(cfg.qk_rope_head_dim), "--v-head-dim", str(cfg.v_head_dim)]  # fmt: skip
+        if cfg.q_lora_rank is not None:
+            args += ["--q-lora-rank", str(cfg.q_lora_rank)]
+    if cfg.qk_norm:
+        args.append("--qk-layernorm")
+    if cfg.qkv_bias and not cfg.bias:
+        args.append("--add-qkv-bias")
+    if cfg.moe_intermediate_size is not None:
+        args += ["--moe-ffn-hidden-size", str(cfg.moe_ffn)]
+    if cfg.num_shared_experts:
+        if cfg.shared_expert_gate:
+            raise ExportError(
+                f"model {cfg.name!r} gates its shared expert (Qwen2-MoE); the Megatron "
+                "arguments written here have no such flag, so they would train another model"
+            )
+        args += ["--moe-shared-expert-intermediate-size", str(cfg.shared_ffn)]
+    if cfg.is_moe and cfg.dense_layers:
+        args += ["--moe-layer-freq", f"([0]*{cfg.dense_layers}+[1]*{cfg.moe_layers})"]
+    if cfg.mtp_layers:
+        args += ["--mtp-num-layers", str(cfg.mtp_layers)]
     return args
 
 

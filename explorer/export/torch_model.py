@@ -27,6 +27,8 @@ def _check(cfg: ModelConfig) -> None:
     unsupported = []
     if cfg.arch == "mlp" or cfg.is_moe:
         unsupported.append(f"arch={cfg.arch!r} / experts={cfg.num_experts}")
+    if cfg.is_mla or cfg.qk_norm or cfg.qkv_bias or cfg.mtp_layers:
+        unsupported.append("MLA attention, q/k norms, q/k/v-only biases or MTP modules")
     if cfg.type_vocab_size or cfg.query_layer or cfg.dropout:
         unsupported.append("token types, the query layer or dropout")
     if cfg.position not in ("learned", "none", "rope", "alibi"):

@@ -311,3 +311,20 @@ def test_multi_token_prediction_modules_are_counted_built_and_planned():
     assert extra == pytest.approx(mtp_dense / 2 + experts / 8)
     assert moe.moe_layers_in(s1, part, (1,)) == moe.moe_layers_in(s0, part, (1,)) + 1
     assert s1.stage_params(part, 0) == s0.stage_params(part, 0)
+
+
+def test_megatron_arguments_describe_mla_and_experts_or_refuse():
+    from explorer.export.errors import ExportError
+    from explorer.export.launch_args import megatron_args
+
+    cfg = ModelConfig(**{**TINY, "mtp_layers": 1})
+    par = ex.ParallelConfig(dp=2, ep=2)
+    args = " ".join(megatron_args(par, model=cfg))
+    for flag in ("--multi-latent-attention", "--q-lora-rank 16", "--kv-lora-rank 8",
+                 "--qk-head-dim 8", "--qk-pos-emb-head-dim 4", "--v-head-dim 8",
+                 "--moe-ffn-hidden-size 16", "--moe-shared-expert-intermediate-size 16",
+                 "--moe-layer-freq ([0]*1+[1]*2)", "--mtp-num-layers 1"):  # fmt: skip
+        assert flag in args, flag
+    gated = cfg.replace(num_shared_experts=1, shared_expert_gate=True)
+    with pytest.raises(ExportError, match="gates its shared expert"):
+        megatron_args(par, model=gated)
