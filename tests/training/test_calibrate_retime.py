@@ -185,6 +185,18 @@ def test_layouts_still_changing_after_the_rounds_end_in_an_exact_fit(runs, exact
         assert row.after_s == predict(row.run, once.params).step_time_s
 
 
+def test_concurrent_calibrations_equal_sequential_ones(runs, fast, exact):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fit(is_exact):
+        return ex.calibrate(runs, fit=tuple(TRUTH), loo=False, exact=is_exact)
+
+    with ThreadPoolExecutor(2) as pool:  # the fixed layouts of one are not the other's
+        a, b = pool.map(fit, (False, True))
+    assert a.fitted == fast.fitted and a.table == fast.table
+    assert b.fitted == exact.fitted and b.table == exact.table
+
+
 def test_kernel_knob_fit_needs_one_round(runs):
     cal = ex.calibrate(runs, fit=("matmul_efficiency_cap", "hbm_efficiency"), loo=False)
     assert cal.rounds == 1 and cal.redecided == () and cal.retime_gap == 0.0
