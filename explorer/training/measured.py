@@ -302,14 +302,18 @@ def _planned(cfg, row, known, missing, hw, gb, seq, cp) -> dict[str, object]:
             space[key] = (known[k],)
     if "recompute" in missing:
         space["recompute"] = ("none", "selective", "full")
-    from .published import EVEN_CHUNK_DATASETS
+    from .published import EVEN_CHUNK_DATASETS, run_params
 
     if "virtual_stages" in missing and row["dataset"] in EVEN_CHUNK_DATASETS:
         L, pp = cfg.num_layers, known["pp"]  # the framework splits chunks evenly
         space["virtual_stages"] = tuple(v for v in (2, 3, 4) if L % (pp * v) == 0) or (2,)
     if cp > 1:
         space["cp"] = (cp,)
-    plan = plan_training(cfg, _int(row, "gpus"), hw, gb, seq, space=SearchSpace(**space), top_k=1)
+        space["cp_kv_exchange"] = ("all_gather",)  # the run's config keeps the default
+    params = run_params(row["dataset"])  # the dataset's facts (flash attention, ...)
+    plan = plan_training(
+        cfg, _int(row, "gpus"), hw, gb, seq, params, space=SearchSpace(**space), top_k=1
+    )
     return {k: getattr(plan.config, k) for k in missing}
 
 

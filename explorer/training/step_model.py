@@ -96,6 +96,7 @@ class TrainingParams:
     flash_backward_flops_ratio    1          fused attention backward FLOPs / forward
     flash_block_tokens            tokens     fused attention block (causal skip granularity)
     grad_overlap_fraction         fraction   of gradient reduction hidden behind backward
+    zero3_max_live_params         params     ZeRO-3 gathered weights held at most at once
     zero_gather_overlap_fraction  fraction   of ZeRO-3 weight gathers hidden behind compute
     zero_grad_overlap_fraction    fraction   of ZeRO-2/3 per-microbatch reduce-scatters hidden
     ============================  =========  ===============================================
@@ -146,6 +147,10 @@ class TrainingParams:
     grad_overlap_fraction: float = knob(
         0.0, "fraction of the gradient reduction", 0.0, 1.0,
         source="assumption: Megatron-LM 2021 reduces gradients after the last backward")  # fmt: skip
+    zero3_max_live_params: float = knob(
+        1e9, "parameters", 1.0, 1e13,
+        source="DeepSpeed's default stage3_max_live_parameters (1e9; DeepSpeed ZeRO "
+        "configuration docs, Rajbhandari et al. 2021)")  # fmt: skip
     zero_gather_overlap_fraction: float = knob(
         0.7, "fraction of ZeRO-3 gathers", 0.0, 1.0,
         source="fitted (one value for both ZeRO overlaps, rounded to 0.05) on the fit rows "

@@ -104,11 +104,15 @@ def tail_gather_s(s: StepModel, params: float) -> float:
 
 
 def gather_buffer_bytes(s: StepModel) -> float:
-    """ZeRO-3: the full weights of the layers held at once (running and prefetched)."""
+    """ZeRO-3: the full weights held at once (the layer running and the prefetched ones),
+    at most ``zero3_max_live_params`` parameters (DeepSpeed releases gathered weights past
+    that count) but never less than one MLP weight matrix (gathered whole to run)."""
     if s.par.zero < 3:
         return 0.0
-    tp_ = s.tparams
-    return tp_.zero3_prefetch_layers * s.layer_params * tp_.state.weight_bytes
+    tp_, cfg = s.tparams, s.cfg
+    layers = tp_.zero3_prefetch_layers * s.layer_params
+    one_matrix = min(s.layer_params, cfg.hidden_size * cfg.ffn / s.par.tp)
+    return min(layers, max(tp_.zero3_max_live_params, one_matrix)) * tp_.state.weight_bytes
 
 
 def comm_bytes(s: StepModel, params: float) -> float:
