@@ -17,9 +17,11 @@ mesh orders devices ``pp, dp, ep, cp, tp`` (tp innermost, filling an NVLink doma
 - ``zero``: what ZeRO stages 1-3 shard (model states) and the collectives that costs.
 - ``recompute``: per-layer recompute policies, their activations, time and FLOPs.
 - ``ep``: expert parallelism: the expert-parameter split and the all-to-all.
+- ``moe``: a MoE model's dense first layers and multi-token-prediction modules, the
+  experts' GEMMs as an ep group runs them.
 - ``cp``: context parallelism: the sequence split, the key/value exchange, its bytes.
 """
 
-from . import cp, dp, ep, pp, recompute, tp, zero
+from . import cp, dp, ep, moe, pp, recompute, tp, zero
 
-__all__ = ["cp", "dp", "ep", "pp", "recompute", "tp", "zero"]
+__all__ = ["cp", "dp", "ep", "moe", "pp", "recompute", "tp", "zero"]
