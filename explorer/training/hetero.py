@@ -473,13 +473,17 @@ class HeteroComparison:
         ]  # fmt: skip
 
     def table(self) -> str:
+        """Both plans' step time and cost per step, the speedup and the cost ratio."""
+
         def money(x):
             return "n/a" if x is None else f"{x:.4g}"
 
-        lines = [f"{'plan':60s} {'step s':>9s} {'cost/step':>10s}"]
-        for r in self.rows():
+        rows = self.rows()
+        w = max(len(str(r["plan"])) for r in rows)
+        lines = [f"{'plan':{w}s} {'step s':>9s} {'cost/step':>10s}"]
+        for r in rows:
             lines.append(
-                f"{r['plan']:60s} {r['step_time_s']:9.3f} {money(r['cost_per_step']):>10s}"
+                f"{r['plan']:{w}s} {r['step_time_s']:9.3f} {money(r['cost_per_step']):>10s}"
             )
         ratio = self.cost_ratio
         lines.append(
