@@ -33,6 +33,7 @@ from .training_view import simulate_cached
 __all__ = ["ParetoView"]
 
 _NONE = "(none)"
+_NO_POINT = -1
 
 
 class ParetoView(View):
@@ -43,7 +44,8 @@ class ParetoView(View):
         x, y, color: the objectives on the axes and in colour (default: the plan's first
             three objectives; ``color=None`` for none).
 
-    Controls: ``x``, ``y``, ``color`` (dropdowns of the plan's objectives).
+    Controls: ``x``, ``y``, ``color`` (dropdowns of the plan's objectives); ``point`` (the
+    front's plans by step time: choosing one is a click on it).
 
     >>> import explorer as ex
     >>> plan = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512,
@@ -88,8 +90,13 @@ class ParetoView(View):
                                   value=self.color or _NONE, description="colour",
                                   style=wide, layout=box),
         }  # fmt: skip
+        self.controls["point"] = ipw.Dropdown(
+            options=_point_options(front), value=_NO_POINT, description="front plan",
+            style=wide, layout=ipw.Layout(width="min(100%, 48em)"),
+        )  # fmt: skip
         for key in ("x", "y", "color"):
             self.controls[key].observe(self.errors.guard(self._on_axis), names="value")
+        self.controls["point"].observe(self.errors.guard(self._on_point), names="value")
         self.figure = FigureWidget(self._build())
         for name in ("dominated", "front", "dominators", "plan"):
             k = TRACES.index(name)
@@ -97,7 +104,7 @@ class ParetoView(View):
         self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
         self._layout_children(
-            ipw.HBox([self.controls[k] for k in ("x", "y", "color")], layout=wrap),
+            ipw.HBox([self.controls[k] for k in ("x", "y", "color", "point")], layout=wrap),
             self.figure, self.info,
         )  # fmt: skip
         self._info()
@@ -135,6 +142,7 @@ class ParetoView(View):
                 cfg, config, p.hardware, p.global_batch, p.seq
             )  # fmt: skip
         self.picked = index
+        self._sync_controls()
         self._draw()
         chosen = replace(p, config=config, sim=sim)
         self._published = chosen
@@ -171,9 +179,11 @@ class ParetoView(View):
         pareto = getattr(t, "pareto", None)
         if isinstance(t, TrainingPlan) and pareto is not None and pareto is not self.front:
             self.plan = t  # a picked copy keeps a config and sim that match
+            self.picked = None  # an index into the old front
             self._check_options()
         index = self._index_of(getattr(t, "config", None))
         self.picked = index if index is not None and index != self.front.chosen else None
+        self._sync_controls()
         self._draw()
 
     # --- internals ----------------------------------------------------------------------
@@ -207,6 +217,7 @@ class ParetoView(View):
             self.controls["x"].options = options
             self.controls["y"].options = options
             self.controls["color"].options = [(_NONE, _NONE), *options]
+            self.controls["point"].options = _point_options(self.front)
         finally:
             self._bulk = False
         self._sync_controls()
@@ -217,6 +228,8 @@ class ParetoView(View):
             self.controls["x"].value = self.x
             self.controls["y"].value = self.y
             self.controls["color"].value = self.color or _NONE
+            on_front = self.picked is not None and self.picked < len(self.front.front)
+            self.controls["point"].value = self.picked if on_front else _NO_POINT
         finally:
             self._bulk = False
 
@@ -234,6 +247,11 @@ class ParetoView(View):
         else:
             x, y = (y if value == x else x), value
         self.set_axes(x, y, color)
+
+    def _on_point(self, change: dict[str, Any]) -> None:
+        if getattr(self, "_bulk", False) or change["new"] == _NO_POINT:
+            return
+        self.pick(int(change["new"]))
 
     def _on_click(self, trace, points, state) -> None:
         if points.point_inds:
@@ -295,6 +313,17 @@ def _front_of(plan: Any) -> ParetoFront:
             "against; plan with two or more objectives, e.g. ('step_time', 'memory')"
         )
     return pareto
+
+
+def _point_options(front: ParetoFront) -> list[tuple[str, int]]:
+    """The front's points by step time, for the "front plan" menu (index in points; the
+    first entry, ``_NO_POINT``, is no choice: ipywidgets shows a None value as blank)."""
+    order = sorted(range(len(front.front)), key=lambda i: front.front[i].step_time_s)
+    return [("choose one (or click a point)", _NO_POINT)] + [
+        (f"{front.front[i].step_time_s:.3g} s, {front.front[i].memory_bytes / 2**30:.1f} GiB: "
+         f"{front.front[i].config}", i)
+        for i in order
+    ]  # fmt: skip
 
 
 def _options(front: ParetoFront) -> list[tuple[str, str]]:

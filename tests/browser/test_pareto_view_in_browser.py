@@ -64,6 +64,16 @@ FACTS = f"""() => {{
   }};
 }}"""
 
+# The text the "front plan" menu shows.
+MENU = f"""() => {{
+  const box = Array.from({NB}.node.querySelectorAll('.widget-dropdown'))
+    .find(d => (d.querySelector('label') || {{}}).textContent === 'front plan');
+  const sel = box && box.querySelector('select');
+  // ipywidgets writes the labels' spaces as no-break spaces
+  return sel && sel.selectedIndex >= 0
+    ? sel.options[sel.selectedIndex].text.replace(/\\s+/g, ' ') : '';
+}}"""
+
 # Trace indices follow widgets.figures.pareto.TRACES.
 FRONT, STAR, SELECTED = 2, 4, 5
 
@@ -129,11 +139,13 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
         cut = [b for b in facts["boxes"] if not b["ok"]]
         assert not cut, f"parts of the Pareto plot outside it: {cut}"
 
-        gd = page.locator(".jp-OutputArea-output .js-plotly-plot").first
-        gd.evaluate("el => el.scrollIntoView({block: 'start'})")
+        # the view's top (its controls) at the top of the notebook panel
+        view = page.locator(".jp-OutputArea-output").first
+        view.evaluate("el => el.scrollIntoView({block: 'start'})")
         time.sleep(0.5)
         page.screenshot(path=str(ARTIFACTS / "pareto_view.png"))
 
+        assert page.evaluate(MENU).startswith("choose one")
         j = page.evaluate(LONELY)
         assert j >= 0, "no front point stands apart from the others to click"
         before = facts["pipe_title"]
@@ -151,6 +163,7 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
             timeout=30_000,
         )  # fmt: skip
         after = page.evaluate(FACTS)
+        page.wait_for_function(f"() => ({MENU})().includes(' x pp')", timeout=10_000)
         assert after["pipe_title"] != before
         info = page.locator(".jp-OutputArea-output .widget-html").filter(has_text="selected (ring")
         assert info.count() == 1, "the view's text does not name the selected point"

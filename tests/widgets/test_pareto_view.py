@@ -90,12 +90,27 @@ def test_pick_drives_the_linked_training_views(plan):
     assert sel.training.sim is plan.sim
 
 
+def test_the_front_plan_menu_picks_like_a_click(plan):
+    view = ParetoView(plan)
+    sel = link(view)
+    menu = view.controls["point"]
+    assert menu.value == -1 and menu.label.startswith("choose one")
+    assert len(menu.options) == len(plan.pareto.front) + 1
+    j = menu.options[2][1]
+    menu.value = j
+    assert view.picked == j and sel.training.config == plan.pareto.front[j].config
+    view.pick(len(plan.pareto.points) - 1)  # a dominated point: the menu goes back to None
+    assert menu.value == -1 and not view.errors.last
+
+
 def test_a_plan_published_elsewhere_is_adopted(plan):
     view = ParetoView(plan)
     sel = link(view)
+    view.pick(len(plan.pareto.front) - 1)  # an index the next front may not have
     other = ex.plan_training("gpt2", devices=8, **JOB, objectives=("step_time", "memory"))
     sel.publish(training=other)
-    assert view.front is other.pareto and view.color is None
+    assert view.front is other.pareto and view.color is None and not view.errors.last
+    assert len(view.controls["point"].options) == len(other.pareto.front) + 1
     front = trace(view.figure, "front")
     assert front.marker.color == "#1F77B4" and not front.marker.showscale  # no colour now
     assert list(front.x) == [p.step_time_s for p in other.pareto.front]
