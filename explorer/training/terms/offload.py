@@ -351,6 +351,8 @@ def apply_offload(
     kinds.pop("optimizer", None)
     kinds["offload"] = (terms.exposed_s - terms.host_step_s) / pp
     kinds["host-optimizer"] = terms.host_step_s / pp
+    # the kinds are seconds per pipeline device on average; idle is what the step leaves
+    kinds["idle"] = max(0.0, step - sum(v for k, v in kinds.items() if k != "idle"))
     new = dataclasses.replace(
         sim, step_time_s=step, tokens_per_s=sim.tokens_per_s * scale,
         tflops_per_device=sim.tflops_per_device * scale,
