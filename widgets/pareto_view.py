@@ -290,6 +290,11 @@ class ParetoView(View):
             where = (f"on the front, dominates {p.dominates}" if p.on_front
                      else f"dominated by {len(p.dominated_by)} front plans")  # fmt: skip
             lines.append(f"selected (ring; linked views show it): {escape(p.summary())}; {where}")
+            if not p.on_front:  # by whom: the fastest few of its dominators
+                by = sorted(p.dominated_by, key=lambda j: f.front[j].step_time_s)
+                more = f" and {len(by) - 3} more" if len(by) > 3 else ""
+                names = "; ".join(escape(str(f.front[j].config)) for j in by[:3])
+                lines.append(f"dominated (orange squares) by: {names}{more}")
         else:
             lines.append("click a point to show its configuration in the linked views")
         units = ", ".join(f"{axis_title(o)}" for o in f.objectives if o in AXIS_UNITS)

@@ -86,6 +86,9 @@ def test_pick_drives_the_linked_training_views(plan):
     last = len(plan.pareto.points) - 1
     view.pick(last)
     assert sel.training.config == plan.pareto.points[last].config
+    by = plan.pareto.points[last].dominated_by
+    fastest = min(by, key=lambda j: plan.pareto.front[j].step_time_s)
+    assert f"by: {plan.pareto.front[fastest].config}" in view.info.value
     view.pick_config(plan.config)
     assert sel.training.sim is plan.sim
 
