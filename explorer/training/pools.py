@@ -7,7 +7,9 @@ job uses, and optionally their price per chip-hour (to price a step).
 
 The link *between* two pools is an assumption, stated once here: the pools share one
 fabric, and a flow from one pool to another runs at the slower pool's outermost level
-(bandwidth per chip and latency), the narrowest part of the path. `cross_pool_link` gives it.
+(bandwidth per chip and latency), the narrowest part of the path. A pool elsewhere (another
+building, another datacenter) says how it is reached with ``uplink`` (a `CrossPoolLink`),
+which then stands for its outermost level. `cross_pool_link` gives the link.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class Pool:
             every pool of a job); None: the profile's ``price_per_chip_hour`` when it has
             one, else unknown (then a plan has no cost).
         name: the label views and reports use; default the profile's name.
+        uplink: how the pool reaches the other pools (per chip, one direction), when not
+            by its profile's outermost link level (e.g. a WAN between datacenters).
 
     >>> Pool("a100-80g", 16, price_per_chip_hour=1.5)
     Pool('a100-80g', 16, price_per_chip_hour=1.5)
@@ -50,6 +54,7 @@ class Pool:
     chips: int
     price_per_chip_hour: float | None = None
     name: str | None = None
+    uplink: CrossPoolLink | None = None
     cluster: Cluster = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +88,16 @@ class Pool:
                 f"Pool({cluster.name!r}): price_per_chip_hour={price!r}; expected a finite "
                 "number >= 0 (price of one chip for one hour) or None"
             )
+        u = self.uplink
+        if u is not None and not (
+            isinstance(u, CrossPoolLink)
+            and all(isinstance(x, int | float) and math.isfinite(x) for x in u[:2])
+            and u.bandwidth_bytes_per_s > 0 and u.latency_s >= 0
+        ):  # fmt: skip
+            raise PoolError(
+                f"Pool({cluster.name!r}): uplink={u!r}; expected CrossPoolLink(bandwidth "
+                "bytes/s > 0, latency s >= 0, source) or None"
+            )
         if self.name is not None and (not isinstance(self.name, str) or not self.name.strip()):
             raise PoolError(f"Pool({cluster.name!r}): name={self.name!r}; expected a non-empty str")
 
@@ -113,6 +128,8 @@ class Pool:
             extra += f", price_per_chip_hour={self.price_per_chip_hour!r}"
         if self.name is not None:
             extra += f", name={self.name!r}"
+        if self.uplink is not None:
+            extra += f", uplink={self.uplink!r}"
         return f"Pool({hw!r}, {self.chips}{extra})"
 
     def __str__(self) -> str:
@@ -171,17 +188,26 @@ class CrossPoolLink(NamedTuple):
 
 
 def cross_pool_link(pools: Sequence[Pool]) -> CrossPoolLink:
-    """The slowest pool's outermost link level (assumption: one shared fabric).
+    """The slowest pool's way out: its ``uplink``, else its outermost link level
+    (assumption: one shared fabric); the latency is the largest of them.
 
     >>> link = cross_pool_link([Pool("h100-sxm", 8), Pool("a100-80g", 8)])
     >>> link.bandwidth_bytes_per_s, link.source.split(":")[0]
     (25000000000.0, 'assumption')
     """
-    outer = [(p.cluster.levels[-1], p) for p in pools]
-    level, pool = min(outer, key=lambda lp: (lp[0].bandwidth_bytes_per_s, -lp[0].latency_s))
-    latency = max(lv.latency_s for lv, _ in outer)
+    ways = []
+    for p in pools:
+        if p.uplink is not None:
+            ways.append((p.uplink, f"{p.label}'s uplink ({p.uplink.source})"))
+            continue
+        lv = p.cluster.levels[-1]
+        ways.append(
+            (CrossPoolLink(lv.bandwidth_bytes_per_s, lv.latency_s, lv.source),
+             f"assumption: the pools share one fabric; {p.label}'s {lv.name!r} level")
+        )  # fmt: skip
+    link, why = min(ways, key=lambda w: (w[0].bandwidth_bytes_per_s, -w[0].latency_s))
+    latency = max(w[0].latency_s for w in ways)
     return CrossPoolLink(
-        level.bandwidth_bytes_per_s, latency,
-        f"assumption: the pools share one fabric; {pool.label}'s {level.name!r} level "
-        "(the slowest outermost level) carries the traffic between pools",
+        link.bandwidth_bytes_per_s, latency,
+        f"{why} (the slowest way out of a pool) carries the traffic between pools",
     )  # fmt: skip

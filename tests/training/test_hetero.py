@@ -14,7 +14,7 @@ import explorer as ex
 from explorer.hardware import load
 from explorer.training.hetero_data import batch_shares, cross_pool_allreduce_s
 from explorer.training.hetero_pipeline import split_layers
-from explorer.training.pools import PoolError, check_pools, cross_pool_link
+from explorer.training.pools import CrossPoolLink, PoolError, check_pools, cross_pool_link
 from explorer.training.step_model import TrainingParams
 
 
@@ -241,3 +241,18 @@ def test_pipeline_across_pools_offloads_the_optimizer_when_asked():
     # the host's Adam update is on the critical path; the closed form agrees with the
     # simulated step to 5% (see test_pipeline_plan_has_a_timeline_and_names_stage_pools)
     assert plan.estimate_s == pytest.approx(plan.step_time_s, rel=0.05)
+
+
+def test_a_pool_elsewhere_is_reached_by_its_uplink():
+    wan = CrossPoolLink(1.25e9, 5e-3, "assumption: 10 Gb/s per chip across a WAN")
+    far = [ex.Pool("h100-sxm", 8), ex.Pool("a100-80g", 8, uplink=wan)]
+    link = cross_pool_link(check_pools(far))
+    assert (link.bandwidth_bytes_per_s, link.latency_s) == (1.25e9, 5e-3)
+    assert "a100-80g's uplink" in link.source
+    near = ex.plan_hetero("gpt2", [ex.Pool("h100-sxm", 8), ex.Pool("a100-80g", 8)], 64, 512)
+    plan = ex.plan_hetero("gpt2", far, 64, 512)
+    # crossing the WAN costs more than the shared fabric did, whichever arrangement wins
+    assert plan.cross_pool_s > near.cross_pool_s
+    assert plan.step_time_s >= near.step_time_s
+    with pytest.raises(PoolError, match="uplink=.*CrossPoolLink"):
+        ex.Pool("a100-80g", 8, uplink=(1e9, 0.0, "x"))
