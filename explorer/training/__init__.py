@@ -38,7 +38,7 @@ from .pipeline import (
     uniform_partition,
 )
 from .plan import Candidate, SearchSpace, TrainingPlan, TrainingPlanError, plan_training
-from .pools import Pool, PoolError
+from .pools import CrossPoolLink, Pool, PoolError
 from .published import compare_megatron, load_published, megatron_flops_per_iteration
 from .replan import (
     MemoryCap,
@@ -75,8 +75,8 @@ __all__ = [
     "MeasuredRun", "CalibrationError", "published_runs", "megatron_table1_runs", "calibrate",
     "Calibration",
     "CalibrationRow",
-    "Pool", "PoolError", "PoolAssignment", "HeteroPlan", "HeteroComparison", "plan_hetero",
-    "compare_hetero",
+    "Pool", "PoolError", "CrossPoolLink", "PoolAssignment", "HeteroPlan", "HeteroComparison",
+    "plan_hetero", "compare_hetero",
     "OBJECTIVES", "ParetoFront", "ParetoPoint", "ParetoError",
     "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "ReplanResult",
     "ReplanOption", "ReplanError", "Migration", "MigrationError", "LocalSGD", "local_sgd",
