@@ -34,7 +34,7 @@ from .memory import MemoryBreakdown
 from .pipeline.partition import StagePartition
 from .pipeline.timeline import Timeline
 from .plan import TrainingPlan, plan_training
-from .pools import Pool, PoolError, check_pools
+from .pools import Pool, PoolError, check_pools, cross_pool_link
 from .search_space import SearchSpace, divisors
 from .simulate import check_seq
 from .step_model import TrainingParams
@@ -189,7 +189,7 @@ class HeteroPlan:
             "partition": str(self.partition) if self.partition else None,
             "stage_pool": list(self.stage_pool), "cost_per_step": self.cost_per_step,
             "alternatives": list(self.alternatives), "searched": self.searched,
-            "search_time_s": self.search_time_s,
+            "search_time_s": self.search_time_s, "estimate_s": self.estimate_s,
         }  # fmt: skip
 
     def to_json(self) -> str:
@@ -205,6 +205,12 @@ class HeteroPlan:
             f"tokens/s), crossing pools {self.cross_pool_s:.3g} s"
             + (f", cost {cost:.4g} per step" if cost is not None else ""),
         ]
+        if len(self.pools) > 1:
+            link = cross_pool_link(self.pools)
+            lines.append(
+                f"  between pools: {link.bandwidth_bytes_per_s / 1e9:g} GB/s per chip, "
+                f"{link.latency_s * 1e6:g} us ({link.source})"
+            )
         if self.partition is not None:
             lines.append(f"  stages: {self.partition}")
         lines += [f"  {a}" for a in self.assignments]
