@@ -9,6 +9,12 @@ pick them within the row's TP, PP, schedule and recomputation.
 
 The calibration (`MEGATRON_PARAMS`) is one set of named efficiencies for every row, not
 a per-row fit.
+
+Also data, not code paths: `FLOP_CONVENTIONS` (how each source turned a step time into
+TFLOP/s; the CSVs' ``flops_convention`` column names one per row), `RUN_FACTS` (what a
+dataset's runs used beyond their layout: a fused attention kernel, a framework's overhead),
+`FIT_ROWS` (the rows a default or fact was fitted on; every other row is check data) and
+`EVEN_CHUNK_DATASETS`.
 """
 
 from __future__ import annotations
