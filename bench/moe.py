@@ -13,7 +13,9 @@ layers; 671,026,404,352 parameters) with the one multi-token-prediction module i
 with (``mtp_layers=1``: 682,636,472,320 with the embedding and head shared). The H800 is the H100 SXM
 profile (same chip peak and HBM) with NVLink 160 GB/s and 50 GB/s per GPU between nodes.
 We simulate the published configuration (1F1B in place of DualPipe, bf16 in place of FP8
-GEMMs, flash attention) at batch 15360 x 4096 and plan the fastest configuration with
+GEMMs, flash attention; without recomputation and with full recomputation, around what
+DeepSeek did: recompute norms and MLA up-projections, cache activations in FP8) at batch
+15360 x 4096 and plan the fastest configuration with
 expert parallelism in the search space. Prints the table; nothing is fitted to the target.
 """
 
@@ -57,21 +59,25 @@ def main() -> None:
     cfg, hw = deepseek_v3(), h800_cluster()
     params = TrainingParams(flash_attention=True)
     print(f"{cfg}\n{cfg.num_params():,} parameters on {hw}")
-    published = ex.ParallelConfig(dp=128, ep=64, tp=1, pp=16, microbatch_size=1, zero=1)
-    t = time.perf_counter()
-    r = ex.simulate(cfg, published, hw, global_batch=BATCH, seq=SEQ, params=params)
-    sim_s = time.perf_counter() - t
-    print(f"published {published}: step {r.step_time_s:.1f} s (simulated in {sim_s:.1f} s), "
-          f"MFU {r.mfu:.1%}, fits {r.fits} ({r.memory.total / 2**30:.1f} GiB)")  # fmt: skip
-    print("  time by kind:", ", ".join(f"{k} {v:.1f} s" for k, v in r.time_by_kind if v > 0.05))
-    hours = gpu_hours(r.step_time_s)
-    print(
-        f"  14.8T tokens: {hours / 1e6:.2f}M H800 GPU hours predicted vs "
-        f"{PUBLISHED_GPU_HOURS / 1e6:.3f}M published ({hours / PUBLISHED_GPU_HOURS:.2f}x)"
-    )
+    for recompute in ("none", "full"):  # DeepSeek recomputed norms and MLA up-projections
+        published = ex.ParallelConfig(dp=128, ep=64, tp=1, pp=16, microbatch_size=1, zero=1,
+                                      recompute=recompute)  # fmt: skip
+        t = time.perf_counter()
+        r = ex.simulate(cfg, published, hw, global_batch=BATCH, seq=SEQ, params=params)
+        sim_s = time.perf_counter() - t
+        print(f"published {published}: step {r.step_time_s:.1f} s (simulated in {sim_s:.1f} s), "
+              f"MFU {r.mfu:.1%}, fits {r.fits} ({r.memory.total / 2**30:.1f} GiB), stages "
+              f"{r.partition_choice.method}")  # fmt: skip
+        print("  time by kind:",
+              ", ".join(f"{k} {v:.1f} s" for k, v in r.time_by_kind if v > 0.05))  # fmt: skip
+        hours = gpu_hours(r.step_time_s)
+        print(
+            f"  14.8T tokens: {hours / 1e6:.2f}M H800 GPU hours predicted vs "
+            f"{PUBLISHED_GPU_HOURS / 1e6:.3f}M published ({hours / PUBLISHED_GPU_HOURS:.2f}x)"
+        )
     space = ex.training.SearchSpace(
         tp=(1, 2, 4, 8), pp=(8, 16), microbatch_sizes=(1,), schedules=("1f1b",), zero=(1,),
-        ep=(8, 16, 32, 64), recompute=("none",),
+        ep=(8, 16, 32, 64), recompute=("none", "per_layer"),
     )  # fmt: skip
     t = time.perf_counter()
     plan = ex.plan_training(cfg, DEVICES, hw, global_batch=BATCH, seq=SEQ, space=space,

@@ -328,3 +328,24 @@ def test_megatron_arguments_describe_mla_and_experts_or_refuse():
     gated = cfg.replace(num_shared_experts=1, shared_expert_gate=True)
     with pytest.raises(ExportError, match="gates its shared expert"):
         megatron_args(par, model=gated)
+
+
+def test_activations_scale_with_the_layer_insides():
+    from explorer.training.terms import moe, recompute
+
+    gpt = ex.models.load("gpt3-1.3b")  # multi-head attention, 4h GELU MLP: Korthikanti's 24h
+    assert moe.inner_bytes_per_token(gpt) == 24 * gpt.hidden_size
+    cfg = ModelConfig(**STEP)
+    h, n, f = cfg.hidden_size, cfg.num_heads, cfg.moe_intermediate_size
+    mla = 2 * n * (2 * (32 + 16) + 2 * 32) + 4 * (128 + 64) + 2 * 16
+    routed = 4 * (4 * h + 6 * f)  # top-4 copies: in, out, gate/up outputs and product
+    assert moe.inner_bytes_per_token(cfg) == mla + 8 * 16 + routed + 6 * 128
+    par = ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2, microbatch_size=2)
+    s = _step(cfg, par)
+    base = _step(cfg.replace(first_dense_layers=0), par)  # same terms: every layer scaled
+    assert moe.activation_terms(s).split_bytes == pytest.approx(
+        24 * moe.inner_bytes_per_token(cfg) / (24 * h)
+    )
+    full = recompute.layer_act(s, "full")  # the layer input only: no inside kept
+    assert full == recompute.layer_act(base, "full")
+    assert recompute.layer_act(s, "selective") > 2 * full

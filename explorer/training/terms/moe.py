@@ -20,9 +20,18 @@ DeepSeek-V3's multi-token-prediction modules (``mtp_layers``) are built in the h
 scope, so the head's part cost holds their compute; their expert weights are split over
 ep (`head_params_delta`) and their all-to-alls run on the head's stage (`moe_layers_in`).
 
+Activations (`activation_terms`): Korthikanti et al.'s formula keeps ``24 sbh`` bytes
+split by tensor parallelism, the insides of a multi-head attention (Q, K, V, the output
+projection's input: 8h per token) and of a 4h GELU MLP (16h). A MoE or MLA layer keeps
+other insides, counted per token by the same rule (every GEMM's and nonlinearity's input,
+16 bits; router scores in fp32): MLA's queries and keys of ``n (nope + rope)`` and values
+of ``n v`` per token, its two latents; the routed copies (input, gate and up outputs, the
+product, the output: ``k (4h + 6 f_e)``), the router's ``8 e`` bytes, the shared experts'
+``6 f_s``. ``split_bytes`` is scaled by their ratio to ``24 h`` (DeepSeek-V3: 2.99), for
+every layer (a stage's dense first layers keep less: an upper bound there).
+
 Not corrected: the tensor-parallel collectives of a dense layer (those of the MoE layer
-are used) and activations (the step model's activation formula has no expert term, and
-the head's holds the logits only, not those of the MTP layer).
+are used), and the head's activations (the logits only, not those of the MTP layer).
 
 Shared experts and routed experts of ``moe_intermediate_size`` need nothing here: they are
 ops of the MoE layer the operator search costs; the shared experts' two-dimensional
@@ -47,7 +56,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DenseLayers", "layer_config", "dense_config", "dense_layers", "dense_in_stage",
     "stage_compute", "params_delta", "flops_delta", "moe_layers_in", "layer_times",
-    "layer_static", "ep_kernels", "mtp_moe_layers", "head_params_delta",
+    "layer_static", "ep_kernels", "mtp_moe_layers", "head_params_delta", "activation_terms",
+    "inner_bytes_per_token",
 ]  # fmt: skip
 
 
@@ -206,3 +216,33 @@ def ep_kernels(costs: StageCosts, cfg: ModelConfig, par: ParallelConfig, chip: C
     layer = replace(layer, forward_s=layer.forward_s + fwd, backward_s=layer.backward_s + bwd,
                     kernels=ops)  # fmt: skip
     return replace(costs, layer=layer)
+
+
+def inner_bytes_per_token(cfg: ModelConfig) -> float:
+    """Bytes one token keeps inside one layer (the part tensor parallelism splits), by
+    Korthikanti et al.'s rule; ``24 h`` for a multi-head attention layer with a 4h GELU MLP."""
+    n = cfg.num_heads
+    if cfg.is_mla:
+        qk, v = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
+        latents = 4 * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank) + 2 * cfg.qk_rope_head_dim
+        attention = 2 * n * (2 * qk + 2 * v) + latents
+    else:
+        d = cfg.dim_head
+        attention = 2 * (2 * n * d + 2 * cfg.kv_heads * d)  # Q, proj input; K, V
+    gated = cfg.activation == "swiglu"
+    f_bytes = 6 if gated else 4  # gate+up outputs and the product; fc1 output and act
+    if not cfg.is_moe:
+        return attention + f_bytes * cfg.ffn
+    h, k = cfg.hidden_size, cfg.experts_top_k
+    routed = k * (4 * h + f_bytes * cfg.moe_ffn)  # copies in, expert outputs, insides
+    return attention + 8 * cfg.num_experts + routed + f_bytes * cfg.shared_ffn
+
+
+def activation_terms(s: StepModel):
+    """``s.tparams.activations`` with ``split_bytes`` scaled to a MoE or MLA layer's insides
+    (`inner_bytes_per_token` over ``24 h``); unchanged for other models."""
+    terms, cfg = s.tparams.activations, s.cfg
+    if not (cfg.is_moe or cfg.is_mla):
+        return terms
+    scale = inner_bytes_per_token(cfg) / (24 * cfg.hidden_size)
+    return replace(terms, split_bytes=terms.split_bytes * scale)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..memory import activation_bytes_per_layer
-from . import cp
+from . import cp, moe
 
 if TYPE_CHECKING:
     from ..step_model import StepModel
@@ -52,7 +52,7 @@ def layer_act(s: StepModel, policy: str) -> float:
         policy = "selective"
     return activation_bytes_per_layer(
         s.seq, par.microbatch_size, cfg.hidden_size, cfg.num_heads, par.tp, par.sp,
-        policy, s.tparams.activations, par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
+        policy, moe.activation_terms(s), par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
     )  # fmt: skip
 
 
