@@ -67,7 +67,9 @@ def _every_layer_moe(f: Any) -> None:
                 "are modelled only as the first layers (first_dense_layers)")  # fmt: skip
     f.read.add("layer_types")
     types = f.raw.get("layer_types")
-    if types is not None and any(t != "full_attention" for t in types):
+    if types is not None and (
+        not isinstance(types, list) or any(t != "full_attention" for t in types)
+    ):
         _refuse(f, "layer_types", types, "only full attention is modelled")
 
 
