@@ -92,13 +92,17 @@ def collective_time(mesh: Mesh, kind: str, size_bytes: float, axes: tuple[str, .
 
 def split_mesh(mesh: Mesh) -> Mesh | None:
     """The mesh with its outermost ``dp`` axis split datacenter-major into ``("dc", "dp")``
-    (the same device ids), or None when dp does not cross datacenters evenly."""
+    (the same device ids), or None when dp does not cross datacenters evenly: the job must
+    fill every datacenter it touches (its ids run datacenter by datacenter, so a job of
+    1.5 datacenters holds a whole one and half of the next) and dp must be a multiple of
+    their count. Otherwise the collective is priced as one ring on the levels it crosses."""
     cluster = mesh.hardware
     if cluster is None or datacenter_size(cluster) is None or mesh.axis_names[0] != "dp":
         return None
     n_dc = datacenter_count(cluster, mesh.size)
     dp = mesh.axis_size("dp")
-    if n_dc < 2 or dp % n_dc or mesh.size % n_dc:
+    # job ids fill datacenters in order: the halves are equal only when it fills them all
+    if n_dc < 2 or dp % n_dc or mesh.size != n_dc * datacenter_size(cluster):
         return None
     rest = dict(mesh.axes[1:])
     return Mesh({"dc": n_dc, "dp": dp // n_dc, **rest}, hardware=cluster)

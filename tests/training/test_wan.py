@@ -74,3 +74,16 @@ def test_collective_time_falls_back_inside_one_datacenter() -> None:
     assert collective_time(mesh, "all-reduce", 1e9, ("dp",)) == mesh.collective_time(
         "all-reduce", 1e9, ("dp",)
     )
+
+
+def test_a_job_not_filling_its_datacenters_is_priced_as_a_ring(two) -> None:
+    # 96 devices: 64 in the first datacenter, 32 in the second; no equal halves to split
+    mesh = Mesh({"dp": 24, "pp": 1, "ep": 1, "cp": 1, "tp": 4}, hardware=two)
+    assert WAN in mesh.levels(("dp",))
+    assert collective_time(mesh, "all-reduce", 1e9, ("dp",)) == mesh.collective_time(
+        "all-reduce", 1e9, ("dp",)
+    )
+    full = Mesh({"dp": 32, "pp": 1, "ep": 1, "cp": 1, "tp": 4}, hardware=two)
+    assert collective_time(full, "all-reduce", 1e9, ("dp",)) < full.collective_time(
+        "all-reduce", 1e9, ("dp",)
+    )
