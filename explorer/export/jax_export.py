@@ -137,6 +137,20 @@ def _dropout(jnp, x, p=0.1, seed=0):
     return jnp.where(keep, x / (1.0 - p), 0.0).astype(x.dtype)
 
 
+def _rope(jnp, x, cos, sin):
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return (x * cos + rotated * sin).astype(x.dtype)
+
+
+def _expand(jnp, x, shape, axes):
+    # only the grown axes take their size from the (global) shape, as ir.ops_aten's expand
+    target = list(x.shape)
+    for k in axes:
+        target[k] = shape[k]
+    return jnp.broadcast_to(x, tuple(target))
+
+
 def _axes(a):
     return None if a is None else tuple(a) if isinstance(a, tuple | list) else (a,)
 
@@ -166,6 +180,8 @@ JAX_OPS: dict[str, Callable[..., Any]] = {
     "transpose": lambda jnp, x, perm: jnp.transpose(x, perm),
     "reshape": lambda jnp, x, shape: jnp.reshape(x, shape),
     "embedding": lambda jnp, ids, table: jnp.take(table, ids, axis=0),
+    "rope": _rope,
+    "expand": _expand,
 }
 
 

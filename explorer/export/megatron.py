@@ -43,7 +43,13 @@ COLUMN_PARALLEL = frozenset({"q", "k", "v", "fc1", "gate", "up"})
 ROW_PARALLEL = frozenset({"o", "fc2", "down"})
 _LAST_DIM = frozenset({"q_bias", "k_bias", "v_bias", "fc1_bias", "gate_bias", "up_bias", "gelu",
                        "silu", "relu", "glu", "logits_bias"})  # fmt: skip
-_HEADS_IN = frozenset({"q_heads", "k_heads", "v_heads", "merge_heads"})  # dim 2 of the input
+_HEADS_IN = frozenset({"q_heads", "k_heads", "v_heads", "merge_heads", "q_rope", "k_rope",
+                       "k_groups", "v_groups", "k_repeat", "v_repeat", "k_all_heads",
+                       "v_all_heads"})  # dim 2 of the input  # fmt: skip
+# grouped-query heads repeated for the attention core: with context parallelism their
+# sequence is already whole, so the all-gather over cp moves the key/value heads only
+_REPEATED_KV = frozenset({"k_groups", "v_groups", "k_repeat", "v_repeat", "k_all_heads",
+                          "v_all_heads"})  # fmt: skip
 _HEADS_SECOND = frozenset({"scale", "mask", "probs", "probs_dropout", "context"})  # input dim 1
 _VOCAB = frozenset({"logits", "token_loss"})
 # attention-core outputs [..., query s, key t]: the query sequence is the second-last dim
@@ -122,7 +128,8 @@ def megatron_assignment(
                 letter = ins[0][1]  # [b, s, h]: the sequence
         if letter is not None:
             want[letter] = want.get(letter, ()) + (tp,)
-        seq = _seq_letter(local, ins, out) if use_cp and has_batch else None
+        seq = (_seq_letter(local, ins, out)
+               if use_cp and has_batch and local not in _REPEATED_KV else None)  # fmt: skip
         if seq is not None:
             want[seq] = (cp,) + want.get(seq, ())
         names[n.name] = _strategy_name(graph, mesh, n.name, want)

@@ -53,6 +53,10 @@ class OpDef:
         flops_rule: ``(in_types, out_type, attrs) -> int`` overriding ``flops_per_point``.
         dtype_rule: output dtype given the inputs (default: first input's dtype).
         doc: one line shown in the registry listing.
+        view: the op only changes strides (transpose, expand, as in PyTorch): it reads and
+            writes nothing and holds no memory of its own. ``reshape`` is not one: it
+            copies when its input is not contiguous (after a transpose or an expand), and
+            the cost model does not track strides, so it is costed by its bytes.
     """
 
     name: str
@@ -67,6 +71,7 @@ class OpDef:
     flops_rule: Callable[[InTypes, TensorType, Attrs], int] | None = None
     dtype_rule: Callable[[InTypes, Attrs], DType] | None = None
     doc: str = ""
+    view: bool = False
 
     def full_attrs(self, attrs: Attrs) -> dict[str, Any]:
         """Attributes with defaults filled in; unknown or missing ones raise."""
@@ -116,7 +121,9 @@ class OpDef:
         return int(self.flops_per_point * math.prod(sizes.values()))
 
     def bytes(self, in_types: InTypes, out_type: TensorType) -> tuple[int, int]:
-        """(bytes read, bytes written) assuming every input is read once."""
+        """(bytes read, bytes written) assuming every input is read once (none for a view)."""
+        if self.view:
+            return 0, 0
         return sum(t.nbytes for t in in_types), out_type.nbytes
 
 

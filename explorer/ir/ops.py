@@ -200,7 +200,7 @@ def _transpose_sig(in_types, attrs):
 
 register(OpDef("transpose", OpGroup.MOVEMENT, None, 1, 0,
                lambda x, perm: np.transpose(x, perm), attrs={"perm": REQUIRED},
-               signature_rule=_transpose_sig, doc="permute dims"))  # fmt: skip
+               signature_rule=_transpose_sig, doc="permute dims", view=True))  # fmt: skip
 
 
 def reshape_groups(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:

@@ -262,7 +262,8 @@ def _expand_impl(x, shape, axes):
 register(OpDef("expand", OpGroup.MOVEMENT, None, 1, 0, _expand_impl,
                attrs={"shape": REQUIRED, "axes": REQUIRED},
                signature_rule=_expand_sig, shape_rule=lambda i, a: tuple(a["shape"]),
-               doc="repeat size-1 dims (grouped-query heads); the kept dims may be split"))  # fmt: skip
+               doc="repeat size-1 dims (grouped-query heads); the kept dims may be split",
+               view=True))  # fmt: skip
 
 # --- rotary position embedding ------------------------------------------------------------
 
@@ -305,3 +306,53 @@ register(OpDef("rope", OpGroup.REDUCE, None, 3, 3, _rope_impl, signature_rule=_r
                shape_rule=lambda i, a: (_rope_check(i), i[0].shape)[1],
                flops_rule=lambda i, o, a: 3 * o.numel,
                doc="rotary embedding x*cos + rotate_half(x)*sin; the rotated dim stays whole"))  # fmt: skip
+
+
+def _axis_check(op: str, in_types, attrs) -> int:
+    rank, axis = in_types[0].rank, attrs["axis"]
+    if not 0 <= axis < rank:
+        raise IRError(f"{op} axis={axis} is out of range for {in_types[0]}; expected 0..{rank - 1}")
+    return axis
+
+
+def _cumsum_sig(in_types, attrs) -> str:
+    # the scanned axis has one letter in and another out: it is never split
+    axis, rank = _axis_check("cumsum", in_types, attrs), in_types[0].rank
+    spec = _LETTERS[:rank]
+    return f"{spec}->{spec[:axis]}{_LETTERS[rank]}{spec[axis + 1 :]}"
+
+
+register(OpDef("cumsum", OpGroup.REDUCE, None, 1, 1,
+               lambda x, axis: np.cumsum(x, axis=axis, dtype=x.dtype),
+               attrs={"axis": REQUIRED}, signature_rule=_cumsum_sig,
+               shape_rule=lambda i, a: i[0].shape,
+               doc="running sum along one axis (RoBERTa's position ids); that axis stays whole"))  # fmt: skip
+
+
+def _gather_check(in_types, attrs) -> int:
+    axis = _axis_check("gather", in_types, attrs)
+    x, idx = in_types
+    if idx.rank != x.rank or any(
+        i != n for k, (i, n) in enumerate(zip(idx.shape, x.shape, strict=True)) if k != axis
+    ):
+        raise IRError(
+            f"gather along axis {axis} takes an index of the input's shape but on that axis; "
+            f"got {x} and {idx}"
+        )
+    return axis
+
+
+def _gather_sig(in_types, attrs) -> str:
+    axis, rank = _gather_check(in_types, attrs), in_types[0].rank
+    spec = _LETTERS[:rank]
+    src = spec[:axis] + _LETTERS[rank] + spec[axis + 1 :]
+    return f"{src},{spec}->{spec}"
+
+
+register(OpDef("gather", OpGroup.MOVEMENT, None, 2, 0,
+               lambda x, idx, axis: np.take_along_axis(x, idx.astype(np.int64), axis=axis),
+               attrs={"axis": REQUIRED}, signature_rule=_gather_sig,
+               shape_rule=lambda i, a: (_gather_check(i, a), i[1].shape)[1],
+               dtype_rule=lambda i, a: i[0].dtype,
+               doc="out[..., j, ...] = x[..., idx[..., j, ...], ...] (torch.gather); the "
+                   "gathered axis of x stays whole"))  # fmt: skip

@@ -48,6 +48,7 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
     labels = b.input("labels", (bs, s), DType.INT32)
     needs_pos = cfg.position == "learned" or cfg.query_layer
     positions = b.input("positions", (s,), DType.INT32) if needs_pos else None
+    rope = cfg.position == "rope"
     with b.scope("embed"):
         wte = b.param("wte", (V, h))
         x = b.op("embedding", tokens, wte, name="tokens")
@@ -66,7 +67,7 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
             if cfg.query_layer and i == cfg.num_layers - 1:
                 wqe = b.param("top_query", (cfg.max_seq_len, h))
                 query = b.op("embedding", positions, wqe, name="top_query_lookup")
-            x = _block(b, cfg, x, causal=decoder, query=query, seed=2 * i, layer=i)
+            x = _block(b, cfg, x, causal=decoder, query=query, seed=2 * i, layer=i, rope=rope)
     hidden = x  # what multi-token prediction starts from
     with b.scope("head"):
         if cfg.norm_position == "pre":
@@ -86,20 +87,21 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
     return b.build([loss])
 
 
-def _block(b, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int, layer: int = 0) -> str:
+def _block(b, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int, layer: int = 0,
+           rope: bool = False) -> str:  # fmt: skip
     if config_layers.extended(cfg):  # MLA, shared experts, dense first layers, q/k norms
         return config_layers.block(b, cfg, x, causal=causal, query=query, seed=seed, layer=layer)
     if cfg.norm_position == "pre":
         with b.scope("attn"):
             x = b.op("add", x, attention(b, cfg, norm(b, cfg, x), causal=causal, query=query,
-                                         seed=seed), name="residual")  # fmt: skip
+                                         seed=seed, rope=rope), name="residual")  # fmt: skip
         name = "moe" if cfg.is_moe else "mlp"
         with b.scope(name):
             ff = moe if cfg.is_moe else mlp
             x = b.op("add", x, ff(b, cfg, norm(b, cfg, x)), name="residual")
         return x
     with b.scope("attn"):
-        a = attention(b, cfg, x, causal=causal, query=query, seed=seed)
+        a = attention(b, cfg, x, causal=causal, query=query, seed=seed, rope=rope)
         x = norm(b, cfg, b.op("add", x, a, name="residual"))
     with b.scope("moe" if cfg.is_moe else "mlp"):
         ff = moe(b, cfg, x) if cfg.is_moe else mlp(b, cfg, x, seed + 1)

@@ -7,7 +7,7 @@ import math
 from ..ir import GraphBuilder
 from .config import ModelConfig
 
-__all__ = ["linear", "norm", "attention", "mlp", "moe"]
+__all__ = ["linear", "norm", "rotate", "attention", "mlp", "moe"]
 
 
 def linear(b: GraphBuilder, x: str, d_in: int, d_out: int, name: str, bias: bool) -> str:
@@ -31,13 +31,25 @@ def _dropout(b: GraphBuilder, cfg: ModelConfig, x: str, name: str, seed: int) ->
     return b.op("dropout", x, name=name, p=cfg.dropout, seed=seed)
 
 
+def rotate(b: GraphBuilder, cfg: ModelConfig, x: str, name: str) -> str:
+    """The rotary embedding of heads ``x: [b, s, heads, d]``: one ``rope`` op (3 FLOPs
+    per element, as transformers' ``apply_rotary_pos_emb``) with its own cos and sin
+    tables ``[1, s, 1, d]`` as graph inputs (each fused rope kernel reads them; an input
+    read by one op only follows its layout, which the recursive solver handles best)."""
+    s = b.shape(x)[-3]
+    shape = (1, s, 1, cfg.dim_head)
+    cos, sin = b.input(f"{name}_cos", shape), b.input(f"{name}_sin", shape)
+    return b.op("rope", x, cos, sin, name=name)
+
+
 def attention(
     b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool, query: str | None = None,
-    seed: int = 0,
+    seed: int = 0, rope: bool = False,
 ) -> str:  # fmt: skip
     """Multi-head (or grouped-query) self-attention on ``x: [b, s, h]``.
 
     ``query`` replaces the query source by another ``[s, h]`` value (PanGu's top query).
+    ``rope`` rotates the query and key heads (`rotate`), as LLaMA does.
     """
     bs, s, h = b.shape(x)
     n, kv, d = cfg.num_heads, cfg.kv_heads, cfg.dim_head
@@ -49,14 +61,13 @@ def attention(
     qb = "" if query is None else "b"  # a shared [s, ...] query has no batch dim
     k = b.op("reshape", k, name="k_heads", shape=(bs, s, kv, d))
     v = b.op("reshape", v, name="v_heads", shape=(bs, s, kv, d))
-    if g == 1:
-        q = b.op("reshape", q, name="q_heads", shape=((bs,) if not qb else ()) + (s, n, d))
-        scores = b.op("einsum", q, k, name="scores", eq=f"{'b' if not qb else ''}snd,btnd->bnst")
-        ctx_eq = "bnst,btnd->bsnd"
-    else:
-        q = b.op("reshape", q, name="q_heads", shape=((bs,) if not qb else ()) + (s, kv, g, d))
-        scores = b.op("einsum", q, k, name="scores", eq=f"{'b' if not qb else ''}skgd,btkd->bkgst")
-        ctx_eq = "bkgst,btkd->bskgd"
+    q = b.op("reshape", q, name="q_heads", shape=((bs,) if not qb else ()) + (s, n, d))
+    if rope:
+        q, k = rotate(b, cfg, q, "q_rope"), rotate(b, cfg, k, "k_rope")
+    if g > 1:  # grouped-query: each key/value head serves g query heads (a broadcast view)
+        k, v = (_repeat_heads(b, t, (bs, s, kv, d), g, name) for t, name in ((k, "k"), (v, "v")))
+    scores = b.op("einsum", q, k, name="scores", eq=f"{'b' if not qb else ''}snd,btnd->bnst")
+    ctx_eq = "bnst,btnd->bsnd"
     scores = b.op("scale", scores, name="scale", factor=1.0 / math.sqrt(d))
     if causal:
         scores = b.op("causal_mask", scores, name="mask")
@@ -66,6 +77,16 @@ def attention(
     ctx = b.op("reshape", ctx, name="merge_heads", shape=(bs, s, n * d))
     out = linear(b, ctx, n * d, h, "o", cfg.bias)
     return _dropout(b, cfg, out, "dropout", seed + 1)
+
+
+def _repeat_heads(b: GraphBuilder, t: str, shape: tuple[int, ...], g: int, name: str) -> str:
+    """``[b, s, kv, d]`` -> ``[b, s, kv * g, d]``, each head repeated ``g`` times (as
+    transformers' ``repeat_kv``): reshape, expand and reshape, all views. Heads then split
+    over more devices than there are key/value heads (each holds the one it needs)."""
+    bs, s, kv, d = shape
+    t = b.op("reshape", t, name=f"{name}_groups", shape=(bs, s, kv, 1, d))
+    t = b.op("expand", t, name=f"{name}_repeat", shape=(bs, s, kv, g, d), axes=(3,))
+    return b.op("reshape", t, name=f"{name}_all_heads", shape=(bs, s, kv * g, d))
 
 
 def mlp(b: GraphBuilder, cfg: ModelConfig, x: str, seed: int = 0) -> str:

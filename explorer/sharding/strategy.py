@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from ..hardware import Mesh
 from ..ir import Graph, OpGroup, TensorType
+from ..ir.opdef import get as get_opdef
 from ..ir.signature import parse
 from ..memo import Memo
 from . import rules
@@ -135,6 +136,7 @@ def _enumerate(graph: Graph, name: str, mesh: Mesh, in_types: tuple[TensorType, 
     contracted = set("".join(ins)) - set(out)
     mesh_axes = [a for a in mesh.axis_names if mesh.axis_size(a) > 1]
     flops = graph.node_flops(name)
+    view = get_opdef(node.op).view
     first = ins[0][0] if ins and ins[0] else (out[:1] if is_source else "")
     for combo in _combos(mesh, mesh_axes, splittable, sizes):
         letter_axes: dict[str, tuple[str, ...]] = {}
@@ -154,6 +156,8 @@ def _enumerate(graph: Graph, name: str, mesh: Mesh, in_types: tuple[TensorType, 
                                                                     strict=True)]  # fmt: skip
         local_out = out_layout.local_shape(out_t.shape, mesh)
         out_bytes = math.prod(local_out) * out_t.dtype.itemsize
+        if view:  # a view moves no data and holds no memory (OpDef.view)
+            in_bytes, out_bytes = [0] * len(in_bytes), 0
         coll = rules.internal_collectives(
             node.op,
             sig,

@@ -67,8 +67,9 @@ __all__ = [
 
 KernelKind = Literal["gemm", "memory", "view"]
 
-# Movement ops that only reinterpret a contiguous buffer (a view): no kernel runs.
-_VIEWS = ("reshape",)
+# Movement ops that only reinterpret a buffer (a view): no kernel runs. The builders'
+# grouped-query attention repeats key/value heads with an expand (a broadcast view).
+_VIEWS = ("reshape", "transpose", "expand")
 
 
 @dataclass(frozen=True)

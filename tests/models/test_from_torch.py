@@ -27,7 +27,7 @@ class Block(torch.nn.Module):
 
 
 class TinyLM(torch.nn.Module):
-    """Embedding, two blocks, a head tied to the embedding, and one cumsum."""
+    """Embedding, two blocks, a head tied to the embedding, and a cumprod (no mapping)."""
 
     def __init__(self, vocab: int = 32, h: int = 16) -> None:
         super().__init__()
@@ -40,7 +40,7 @@ class TinyLM(torch.nn.Module):
         x = self.embed(ids)
         for blk in self.blocks:
             x = blk(x)
-        return torch.cumsum(self.head(x), dim=1)
+        return torch.cumprod(self.head(x), dim=1)
 
 
 def _meta_lm() -> TinyLM:
@@ -76,12 +76,12 @@ def test_matmul_flops_equal_torch_counter():
 
 def test_unmapped_op_is_opaque_and_reported_never_dropped():
     g = from_torch(_meta_lm(), (2, 8))
-    (cumsum,) = [o for o in g.report.opaque if o.target == "aten.cumsum.default"]
-    assert not cumsum.static and not g.report.exact
-    node = g.node(cumsum.nodes[0])
+    (cumprod,) = [o for o in g.report.opaque if o.target == "aten.cumprod.default"]
+    assert not cumprod.static and not g.report.exact
+    node = g.node(cumprod.nodes[0])
     assert node.op == "opaque" and g.outputs == (node.name,)
     assert g.node_flops(node.name) == 0 and g.node_bytes(node.name) == (2 * 8 * 32 * 4,) * 2
-    assert "aten.cumsum.default x1 (on the data path)" in str(g.report)
+    assert "aten.cumprod.default x1 (on the data path)" in str(g.report)
     assert g.meta["import_report"] is g.report
 
 

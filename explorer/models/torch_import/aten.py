@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from ...ir import DType
+from .constants import causal_kind
 from .convert import Context, Ref, handler
 from .report import Unmapped
 
@@ -114,11 +115,17 @@ def _binary(name: str):
         if isinstance(y, Ref) and alpha != 1:
             y = cx.op("scale", y, factor=float(alpha))
         if isinstance(x, Ref) and isinstance(y, Ref):
+            if name == "add":
+                masked = _added_mask(cx, x, y)
+                if masked is not None:
+                    return masked
             if tensor_op is None:
                 raise Unmapped(f"{name} of two tensors")
             return cx.op(tensor_op, x, y)
         if isinstance(x, Ref):
             v = _number(y) * (alpha if name in ("add", "sub") else 1)
+            if name in ("mul", "div") and v == 1 and not isinstance(v, bool):
+                return x  # rotary tables times attention_scaling = 1.0: no op
             if name == "mul":
                 return cx.op("scale", x, factor=float(v))
             if name == "div" and v != 0 and cx.type(x).dtype.is_float:
@@ -133,6 +140,22 @@ def _binary(name: str):
         raise Unmapped(f"{name} of two scalars")
 
     return fn
+
+
+def _added_mask(cx: Context, x: Ref, y: Ref) -> Ref | None:
+    """``scores + mask`` with a shape-only ``mask`` (`constants`): all zero is ``scores``
+    itself, a causal mask one ``causal_mask`` op (what the builders emit; a fused
+    attention kernel applies it without reading a mask tensor). None for anything else."""
+    for data, const in ((x, y), (y, x)):
+        mask = cx.value(const)
+        if mask is None or cx.value(data) is not None or not cx.type(data).dtype.is_float:
+            continue
+        kind = causal_kind(mask, cx.shape(data))
+        if kind == "zero":
+            return data
+        if kind == "causal":
+            return cx.op("causal_mask", data)
+    return None
 
 
 def _max_reduction(cx: Context, node, a, name: str):
@@ -384,3 +407,40 @@ def _clamp(cx: Context, node, a):
         elif bound is not None:
             y = cx.op("scalar_op", y, fn=op, value=_number(bound))
     return y
+
+
+# --- scans and gathers --------------------------------------------------------------------
+
+
+@handler("cumsum")
+def _cumsum(cx: Context, node, a):
+    x = a["self"]
+    return cx.op("cumsum", x, axis=a["dim"] % len(cx.shape(x)))
+
+
+@handler("gather")
+def _gather(cx: Context, node, a):
+    x, idx = a["self"], a["index"]
+    if a.get("sparse_grad"):
+        raise Unmapped("gather with sparse_grad")
+    return cx.op("gather", x, idx, axis=a["dim"] % len(cx.shape(x)))
+
+
+@handler("index")
+def _index(cx: Context, node, a):
+    """``x[..., idx, ...]`` with one index tensor whose values are known at trace time
+    (`constants`: Falcon's ``[k]`` head picks) and step evenly: a ``slice``."""
+    x, indices = a["self"], list(a["indices"] or ())
+    used = [(k, i) for k, i in enumerate(indices) if i is not None]
+    if len(used) != 1:
+        raise Unmapped("indexing with more than one index tensor")
+    axis, ref = used[0]
+    idx = cx.value(ref)
+    if idx is None or idx.ndim != 1 or idx.numel() == 0 or idx.dtype.is_floating_point:
+        raise Unmapped("indexing by a tensor whose values depend on the inputs")
+    size = cx.shape(x)[axis]
+    vals = [int(v) % size for v in idx.tolist()]
+    step = vals[1] - vals[0] if len(vals) > 1 else 1
+    if step <= 0 or vals != list(range(vals[0], vals[0] + step * len(vals), step)):
+        raise Unmapped(f"indexing by constant indices {vals[:8]} that are not a strided range")
+    return cx.op("slice", x, axis=axis, start=vals[0], stop=vals[-1] + 1, step=step)

@@ -273,11 +273,27 @@ def _cross_entropy_loss(cx: Context, node, a):
     if len(cx.shape(logits)) != len(cx.shape(labels)) + 1:
         raise Unmapped("class-probability targets")
     cx.notes.add("cross_entropy_loss: rows with ignore_index are costed like the others")
+    rows = cx.shape(labels)
+    logits, labels = _unflattened(cx, logits, labels)
     losses = cx.op("cross_entropy", logits, labels)
     reduction = a.get("reduction", 1)
     if reduction == 0:
-        return losses
+        return cx.reshape(losses, rows)
     return cx.op("mean" if reduction == 1 else "sum", losses)
+
+
+def _unflattened(cx: Context, logits: Ref, labels: Ref) -> tuple[Ref, Ref]:
+    """transformers flattens ``[b, s, V]`` logits to ``[b*s, V]`` for the loss; the loss
+    reads the unflattened logits instead (and the labels take their shape): the logits
+    are not copied, and their batch and sequence splits reach the loss as they are."""
+    src = next((n for n in reversed(cx.b._nodes) if n.name == logits.name), None)
+    if src is None or src.op != "reshape":
+        return logits, labels
+    (x,) = src.inputs
+    shape = cx.b.shape(x)
+    if len(shape) < 3 or shape[-1] != cx.shape(logits)[-1]:
+        return logits, labels
+    return Ref(x), cx.reshape(labels, shape[:-1])
 
 
 @handler("pad", "constant_pad_nd")

@@ -15,6 +15,7 @@ from typing import Any
 
 from ...ir import DType, GraphBuilder, TensorType
 from ...ir.node import Node
+from .constants import Constants
 from .report import OpaqueOp, TorchImportError
 
 __all__ = ["Ref", "Context", "HANDLERS", "handler", "torch_dtype", "op_key"]
@@ -102,6 +103,8 @@ class Context:
         self.opaque_static: dict[str, bool] = {}
         self.notes: set[str] = set()
         self.leaves: list[tuple[str, str]] = []
+        self.constants = Constants()
+        self.known: dict[str, Any] = {}  # IR value -> its value, when shape-only (`constants`)
 
     # --- values ---------------------------------------------------------------------------
     def type(self, r: Ref) -> TensorType:
@@ -109,6 +112,10 @@ class Context:
 
     def shape(self, r: Ref) -> tuple[int, ...]:
         return self.b.shape(r.name)
+
+    def value(self, r: Any) -> Any:
+        """The CPU tensor a shape-only value holds (`constants`), or None."""
+        return self.known.get(r.name) if isinstance(r, Ref) else None
 
     def dtype(self, dt: Any) -> DType:
         return torch_dtype(dt, self.notes)
@@ -194,8 +201,18 @@ class Context:
                     "functions only — trace with torch.export"
                 )
             self.scope = _scope_of(node, self.scope)
-            self.env[node.name] = self.call(node)
+            self.env[node.name] = out = self.call(node)
+            self._remember(out, self.constants.fold(node))
         return []
+
+    def _remember(self, out: Any, val: Any) -> None:
+        if val is None:
+            return
+        if isinstance(out, Ref) and _is_tensor(val):
+            self.known.setdefault(out.name, val)
+        elif isinstance(out, list | tuple) and isinstance(val, list | tuple):
+            for o, v in zip(out, val, strict=False):
+                self._remember(o, v)
 
     def call(self, node: Any) -> Any:
         key = op_key(node.target)

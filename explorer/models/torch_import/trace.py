@@ -10,6 +10,7 @@ from ...ir import DType, TensorType
 from . import aten as _aten  # noqa: F401  (registers the handlers)
 from . import aten_nn as _aten_nn  # noqa: F401
 from .builtin_leaves import builtin_leaf
+from .constants import prune
 from .convert import Context, Ref
 from .fuse import fuse_rope, split_fused_projections
 from .leaves import LEAF_HANDLERS, LeafHandler, leaves_patched
@@ -206,6 +207,7 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
             cx.env[node.name] = emitted[first]
         elif kind == "buffer":
             buffers.append(target)
+            cx.constants.bind(node.name, getattr(ep, "constants", {}).get(target))
             cx.env[node.name] = cx.source("input", target, t, target.rpartition(".")[0], True)
         else:
             cx.env[node.name] = cx.source("input", node.name, t, "", False)
@@ -214,12 +216,20 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
         raise TorchImportError(f"{name}: the traced forward returns no tensor")
     outs = list(dict.fromkeys(o.name for o in outs))
     b = cx.b
+    nodes, dropped = prune(list(b._nodes), outs)
+    live = {n.name for n in nodes}
+    opaque = tuple(replace(o, nodes=tuple(n for n in o.nodes if n in live))
+                   for o in cx.opaque_report())  # fmt: skip
+    if dropped:
+        notes = [*notes, f"{dropped} shape-only ops computed at trace time (masks, position "
+                 "ids) and dropped: no output reads them"]  # fmt: skip
     report = ImportReport(
-        module=type(module).__name__, tracer=tracer, opaque=cx.opaque_report(),
+        module=type(module).__name__, tracer=tracer,
+        opaque=tuple(o for o in opaque if o.nodes),
         leaves=tuple(cx.leaves), tied=tuple(sorted(tied.items())), buffers=tuple(buffers),
         notes=tuple(notes) + tuple(sorted(cx.notes)),
     )  # fmt: skip
-    nodes, fused, split = list(b._nodes), 0, 0
+    fused = split = 0
     if fuse:
         nodes, fused = fuse_rope(nodes)
         nodes, split = split_fused_projections(nodes)
