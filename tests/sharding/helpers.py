@@ -120,6 +120,11 @@ def op_graph(op: str):
     elif op == "rope":
         cos, sin = b.input("cos", (1, 8, 8)), b.input("sin", (1, 8, 8))
         y = b.op(op, b.input("x", (4, 8, 8)), cos, sin, name="y")
+    elif op == "cumsum":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", axis=1)
+    elif op == "gather":
+        idx = b.input("idx", (4, 8, 8), "int64")  # values below 4 (random_inputs)
+        y = b.op(op, b.input("x", (4, 6, 8)), idx, name="y", axis=1)
     elif op == "grouped_mm":
         offs = b.input("offs", (2,), "int64")
         y = b.op(op, b.input("x", (4, 8)), b.param("w", (2, 8, 16)), offs, name="y")
@@ -157,4 +162,5 @@ OPS = (
     "cross_entropy_grad", "embedding_grad", "rsqrt", "sin", "cos", "sigmoid", "reciprocal",
     "erf", "logical_and", "logical_or", "scalar_op", "cat", "slice", "expand", "grouped_mm", "rope",
     "moe_router", "moe_dispatch_grouped", "moe_combine_grouped", "moe_experts", "mla_attention",
+    "cumsum", "gather",
 )  # fmt: skip
