@@ -113,3 +113,16 @@ def test_falcon_head_picks_are_slices_with_real_weights():
         want = m(ids, use_cache=False).logits.numpy()
     got = reference(g, _feeds(g, m, ids))[g.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_masks_past_the_size_limit_stay_traced(monkeypatch):
+    """A shape-only tensor over MAX_CONSTANT_BYTES (a causal mask of a long batch) is never
+    computed at trace time: its ops stay in the graph, costed as traced."""
+    from explorer.models.torch_import import constants
+
+    small = from_hf(tiny("llama"), batch=BATCH, seq=SEQ)
+    monkeypatch.setattr(constants, "MAX_CONSTANT_BYTES", 16)
+    kept = from_hf(tiny("llama"), batch=BATCH, seq=SEQ)
+    assert sum(n.op == "causal_mask" for n in small.ops) == 2
+    assert not any(n.op == "causal_mask" for n in kept.ops)
+    assert any(n.op == "where" for n in kept.ops) and len(kept) > len(small)

@@ -316,7 +316,8 @@ def test_big_model_opens_collapsed_and_expands_one_layer():
     assert len(view.figure.data[TRACE_NODES].x) == 130  # tokens, labels, embed, 126, head
     view.click("scope:layers.77")
     units = view.figure.data[TRACE_NODES].customdata
-    assert sum(u.startswith("layers.77.") for u in units) == 31
+    # 43 per layer: with the rope ops, their cos/sin inputs and the repeated KV heads
+    assert sum(u.startswith("layers.77.") for u in units) == 43
     _complete(view)
 
 

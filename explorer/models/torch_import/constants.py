@@ -30,8 +30,8 @@ _NOT_PURE = ("empty", "rand", "normal", "bernoulli", "uniform", "dropout", "mult
 class Constants:
     """fx node name -> its value (a CPU tensor, or a tuple of them) when computable."""
 
-    def __init__(self, max_bytes: int = MAX_CONSTANT_BYTES) -> None:
-        self.max_bytes = max_bytes
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = MAX_CONSTANT_BYTES if max_bytes is None else max_bytes
         self.values: dict[str, Any] = {}
 
     def bind(self, name: str, value: Any) -> None:
@@ -66,6 +66,8 @@ class Constants:
                 return torch.device("cpu")
             return x
 
+        if not _all_small(node.meta.get("val"), self):  # decided before computing anything
+            return None
         args = value(node.args)
         kwargs = {k: value(v) for k, v in node.kwargs.items()}
         if not ok:
