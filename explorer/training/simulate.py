@@ -219,7 +219,8 @@ def simulate(
     The stage split is `partition_layers` under the per-stage memory cap (the uniform
     split when nothing fits, reported with ``fits == False`` rather than raised, so a
     caller can see by how much); per-layer recompute (``recompute="per_layer"`` without a
-    count) takes the fewest fully recomputed layers that fit.
+    count) takes the fewest fully recomputed layers that fit (or a few more when that
+    is faster than the unbalanced split the fewest need).
 
     >>> import explorer as ex
     >>> r = ex.simulate("gpt2", ex.ParallelConfig(dp=2, tp=2, pp=2, microbatch_size=4),
@@ -281,7 +282,9 @@ def _formula_memories(
 def _fewest_recompute(step: StepModel, evaluate):
     """(split, recomputed layers, memories) for the fewest fully recomputed layers that
     fit (``per_layer``; one candidate otherwise). Memory falls as layers are added, so
-    the first that fits is found by bisection; the last candidate when none fits."""
+    the first that fits is found by bisection; the last candidate when none fits. When
+    that count fits only by a memory-capped (time-unbalanced) split, the larger counts up
+    to the first whose split is not capped are tried too and the fastest is kept."""
     cands = _n_full_candidates(step)
     done: dict = {}
 
@@ -300,8 +303,32 @@ def _fewest_recompute(step: StepModel, evaluate):
         else:
             lo = mid + 1
     fits(lo)
-    split, mems = done[lo]
-    return split, cands[lo], mems
+    best = lo
+    if done[lo][0][1].method == "memory_capped" and fits(lo):
+        # Fitting under the caps can unbalance the stages by more than recomputing a few
+        # more layers costs: walk up to the first count whose time-balanced split fits,
+        # keeping the fastest (closed form, sum_g t_g + (m-1) max_g t_g).
+        def closed_form(i: int) -> float:
+            t = _stage_times(step, done[i][0][0], cands[i])
+            return sum(t) + (step.m - 1) * max(t)
+
+        best_s = closed_form(lo)
+        for i in range(lo + 1, len(cands)):
+            if not fits(i):
+                break
+            s = closed_form(i)
+            if s < best_s:
+                best, best_s = i, s
+            if done[i][0][1].method != "memory_capped":
+                break
+    split, mems = done[best]
+    return split, cands[best], mems
+
+
+def _stage_times(step: StepModel, part: StagePartition, n_full) -> list[float]:
+    """Seconds per stage of ``part`` for one microbatch (`_layer_times` summed)."""
+    times = _layer_times(step, n_full)
+    return [sum(times[lo:hi]) for lo, hi in zip(part.bounds, part.bounds[1:], strict=False)]
 
 
 def _fits_better(step, a: StagePartition, b: StagePartition, n_full, in_flight) -> bool:
