@@ -9,7 +9,7 @@ file) serves later processes: a kernel is compiled once per machine, not once pe
 ``compile_seconds()`` reports the time spent compiling or loading in this process.
 Measured (bench/jit.py, 2 shared cores, quiet): the small GPT's 9 kernels (3 sources: layer
 norm, softmax, bias + GELU) compile cold in 3.7 s and load from the disk cache in a new
-process in 0.66 s (numba's import included); 9.9 s and 2.4 s while the machine was loaded.
+process in 0.66 s (numba's import included); 5.3 s and 2.6 s at a load average of 11.
 
 Compilation runs in the background by default (``EXPLORER_NUMBA_COMPILE=background``):
 ``load_async`` queues a kernel for one worker thread, started after the program's run, and
