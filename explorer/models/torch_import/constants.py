@@ -74,6 +74,8 @@ class Constants:
             return None
         if "device" in kwargs:
             kwargs["device"] = torch.device("cpu")
+        if _in_place(target):  # a stored value is read by other ops too: never mutate it
+            args = _cloned(args)
         try:
             with torch.no_grad():
                 out = operator.getitem(*args) if target is operator.getitem else target(
@@ -91,6 +93,20 @@ class Constants:
 
 def _is_tensor(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "device")
+
+
+def _in_place(target: Any) -> bool:
+    """``aten.index_put_``, ``aten.masked_fill_`` and the like (their name ends in _)."""
+    packet = getattr(target, "overloadpacket", None)
+    return packet is not None and str(packet).endswith("_")
+
+
+def _cloned(x: Any) -> Any:
+    if _is_tensor(x):
+        return x.clone()
+    if isinstance(x, list | tuple):
+        return type(x)(_cloned(v) for v in x)
+    return x
 
 
 def _all_small(out: Any, c: Constants) -> bool:
