@@ -44,7 +44,9 @@ def _check(cfg: ModelConfig) -> None:
 
 def build_module(cfg: ModelConfig):
     """An ``nn.Module`` for ``cfg``: ``forward(tokens, labels, positions=None) ->
-    (logits, loss)``; ``rope``/``alibi`` add nothing, as in the graph builders."""
+    (logits, loss)``; ``rope``/``alibi`` add nothing here, while the graph builders rotate
+    q and k with a ``rope`` op (the DTensor check compares this module sharded against
+    itself whole, so the rotation's absence does not change its verdict)."""
     _check(cfg)
     torch = require("torch", "torch")
     nn, F = torch.nn, torch.nn.functional

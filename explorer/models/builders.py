@@ -90,7 +90,9 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
 def _block(b, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int, layer: int = 0,
            rope: bool = False) -> str:  # fmt: skip
     if config_layers.extended(cfg):  # MLA, shared experts, dense first layers, q/k norms
-        return config_layers.block(b, cfg, x, causal=causal, query=query, seed=seed, layer=layer)
+        return config_layers.block(
+            b, cfg, x, causal=causal, query=query, seed=seed, layer=layer, rope=rope
+        )
     if cfg.norm_position == "pre":
         with b.scope("attn"):
             x = b.op("add", x, attention(b, cfg, norm(b, cfg, x), causal=causal, query=query,

@@ -34,7 +34,7 @@ import math
 
 from ..ir import GraphBuilder
 from .config import ModelConfig
-from .layers import _dropout, attention, linear, mlp, moe, norm
+from .layers import _dropout, attention, linear, mlp, moe, norm, rotate
 
 __all__ = ["extended", "block", "mla", "shared_expert", "mtp"]
 
@@ -52,15 +52,17 @@ def extended(cfg: ModelConfig) -> bool:
 
 
 def block(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int,
-          layer: int) -> str:  # fmt: skip
-    """Layer ``layer`` of ``cfg`` (pre- or post-norm) on ``x: [b, s, h]``."""
+          layer: int, rope: bool = False) -> str:  # fmt: skip
+    """Layer ``layer`` of ``cfg`` (pre- or post-norm) on ``x: [b, s, h]``; ``rope`` rotates
+    the query and key heads of grouped-query attention (MLA's decoupled rotary part is not
+    modelled: its cost is a few elementwise ops on ``qk_rope_head_dim`` channels)."""
 
     def attn(y: str) -> str:
         if cfg.is_mla:
             return mla(b, cfg, y, causal=causal, seed=seed)
         if cfg.qkv_bias or cfg.qk_norm:
-            return _attention_qk(b, cfg, y, causal=causal, seed=seed)
-        return attention(b, cfg, y, causal=causal, query=query, seed=seed)
+            return _attention_qk(b, cfg, y, causal=causal, seed=seed, rope=rope)
+        return attention(b, cfg, y, causal=causal, query=query, seed=seed, rope=rope)
 
     is_moe = cfg.layer_is_moe(layer)
 
@@ -139,9 +141,9 @@ def mla(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool, seed: int = 
 
 
 def _attention_qk(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool,
-                  seed: int = 0) -> str:  # fmt: skip
+                  seed: int = 0, rope: bool = False) -> str:  # fmt: skip
     """Grouped-query attention with biases on q, k, v only (Qwen2) and/or RMSNorms over
-    ``head_dim`` on queries and keys (Qwen3)."""
+    ``head_dim`` on queries and keys (Qwen3), rotated after the norms (``rope``)."""
     bs, s, h = b.shape(x)
     n, kv, d = cfg.num_heads, cfg.kv_heads, cfg.dim_head
     g = n // kv
@@ -154,6 +156,11 @@ def _attention_qk(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool,
              shape=(bs, s, kv, d))  # fmt: skip
     if cfg.qk_norm:
         q, k = _rms(b, q, d, "q_norm"), _rms(b, k, d, "k_norm")
+    if rope:  # the rotation acts per head: q's [kv, g] heads are viewed as n
+        q = b.op("reshape", q, name="q_flat_heads", shape=(bs, s, n, d))
+        q = b.op("reshape", rotate(b, cfg, q, "q_rope"), name="q_group_heads",
+                 shape=(bs, s, kv, g, d))  # fmt: skip
+        k = rotate(b, cfg, k, "k_rope")
     scores = b.op("einsum", q, k, name="scores", eq="bskgd,btkd->bkgst")
     scores = b.op("scale", scores, name="scale", factor=1.0 / math.sqrt(d))
     if causal:

@@ -349,3 +349,24 @@ def test_activations_scale_with_the_layer_insides():
     full = recompute.layer_act(s, "full")  # the layer input only: no inside kept
     assert full == recompute.layer_act(base, "full")
     assert recompute.layer_act(s, "selective") > 2 * full
+
+
+def test_qk_norm_attention_rotates_queries_and_keys_and_shards_exactly():
+    # Qwen3-style attention (q/k RMSNorm, grouped-query) with rope: one rope op on q and one
+    # on k per layer, and a sharded run equals the unsharded one.
+    from explorer.models.builders import build
+    from explorer.models.config import ModelConfig
+
+    cfg = ModelConfig(
+        name="qk-norm-rope", arch="decoder", num_layers=2, hidden_size=64, num_heads=4,
+        num_kv_heads=2, vocab_size=128, norm="rmsnorm", activation="swiglu", position="rope",
+        tied_embeddings=False, bias=False, qk_norm=True, ffn_hidden_size=128,
+    )  # fmt: skip
+    g = build(cfg, batch=2, seq=16)
+    assert sorted(n.name.rsplit(".", 1)[-1] for n in g.ops if n.op == "rope") == [
+        "k_rope", "k_rope", "q_rope", "q_rope",
+    ]  # fmt: skip
+    mesh = ex.Mesh({"dp": 2, "tp": 2}, hardware=ex.hardware.load("a100-80g"))
+    plan = ex.search(g, mesh, method="dynamic_programming")
+    report = ex.sharding.verify(g, plan, mesh, rtol=1e-5, atol=1e-6)
+    assert report.ok, report
