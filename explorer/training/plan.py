@@ -33,8 +33,9 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..hardware import Cluster, Mesh, resolve
 from ..ir import Graph
@@ -49,6 +50,10 @@ from .errors import TrainingPlanError
 from .search_space import SearchSpace, configurations, divisors
 from .simulate import SimResult, TrainingParams, check_seq, estimate, simulate
 from .terms import cp as cp_terms
+
+if TYPE_CHECKING:  # hetero imports this module
+    from .hetero import HeteroPlan
+    from .pools import Pool
 
 __all__ = [
     "SearchSpace", "Candidate", "TrainingPlan", "TrainingPlanError", "plan_training",
@@ -324,8 +329,9 @@ def plan_training(
     global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
-    objectives: tuple[str, ...] | None = None, pools=None, offload: bool = False,
-) -> TrainingPlan:  # fmt: skip
+    objectives: tuple[str, ...] | None = None, pools: Sequence[Pool] | None = None,
+    offload: bool = False,
+) -> TrainingPlan | HeteroPlan:  # fmt: skip
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
     Args:
