@@ -9,6 +9,11 @@ switch over the cluster's links, and compares with keeping the old plan:
 - **break-even steps** = switch time / (old step under the event - new step); ``0`` when the
   old plan cannot run any more (a node lost, the cap exceeded, a batch it cannot split)
   and ``inf`` ("never") when the new plan is not faster;
+- on fewer devices (a node lost, a straggler dropped) the largest usable whole-node count
+  is not always the fastest, nor the old tensor-parallel degree: `replan_screen` estimates
+  every structure of the ``candidates`` largest usable counts with one representative
+  configuration, and only the best ``finalists`` are planned in full (``result.tried`` says
+  what each count gave);
 - a straggler has three options: keep the plan (the synchronous step waits for the slow
   node), rebalance (its data-parallel replica takes fewer microbatches, nothing moves) and
   drop it (replan on the other nodes, migrate); the chosen one has the least
@@ -40,7 +45,7 @@ from .datacenters import mesh_axes
 from .errors import TrainingPlanError
 from .migration import JobLayout, Migration, MigrationError, plan_migration
 from .plan import SearchSpace, TrainingPlan, plan_training
-from .search_space import structures
+from .replan_screen import final_spaces, screen, usable_counts
 from .simulate import SimResult, TrainingParams, estimate
 from .step_model import StepModel
 from .terms import pp as pp_terms
@@ -158,6 +163,8 @@ class ReplanResult:
         migration: the chosen option's migration (None when nothing moves).
         switch_s, break_even_steps: the chosen option's.
         replan_time_s: wall time of `replan`.
+        tried: on fewer devices, per device count screened, its structures and best
+            estimate (`replan_screen.CountTried`); empty for the other events.
     """
 
     event: Event
@@ -167,6 +174,7 @@ class ReplanResult:
     options: tuple[ReplanOption, ...]
     migration: Migration | None = field(repr=False)
     replan_time_s: float = field(compare=False, default=0.0)
+    tried: tuple[str, ...] = field(compare=False, default=())
 
     @property
     def chosen(self) -> str:
@@ -217,6 +225,7 @@ class ReplanResult:
             "break_even": self.break_even_text,
             "migration": None if self.migration is None else self.migration.as_dict(),
             "options": [str(o) for o in self.options], "replan_time_s": self.replan_time_s,
+            "tried": list(self.tried),
         }  # fmt: skip
 
     def report(self) -> str:
@@ -228,6 +237,8 @@ class ReplanResult:
             f"chosen: {self.chosen} -> {self.new.config} on {self.new.devices} devices",
         ]
         lines += [f"  {o}" for o in self.options]
+        if self.tried:
+            lines.append("  screened: " + "; ".join(self.tried))
         if self.migration is not None:
             lines.append(f"  {self.migration}")
         return "\n".join(lines)
@@ -241,31 +252,37 @@ class ReplanResult:
 
 def replan(
     plan: TrainingPlan, event: Event, params: TrainingParams | None = None,
-    space: SearchSpace | None = None, horizon_steps: int = 1000, candidates: int = 1,
-    hardware: str | Cluster | None = None,
+    space: SearchSpace | None = None, horizon_steps: int = 1000, candidates: int = 3,
+    hardware: str | Cluster | None = None, finalists: int = 3,
 ) -> ReplanResult:  # fmt: skip
     """Re-plan ``plan`` for ``event``: the new plan, the migration, the switch time and the
     break-even number of steps.
 
     Args:
         params: the cost model of the new plans (as given to the old `plan_training`).
-        space: the search space of the new plans; default: `SearchSpace` with the old
-            plan's tensor-parallel degree kept (tp lives inside a node, which none of the
-            events changes; searching it too is ~3x slower: pass ``SearchSpace()``).
+        space: the search space of the new plans. Default: on fewer devices (a node lost,
+            a straggler dropped) every valid tp is screened; on the same devices (memory cap,
+            new batch) the old plan's tensor-parallel degree is kept.
         horizon_steps: the straggler's options are ranked by ``switch + horizon * step``.
         hardware: the plan's cluster when it is not a catalog profile (a `Cluster`).
-        candidates: after a node loss, how many of the largest usable device counts (whole
-            nodes, with a valid dp x tp x pp for the batch) are planned; the fastest wins.
+        candidates: on fewer devices, how many of the largest usable device counts (whole
+            nodes, with a valid dp x tp x pp x cp for the batch) are screened: every
+            structure of each estimated with one representative configuration
+            (`replan_screen`); ``result.tried`` says what each count gave.
+        finalists: how many of the best screened structures are then planned in full
+            (`plan_training` restricted to their tp, pp, cp per device count); the fastest
+            plan wins.
     """
     t0 = time.perf_counter()
     if not isinstance(plan, TrainingPlan):
         raise ReplanError(f"replan: plan={plan!r}; expected a TrainingPlan (plan_training)")
     _positive_int("horizon_steps", horizon_steps)
     _positive_int("candidates", candidates)
+    _positive_int("finalists", finalists)
     tparams = params or TrainingParams()
-    space = space or SearchSpace(tp=(plan.config.tp,))
     cluster = resolve(hardware or plan.hardware)
-    ctx = _Context(plan, cluster, tparams, space)
+    ctx = _Context(plan, cluster, tparams, space or SearchSpace(tp=(plan.config.tp,)),
+                   space or SearchSpace(), finalists)  # fmt: skip
     if isinstance(event, NodeLoss):
         options, keep = _node_loss(ctx, event, candidates), math.inf
     elif isinstance(event, Straggler):
@@ -283,7 +300,7 @@ def replan(
     return ReplanResult(
         event=event, old=plan, new=best.plan or plan, keep_step_s=keep,
         options=tuple(options), migration=best.migration,
-        replan_time_s=time.perf_counter() - t0,
+        replan_time_s=time.perf_counter() - t0, tried=tuple(ctx.tried),
     )  # fmt: skip
 
 
@@ -312,18 +329,22 @@ class _Context:
     plan: TrainingPlan
     cluster: Cluster
     tparams: TrainingParams
-    space: SearchSpace
+    space: SearchSpace  # the plans on the same devices (memory cap, new batch)
+    node_space: SearchSpace  # the plans on fewer devices (node loss, dropped straggler)
+    finalists: int = 3
+    tried: list[str] = field(default_factory=list)  # the screen's device counts
 
     @property
     def cfg(self):
         return self.plan.model_config or load(self.plan.model)
 
-    def plan_on(self, devices: int, gb: int | None = None, tparams=None) -> TrainingPlan:
+    def plan_on(self, devices: int, gb: int | None = None, tparams=None,
+                space: SearchSpace | None = None) -> TrainingPlan:  # fmt: skip
         p = self.plan
         return plan_training(
             self.cfg, devices=devices, hardware=self.cluster,
             global_batch=p.global_batch if gb is None else gb, seq=p.seq,
-            params=tparams or self.tparams, space=self.space,
+            params=tparams or self.tparams, space=space or self.space,
         )  # fmt: skip
 
     def option(self, name: str, new: TrainingPlan, keep_s: float, lost: tuple[int, ...] = (),
@@ -358,28 +379,33 @@ def _node_ids(ctx: _Context, nodes: tuple[int, ...]) -> tuple[int, ...]:
 
 def _without(ctx: _Context, nodes: tuple[int, ...], candidates: int, name: str,
              keep_s: float) -> list[ReplanOption]:  # fmt: skip
-    """Options that run on the job's other nodes: the largest usable device counts."""
+    """Options that run on the job's other nodes: the ``candidates`` largest usable whole-node
+    counts are screened (`replan_screen`), the best ``finalists`` structures planned in full."""
     lost = _node_ids(ctx, nodes)
     survivors = tuple(d for d in range(ctx.plan.devices) if d not in set(lost))
-    per = ctx.cluster.chips_per_node
-    out, tried = [], []
-    n = len(survivors) // per * per
-    while n >= per and len(out) < candidates:
-        found, _ = structures(ctx.cfg, n, ctx.cluster, ctx.plan.global_batch, ctx.plan.seq,
-                              ctx.space)  # fmt: skip
-        if found:
-            try:
-                new = ctx.plan_on(n)
-            except TrainingPlanError as e:
-                tried.append(f"{n}: {e}")
-            else:
-                note = f"{n} of {len(survivors)} surviving devices"
-                out.append(ctx.option(f"{name} ({n} devices)", new, keep_s, lost, survivors, note))
-        n -= per
+    p, space = ctx.plan, ctx.node_space
+    counts = usable_counts(ctx.cfg, len(survivors), ctx.cluster, p.global_batch, p.seq, space,
+                           candidates)  # fmt: skip
+    found, tried = screen(ctx.cfg, counts, ctx.cluster, p.global_batch, p.seq, space,
+                          ctx.tparams)  # fmt: skip
+    ctx.tried = [str(t) for t in tried]
+    out, errors = [], []
+    # nothing fits in the screen: the full search on the largest count says why (or fits)
+    finals = final_spaces(found[: ctx.finalists], space) if found else [
+        (n, space) for n in counts[:1]
+    ]  # fmt: skip
+    for n, sp in finals:
+        try:
+            new = ctx.plan_on(n, space=sp)
+        except TrainingPlanError as e:
+            errors.append(f"{n}: {e}")
+        else:
+            note = f"{n} of {len(survivors)} surviving devices"
+            out.append(ctx.option(f"{name} ({n} devices)", new, keep_s, lost, survivors, note))
     if not out:
         raise ReplanError(
             f"no plan of {ctx.plan.model!r} fits on the {len(survivors)} devices left after "
-            f"losing nodes {nodes}: {'; '.join(tried[:2]) or 'no valid factorisation'}; add "
+            f"losing nodes {nodes}: {'; '.join(errors[:2]) or 'no valid factorisation'}; add "
             "nodes or change the global batch"
         )
     return out

@@ -1,0 +1,139 @@
+"""Which layout to re-plan on after losing devices: a cheap screen of device counts and
+(tp, pp, dp, cp) structures before the full search.
+
+After a node loss the largest usable device count is not always the fastest (a batch that
+does not split over it forces a deep pipeline), and the old tensor-parallel degree is not
+always the best on the new count. Planning every count with every tp in full costs seconds
+(each `plan_training` simulates its best few event by event). `screen` instead estimates,
+for each of a few whole-node device counts, every structure valid for the batch with one
+representative configuration: the smallest microbatch, 1F1B, ZeRO-1 (ZeRO-3 when ZeRO-1
+does not fit), the cheapest recompute policy that fits: a few milliseconds each, no event
+simulation. `replan` then runs the full `plan_training` (every microbatch size, schedule,
+ZeRO stage; the best few simulated) only on the best few structures screened.
+
+The screen is a ranking heuristic: a structure whose representative configuration
+estimates slower can still win once every option is searched, so the result is not
+guaranteed to equal the full search's (bench/beyond.py prints the gap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..hardware import Cluster
+from ..models import ModelConfig
+from .config import ParallelConfig, ParallelConfigError
+from .search_space import SearchSpace, configurations, structures
+from .simulate import TrainingParams, estimate
+from .terms.zero import stages_worth_searching
+
+__all__ = ["Screened", "CountTried", "usable_counts", "screen", "final_spaces"]
+
+
+@dataclass(frozen=True)
+class Screened:
+    """One structure on one device count, with its representative configuration's estimate."""
+
+    devices: int
+    config: ParallelConfig
+    step_time_s: float
+
+    def __str__(self) -> str:
+        c = self.config
+        return f"dp{c.dp} x tp{c.tp} x pp{c.pp}" + (f" x cp{c.cp}" if c.cp > 1 else "")
+
+
+@dataclass(frozen=True)
+class CountTried:
+    """What the screen found on one device count: its structures and the best estimate."""
+
+    devices: int
+    structures: int
+    best: Screened | None
+
+    def __str__(self) -> str:
+        if self.best is None:
+            return f"{self.devices} devices: {self.structures} structure(s), none fits"
+        return (
+            f"{self.devices} devices: {self.structures} structure(s), best {self.best} "
+            f"~{self.best.step_time_s:.3f} s (estimate)"
+        )
+
+
+def usable_counts(cfg: ModelConfig, survivors: int, cluster: Cluster, gb: int, seq: int,
+                  space: SearchSpace, count: int) -> list[int]:  # fmt: skip
+    """The ``count`` largest whole-node device counts <= ``survivors`` with at least one
+    valid (tp, pp, dp, cp) structure for the batch (largest first)."""
+    per = cluster.chips_per_node
+    out, n = [], survivors // per * per
+    while n >= per and len(out) < count:
+        if structures(cfg, n, cluster, gb, seq, space)[0]:
+            out.append(n)
+        n -= per
+    return out
+
+
+def screen(cfg: ModelConfig, counts: list[int], cluster: Cluster, gb: int, seq: int,
+           space: SearchSpace, tparams: TrainingParams
+           ) -> tuple[list[Screened], list[CountTried]]:  # fmt: skip
+    """Every structure on every count of ``counts`` estimated with its representative
+    configuration (module docstring): the fitting ones fastest first, and per count what
+    was tried."""
+    narrow = dataclasses.replace(
+        space, microbatch_sizes=(min(space.microbatch_sizes),),
+        schedules=("1f1b",) if "1f1b" in space.schedules else space.schedules[:1],
+        virtual_stages=space.virtual_stages[:1],
+    )  # fmt: skip
+    found, tried = [], []
+    for n in counts:
+        st = structures(cfg, n, cluster, gb, seq, space)[0]
+        best = None
+        for tp, pp, dp, cp in st:
+            r = _representative(cfg, (tp, pp, dp, cp), cluster, gb, seq, narrow, tparams)
+            if r is not None:
+                s = Screened(n, r.config, r.step_time_s)
+                found.append(s)
+                best = s if best is None or s.step_time_s < best.step_time_s else best
+        tried.append(CountTried(n, len(st), best))
+    found.sort(key=lambda s: (s.step_time_s, -s.devices))
+    return found, tried
+
+
+def final_spaces(top: list[Screened], space: SearchSpace) -> list[tuple[int, SearchSpace]]:
+    """Per device count among ``top`` (in rank order), ``space`` narrowed to the tp, pp and cp
+    of its screened structures: what the full search then plans."""
+    out: dict[int, list[Screened]] = {}
+    for s in top:
+        out.setdefault(s.devices, []).append(s)
+    return [
+        (n, dataclasses.replace(
+            space, tp=tuple(sorted({s.config.tp for s in ss})),
+            pp=tuple(sorted({s.config.pp for s in ss})),
+            cp=tuple(sorted({s.config.cp for s in ss})),
+        ))
+        for n, ss in out.items()
+    ]  # fmt: skip
+
+
+def _representative(cfg, structure, cluster, gb, seq, narrow, tparams):
+    """The fastest fitting estimate of the structure's narrowed configurations, trying ZeRO-1
+    first and the higher stages only when nothing fits (None: nothing fits)."""
+    tp, pp, dp, cp = structure
+    zeros = sorted(stages_worth_searching(narrow.zero, dp * cp), key=lambda z: (z != 1, -z))
+    for zero in zeros:
+        best = None
+        for base in configurations(cfg, tp, pp, dp, cp, gb, narrow):
+            if base.zero != zero:
+                continue
+            for rec in narrow.recompute:
+                try:
+                    r = estimate(cfg, base.replace(recompute=rec), cluster, gb, seq, tparams)
+                except ParallelConfigError:
+                    break
+                if r.fits:
+                    best = r if best is None or r.step_time_s < best.step_time_s else best
+                    break
+        if best is not None:
+            return best
+    return None
