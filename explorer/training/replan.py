@@ -14,10 +14,12 @@ switch over the cluster's links, and compares with keeping the old plan:
   every structure of the ``candidates`` largest usable counts with one representative
   configuration, and only the best ``finalists`` are planned in full (``result.tried`` says
   what each count gave);
-- a straggler has three options: keep the plan (the synchronous step waits for the slow
-  node), rebalance (its data-parallel replica takes fewer microbatches, nothing moves) and
-  drop it (replan on the other nodes, migrate); the chosen one has the least
-  ``switch + horizon_steps * step`` time.
+- a straggler has four options: keep the plan (the synchronous step waits for the slow
+  node), rebalance (its data-parallel replica takes fewer microbatches, nothing moves),
+  rebalance-layers (when its node holds some pipeline stages: fewer layers on them,
+  `replan_layers`; the layers moved migrate; ``new`` stays the old plan, the option's note
+  gives the split) and drop it (replan on the other nodes, migrate); the chosen one has the
+  least ``switch + horizon_steps * step`` time.
 
 A node is ``chips_per_node`` consecutive device ids; job ranks are numbered as the step
 model's mesh ``(pp, dp, cp, tp)`` places them on devices ``0 .. devices-1``.
@@ -45,6 +47,7 @@ from .datacenters import mesh_axes
 from .errors import TrainingPlanError
 from .migration import JobLayout, Migration, MigrationError, plan_migration
 from .plan import SearchSpace, TrainingPlan, plan_training
+from .replan_layers import rebalance_layers
 from .replan_screen import final_spaces, screen, usable_counts
 from .simulate import SimResult, TrainingParams, estimate
 from .step_model import StepModel
@@ -448,11 +451,34 @@ def _straggler(ctx: _Context, ev: Straggler, candidates: int) -> tuple[list[Repl
             "every data-parallel replica has a device on the node (or one microbatch): "
             "no one to take the load, same as keep",
         ))  # fmt: skip
+    options.append(_rebalance_layers(ctx, ev, keep))
     try:
         options += _without(ctx, (ev.node,), candidates, "drop", keep)
     except ReplanError as e:
         options.append(ReplanOption("drop", math.inf, 0.0, math.inf, note=str(e)))
     return options, keep
+
+
+def _rebalance_layers(ctx: _Context, ev: Straggler, keep: float) -> ReplanOption:
+    """Fewer layers on the pipeline stages the slow node holds (`replan_layers`); the layers
+    moved migrate between the stages."""
+    sim, lay = ctx.plan.sim, job_layout(ctx.plan, params=ctx.tparams, hardware=ctx.cluster)
+    on = set(_node_ids(ctx, (ev.node,)))
+    slow = frozenset(g for (g, _, _), d in np.ndenumerate(lay.ranks()) if d in on)
+    step = StepModel(ctx.cfg, sim.config, ctx.cluster, sim.global_batch, sim.seq, ctx.tparams)
+    split = rebalance_layers(step, sim.partition, slow, ev.speed)
+    if isinstance(split, str) or split.new_layers == split.old_layers:
+        why = split if isinstance(split, str) else "no split with fewer layers there is faster"
+        return ReplanOption("rebalance-layers", keep, 0.0, math.inf, note=f"{why}; same as keep")
+    new_lay = JobLayout(sim.config, split.partition, lay.devices, lay.part_params,
+                        lay.dp_outermost)  # fmt: skip
+    mig = plan_migration(lay, new_lay, ctx.cluster, (), ctx.tparams.state)
+    compute = sum(v for k, v in sim.time_by_kind if k in COMPUTE_KINDS)
+    step_s = keep - compute / ev.speed * (1 - split.ratio)
+    note = (f"layers per stage {'/'.join(map(str, split.old_layers))} -> "
+            f"{'/'.join(map(str, split.new_layers))} (stages {sorted(slow)} on the slow node)")  # fmt: skip
+    return ReplanOption("rebalance-layers", step_s, mig.time_s,
+                        _break_even(mig.time_s, keep, step_s), None, mig, note)  # fmt: skip
 
 
 def _replicas_on(ctx: _Context, node: int) -> int:
