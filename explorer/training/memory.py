@@ -24,15 +24,26 @@ all-gather exchange a layer also keeps the other ranks' keys and values for its 
 ``kv_bytes * b (s - s/c) h_kv / t`` (``h_kv``: key/value channels, GQA's kv heads x head size;
 none under full recompute, where the layer's forward runs again; none with the ring exchange,
 which passes the chunks around again in the backward).
+
+Korthikanti's constants are those of a GPT layer (LayerNorm, dropout, multi-head attention, a
+4h GELU MLP). `layer_terms` counts a layer of another architecture by the same rule and
+scales the constants by the ratio (see its docstring for the derivation); a LLaMA-style
+layer (RMSNorm, no dropout, grouped-query attention, SwiGLU) keeps ``8`` replicated bytes
+(not 10) and ``4 + 4 h_kv/h + 6 I/h`` split ones (not 24), and its attention core ``2``
+(not 5).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 from ..errors import ExplorerError
+
+if TYPE_CHECKING:
+    from ..models import ModelConfig
 
 __all__ = [
     "TrainingParamsError",
@@ -41,6 +52,7 @@ __all__ = [
     "MemoryAllowances",
     "MemoryBreakdown",
     "activation_bytes_per_layer",
+    "layer_terms",
 ]
 
 _GIB = 2**30
@@ -94,6 +106,10 @@ class ActivationTerms:
     ``head_bytes`` * (1 + V/h) / t for one microbatch (final norm, logits, fp32 loss),
     section 4.3 of the paper. With context parallelism (all-gather exchange) a layer keeps
     ``gathered_kv_bytes`` per position and key/value channel of the other ranks' K and V.
+
+    The values are a GPT layer's; with ``per_architecture`` (default) the step model
+    scales the per-layer ones to the model's own layer (`layer_terms`): set it False to
+    apply these constants to every architecture unchanged.
     """
 
     replicated_bytes: float = 10.0
@@ -103,6 +119,7 @@ class ActivationTerms:
     embedding_dropout_bytes: float = 1.0
     head_bytes: float = 4.0
     gathered_kv_bytes: float = 4.0
+    per_architecture: bool = True
     source: str = (
         "Korthikanti et al. 2022, eqs. (1)-(5) and section 4.3; gathered_kv_bytes: K and V "
         "in 16 bits (2 + 2 bytes per position and kv channel), Llama 3 all-gather CP"
@@ -110,6 +127,11 @@ class ActivationTerms:
 
     def __post_init__(self) -> None:
         check_nonnegative(self)
+        if not isinstance(self.per_architecture, bool):
+            raise TrainingParamsError(
+                f"ActivationTerms.per_architecture={self.per_architecture!r}; expected True "
+                "(scale the GPT constants to the model's layer) or False (use them as given)"
+            )
 
 
 @dataclass(frozen=True)
@@ -223,3 +245,76 @@ def activation_bytes_per_layer(
         kv = hidden if kv_hidden is None else kv_hidden
         gathered = terms.gathered_kv_bytes * microbatch * (seq - local) * kv / tp
     return sbh * (per + attention / tp) + gathered
+
+
+# Korthikanti et al.'s counts for a GPT layer, bytes per token over h (the paper's section 4.1).
+GPT_REPLICATED, GPT_SPLIT, GPT_ATTENTION = 10.0, 24.0, 5.0
+
+
+def layer_counts(cfg: ModelConfig) -> tuple[float, float, float]:
+    """(replicated, split, attention-core) activation bytes of one layer of ``cfg``, per
+    token over ``h`` (the last per token, head and key position over ``h``), counted as
+    Korthikanti et al. 2022 count a GPT layer: what autograd keeps for the backward, every
+    GEMM's input and every norm's and nonlinearity's input in 16 bits, dropout masks in one
+    byte per element.
+
+    Replicated (kept whole by tensor parallelism, ``h`` wide): the two norms' inputs
+    (``2 + 2``), the inputs of the QKV and of the MLP's first GEMMs (the norms' outputs,
+    ``2 + 2``) and, when ``cfg.dropout > 0``, the masks of the dropouts after the attention
+    and the MLP (``1 + 1``): 10 for GPT, 8 without dropout. LayerNorm and RMSNorm both keep
+    their input; their per-token fp32 statistics (``8/h`` and ``4/h``) are not counted, as in
+    the paper, so the norm kind does not change the count.
+
+    Split (divided by tensor parallelism), with ``n`` query heads, ``n_kv`` key/value heads
+    of size ``d`` and MLP inner size ``f``: the rotated queries and keys and the values the
+    attention reads (``2 n d + 2 n_kv d + 2 n_kv d``), the output projection's input
+    (``2 n d``), q/k norms' inputs when ``cfg.qk_norm`` (``2 n d + 2 n_kv d``); the MLP:
+    a GELU/ReLU MLP keeps the first GEMM's output (the nonlinearity's input) and the second
+    GEMM's input (``4 f``), a SwiGLU MLP the gate and up outputs (the fused SwiGLU's input)
+    and their product (the down GEMM's input, ``6 f``; eager PyTorch, which also keeps
+    ``silu(gate)``, keeps ``8 f``). GPT (``n d = n_kv d = h``, ``f = 4h``): 24. Llama 3 405B
+    (h 16384, 8 of 128 heads for K/V, f 53248): ``4 + 0.25 + 19.5 = 23.75``.
+
+    Attention core (per ``a s / h``, ``a`` query heads): the softmax output (``2``, read by
+    its own backward and by the product with V) and, with dropout, its mask and output
+    (``1 + 2``): 5 for GPT, 2 without dropout (a fused attention keeps none of it).
+
+    >>> from explorer.models import load
+    >>> layer_counts(load("gpt3-175b").replace(dropout=0.1))
+    (10.0, 24.0, 5.0)
+    >>> layer_counts(load("llama3-405b"))
+    (8.0, 23.75, 2.0)
+    """
+    h, drop = cfg.hidden_size, cfg.dropout > 0
+    replicated = 8.0 + (2.0 if drop else 0.0)
+    attention = 2.0 + (3.0 if drop else 0.0)
+    if cfg.arch == "mlp":
+        return replicated, 4.0 * cfg.ffn / h, 0.0
+    q, kv = cfg.num_heads * cfg.dim_head, cfg.kv_heads * cfg.dim_head
+    inner = 2 * q + 4 * kv + 2 * q + (2 * q + 2 * kv if cfg.qk_norm else 0)
+    inner += (6 if cfg.activation == "swiglu" else 4) * cfg.ffn
+    return replicated, inner / h, attention
+
+
+def layer_terms(
+    cfg: ModelConfig, terms: ActivationTerms = ActivationTerms(), split: bool = True
+) -> ActivationTerms:
+    """``terms`` (a GPT layer's, Korthikanti et al.) scaled to a layer of ``cfg`` by
+    `layer_counts` over the GPT counts (10, 24, 5); ``embedding_dropout_bytes`` 0 without
+    dropout. ``split=False`` leaves ``split_bytes`` as given (MoE and MLA layers: their
+    split term is ``terms/moe.py``'s). Unchanged when ``terms.per_architecture`` is False.
+
+    >>> from explorer.models import load
+    >>> t = layer_terms(load("llama3-405b"))
+    >>> t.replicated_bytes, t.split_bytes, t.attention_bytes, t.embedding_dropout_bytes
+    (8.0, 23.75, 2.0, 0.0)
+    """
+    if not terms.per_architecture:
+        return terms
+    rep, spl, att = layer_counts(cfg)
+    out = replace(
+        terms, replicated_bytes=terms.replicated_bytes * rep / GPT_REPLICATED,
+        attention_bytes=terms.attention_bytes * att / GPT_ATTENTION,
+        embedding_dropout_bytes=terms.embedding_dropout_bytes if cfg.dropout > 0 else 0.0,
+    )  # fmt: skip
+    return replace(out, split_bytes=terms.split_bytes * spl / GPT_SPLIT) if split else out

@@ -348,8 +348,9 @@ class StepModel:
 
     # --- memory -----------------------------------------------------------------------
     def embed_act(self) -> float:
-        """Activation bytes the embedding keeps per microbatch (its dropout mask)."""
-        a = self.tparams.activations
+        """Activation bytes the embedding keeps per microbatch (its dropout mask; none
+        when the model has no dropout, `recompute.activation_terms`)."""
+        a = recompute.activation_terms(self)
         sbh = self.seq_local * self.par.microbatch_size * self.cfg.hidden_size
         return sbh * a.embedding_dropout_bytes / (self.par.tp if self.par.sp else 1)
 

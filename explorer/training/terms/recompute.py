@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..memory import activation_bytes_per_layer
+from ..memory import ActivationTerms, activation_bytes_per_layer, layer_terms
 from . import cp, moe
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "layer_policies",
+    "activation_terms",
     "layer_act",
     "layers_act",
     "layers_s",
@@ -42,17 +43,27 @@ def layer_policies(policy: str, n_layers: int, n_full: int | None) -> tuple[int,
     return 0, n_layers - k, k
 
 
+def activation_terms(s: StepModel) -> ActivationTerms:
+    """The activation terms of one layer of ``s.cfg``: Korthikanti et al.'s GPT constants
+    (``TrainingParams.activations``) scaled to the model's norms, dropout, attention and MLP
+    (`memory.layer_terms`); a MoE or MLA layer's split term is `moe.activation_terms`'."""
+    cfg = s.cfg
+    dense = not (cfg.is_moe or cfg.is_mla)
+    return layer_terms(cfg, moe.activation_terms(s), split=dense)
+
+
 def layer_act(s: StepModel, policy: str) -> float:
     """Activation bytes one layer keeps per microbatch under ``policy`` (none, selective
-    or full), Korthikanti et al. 2022. With ``TrainingParams.flash_attention`` the fused
-    kernel keeps no ``s x s`` scores, softmax or dropout mask (Dao et al. 2022), so a layer
-    without recomputation keeps what a selectively recomputed one keeps."""
+    or full), Korthikanti et al. 2022 counted for the model's layer (`activation_terms`).
+    With ``TrainingParams.flash_attention`` the fused kernel keeps no ``s x s`` scores,
+    softmax or dropout mask (Dao et al. 2022), so a layer without recomputation keeps what
+    a selectively recomputed one keeps."""
     cfg, par = s.cfg, s.par
     if policy == "none" and s.tparams.flash_attention:
         policy = "selective"
     return activation_bytes_per_layer(
         s.seq, par.microbatch_size, cfg.hidden_size, cfg.num_heads, par.tp, par.sp,
-        policy, moe.activation_terms(s), par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
+        policy, activation_terms(s), par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
     )  # fmt: skip
 
 
