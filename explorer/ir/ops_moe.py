@@ -12,7 +12,9 @@ moe_router           ``...d,ed(,e)->...e``                 gate matmul, softmax 
                                                            normalisation, scaling; dense
                                                            ``[..., e]`` weights, zero for the
                                                            experts not chosen; ``...e->...e``
-                                                           from logits computed elsewhere
+                                                           from logits computed elsewhere;
+                                                           ``router="sparsemixer"``: PhiMoE's
+                                                           two banded top-1 picks (eval mode)
 moe_dispatch_grouped ``gsh,gse->egch``                     each group's tokens into
                                                            ``[experts, groups, capacity, h]``
                                                            (tokens past capacity are dropped)
@@ -25,6 +27,11 @@ moe_experts          ``egcd,eafd,ehf->egch``               every expert's gated 
 moe_combine_grouped  ``egch,gse->gsh``                     each token's weighted sum of its
                                                            experts' outputs
 ==================== ===================================== ===================================
+
+PhiMoE's router (``router="sparsemixer"``, ``jitter_eps`` = its ``router_jitter_noise``)
+computes what transformers' ``sparsemixer`` computes in eval mode (`sparsemixer`). Its
+training mode samples the picks (Gumbel) and reweights them by Heun's method at random:
+out of scope, the op always routes as in eval.
 
 Strategies (hand rules in `explorer.sharding.rules`): the router never splits ``e``;
 dispatch and combine never split ``s`` or ``c`` (slots are a cumulative count over the
@@ -60,8 +67,14 @@ from .activations import gelu, gelu_erf
 from .errors import IRError
 from .opdef import REQUIRED, OpDef, OpGroup, register
 
-__all__ = ["moe_capacity", "route", "group_slots", "ROUTER_SCORES", "GROUP_SCORES", "ACTS"]
+__all__ = [
+    "moe_capacity", "route", "sparsemixer", "group_slots", "ROUTERS", "ROUTER_SCORES",
+    "GROUP_SCORES", "ACTS",
+]  # fmt: skip
 
+#: How the router picks: ``topk`` (scores, then the k best, optionally group-limited) or
+#: ``sparsemixer`` (PhiMoE: two rounds of masked top-1, eval mode; see `sparsemixer`).
+ROUTERS = ("topk", "sparsemixer")
 ROUTER_SCORES = ("softmax", "sigmoid")
 #: How a group of experts is scored for group-limited routing: DeepSeek-V3 sums the top two
 #: (bias-corrected) scores of a group, DeepSeek-V2 takes the largest.
@@ -128,8 +141,41 @@ def route(logits, bias=None, *, k, score="softmax", norm_topk=True, scale=1.0, n
     return out
 
 
-def _router_impl(x, w=None, bias=None, **attrs):
+def sparsemixer(logits, jitter_eps: float) -> np.ndarray:
+    """PhiMoE's router in eval mode (transformers' ``sparsemixer(..., training=False)``):
+    dense weights ``[..., e]``, non-zero for two experts per token.
+
+    Round 1 picks the best logit ``m``; its weight is the softmax, taken over only the
+    experts whose logit is within the band ``(m - l) / max(|l|, m) <= 2 jitter_eps``, at
+    the pick. Round 2 does the same on the logits with the first pick removed (the band
+    measured from the second best, the first pick excluded). Weights are not renormalised.
+    Training mode (Gumbel sampling of the picks and the Heun-method multipliers) is random
+    and not modelled.
+
+    >>> w = sparsemixer(np.array([[2.0, 1.99, 0.0, -1.0]]), jitter_eps=0.01)
+    >>> np.round(w, 4).tolist()  # pick 0 shares its band with 1; pick 1 is alone in its own
+    [[0.5025, 1.0, 0.0, 0.0]]
+    """
+    logits = np.asarray(logits)
+    out = np.zeros_like(logits)
+    masked = logits.copy()
+    with np.errstate(invalid="ignore", divide="ignore"):  # 0/0 (all-zero logits) is no band
+        for _ in range(2):
+            idx = np.argmax(masked, axis=-1)[..., None]  # first of ties, as torch.max on CPU
+            top = np.take_along_axis(masked, idx, axis=-1)
+            factor = np.maximum(np.abs(logits), top)
+            band = np.where((top - logits) / factor > 2 * jitter_eps, -np.inf, masked)
+            p = np.exp(band - top)
+            w = np.take_along_axis(p, idx, axis=-1) / p.sum(axis=-1, keepdims=True)
+            np.put_along_axis(out, idx, w, axis=-1)
+            np.put_along_axis(masked, idx, -np.inf, axis=-1)
+    return out
+
+
+def _router_impl(x, w=None, bias=None, *, router="topk", jitter_eps=0.01, **attrs):
     logits = x if w is None else np.einsum("...d,ed->...e", x, w)
+    if router == "sparsemixer":
+        return sparsemixer(logits, jitter_eps) * attrs["scale"]
     return route(logits, bias, **attrs)
 
 
@@ -152,8 +198,30 @@ def _router_sig(in_types, attrs) -> str:
             f"k={attrs['k']}: n_group must divide the experts and the chosen groups must "
             "hold at least k experts"
         )
+    if attrs["router"] not in ROUTERS:
+        raise IRError(f"moe_router router={attrs['router']!r}; use one of {ROUTERS}")
+    if attrs["router"] == "sparsemixer":
+        _check_sparsemixer(len(in_types), attrs)
     template = {1: "...e->...e", 2: "...d,ed->...e", 3: "...d,ed,e->...e"}[len(in_types)]
     return sigmod.expand(template, in_types)
+
+
+def _check_sparsemixer(n_inputs: int, attrs) -> None:
+    eps = attrs["jitter_eps"]
+    bad = [
+        (attrs["k"] != 2, f"k={attrs['k']}", "k=2 (transformers' sparsemixer always picks two)"),
+        (attrs["score"] != "softmax", f"score={attrs['score']!r}", "score='softmax'"),
+        (attrs["norm_topk"], "norm_topk=True", "norm_topk=False (its weights are not "
+         "renormalised)"),
+        (attrs["n_group"] != 1, f"n_group={attrs['n_group']}", "n_group=1"),
+        (n_inputs == 3, "a bias input", "no e_score_correction_bias"),
+        (isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0,
+         f"jitter_eps={eps!r}", "a float >= 0 (PhiMoE's router_jitter_noise)"),
+    ]  # fmt: skip
+    for wrong, what, fix in bad:
+        if wrong:
+            raise IRError(f"moe_router router='sparsemixer' with {what}: not PhiMoE's routing; "
+                          f"pass {fix}")  # fmt: skip
 
 
 def _router_flops(in_types, out_type, attrs) -> int:
@@ -164,10 +232,12 @@ def _router_flops(in_types, out_type, attrs) -> int:
 
 register(OpDef("moe_router", OpGroup.CONTRACTION, None, None, 2, _router_impl,
                attrs={"k": REQUIRED, "score": "softmax", "norm_topk": True, "scale": 1.0,
-                      "n_group": 1, "topk_group": 1, "group_score": "top2_sum"},
+                      "n_group": 1, "topk_group": 1, "group_score": "top2_sum",
+                      "router": "topk", "jitter_eps": 0.01},
                signature_rule=_router_sig, flops_rule=_router_flops,
                doc="router: x @ w.T, softmax/sigmoid scores, (group-limited) top-k, "
-                   "normalised and scaled; zero for experts not chosen"))  # fmt: skip
+                   "normalised and scaled, or PhiMoE's sparsemixer (eval mode); zero for "
+                   "experts not chosen"))  # fmt: skip
 
 # --- dispatch and combine -----------------------------------------------------------------
 

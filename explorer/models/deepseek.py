@@ -49,6 +49,8 @@ class MoESpec:
         act: the experts' activation.
         weight_inputs: scale each token by its routing weight before the experts (Llama 4)
             instead of scaling the experts' outputs.
+        router, jitter_eps: ``"sparsemixer"`` is PhiMoE's routing (eval mode), with its
+            ``router_jitter_noise``; ``"topk"`` the others.
     """
 
     experts: int
@@ -62,11 +64,16 @@ class MoESpec:
     capacity_factor: float | None = None
     act: str = "silu"
     weight_inputs: bool = False
+    router: Literal["topk", "sparsemixer"] = "topk"
+    jitter_eps: float = 0.0
 
     def router_attrs(self) -> dict[str, Any]:
-        return {"k": self.k, "score": self.score, "norm_topk": self.norm_topk,
-                "scale": float(self.scale), "n_group": self.n_group,
-                "topk_group": self.topk_group, "group_score": self.group_score}  # fmt: skip
+        out = {"k": self.k, "score": self.score, "norm_topk": self.norm_topk,
+               "scale": float(self.scale), "n_group": self.n_group,
+               "topk_group": self.topk_group, "group_score": self.group_score}  # fmt: skip
+        if self.router != "topk":
+            out.update(router=self.router, jitter_eps=float(self.jitter_eps))
+        return out
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,8 @@ class DeepSeekSpec:
 
 
 MOE_CLASSES = ("MixtralSparseMoeBlock", "Qwen2MoeSparseMoeBlock", "Qwen3MoeSparseMoeBlock",
-               "DeepseekV2Moe", "DeepseekV3MoE", "Llama4TextMoe")  # fmt: skip
+               "DeepseekV2Moe", "DeepseekV3MoE", "Llama4TextMoe",
+               "PhimoeSparseMoeBlock")  # fmt: skip
 
 _ACTS = {"SiLUActivation": "silu", "SiLU": "silu", "GELUActivation": "gelu_erf",
          "GELUTanh": "gelu", "PytorchGELUTanh": "gelu", "NewGELUActivation": "gelu",
@@ -190,6 +198,10 @@ def moe_spec_of(m: Any, capacity_factor: float | None = None) -> MoESpec:
         return MoESpec(experts=m.num_experts, k=m.top_k, act=_act(m.experts.act_fn),
                        capacity_factor=capacity_factor, score="sigmoid", norm_topk=False,
                        weight_inputs=True)  # fmt: skip
+    if cls == "PhimoeSparseMoeBlock":  # sparsemixer: always two experts, whatever top_k
+        return MoESpec(experts=m.num_experts, k=2, act=_act(m.experts.act_fn),
+                       capacity_factor=capacity_factor, norm_topk=False, router="sparsemixer",
+                       jitter_eps=float(m.router.router_jitter_noise))  # fmt: skip
     if cls not in MOE_CLASSES:
         raise ModelConfigError(f"no MoE leaf for {cls}; handled: {', '.join(MOE_CLASSES)}")
     gate = m.gate

@@ -16,6 +16,8 @@ DeepseekV2Moe                    softmax router (greedy or group-limited greedy 
 Llama4TextMoe                    sigmoid of the top-k logits scaling each token before its
                                  experts (transformers runs all experts densely), shared
                                  expert
+PhimoeSparseMoeBlock             PhiMoE's sparsemixer router (eval mode: two banded top-1
+                                 picks, ``router_jitter_noise``), experts, combine
 DeepseekV3MoE                    sigmoid router with e_score_correction_bias (an ``input``
                                  node), group-limited by the top-2 sum, normalised, scaled;
                                  shared experts
@@ -58,7 +60,8 @@ def _emit_moe(call: LeafCall, capacity_factor: float | None) -> tuple[Ref, ...]:
             bias = cx.source("input", name, TensorType((spec.experts,), DType.FP32),
                              call.path, True)  # fmt: skip
     shared = _shared(p, "shared_experts") or _shared(p, "shared_expert")
-    y = emit_moe(cx, call.inputs[0], spec, router_w=p["gate.weight"],
+    router_w = p["router.weight"] if "router.weight" in p else p["gate.weight"]  # PhiMoE
+    y = emit_moe(cx, call.inputs[0], spec, router_w=router_w,
                  gate_up=p["experts.gate_up_proj"], down=p["experts.down_proj"], bias=bias,
                  shared=shared, shared_gate=p.get("shared_expert_gate.weight"))  # fmt: skip
     return (y,)

@@ -94,14 +94,12 @@ def test_cumsum_never_splits_its_axis():
 def test_still_opaque_and_why():
     """Falcon picks its key and value heads with ``qkv[..., [k], :]``: on the meta device
     the list becomes a meta tensor whose values are gone, so the pick stays opaque
-    (traced from real weights it is a ``slice``). PhiMoE's sparsemixer routing (sort,
-    scatter, histc, index_put, two rounds of masked top-1 with a jitter threshold) is not
-    the top-k softmax router the ``moe_router`` op computes, so it stays opaque rather
-    than be mapped to a router it is not."""
+    (traced from real weights it is a ``slice``). PhiMoE's sparsemixer routing is no
+    longer opaque: ``moe_router(router="sparsemixer")`` (tests/models/test_phimoe.py)."""
     falcon = from_hf(tiny("falcon"), batch=BATCH, seq=SEQ)
     assert {o.target for o in falcon.report.opaque} == {"aten.index.Tensor"}
     phimoe = from_hf(tiny("phimoe"), batch=BATCH, seq=SEQ)
-    assert "aten.sort.default" in {o.target for o in phimoe.report.opaque}
+    assert phimoe.report.exact and not phimoe.report.opaque, str(phimoe.report)
 
 
 def test_falcon_head_picks_are_slices_with_real_weights():

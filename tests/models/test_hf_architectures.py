@@ -97,8 +97,12 @@ def test_moe_blocks_are_first_class_ops():
     ]
 
 
-def test_unmapped_routing_ops_are_listed_not_dropped():
-    """PhiMoE has no leaf handler: its routing ops stay in the graph as opaque nodes."""
+def test_unmapped_routing_ops_are_listed_not_dropped(monkeypatch):
+    """PhiMoE without its leaf handler (`hf_leaves` maps it to ``moe_router(router=
+    "sparsemixer")``): its routing ops stay in the graph as opaque nodes."""
+    from explorer.models.torch_import import LEAF_HANDLERS
+
+    monkeypatch.delitem(LEAF_HANDLERS, "PhimoeSparseMoeBlock")
     graph = from_hf(tiny("phimoe"), batch=BATCH, seq=SEQ)
     data_path = {o.target for o in graph.report.opaque if not o.static}
     assert "aten.sort.default" in data_path and not graph.report.exact
