@@ -206,3 +206,25 @@ def test_traced_phimoe_sharded_on_8_devices_equals_unsharded(traced):
         np.testing.assert_allclose(got, logits, rtol=0, atol=ATOL)
     kinds = Counter(c.kind.value for c, _ in report.result.collective_log)
     assert kinds["all-to-all"] >= 2, kinds  # the expert-parallel plan moved tokens
+
+
+def test_block_alone_routes_two_experts_whatever_top_k():
+    """transformers' sparsemixer picks two experts even when ``num_experts_per_tok`` says
+    otherwise; so does the traced block (k=2), equal to torch's output in float64."""
+    cfg = transformers.PhimoeConfig(hidden_size=16, intermediate_size=8, num_local_experts=4,
+                                    num_experts_per_tok=1, router_jitter_noise=WIDE)  # fmt: skip
+    cfg._experts_implementation = "eager"
+    torch.manual_seed(0)
+    m = modeling_phimoe.PhimoeSparseMoeBlock(cfg).double().eval()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, dtype=torch.float64) / math.sqrt(p.shape[-1]))
+    x = torch.randn(2, SEQ, 16, dtype=torch.float64)
+    g = ex.models.from_torch(m, [x])
+    (router,) = [n for n in g.ops if n.op == "moe_router"]
+    assert router.attr("k") == 2 and g.report.exact, str(g.report)
+    (xin,) = [n.name for n in g.inputs]
+    values = {xin: x.numpy(), **{k: v.detach().numpy() for k, v in m.named_parameters()}}
+    with torch.no_grad():
+        want = m(x).numpy()
+    np.testing.assert_allclose(reference(g, values)[g.outputs[0]], want, rtol=0, atol=1e-12)
