@@ -5,8 +5,9 @@ After a node loss the largest usable device count is not always the fastest (a b
 does not split over it forces a deep pipeline), and the old tensor-parallel degree is not
 always the best on the new count. Planning every count with every tp in full costs seconds
 (each `plan_training` simulates its best few event by event). `screen` instead estimates,
-for each of a few whole-node device counts, every structure valid for the batch with one
-representative configuration: the smallest microbatch, 1F1B, ZeRO-1 (ZeRO-3 when ZeRO-1
+for each of a few whole-node device counts, the structures valid for the batch (per tp and
+cp the shallowest pipelines, until `DEEPER` of them fit) with one representative
+configuration: the smallest microbatch, 1F1B, ZeRO-1 (ZeRO-3 when ZeRO-1
 does not fit), the cheapest recompute policy that fits: a few milliseconds each, no event
 simulation. `replan` then runs the full `plan_training` (every microbatch size, schedule,
 ZeRO stage; the best few simulated) only on the best few structures screened.
@@ -30,6 +31,10 @@ from .terms.zero import stages_worth_searching
 
 __all__ = ["Screened", "CountTried", "usable_counts", "screen", "final_spaces"]
 
+#: Per device count, tp and cp, the screen estimates pipeline depths shallowest first and
+#: stops after this many fit (a deeper pipeline has more bubble and fewer replicas).
+DEEPER = 2
+
 
 @dataclass(frozen=True)
 class Screened:
@@ -49,16 +54,15 @@ class CountTried:
     """What the screen found on one device count: its structures and the best estimate."""
 
     devices: int
-    structures: int
+    structures: int  # valid for the batch
     best: Screened | None
+    estimated: int = 0  # the structures estimated (`DEEPER` skips the deepest pipelines)
 
     def __str__(self) -> str:
+        head = f"{self.devices} devices: {self.estimated} of {self.structures} structure(s)"
         if self.best is None:
-            return f"{self.devices} devices: {self.structures} structure(s), none fits"
-        return (
-            f"{self.devices} devices: {self.structures} structure(s), best {self.best} "
-            f"~{self.best.step_time_s:.3f} s (estimate)"
-        )
+            return f"{head}, none fits"
+        return f"{head}, best {self.best} ~{self.best.step_time_s:.3f} s (estimate)"
 
 
 def usable_counts(cfg: ModelConfig, survivors: int, cluster: Cluster, gb: int, seq: int,
@@ -77,9 +81,9 @@ def usable_counts(cfg: ModelConfig, survivors: int, cluster: Cluster, gb: int, s
 def screen(cfg: ModelConfig, counts: list[int], cluster: Cluster, gb: int, seq: int,
            space: SearchSpace, tparams: TrainingParams
            ) -> tuple[list[Screened], list[CountTried]]:  # fmt: skip
-    """Every structure on every count of ``counts`` estimated with its representative
-    configuration (module docstring): the fitting ones fastest first, and per count what
-    was tried."""
+    """The structures of every count of ``counts`` estimated with their representative
+    configuration (module docstring), per tp and cp the shallowest pipelines until `DEEPER`
+    fit: the fitting ones fastest first, and per count what was tried."""
     narrow = dataclasses.replace(
         space, microbatch_sizes=(min(space.microbatch_sizes),),
         schedules=("1f1b",) if "1f1b" in space.schedules else space.schedules[:1],
@@ -88,14 +92,18 @@ def screen(cfg: ModelConfig, counts: list[int], cluster: Cluster, gb: int, seq: 
     found, tried = [], []
     for n in counts:
         st = structures(cfg, n, cluster, gb, seq, space)[0]
-        best = None
-        for tp, pp, dp, cp in st:
+        best, fitting, estimated = None, {}, 0
+        for tp, pp, dp, cp in sorted(st, key=lambda x: (x[0], x[3], x[1])):
+            if fitting.get((tp, cp), 0) >= DEEPER:
+                continue  # deeper pipelines: more bubble, less data parallelism
+            estimated += 1
             r = _representative(cfg, (tp, pp, dp, cp), cluster, gb, seq, narrow, tparams)
             if r is not None:
+                fitting[tp, cp] = fitting.get((tp, cp), 0) + 1
                 s = Screened(n, r.config, r.step_time_s)
                 found.append(s)
                 best = s if best is None or s.step_time_s < best.step_time_s else best
-        tried.append(CountTried(n, len(st), best))
+        tried.append(CountTried(n, len(st), best, estimated))
     found.sort(key=lambda s: (s.step_time_s, -s.devices))
     return found, tried
 
