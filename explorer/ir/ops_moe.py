@@ -202,6 +202,11 @@ def _router_sig(in_types, attrs) -> str:
         raise IRError(f"moe_router router={attrs['router']!r}; use one of {ROUTERS}")
     if attrs["router"] == "sparsemixer":
         _check_sparsemixer(len(in_types), attrs)
+    elif attrs["jitter_eps"] != 0.01:  # the default: the top-k router reads no band
+        raise IRError(
+            f"moe_router jitter_eps={attrs['jitter_eps']!r} with router={attrs['router']!r}: "
+            "only the sparsemixer router reads it; pass router='sparsemixer' or drop jitter_eps"
+        )
     template = {1: "...e->...e", 2: "...d,ed->...e", 3: "...d,ed,e->...e"}[len(in_types)]
     return sigmod.expand(template, in_types)
 

@@ -228,3 +228,8 @@ def test_block_alone_routes_two_experts_whatever_top_k():
     with torch.no_grad():
         want = m(x).numpy()
     np.testing.assert_allclose(reference(g, values)[g.outputs[0]], want, rtol=0, atol=1e-12)
+
+
+def test_topk_router_refuses_a_jitter_band_it_would_ignore():
+    with pytest.raises(IRError, match=re.escape("jitter_eps=0.3 with router='topk'")):
+        _router_graph(k=2, jitter_eps=0.3)
