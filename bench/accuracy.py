@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -120,23 +121,32 @@ def fit_dataset_facts(data) -> dict:
 def uncalibrated(data) -> dict:
     print("1. Uncalibrated: predicted vs published step time (defaults + the dataset's "
           "RUN_FACTS, estimate); role: fit = the row set a default or fact, check = not")  # fmt: skip
+    print("   memory: the step model's peak bytes per device of the layout (GiB) and whether "
+          "it fits the chip (every published run did)")  # fmt: skip
     print(f"{'dataset':20s} {'role':5s} {'run':44s} {'published s':>11s} {'predicted s':>11s} "
-          f"{'error':>7s}")  # fmt: skip
-    rows = []
+          f"{'error':>7s} {'memory GiB':>14s}")  # fmt: skip
+    rows, planned = [], []
     for name, runs in data.items():
         base = run_params(name)  # the dataset's published facts (RUN_FACTS), else defaults
         for r in runs:
-            t = predict(r, base).step_time_s
+            sim = predict(r, base)
+            t = sim.step_time_s
             err = t / r.step_time_s - 1
             role = row_role(name, r.model_name, r.config.dp)
+            mem, cap = sim.memory.total / 2**30, sim.memory_cap_bytes / 2**30
             rows.append({"dataset": name, "role": role, "run": r.label, "config": str(r.config),
                          "published_s": r.step_time_s, "predicted_s": t, "error": err,
+                         "memory_gib": mem, "memory_cap_gib": cap, "fits": sim.fits,
                          "source": r.source})  # fmt: skip
             print(f"{name:20s} {role:5s} {r.label:44s} {r.step_time_s:>11.3f} {t:>11.3f} "
-                  f"{err:>+7.1%}")  # fmt: skip
+                  f"{err:>+7.1%} {mem:>6.1f}/{cap:<4.0f}{'' if sim.fits else ' over'}")  # fmt: skip
+            if any("recompute" in x and "chosen by the planner" in x
+                   for x in r.source.split("; ")):  # fmt: skip
+                planned.append((name, r, base))
     errs = np.abs([x["error"] for x in rows])
     summary = {
         "rows": len(rows), "within_10pct": int((errs <= 0.10).sum()),
+        "over_memory": [x["run"] for x in rows if not x["fits"]],
         "median_abs_error": float(np.median(errs)), "worst_abs_error": float(errs.max()),
         "worst_row": rows[int(errs.argmax())]["run"], "target": "every row within 10%",
     }  # fmt: skip
@@ -154,8 +164,26 @@ def uncalibrated(data) -> dict:
         x = summary[role]
         print(f"   {role} rows: {x['within_10pct']}/{x['rows']} within 10%, median "
               f"{x['median_abs_error']:.1%}, worst {x['worst_abs_error']:.1%}")  # fmt: skip
+    over = summary["over_memory"]
+    print(f"   {len(over)}/{len(rows)} published layouts over the memory cap by our model"
+          + (f": {', '.join(over)}" if over else ""))  # fmt: skip
+    summary["planner_recompute"] = [_recompute_ladder(*x) for x in planned]
     print()
     return {"rows": rows, "summary": summary}
+
+
+def _recompute_ladder(name: str, run: ex.MeasuredRun, base: TrainingParams) -> dict:
+    """A row whose recomputation the planner chose: step time and memory under each policy."""
+    out = {"run": run.label, "chosen": run.config.recompute, "policies": {}}
+    for policy in ("none", "selective", "full"):
+        sim = predict(replace(run, config=run.config.replace(recompute=policy)), base)
+        err = sim.step_time_s / run.step_time_s - 1
+        out["policies"][policy] = {"error": err, "memory_gib": sim.memory.total / 2**30,
+                                   "fits": sim.fits}  # fmt: skip
+        print(f"   {run.label} (recompute chosen by the planner: {run.config.recompute}) with "
+              f"{policy:9s}: error {err:+.1%}, memory {sim.memory.total / 2**30:.1f}/"
+              f"{sim.memory_cap_bytes / 2**30:.0f} GiB{'' if sim.fits else ' (over)'}")  # fmt: skip
+    return out
 
 
 # ----- 2. out of sample -------------------------------------------------------------------

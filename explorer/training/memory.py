@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ..errors import ExplorerError
@@ -311,6 +312,11 @@ def layer_terms(
     """
     if not terms.per_architecture:
         return terms
+    return _scaled(cfg, terms, split)
+
+
+@lru_cache(maxsize=256)  # the planner asks for the same layer ~50 000 times (thread-safe)
+def _scaled(cfg: ModelConfig, terms: ActivationTerms, split: bool) -> ActivationTerms:
     rep, spl, att = layer_counts(cfg)
     out = replace(
         terms, replicated_bytes=terms.replicated_bytes * rep / GPT_REPLICATED,
