@@ -6,7 +6,7 @@ writes bench/results/beyond.json.
 2. Re-planning after losing 1 of 128 nodes (gpt3-175b on 1024 A100s, global batch 1536):
    ``ex.replan(plan, ex.NodeLoss(1))`` timed in a process that has planned the 1024-device
    job but not the smaller one (the replan plans it: cold for that device count); replan
-   screens the 3 largest usable counts (every tp) and plans the best 3 structures in full.
+   screens the 3 largest usable counts (every tp) and plans the best 2 structures in full.
    Beside it: the full search of those counts (every tp, no screen; its gap to replan's
    step) and the old tp on the largest count alone. Target: under 2 s.
    Also the migration (bytes, switch time).
