@@ -54,7 +54,8 @@ class TrainingParams:
             ``device_memory_cap_bytes``: the memory a device may use, None = the chip's);
             default `CALIBRATED_COST`.
         state: bytes per parameter of weights, gradients, optimizer states.
-        activations: Korthikanti et al.'s activation coefficients.
+        activations: Korthikanti et al.'s activation coefficients (a GPT layer's), scaled
+            to the model's layer (`memory.layer_terms`) unless ``per_architecture=False``.
         allowances: runtime context, communication buffers, fragmentation.
         optimizer_step_bytes_per_param: HBM traffic of one Adam update per parameter:
             read and write fp32 master, momentum and variance (24 B) and the 16-bit
