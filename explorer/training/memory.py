@@ -280,6 +280,9 @@ def layer_counts(cfg: ModelConfig) -> tuple[float, float, float]:
     its own backward and by the product with V) and, with dropout, its mask and output
     (``1 + 2``): 5 for GPT, 2 without dropout (a fused attention keeps none of it).
 
+    An ``mlp`` model's block (``act(x W1) W2``, no norm, attention or dropout) keeps
+    ``(2, 4 f/h, 0)``.
+
     >>> from explorer.models import load
     >>> layer_counts(load("gpt3-175b").replace(dropout=0.1))
     (10.0, 24.0, 5.0)
@@ -287,10 +290,10 @@ def layer_counts(cfg: ModelConfig) -> tuple[float, float, float]:
     (8.0, 23.75, 2.0)
     """
     h, drop = cfg.hidden_size, cfg.dropout > 0
+    if cfg.arch == "mlp":  # act(x @ w1) @ w2 blocks: fc1's input; act's and fc2's inputs
+        return 2.0, 4.0 * cfg.ffn / h, 0.0
     replicated = 8.0 + (2.0 if drop else 0.0)
     attention = 2.0 + (3.0 if drop else 0.0)
-    if cfg.arch == "mlp":
-        return replicated, 4.0 * cfg.ffn / h, 0.0
     q, kv = cfg.num_heads * cfg.dim_head, cfg.kv_heads * cfg.dim_head
     inner = 2 * q + 4 * kv + 2 * q + (2 * q + 2 * kv if cfg.qk_norm else 0)
     inner += (6 if cfg.activation == "swiglu" else 4) * cfg.ffn

@@ -42,6 +42,11 @@ def test_llama_405b_counts_from_its_config():
     assert rep + split == pytest.approx(31.75)
 
 
+def test_an_mlp_block_keeps_its_gemm_and_activation_inputs():
+    cfg = ex.models.load("mlp-small")
+    assert layer_counts(cfg) == (2.0, 4 * cfg.ffn / cfg.hidden_size, 0.0)
+
+
 def test_per_architecture_off_keeps_the_gpt_constants():
     t = ActivationTerms(per_architecture=False)
     assert layer_terms(LLAMA, t) == t
