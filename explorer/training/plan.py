@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from ..hardware import Cluster, Mesh, resolve
 from ..ir import Graph
 from ..models import ModelConfig, build, load
+from ..search.errors import SearchError
 from . import pareto as _pareto
 from . import search_space
 from .config import (
@@ -428,7 +429,7 @@ def plan_training(
                     r = estimate(
                         cfg, base.replace(recompute=rec), cluster, global_batch, seq, tparams
                     )
-                except ParallelConfigError:
+                except (ParallelConfigError, SearchError):  # SearchError: no layer fits the cap
                     break
                 results.append(r)
                 if r.fits:

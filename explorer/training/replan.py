@@ -9,11 +9,11 @@ switch over the cluster's links, and compares with keeping the old plan:
 - **break-even steps** = switch time / (old step under the event - new step); ``0`` when the
   old plan cannot run any more (a node lost, the cap exceeded, a batch it cannot split)
   and ``inf`` ("never") when the new plan is not faster;
-- on fewer devices (a node lost, a straggler dropped) the largest usable whole-node count
-  is not always the fastest, nor the old tensor-parallel degree: `replan_screen` estimates
-  every structure of the ``candidates`` largest usable counts with one representative
-  configuration, and only the best ``finalists`` are planned in full (``result.tried`` says
-  what each count gave);
+- the new plans: the largest usable whole-node count is not always the fastest after a node
+  loss, nor the old tensor-parallel degree after any event: `replan_screen` estimates every
+  structure of the ``candidates`` largest usable counts (the job's own count for a memory
+  cap or a new batch) with one representative configuration, and only the best
+  ``finalists`` are planned in full (``result.tried`` says what each count gave);
 - a straggler has four options: keep the plan (the synchronous step waits for the slow
   node), rebalance (its data-parallel replica takes fewer microbatches, nothing moves),
   rebalance-layers (when its node holds some pipeline stages: fewer layers on them,
@@ -33,6 +33,7 @@ model's mesh ``(pp, dp, cp, tp)`` places them on devices ``0 .. devices-1``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import time
@@ -42,6 +43,7 @@ import numpy as np
 
 from ..hardware import Cluster, resolve
 from ..models import load
+from ..search.errors import SearchError
 from .config import ParallelConfigError
 from .datacenters import mesh_axes
 from .errors import TrainingPlanError
@@ -49,6 +51,7 @@ from .migration import JobLayout, Migration, MigrationError, plan_migration
 from .plan import SearchSpace, TrainingPlan, plan_training
 from .replan_layers import rebalance_layers
 from .replan_screen import final_spaces, screen, usable_counts
+from .search_space import structures
 from .simulate import SimResult, TrainingParams, estimate
 from .step_model import StepModel
 from .terms import pp as pp_terms
@@ -170,8 +173,8 @@ class ReplanResult:
         migration: the chosen option's migration (None when nothing moves).
         switch_s, break_even_steps: the chosen option's.
         replan_time_s: wall time of `replan`.
-        tried: on fewer devices, per device count screened, its structures and best
-            estimate (`replan_screen.CountTried`); empty for the other events.
+        tried: per device count screened, its structures and best estimate
+            (`replan_screen.CountTried`).
     """
 
     event: Event
@@ -267,9 +270,9 @@ def replan(
 
     Args:
         params: the cost model of the new plans (as given to the old `plan_training`).
-        space: the search space of the new plans. Default: on fewer devices (a node lost,
-            a straggler dropped) every valid tp is screened; on the same devices (memory cap,
-            new batch) the old plan's tensor-parallel degree is kept.
+        space: the search space of the new plans (default `SearchSpace()`: every valid tp,
+            pp, dp, cp is screened, the old tensor-parallel degree is not kept; pass
+            ``SearchSpace(tp=(plan.config.tp,))`` to keep it).
         horizon_steps: the straggler's options are ranked by ``switch + horizon * step``.
         hardware: the plan's cluster when it is not a catalog profile (a `Cluster`).
         candidates: on fewer devices, how many of the largest usable device counts (whole
@@ -290,8 +293,7 @@ def replan(
     _positive_int("finalists", finalists)
     tparams = params or TrainingParams()
     cluster = resolve(hardware or plan.hardware)
-    ctx = _Context(plan, cluster, tparams, space or SearchSpace(tp=(plan.config.tp,)),
-                   space or SearchSpace(), finalists)  # fmt: skip
+    ctx = _Context(plan, cluster, tparams, space or SearchSpace(), finalists)
     if isinstance(event, NodeLoss):
         options, keep = _node_loss(ctx, event, candidates), math.inf
     elif isinstance(event, Straggler):
@@ -338,8 +340,7 @@ class _Context:
     plan: TrainingPlan
     cluster: Cluster
     tparams: TrainingParams
-    space: SearchSpace  # the plans on the same devices (memory cap, new batch)
-    node_space: SearchSpace  # the plans on fewer devices (node loss, dropped straggler)
+    space: SearchSpace  # what the screen and the full search of the new plans consider
     finalists: int = 2
     tried: list[str] = field(default_factory=list)  # the screen's device counts
 
@@ -393,32 +394,45 @@ def _without(ctx: _Context, nodes: tuple[int, ...], candidates: int, name: str,
     counts are screened (`replan_screen`), the best ``finalists`` structures planned in full."""
     lost = _node_ids(ctx, nodes)
     survivors = tuple(d for d in range(ctx.plan.devices) if d not in set(lost))
-    p, space = ctx.plan, ctx.node_space
-    counts = usable_counts(ctx.cfg, len(survivors), ctx.cluster, p.global_batch, p.seq, space,
-                           candidates)  # fmt: skip
-    found, tried = screen(ctx.cfg, counts, ctx.cluster, p.global_batch, p.seq, space,
-                          ctx.tparams)  # fmt: skip
+    p = ctx.plan
+    counts = usable_counts(ctx.cfg, len(survivors), ctx.cluster, p.global_batch, p.seq,
+                           ctx.space, candidates)  # fmt: skip
+    plans, errors = _search(ctx, counts)
+    if not plans:
+        raise ReplanError(
+            f"no plan of {ctx.plan.model!r} fits on the {len(survivors)} devices left after "
+            f"losing nodes {nodes}: {'; '.join(map(str, errors[:2])) or 'no valid factorisation'}"
+            "; add nodes or change the global batch"
+        )
+    return [
+        ctx.option(f"{name} ({new.devices} devices)", new, keep_s, lost, survivors,
+                   f"{new.devices} of {len(survivors)} surviving devices")
+        for new in plans
+    ]  # fmt: skip
+
+
+def _search(ctx: _Context, counts: list[int], gb: int | None = None,
+            tparams: TrainingParams | None = None,
+            every_old_pp: bool = False) -> tuple[list[TrainingPlan], list[Exception]]:  # fmt: skip
+    """The screen over ``counts`` (`replan_screen`), then the full search of the best
+    ``finalists`` structures: the plans found and the errors of the counts that found none."""
+    p, space, tparams = ctx.plan, ctx.space, tparams or ctx.tparams
+    gb = p.global_batch if gb is None else gb
+    found, tried = screen(ctx.cfg, counts, ctx.cluster, gb, p.seq, space, tparams,
+                          p.config.microbatch_size)  # fmt: skip
     ctx.tried = [str(t) for t in tried]
-    out, errors = [], []
     # nothing fits in the screen: the full search on the largest count says why (or fits)
     finals = final_spaces(found[: ctx.finalists], space) if found else [
         (n, space) for n in counts[:1]
     ]  # fmt: skip
+    plans, errors = [], []
     for n, sp in finals:
+        sp = _with_old_structure(ctx, n, gb, sp, every_old_pp)
         try:
-            new = ctx.plan_on(n, space=sp, simulate_top=FINAL_SIMULATED)
-        except TrainingPlanError as e:
-            errors.append(f"{n}: {e}")
-        else:
-            note = f"{n} of {len(survivors)} surviving devices"
-            out.append(ctx.option(f"{name} ({n} devices)", new, keep_s, lost, survivors, note))
-    if not out:
-        raise ReplanError(
-            f"no plan of {ctx.plan.model!r} fits on the {len(survivors)} devices left after "
-            f"losing nodes {nodes}: {'; '.join(errors[:2]) or 'no valid factorisation'}; add "
-            "nodes or change the global batch"
-        )
-    return out
+            plans.append(ctx.plan_on(n, gb, tparams, sp, simulate_top=FINAL_SIMULATED))
+        except (TrainingPlanError, SearchError) as e:
+            errors.append(e)
+    return plans, errors
 
 
 def _node_loss(ctx: _Context, ev: NodeLoss, candidates: int) -> list[ReplanOption]:
@@ -508,8 +522,7 @@ def _memory_cap(ctx: _Context, ev: MemoryCap) -> tuple[list[ReplanOption], float
     sim = ctx.plan.sim
     keep = sim.step_time_s if sim.memory.total <= ev.bytes else math.inf
     tparams = ctx.tparams.replace(cost=ctx.tparams.cost.replace(device_memory_cap_bytes=ev.bytes))
-    new = ctx.plan_on(ctx.plan.devices, tparams=tparams)
-    options = [ctx.option("replan", new, keep)]
+    options = [ctx.option("replan", new, keep) for new in _same_devices(ctx, tparams=tparams)]
     if math.isfinite(keep):
         options.append(ReplanOption("keep", keep, 0.0, math.inf, note="the old plan fits"))
     return options, keep
@@ -523,12 +536,45 @@ def _new_batch(ctx: _Context, ev: NewGlobalBatch) -> tuple[list[ReplanOption], f
         keep = old.step_time_s if old.fits else math.inf
     except ParallelConfigError:
         keep = math.inf
-    new = ctx.plan_on(p.devices, gb=ev.n)
-    options = [ctx.option("replan", new, keep)]
+    options = [ctx.option("replan", new, keep) for new in _same_devices(ctx, gb=ev.n)]
     if math.isfinite(keep):
         options.append(ReplanOption("keep", keep, 0.0, math.inf,
                                     note=f"the old layout at batch {ev.n}"))  # fmt: skip
     return options, keep
+
+
+def _with_old_structure(ctx: _Context, n: int, gb: int, sp: SearchSpace,
+                        every_pp: bool = False) -> SearchSpace:  # fmt: skip
+    """``sp`` widened to the old plan's tp, pp and cp when that structure is valid on ``n``
+    devices: the screen's one configuration per structure can underrate it (measured on
+    gpt3-125m under a memory cap: 6.6 % slower without it). ``every_pp``: the old tp with
+    every valid pp (the job's own device count: then never worse than keeping the tp)."""
+    c = ctx.plan.config
+    if every_pp:
+        return dataclasses.replace(sp, tp=tuple(sorted({*sp.tp, c.tp})), pp=ctx.space.pp,
+                                   cp=ctx.space.cp)  # fmt: skip
+    per = c.tp * c.pp * c.cp
+    if n % per or (c.tp, c.pp, n // per, c.cp) not in structures(
+        ctx.cfg, n, ctx.cluster, gb, ctx.plan.seq, ctx.space
+    )[0]:  # fmt: skip
+        return sp
+    return dataclasses.replace(
+        sp, tp=tuple(sorted({*sp.tp, c.tp})), pp=tuple(sorted({*sp.pp, c.pp})),
+        cp=tuple(sorted({*(sp.cp or (1,)), c.cp})),
+    )  # fmt: skip
+
+
+def _same_devices(ctx: _Context, gb: int | None = None,
+                  tparams: TrainingParams | None = None) -> list[TrainingPlan]:  # fmt: skip
+    """The best plan on the job's own devices (screened, then searched in full)."""
+    plans, errors = _search(ctx, [ctx.plan.devices], gb, tparams, every_old_pp=True)
+    if not plans:
+        raise errors[0] if errors else ReplanError(
+            f"no dp x tp x pp x cp of {ctx.plan.devices} devices is valid for "
+            f"{ctx.plan.model!r} with global batch {gb or ctx.plan.global_batch}; change the "
+            "batch"
+        )  # fmt: skip
+    return plans[:1]
 
 
 def _break_even(switch_s: float, keep_s: float, step_s: float) -> float:

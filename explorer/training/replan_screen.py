@@ -7,8 +7,9 @@ always the best on the new count. Planning every count with every tp in full cos
 (each `plan_training` simulates its best few event by event). `screen` instead estimates,
 for each of a few whole-node device counts, the structures valid for the batch (per tp and
 cp the shallowest pipelines, until `DEEPER` of them fit) with one representative
-configuration: the smallest microbatch, 1F1B, ZeRO-1 (ZeRO-3 when ZeRO-1
-does not fit), the cheapest recompute policy that fits: a few milliseconds each, no event
+configuration: the smallest microbatch (and the old plan's: a shallow pipeline runs large
+microbatches best), 1F1B, ZeRO-1 (and the higher stages
+when ZeRO-1 needs recomputation to fit), the cheapest recompute policy that fits: a few milliseconds each, no event
 simulation. `replan` then runs the full `plan_training` (every microbatch size, schedule,
 ZeRO stage; the best few simulated) only on the best few structures screened.
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 from ..hardware import Cluster
 from ..models import ModelConfig
+from ..search.errors import SearchError
 from .config import ParallelConfig, ParallelConfigError
 from .search_space import SearchSpace, configurations, structures
 from .simulate import TrainingParams, estimate
@@ -79,13 +81,15 @@ def usable_counts(cfg: ModelConfig, survivors: int, cluster: Cluster, gb: int, s
 
 
 def screen(cfg: ModelConfig, counts: list[int], cluster: Cluster, gb: int, seq: int,
-           space: SearchSpace, tparams: TrainingParams
+           space: SearchSpace, tparams: TrainingParams, microbatch: int | None = None,
            ) -> tuple[list[Screened], list[CountTried]]:  # fmt: skip
     """The structures of every count of ``counts`` estimated with their representative
     configuration (module docstring), per tp and cp the shallowest pipelines until `DEEPER`
-    fit: the fitting ones fastest first, and per count what was tried."""
+    fit: the fitting ones fastest first, and per count what was tried. ``microbatch``: a
+    second microbatch size tried beside the smallest (the old plan's)."""
+    mbs = {min(space.microbatch_sizes)} | ({microbatch} & set(space.microbatch_sizes))
     narrow = dataclasses.replace(
-        space, microbatch_sizes=(min(space.microbatch_sizes),),
+        space, microbatch_sizes=tuple(sorted(mbs)),
         schedules=("1f1b",) if "1f1b" in space.schedules else space.schedules[:1],
         virtual_stages=space.virtual_stages[:1],
     )  # fmt: skip
@@ -126,22 +130,25 @@ def final_spaces(top: list[Screened], space: SearchSpace) -> list[tuple[int, Sea
 
 def _representative(cfg, structure, cluster, gb, seq, narrow, tparams):
     """The fastest fitting estimate of the structure's narrowed configurations, trying ZeRO-1
-    first and the higher stages only when nothing fits (None: nothing fits)."""
+    first and the higher stages only when ZeRO-1 needs recomputation to fit (None: nothing
+    fits)."""
     tp, pp, dp, cp = structure
     zeros = sorted(stages_worth_searching(narrow.zero, dp * cp), key=lambda z: (z != 1, -z))
+    best, first = None, narrow.recompute[0]
     for zero in zeros:
-        best = None
+        plain = False  # a configuration of this stage fits without recomputation
         for base in configurations(cfg, tp, pp, dp, cp, gb, narrow):
             if base.zero != zero:
                 continue
             for rec in narrow.recompute:
                 try:
                     r = estimate(cfg, base.replace(recompute=rec), cluster, gb, seq, tparams)
-                except ParallelConfigError:
+                except (ParallelConfigError, SearchError):  # SearchError: no layer fits the cap
                     break
                 if r.fits:
                     best = r if best is None or r.step_time_s < best.step_time_s else best
+                    plain = plain or rec == first
                     break
-        if best is not None:
-            return best
-    return None
+        if plain:
+            break
+    return best
