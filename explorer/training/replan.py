@@ -281,9 +281,9 @@ def replan(
             (`replan_screen`); ``result.tried`` says what each count gave.
         finalists: how many of the best screened structures are then planned in full
             (`plan_training` restricted to their tp, pp, cp per device count, its best
-            `FINAL_SIMULATED` estimates simulated); the fastest plan wins. 2 (the default)
-            keeps gpt3-175b's replan after losing 1 of 128 nodes near 0.7 s cold on 2 loaded
-            cores (3: ~1.1 s, same plan there).
+            `FINAL_SIMULATED` estimates simulated); the fastest plan wins. With 2 (the
+            default) gpt3-175b's replan after losing 1 of 128 nodes took 0.4-0.8 s cold on
+            2 shared cores (load 0.7-3.8); with 3, 1.1-1.2 s at load 3.8 (same plan).
     """
     t0 = time.perf_counter()
     if not isinstance(plan, TrainingPlan):
@@ -548,10 +548,13 @@ def _with_old_structure(ctx: _Context, n: int, gb: int, sp: SearchSpace,
     """``sp`` widened to the old plan's tp, pp and cp when that structure is valid on ``n``
     devices: the screen's one configuration per structure can underrate it (measured on
     gpt3-125m under a memory cap: 6.6 % slower without it). ``every_pp``: the old tp with
-    every valid pp (the job's own device count: then never worse than keeping the tp)."""
+    every valid pp (on the job's own device count: the search that kept the old tp is then
+    a subset, up to simulating the best 2 estimates instead of 3). Never outside
+    ``ctx.space``."""
     c = ctx.plan.config
     if every_pp:
-        return dataclasses.replace(sp, tp=tuple(sorted({*sp.tp, c.tp})), pp=ctx.space.pp,
+        tps = {*sp.tp, c.tp} if ctx.space.tp is None or c.tp in ctx.space.tp else set(sp.tp)
+        return dataclasses.replace(sp, tp=tuple(sorted(tps)), pp=ctx.space.pp,
                                    cp=ctx.space.cp)  # fmt: skip
     per = c.tp * c.pp * c.cp
     if n % per or (c.tp, c.pp, n // per, c.cp) not in structures(

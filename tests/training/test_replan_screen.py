@@ -110,3 +110,10 @@ def test_memory_cap_searches_every_tp() -> None:
     full = ex.plan_training("gpt3-125m", devices=32, global_batch=128, seq=1024, params=params)
     assert full.sim.memory.total <= cap
     assert r.step_time_s <= full.sim.step_time_s * 1.01  # measured: equal on this case
+
+
+def test_a_given_space_is_kept_on_the_same_devices(job) -> None:
+    # the old tp (2) is outside the given space: the new plan never uses it
+    r = ex.replan(job, ex.NewGlobalBatch(512), space=SPACE(tp=(1, 4)))
+    new = next(o.plan for o in r.options if o.name == "replan")  # keep may still win
+    assert job.config.tp == 2 and new.config.tp in (1, 4)
