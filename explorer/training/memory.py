@@ -54,6 +54,7 @@ __all__ = [
     "MemoryBreakdown",
     "activation_bytes_per_layer",
     "layer_terms",
+    "inner_bytes_per_token",
 ]
 
 _GIB = 2**30
@@ -294,10 +295,32 @@ def layer_counts(cfg: ModelConfig) -> tuple[float, float, float]:
         return 2.0, 4.0 * cfg.ffn / h, 0.0
     replicated = 8.0 + (2.0 if drop else 0.0)
     attention = 2.0 + (3.0 if drop else 0.0)
-    q, kv = cfg.num_heads * cfg.dim_head, cfg.kv_heads * cfg.dim_head
-    inner = 2 * q + 4 * kv + 2 * q + (2 * q + 2 * kv if cfg.qk_norm else 0)
-    inner += (6 if cfg.activation == "swiglu" else 4) * cfg.ffn
-    return replicated, inner / h, attention
+    return replicated, inner_bytes_per_token(cfg) / h, attention
+
+
+def inner_bytes_per_token(cfg: ModelConfig) -> float:
+    """Bytes one token keeps inside one layer (the part tensor parallelism splits), by
+    Korthikanti et al.'s rule (`layer_counts`' split term times ``h``); ``24 h`` for a
+    multi-head attention layer with a 4h GELU MLP. MLA keeps its latents and per-head
+    queries, keys and values; a MoE layer its router scores, the top-k copies of each token
+    in and out of the experts, the experts' insides and the shared experts'."""
+    n = cfg.num_heads
+    if cfg.is_mla:
+        qk, v = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
+        latents = 4 * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank) + 2 * cfg.qk_rope_head_dim
+        attention = 2 * n * (2 * qk + 2 * v) + latents
+    else:
+        d = cfg.dim_head
+        attention = 2 * (2 * n * d + 2 * cfg.kv_heads * d)  # Q, proj input; K, V
+        if cfg.qk_norm:  # the norms' inputs: queries and keys before their RMSNorm
+            attention += 2 * n * d + 2 * cfg.kv_heads * d
+    gated = cfg.activation == "swiglu"
+    f_bytes = 6 if gated else 4  # gate+up outputs and the product; fc1 output and act
+    if not cfg.is_moe:
+        return attention + f_bytes * cfg.ffn
+    h, k = cfg.hidden_size, cfg.experts_top_k
+    routed = k * (4 * h + f_bytes * cfg.moe_ffn)  # copies in, expert outputs, insides
+    return attention + 8 * cfg.num_experts + routed + f_bytes * cfg.shared_ffn
 
 
 def layer_terms(

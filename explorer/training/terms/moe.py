@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ...models import ModelConfig
+from ..memory import inner_bytes_per_token
 
 if TYPE_CHECKING:
     from ...hardware import Chip
@@ -216,26 +217,6 @@ def ep_kernels(costs: StageCosts, cfg: ModelConfig, par: ParallelConfig, chip: C
     layer = replace(layer, forward_s=layer.forward_s + fwd, backward_s=layer.backward_s + bwd,
                     kernels=ops)  # fmt: skip
     return replace(costs, layer=layer)
-
-
-def inner_bytes_per_token(cfg: ModelConfig) -> float:
-    """Bytes one token keeps inside one layer (the part tensor parallelism splits), by
-    Korthikanti et al.'s rule; ``24 h`` for a multi-head attention layer with a 4h GELU MLP."""
-    n = cfg.num_heads
-    if cfg.is_mla:
-        qk, v = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
-        latents = 4 * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank) + 2 * cfg.qk_rope_head_dim
-        attention = 2 * n * (2 * qk + 2 * v) + latents
-    else:
-        d = cfg.dim_head
-        attention = 2 * (2 * n * d + 2 * cfg.kv_heads * d)  # Q, proj input; K, V
-    gated = cfg.activation == "swiglu"
-    f_bytes = 6 if gated else 4  # gate+up outputs and the product; fc1 output and act
-    if not cfg.is_moe:
-        return attention + f_bytes * cfg.ffn
-    h, k = cfg.hidden_size, cfg.experts_top_k
-    routed = k * (4 * h + f_bytes * cfg.moe_ffn)  # copies in, expert outputs, insides
-    return attention + 8 * cfg.num_experts + routed + f_bytes * cfg.shared_ffn
 
 
 def activation_terms(s: StepModel):
