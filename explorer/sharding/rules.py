@@ -29,6 +29,8 @@ moe_experts               experts (expert parallel) and f (tensor parallel insid
 mla_attention             batch and heads may be split; queries and the latent stay whole
 causal_mask, dropout      any dim may be split; the executor uses global offsets (the mask
                           of a shard is the slice of the global mask)
+repeat_interleave         the repeated axis may be split: in and out share its letter
+                          (output block j is the op on input block j)
 mean                      a split reduced dim gives a partial sum of local means scaled by
                           local/global count
 ========================= ==============================================================
@@ -81,6 +83,8 @@ def rewrite_signature(op: str, sig: str, in_shapes: tuple[tuple[int, ...], ...],
     >>> rewrite_signature("reshape", "abc->abde", ((2, 8, 64),), (2, 8, 4, 16))
     ('abc->abce', frozenset({'e'}))
     """
+    if op == "repeat_interleave":
+        return _interleaved(sig), frozenset()
     if op != "reshape":
         return sig, frozenset()
     (lhs,), rhs = parse(sig)
@@ -96,6 +100,18 @@ def rewrite_signature(op: str, sig: str, in_shapes: tuple[tuple[int, ...], ...],
         fixed.update(lhs[k] for k in gi[1:])
         fixed.update(rhs[k] for k in gj[1:])
     return f"{lhs}->{''.join(rhs_l)}", frozenset(fixed)
+
+
+def _interleaved(sig: str) -> str:
+    """``repeat_interleave``'s signature with its repeated axis under one letter: output
+    block j of k even blocks is the op applied to input block j, so the axis may be split
+    (`_combos` checks that k divides both sizes).
+
+    >>> _interleaved("abc->abd")
+    'abc->abc'
+    """
+    (lhs,), _ = parse(sig)
+    return f"{lhs}->{lhs}"
 
 
 def fixed_letters(op: str, sig: str, attrs: dict | None = None) -> frozenset[str]:

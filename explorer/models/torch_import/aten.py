@@ -444,3 +444,43 @@ def _index(cx: Context, node, a):
     if step <= 0 or vals != list(range(vals[0], vals[0] + step * len(vals), step)):
         raise Unmapped(f"indexing by constant indices {vals[:8]} that are not a strided range")
     return cx.op("slice", x, axis=axis, start=vals[0], stop=vals[-1] + 1, step=step)
+
+
+# --- repeats ------------------------------------------------------------------------------
+
+
+@handler("repeat")
+def _repeat(cx: Context, node, a):
+    """``x.repeat(*reps)``: extra leading counts add size-1 dims first (as torch does); all
+    counts 1 is a reshape, else a ``repeat`` op (a copy, unlike ``expand``)."""
+    x, reps = a["self"], [int(r) for r in a["repeats"]]
+    src = cx.shape(x)
+    if len(reps) < len(src) or any(r < 1 for r in reps):
+        raise Unmapped(f"repeat by {reps} of a rank-{len(src)} tensor")
+    x = cx.reshape(x, (1,) * (len(reps) - len(src)) + src)
+    if all(r == 1 for r in reps):
+        return x
+    return cx.op("repeat", x, repeats=tuple(reps))
+
+
+@handler("repeat_interleave")
+def _repeat_interleave(cx: Context, node, a):
+    """``repeat_interleave(x, r, dim)`` with one count for every element (an int, or a
+    tensor whose values are known at trace time and all equal); no dim flattens first.
+    Per-element counts and the index-only overload (``repeat_interleave(counts)``) stay
+    opaque: their output size depends on values."""
+    x, reps = a.get("self"), a.get("repeats")
+    if not isinstance(x, Ref):
+        raise Unmapped("repeat_interleave of a counts tensor (an index list)")
+    if isinstance(reps, Ref):
+        known = cx.value(reps)
+        if known is None or known.numel() == 0 or not bool((known == known.flatten()[0]).all()):
+            raise Unmapped("repeat_interleave by per-element counts")
+        reps = int(known.flatten()[0])
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise Unmapped(f"repeat_interleave by {reps!r}")
+    dim = a.get("dim")
+    if dim is None:
+        x, dim = cx.reshape(x, (math.prod(cx.shape(x)),)), 0
+    dim %= len(cx.shape(x))
+    return x if reps == 1 else cx.op("repeat_interleave", x, repeats=reps, axis=dim)
