@@ -189,7 +189,7 @@ def _router_sig(in_types, attrs) -> str:
         raise IRError(f"moe_router score={attrs['score']!r}; use one of {ROUTER_SCORES}")
     if attrs["group_score"] not in GROUP_SCORES:
         raise IRError(f"moe_router group_score={attrs['group_score']!r}; use one of {GROUP_SCORES}")
-    if not 1 <= attrs["k"] <= e:
+    if not isinstance(attrs["k"], int) or not 1 <= attrs["k"] <= e:
         raise IRError(f"moe_router k={attrs['k']} is not in [1, {e}] (the expert count)")
     ng, tg = attrs["n_group"], attrs["topk_group"]
     if ng < 1 or e % ng or not 1 <= tg <= ng or attrs["k"] > tg * (e // ng):

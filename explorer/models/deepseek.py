@@ -205,6 +205,12 @@ def moe_spec_of(m: Any, capacity_factor: float | None = None) -> MoESpec:
     if cls not in MOE_CLASSES:
         raise ModelConfigError(f"no MoE leaf for {cls}; handled: {', '.join(MOE_CLASSES)}")
     gate = m.gate
+    if not isinstance(gate.top_k, int) or isinstance(gate.top_k, bool) or gate.top_k < 1:
+        raise ModelConfigError(
+            f"{cls} picks top_k={gate.top_k!r} experts per token: the config's "
+            "num_experts_per_tok must be a positive integer (transformers' default "
+            f"{cls} config leaves it unset); set num_experts_per_tok in the config"
+        )
     common = {"experts": gate.num_experts, "k": gate.top_k, "act": _act(m.experts.act_fn),
               "capacity_factor": capacity_factor}  # fmt: skip
     if cls == "MixtralSparseMoeBlock":

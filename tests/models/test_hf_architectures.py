@@ -5,8 +5,10 @@ For each model type: at a tiny size the traced parameter count equals
 torch's FlopCounterMode on a real CPU forward with eager attention and eager experts (the
 oracle counts no sdpa FLOPs on CPU and no grouped_mm experts, so both are switched to
 eager there; the trace maps sdpa and grouped_mm to contractions itself); at the default
-config's widths (layer count cut to 1 to keep the suite fast: layers repeat) the parameter
-count is exact too.
+config, every layer of it (many are published checkpoints: Llama-2-7B, Mistral-7B,
+Mixtral-8x7B, GPT-NeoX-20B, GPT-J-6B, Falcon-7B, DeepSeek-V3 671B, BERT-base, T5-small, ...),
+the parameter count is exact too; mixed layer types (Gemma 2's alternating sliding
+windows, DeepSeek's dense first layers) are all present there.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ from explorer.models import from_hf  # noqa: E402
 from explorer.models.hf import hf_model  # noqa: E402
 
 from .hf_cases import BATCH, MODEL_TYPES, SEQ, example_inputs, tiny  # noqa: E402
-
-_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers")
 
 
 def contraction_flops(graph) -> int:
@@ -61,22 +61,28 @@ def test_tiny_params_and_matmul_flops_equal_torch(model_type):
 
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
-def test_default_widths_param_count_exact(model_type):
+def test_default_config_param_count_exact(model_type):
     from transformers import AutoConfig
 
     raw = AutoConfig.for_model(model_type).to_dict()
-    for k in _LAYER_KEYS:
-        if isinstance(raw.get(k), int):
-            raw[k] = 1
-    if isinstance(raw.get("layer_types"), list):
-        raw["layer_types"] = raw["layer_types"][:1]
-    if model_type in ("deepseek_v2", "deepseek_v3"):
-        raw["first_k_dense_replace"] = 0  # the one layer is a MoE layer
-        raw["num_experts_per_tok"] = raw.get("num_experts_per_tok") or 2
+    if model_type == "deepseek_v2":  # its default leaves the routed expert count unset
+        raw["num_experts_per_tok"] = 6
     raw["model_type"] = model_type
     graph = from_hf(raw, batch=1, seq=4)
     model, _, _ = hf_model(raw)
     assert graph.num_params() == sum(p.numel() for p in model.parameters())
+
+
+def test_unset_expert_count_is_named():
+    from transformers import AutoConfig
+
+    from explorer import ExplorerError
+
+    raw = AutoConfig.for_model("deepseek_v2").to_dict()
+    raw["model_type"] = "deepseek_v2"
+    assert raw["num_experts_per_tok"] is None
+    with pytest.raises(ExplorerError, match="num_experts_per_tok.*positive integer"):
+        from_hf(raw, batch=1, seq=4)
 
 
 def test_dense_llama_has_no_opaque_op_on_the_data_path():
