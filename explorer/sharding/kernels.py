@@ -64,7 +64,8 @@ def _per_device(fn: Callable[..., np.ndarray], ins: Blocks) -> list[np.ndarray]:
 
 
 def _generic(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
-    impl, attrs = get(ctx.node.op).impl, ctx.node.attr_dict
+    op = get(ctx.node.op)
+    impl, attrs = op.impl, op.full_attrs(ctx.node.attr_dict)  # defaults too, as unsharded
     return _per_device(lambda *xs: impl(*xs, **attrs), ins)
 
 
@@ -92,6 +93,14 @@ def _causal(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
     # keep key j where k0 + j <= q0 + i + offset: the local mask with a shifted offset
     impl, sl, offset = get(ctx.node.op).impl, ctx.slices(0), ctx.node.attr("offset", 0)
     return [impl(x, offset=offset + sl[d][-2].start - sl[d][-1].start)
+            for d, x in enumerate(ins[0])]  # fmt: skip
+
+
+def _window(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
+    # ``window_mask``: the causal rule's shifted offset, the same window
+    impl, sl, offset = get(ctx.node.op).impl, ctx.slices(0), ctx.node.attr("offset", 0)
+    window = ctx.node.attr("window")
+    return [impl(x, window=window, offset=offset + sl[d][-2].start - sl[d][-1].start)
             for d, x in enumerate(ins[0])]  # fmt: skip
 
 
@@ -170,7 +179,8 @@ def _cross_entropy(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
 
 def _made(ctx: KernelContext, ins: Blocks) -> list[np.ndarray]:
     """An op without inputs (``fill``): the global value, sliced to each device's block."""
-    val = get(ctx.node.op).impl(**ctx.node.attr_dict)
+    op = get(ctx.node.op)
+    val = op.impl(**op.full_attrs(ctx.node.attr_dict))
     if val.dtype.kind == "f":
         val = val.astype(np.float64)
     sl = shard_slices(ctx.node.type.shape, ctx.strategy.out_layout, ctx.mesh)
@@ -181,6 +191,7 @@ KERNELS: dict[str, Callable[[KernelContext, Blocks], list[np.ndarray]]] = {
     "fill": _made,
     "cast": _cast, "reshape": _reshape, "mean": _mean, "causal_mask": _causal,
     "causal_mask_grad": _causal,
+    "window_mask": _window, "window_mask_grad": _window,
     "dropout": _dropout, "embedding": _embedding, "softmax": _softmax, "layernorm": _norm,
     "rmsnorm": _norm, "cross_entropy": _cross_entropy,
 }  # fmt: skip
@@ -201,8 +212,16 @@ def _reference_cast(node: Node, args: list[np.ndarray]) -> np.ndarray:
     return args[0].astype(np.float64 if dt.is_float else dt.numpy)  # floats stay fp64
 
 
+def _reference_made(node: Node, args: list[np.ndarray]) -> np.ndarray:
+    # as `_made`: a float made from nothing (an arange of rotary frequencies) is computed
+    # in float64, so the sharded and unsharded runs start from the same values
+    op = get(node.op)
+    val = np.asarray(op.impl(*args, **op.full_attrs(node.attr_dict)))
+    return val.astype(np.float64) if val.dtype.kind == "f" else val
+
+
 REFERENCE_KERNELS: dict[str, Callable[[Node, list[np.ndarray]], np.ndarray]] = {
-    "cast": _reference_cast,
-}
+    "cast": _reference_cast, "fill": _reference_made,
+}  # fmt: skip
 """The unsharded float64 run's kernels (`executor.ReferenceInterpreter`); other ops run
 their registry impl."""
