@@ -122,6 +122,10 @@ def op_graph(op: str):
         y = b.op(op, b.input("x", (4, 8, 8)), cos, sin, name="y")
     elif op == "cumsum":
         y = b.op(op, b.input("x", (4, 8, 8)), name="y", axis=1)
+    elif op == "repeat_interleave":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", repeats=3, axis=1)
+    elif op == "repeat":
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", repeats=(1, 2, 1))
     elif op == "gather":
         idx = b.input("idx", (4, 8, 8), "int64")  # values below 4 (random_inputs)
         y = b.op(op, b.input("x", (4, 6, 8)), idx, name="y", axis=1)
@@ -163,4 +167,5 @@ OPS = (
     "erf", "logical_and", "logical_or", "scalar_op", "cat", "slice", "expand", "grouped_mm", "rope",
     "moe_router", "moe_dispatch_grouped", "moe_combine_grouped", "moe_experts", "mla_attention",
     "cumsum", "gather",
+    "repeat", "repeat_interleave",
 )  # fmt: skip
