@@ -192,6 +192,11 @@ def _causal(g, ins, out, attrs):
     return (_op("causal_mask_grad", g, offset=attrs.get("offset", 0)),)
 
 
+@_rule("window_mask")
+def _window(g, ins, out, attrs):
+    return (_op("window_mask_grad", g, window=attrs["window"], offset=attrs.get("offset", 0)),)
+
+
 @_rule("dropout")
 def _dropout(g, ins, out, attrs):
     return (_op("dropout", g, **attrs),)

@@ -13,6 +13,7 @@ graph demo {
 
 from . import ops as _ops  # noqa: F401  (registers the ops)
 from . import ops_aten as _ops_aten  # noqa: F401  (ops of traced PyTorch programs)
+from . import ops_mask as _ops_mask  # noqa: F401  (sliding-window attention masks)
 from . import ops_mla as _ops_mla  # noqa: F401  (multi-head latent attention)
 from . import ops_moe as _ops_moe  # noqa: F401  (mixture-of-experts routing)
 from . import ops_repeat as _ops_repeat  # noqa: F401  (repeat, repeat_interleave)

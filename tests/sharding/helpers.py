@@ -43,6 +43,8 @@ def op_graph(op: str):
         y = b.op(op, b.input("x", (4, 8, 8)), name="y", factor=0.37)
     elif op == "causal_mask":
         y = b.op(op, b.input("x", (4, 8, 8)), name="y", offset=1)
+    elif op in ("window_mask", "window_mask_grad"):
+        y = b.op(op, b.input("x", (4, 8, 8)), name="y", window=3, offset=1)
     elif op == "dropout":
         y = b.op(op, b.input("x", (4, 8, 8)), name="y", p=0.3, seed=7)
     elif op == "cast":
@@ -166,6 +168,6 @@ OPS = (
     "cross_entropy_grad", "embedding_grad", "rsqrt", "sin", "cos", "sigmoid", "reciprocal",
     "erf", "logical_and", "logical_or", "scalar_op", "cat", "slice", "expand", "grouped_mm", "rope",
     "moe_router", "moe_dispatch_grouped", "moe_combine_grouped", "moe_experts", "mla_attention",
-    "cumsum", "gather",
+    "cumsum", "gather", "window_mask", "window_mask_grad",
     "repeat", "repeat_interleave",
 )  # fmt: skip

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ...ir import DType
-from .constants import causal_kind
+from .constants import causal_kind, sliding_window
 from .convert import Context, Ref, handler
 from .report import Unmapped
 
@@ -145,7 +145,8 @@ def _binary(name: str):
 def _added_mask(cx: Context, x: Ref, y: Ref) -> Ref | None:
     """``scores + mask`` with a shape-only ``mask`` (`constants`): all zero is ``scores``
     itself, a causal mask one ``causal_mask`` op (what the builders emit; a fused
-    attention kernel applies it without reading a mask tensor). None for anything else."""
+    attention kernel applies it without reading a mask tensor), a sliding-window causal
+    mask one ``window_mask`` op. None for anything else."""
     for data, const in ((x, y), (y, x)):
         mask = cx.value(const)
         if mask is None or cx.value(data) is not None or not cx.type(data).dtype.is_float:
@@ -155,6 +156,9 @@ def _added_mask(cx: Context, x: Ref, y: Ref) -> Ref | None:
             return data
         if kind == "causal":
             return cx.op("causal_mask", data)
+        window = sliding_window(mask, cx.shape(data))
+        if window is not None:
+            return cx.op("window_mask", data, window=window)
     return None
 
 

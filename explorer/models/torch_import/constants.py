@@ -4,8 +4,9 @@ Hugging Face models build their attention masks and position ids from ``arange``
 ``full``, comparisons, ``cumsum`` and fancy indexing of those: ops whose inputs are
 constants of the traced program (the shapes are fixed). The importer runs each such
 traced op once on the CPU (`Constants.fold`), so a consumer on the data path can see the
-value: an added causal mask becomes one ``causal_mask`` op, an added all-zero mask
-nothing, a constant index an ``embedding`` of a constant table or a slice. What no
+value: an added causal mask becomes one ``causal_mask`` op, a sliding-window one
+(Gemma 2, Gemma 3) one ``window_mask`` op, an added all-zero mask nothing, a constant
+index an ``embedding`` of a constant table or a slice. What no
 consumer reads any more is dropped (`prune`), so those ops neither cost nor clutter the
 graph. Buffers on the meta device (rotary frequencies) have no values: what they feed is
 kept as traced.
@@ -13,11 +14,20 @@ kept as traced.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from ...ir.node import Node
 
-__all__ = ["Constants", "MAX_CONSTANT_BYTES", "prune", "causal_kind"]
+__all__ = [
+    "Constants",
+    "MAX_CONSTANT_BYTES",
+    "prune",
+    "causal_kind",
+    "sliding_window",
+    "list_picks_as_slices",
+]
 
 #: The largest tensor folded at trace time (a bool causal mask of batch 2 at 8k tokens is
 #: 128 MiB); a bigger one is kept as traced ops.
@@ -147,6 +157,102 @@ def causal_kind(mask: Any, shape: tuple[int, ...]) -> str | None:
     if bool(((mask == 0) == keep).all()) and bool((low == ~keep).all()):
         return "causal"
     return None
+
+
+def sliding_window(mask: Any, shape: tuple[int, ...]) -> int | None:
+    """The window ``w`` when adding the constant ``mask`` to attention scores of ``shape``
+    is sliding-window causal attention (transformers' ``sliding_window_overlay`` with the
+    causal mask: 0 where ``query - w < key <= query``, a value at or below half the dtype's
+    most negative elsewhere, equal over the batch and head dims), else None. A window that
+    covers every key is plain causal (`causal_kind`), not a window.
+
+    >>> import torch
+    >>> keep = torch.ones(4, 4, dtype=torch.bool).tril() & ~torch.ones(4, 4).tril(-2).bool()
+    >>> m = torch.zeros(4, 4).masked_fill(~keep, torch.finfo(torch.float32).min)
+    >>> sliding_window(m, (2, 1, 4, 4)), sliding_window(torch.zeros(4, 4), (4, 4))
+    (2, None)
+    """
+    import torch
+
+    if not _is_tensor(mask) or not mask.dtype.is_floating_point or len(shape) < 2:
+        return None
+    s, t = shape[-2], shape[-1]
+    if s != t or mask.ndim < 2 or tuple(mask.shape[-2:]) != (s, t):
+        return None
+    try:
+        if tuple(torch.broadcast_shapes(tuple(mask.shape), shape)) != tuple(shape):
+            return None
+    except RuntimeError:
+        return None
+    zero = mask == 0
+    low = mask <= torch.finfo(mask.dtype).min / 2
+    if not bool((zero | low).all()):
+        return None
+    w = int(zero.reshape(-1, s, t)[0, -1].sum())  # the keys the last query sees
+    if w >= s:
+        return None
+    delta = torch.arange(s)[:, None] - torch.arange(t)[None, :]
+    want = (delta >= 0) & (delta < w)
+    return w if w >= 1 and bool((zero == want).all()) else None
+
+
+@contextlib.contextmanager
+def list_picks_as_slices() -> Iterator[None]:
+    """While tracing, ``x[..., [k], ...]`` with a Python list of ints that steps evenly
+    (Falcon's key and value heads: ``qkv[..., [-2], :]``) is traced as the equal slice
+    ``x[..., k:k + 1, ...]``. Torch turns such a list into an index tensor on ``x``'s
+    device: on the meta device its values are gone, so the pick could not be mapped.
+    Lists that are not a strided range, or that sit beside another tensor or list index
+    (advanced indices broadcast together), are traced as written. A torch function mode:
+    it applies to the calling thread only."""
+    from torch.overrides import TorchFunctionMode
+
+    class _Mode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is _getitem() and len(args) == 2:
+                index = _as_slices(args[0], args[1])
+                if index is not None:
+                    args = (args[0], index)
+            return func(*args, **(kwargs or {}))
+
+    with _Mode():
+        yield
+
+
+def _getitem() -> Any:
+    import torch
+
+    return torch.Tensor.__getitem__
+
+
+def _as_slices(x: Any, index: Any) -> tuple | None:
+    """``index`` with its one list of ints made a slice, or None when it has no such list
+    or the list is not an increasing strided range of in-bounds indices."""
+    items = index if isinstance(index, tuple) else (index,)
+    lists = [k for k, i in enumerate(items) if isinstance(i, list)]
+    others = [i for i in items if not isinstance(i, list | slice | int | type(None))
+              and i is not Ellipsis]  # fmt: skip
+    if len(lists) != 1 or others or any(isinstance(i, bool) for i in items):
+        return None
+    k = lists[0]
+    vals = items[k]
+    if not vals or not all(isinstance(v, int) and not isinstance(v, bool) for v in vals):
+        return None
+    consumes = [i is not None and i is not Ellipsis for i in items]
+    if Ellipsis in items[:k]:  # the dims after the list are counted from the end
+        dim = x.dim() - sum(consumes[k:])
+    else:
+        dim = sum(consumes[:k])
+    if items.count(Ellipsis) > 1 or not 0 <= dim < x.dim():
+        return None
+    size = int(x.shape[dim])
+    if any(not -size <= v < size for v in vals):
+        return None
+    vals = [v % size for v in vals]
+    step = vals[1] - vals[0] if len(vals) > 1 else 1
+    if step <= 0 or vals != list(range(vals[0], vals[0] + step * len(vals), step)):
+        return None
+    return items[:k] + (slice(vals[0], vals[-1] + 1, step),) + items[k + 1 :]
 
 
 def prune(nodes: list[Node], outputs: list[str]) -> tuple[list[Node], int]:

@@ -10,7 +10,7 @@ from ...ir import DType, TensorType
 from . import aten as _aten  # noqa: F401  (registers the handlers)
 from . import aten_nn as _aten_nn  # noqa: F401
 from .builtin_leaves import builtin_leaf
-from .constants import prune
+from .constants import list_picks_as_slices, prune
 from .convert import Context, Ref
 from .fuse import fuse_rope, split_fused_projections
 from .leaves import LEAF_HANDLERS, LeafHandler, leaves_patched
@@ -83,7 +83,8 @@ def from_torch(
     was_training = module.training
     module.eval()
     try:
-        with leaves_patched(module, handlers, builtin_leaf if fuse else None):
+        with (leaves_patched(module, handlers, builtin_leaf if fuse else None),
+              list_picks_as_slices()):  # fmt: skip
             ep, used, why = _export(module, args, kw, tracer)
             report_notes = [why] if why else []
             graph = _convert(module, ep, used, name or type(module).__name__, report_notes,
@@ -227,7 +228,7 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
         module=type(module).__name__, tracer=tracer,
         opaque=tuple(o for o in opaque if o.nodes),
         leaves=tuple(cx.leaves), tied=tuple(sorted(tied.items())), buffers=tuple(buffers),
-        notes=tuple(notes) + tuple(sorted(cx.notes)),
+        notes=tuple(notes) + tuple(sorted(_live_notes(cx.notes, opaque))),
     )  # fmt: skip
     fused = split = 0
     if fuse:
@@ -240,6 +241,13 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
             f"{split} fused projections split into one weight block per slice "
             "(named weight[start:stop])",))  # fmt: skip
     return TracedGraph(tuple(nodes), tuple(outs), b.name, report=report)
+
+
+def _live_notes(notes: set[str], opaque: tuple) -> list[str]:
+    """The conversion notes, less those on ops whose opaque nodes were all dropped (a
+    shape-only mask computed at trace time needs no explanation)."""
+    gone = {o.target for o in opaque if not o.nodes}
+    return [n for n in notes if n.split(": ", 1)[0] not in gone]
 
 
 def _placeholder_kinds(ep: Any, placeholders: list) -> dict[str, tuple[str, str]]:
