@@ -90,7 +90,8 @@ class OpShape:
         dtype: the output's dtype name (which peak FLOP/s applies).
         core: part of the attention core (what flash attention fuses and selective
             recomputation runs again).
-        causal: a causal mask is applied in this op (flash attention skips masked blocks).
+        causal: a causal mask is applied in this op (flash attention skips masked blocks);
+            the scores GEMM carries it when the mask is fused (``TrainingParams.fused_ops``).
     """
 
     name: str
@@ -196,12 +197,14 @@ def op_shapes(
         skip: ops (by the last part of their name) a fused kernel absorbs.
         core: ops (by the last part of their name) that form the attention core.
     """
-    out = []
+    out, fused_causal = [], False
     for node in graph.ops:
         if not node.scope.startswith(scope):
             continue
         short = node.name.split(".")[-1]
         if short in skip:
+            # a causal mask fused into the scores' kernel leaves the core causal
+            fused_causal = fused_causal or (node.op == "causal_mask" and short in core)
             continue
         s = plan.assignment[node.name]
         group = graph.group(node.name)
@@ -229,6 +232,10 @@ def op_shapes(
             out.append(OpShape(kind="memory", **common))
         else:
             out.append(OpShape(kind="memory", **common))
+    if fused_causal:  # the scores GEMM (the core's first) carries the fused mask
+        i = next((i for i, o in enumerate(out) if o.core and o.kind == "gemm"), None)
+        if i is not None:
+            out[i] = replace(out[i], causal=True)
     return tuple(out)
 
 

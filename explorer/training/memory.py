@@ -23,7 +23,8 @@ length: a device's scores are ``(s/c) x s`` per head, ``(sbh/c) 5as/(ht)``. With
 all-gather exchange a layer also keeps the other ranks' keys and values for its backward:
 ``kv_bytes * b (s - s/c) h_kv / t`` (``h_kv``: key/value channels, GQA's kv heads x head size;
 none under full recompute, where the layer's forward runs again; none with the ring exchange,
-which passes the chunks around again in the backward).
+which passes the chunks around again in the backward; none when they are all-gathered again
+in the backward, ``TrainingParams.cp_kv_regather``).
 
 Korthikanti's constants are those of a GPT layer (LayerNorm, dropout, multi-head attention, a
 4h GELU MLP). `layer_terms` counts a layer of another architecture by the same rule and
@@ -214,6 +215,7 @@ def activation_bytes_per_layer(
     seq: int, microbatch: int, hidden: int, heads: int, tp: int = 1, sp: bool = False,
     recompute: str = "none", terms: ActivationTerms = ActivationTerms(),
     cp: int = 1, kv_hidden: float | None = None, kv_exchange: str = "all_gather",
+    kv_kept: bool = True,
 ) -> float:  # fmt: skip
     """Activation bytes one transformer layer keeps for one microbatch until its backward,
     on one device.
@@ -222,7 +224,8 @@ def activation_bytes_per_layer(
     ``selective`` or ``full``. ``seq`` is the whole sequence; with context parallelism
     ``cp`` a device keeps ``seq / cp`` positions, and the all-gather exchange
     (``kv_exchange``) keeps the gathered keys and values of ``kv_hidden`` channels
-    (default ``hidden``: no grouped-query attention).
+    (default ``hidden``: no grouped-query attention) unless ``kv_kept`` is False (they are
+    all-gathered again in the backward, ``TrainingParams.cp_kv_regather``).
 
     >>> s, b, h, a = 2048, 1, 12288, 96
     >>> activation_bytes_per_layer(s, b, h, a) == s * b * h * (34 + 5 * a * s / h)
@@ -243,7 +246,7 @@ def activation_bytes_per_layer(
     else:
         per = terms.replicated_bytes + terms.split_bytes / tp
     gathered = 0.0
-    if cp > 1 and kv_exchange == "all_gather":
+    if cp > 1 and kv_exchange == "all_gather" and kv_kept:
         kv = hidden if kv_hidden is None else kv_hidden
         gathered = terms.gathered_kv_bytes * microbatch * (seq - local) * kv / tp
     return sbh * (per + attention / tp) + gathered

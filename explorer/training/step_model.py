@@ -80,6 +80,14 @@ class TrainingParams:
             False: scores, softmax and context are separate kernels (Megatron-LM 2021).
             A layer then keeps no s x s scores (``recompute="none"`` needs the memory of
             ``"selective"``) and selective recomputation adds no time.
+        cp_kv_regather: with context parallelism's all-gather exchange, a layer keeps only
+            its own ``s / cp`` positions of K and V for the backward and all-gathers them
+            again there (TransformerEngine's ``AttnFuncWithCPAndKVAllGather``, written
+            after Llama 3 section 3.3.2, saves the local K, V and re-gathers in its
+            backward): no gathered K, V held between forward and backward, one more
+            all-gather per layer and microbatch. False (default, an assumption: Llama 3
+            does not say): the gathered K, V are kept for the backward, as autograd keeps a
+            plain all-gather's output that the attention reads.
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
@@ -115,6 +123,7 @@ class TrainingParams:
     fused_ops: tuple[str, ...] = ("scale", "mask", "fc1_bias", "o_bias", "fc2_bias")
     kernel_model: Literal["shape", "flat"] = "shape"
     flash_attention: bool = False
+    cp_kv_regather: bool = False
     matmul_efficiency_cap: float = knob(
         0.65, "fraction of peak FLOP/s", 0.0, 1.0, low_open=True,
         source="assumption, set once so that Narayanan et al. 2021 Table 1 stays within 5% "
@@ -184,7 +193,7 @@ class TrainingParams:
                 f"TrainingParams.kernel_model={self.kernel_model!r}; expected 'shape' "
                 "(kernel time by shape) or 'flat' (one fraction of peak)"
             )
-        for name in ("flash_attention", "p2p_scatter_gather"):
+        for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather"):
             if not isinstance(getattr(self, name), bool):
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"
@@ -376,6 +385,7 @@ class StepModel:
         params = sum(self.stage_params(part, g) for g in chunks)
         w, gr, opt = zero.model_state_bytes(params, par.weight_replicas, par.zero, tp_.state)
         act = live_act + (self.head_act() if any(part.has_head(g) for g in chunks) else 0.0)
+        act += cp.transient_bytes(self)  # the layer in flight's gathered K, V (dK, dV)
         work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
         zbuf = zero.gather_buffer_bytes(self)
         al = tp_.allowances

@@ -21,7 +21,16 @@ What a device does with ``cp`` ranks, per layer and microbatch:
   ==============  =================================  ====================================
 
   Llama 3 takes the all-gather: it supports any attention mask, and with GQA K and V are
-  small next to the O(s^2) attention, so the exposed all-gather is short.
+  small next to the O(s^2) attention, so the exposed all-gather is short. How long the
+  gathered K, V live is the paper's silence: kept from the forward to the backward (the
+  default: ``(cp - 1) kv`` more bytes per layer and microbatch in flight, `memory`), or,
+  with ``TrainingParams.cp_kv_regather``, dropped after the forward and all-gathered again
+  in the backward (TransformerEngine's ``AttnFuncWithCPAndKVAllGather``, which cites
+  Llama 3 section 3.3.2, saves only the local K, V): the backward then sends
+  ``2 (cp - 1) kv`` (all-gather K, V; reduce-scatter dK, dV).
+- the layer in flight holds, besides what layers keep for their backward, the all-gather's
+  whole-sequence dK, dV (``cp kv``) in its backward, and with ``cp_kv_regather`` the
+  re-gathered K, V too (`transient_bytes`).
 - holds the same weights as the other ranks: gradients are reduced over ``dp * cp``
   devices (`ParallelConfig.weight_replicas`, the ``cp`` axis in ``zero.AXES``).
 
@@ -54,6 +63,7 @@ __all__ = [
     "stage_s",
     "comm_bytes",
     "needs_cp",
+    "transient_bytes",
 ]
 
 AXIS = ("cp",)
@@ -146,6 +156,9 @@ def exchange(s: StepModel) -> tuple[float, float, float, float]:
         bwd = s.collective_s("reduce-scatter", full, AXIS) / bw_eff
         sent_f = s.mesh.collective_bytes("all-gather", full, AXIS)
         sent_b = s.mesh.collective_bytes("reduce-scatter", full, AXIS)
+        if s.tparams.cp_kv_regather:  # K, V all-gathered again for the backward
+            bwd += fwd
+            sent_b += sent_f
         return fwd, bwd, sent_f, sent_b
     # ring: cp - 1 steps; step k sends the chunk held while attending to it
     steps = par.cp - 1
@@ -156,6 +169,18 @@ def exchange(s: StepModel) -> tuple[float, float, float, float]:
     fwd = steps * max(0.0, send_f - core_f)
     bwd = steps * max(0.0, send_b - core_b)
     return fwd, bwd, steps * kv, steps * 2 * kv
+
+
+def transient_bytes(s: StepModel) -> float:
+    """Bytes the layer in flight holds for its key/value exchange beyond what every layer
+    keeps for its backward (one layer, one microbatch, all-gather only): the whole
+    sequence's dK, dV before their reduce-scatter (``cp kv``), and with
+    ``cp_kv_regather`` the re-gathered K, V as well. The ring's chunks in transit
+    (``kv`` each) are not counted."""
+    par = s.par
+    if par.cp == 1 or par.cp_kv_exchange != "all_gather":
+        return 0.0
+    return par.cp * kv_bytes(s) * (2 if s.tparams.cp_kv_regather else 1)
 
 
 def attention_forward_s(s: StepModel) -> float:

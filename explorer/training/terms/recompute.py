@@ -64,6 +64,7 @@ def layer_act(s: StepModel, policy: str) -> float:
     return activation_bytes_per_layer(
         s.seq, par.microbatch_size, cfg.hidden_size, cfg.num_heads, par.tp, par.sp,
         policy, activation_terms(s), par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
+        not s.tparams.cp_kv_regather,
     )  # fmt: skip
 
 
