@@ -95,8 +95,15 @@ for _name, _fn in _UNARY.items():
     register(OpDef(_name, OpGroup.ELEMENTWISE, "...->...", 1, FLOPS[_name], _fn,
                    doc=f"elementwise {_name}"))  # fmt: skip
 
+
+def _scale(x, factor):
+    # the output keeps the input's dtype, as declared: an int64 index times 16 (T5's
+    # relative-position buckets) stays int64 although the factor is stored as a float
+    return np.asarray(x * factor, dtype=np.asarray(x).dtype)
+
+
 register(OpDef("scale", OpGroup.ELEMENTWISE, "...->...", 1, FLOPS["scale"],
-               lambda x, factor: x * factor, attrs={"factor": REQUIRED},
+               _scale, attrs={"factor": REQUIRED},
                doc="multiply by a constant"))  # fmt: skip
 register(OpDef("causal_mask", OpGroup.ELEMENTWISE, "...->...", 1, FLOPS["causal_mask"],
                _causal_mask, attrs={"offset": 0},
