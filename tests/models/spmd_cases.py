@@ -203,23 +203,39 @@ def strategy_named(graph, node: str, mesh, split: dict[str, str]):
     raise ValueError(f"%{node} has no strategy splitting {split}")
 
 
+def attention_core(graph, node) -> bool:
+    """Whether ``node`` is one of attention's batched-over-heads ops: the scores and the
+    context einsums (two activations in, [batch, heads, q, k|d] out) and the softmax."""
+    if node.type.rank != 4:
+        return False
+    if node.op == "softmax":
+        return True
+    return (
+        node.op == "einsum"
+        and len(node.inputs) == 2
+        and not any(graph.node(a).op == "param" for a in node.inputs)
+    )
+
+
 def megatron_annotations(graph, mesh=MESH) -> dict[str, Any]:
     """Node -> Strategy (or its name) of a Megatron-style plan: linear layers column/row
-    parallel over ``tp`` with their batch over ``dp``; MoE experts split over ``tp``
-    (expert parallel), each device dispatching its batch's tokens to its own experts and
-    the combine's partial sums reduced over ``tp`` (Megatron's all-gather token
-    dispatcher; the all-to-all one needs the batch split over dp x tp, more sequences
-    than these tests run). Pass as ``annotations`` to
-    ``search(..., method="sharding_propagation")``."""
+    parallel over ``tp`` and attention's scores, softmax and context split by head over
+    ``tp``, each with its batch over ``dp``; MoE experts split over ``tp`` (expert
+    parallel), each device dispatching its batch's tokens to its own experts and the
+    combine's partial sums reduced over ``tp`` (Megatron's all-gather token dispatcher;
+    the all-to-all one needs the batch split over dp x tp, more sequences than these tests
+    run). Pass as ``annotations`` to ``search(..., method="sharding_propagation")``."""
     out: dict[str, Any] = {}
     for n in graph.ops:
+        (*_, spec) = parse(graph.signature(n.name))
         if n.op == "moe_dispatch_grouped":
             out[n.name] = "g=dp,e=tp"
         elif n.op in ("moe_experts", "moe_combine_grouped"):
             out[n.name] = "e=tp,g=dp"
+        elif attention_core(graph, n):
+            out[n.name] = strategy_named(graph, n.name, mesh, {spec[0]: "dp", spec[1]: "tp"})
         elif (role := projection_role(graph, n)) is not None:
             kind, feature, contracted = role
-            (*_, spec) = parse(graph.signature(n.name))
             tp = feature if kind == "column" else contracted
             out[n.name] = strategy_named(graph, n.name, mesh, {spec[0]: "dp", tp: "tp"})
     return out

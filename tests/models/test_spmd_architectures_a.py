@@ -9,8 +9,8 @@ experts, traced with ``from_torch`` from real token ids (`spmd_cases.case`), and
    torch's logits to RTOL/ATOL;
 2. on a dp2 x tp4 mesh `verify` runs (a) the plan sharding propagation finds alone and
    (b) a Megatron-style plan (`spmd_cases.megatron_annotations`: column-parallel q/k/v/up
-   projections, row-parallel output/down projections, experts split over tp, the rest
-   propagated) and both equal the unsharded run to SHARD_RTOL/SHARD_ATOL with the bytes
+   projections, attention split by head, row-parallel output/down projections, experts
+   split over tp, the rest propagated) and both equal the unsharded run to SHARD_RTOL/SHARD_ATOL with the bytes
    moved equal to the bytes charged. Each plan is checked to split a quarter of its ops
    at least, and (b) to keep the named strategies and to reduce every row-parallel (and
    expert-combine) partial sum over tp, so a test cannot pass by replicating.
@@ -29,7 +29,13 @@ from explorer.sharding import reference, verify
 pytest.importorskip("torch", reason="the torch extra is not installed")
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
-from .spmd_cases import MESH, case, megatron_annotations, projection_role  # noqa: E402
+from .spmd_cases import (  # noqa: E402
+    MESH,
+    attention_core,
+    case,
+    megatron_annotations,
+    projection_role,
+)
 
 # float32 torch against the float64 numpy reference: logits of magnitude up to 6.8 agree
 # to 3.1e-6 at most over the 16 architectures (measured); the claim leaves 3x margin
@@ -94,6 +100,8 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
     names = megatron_annotations(g)
     roles = Counter(r[0] for n in g.ops if (r := projection_role(g, n)) is not None)
     assert roles["column"] >= 2 and roles["row"] >= 2, roles  # per layer, at least one each
+    heads = sum(attention_core(g, g.node(n)) for n in names)
+    assert heads == 3 * 2, heads  # scores, softmax and context per layer, split by head
     if arch in MOE:
         assert sum(g.node(n).op == "moe_experts" for n in names) == 2  # one per layer
     plan = ex.search(g, MESH, method="sharding_propagation", params=ex.CostParams(),
