@@ -172,10 +172,13 @@ def case(model_type: str) -> Case:
 
 def projection_role(graph, node) -> tuple[str, str, str] | None:
     """('column' | 'row', output-feature letter, contracted letter) of a linear layer
-    (``x @ W`` or an einsum with a 2-D parameter ``W``), by its module's name; else None."""
+    (``x @ W``, ``x @ W.T`` as Falcon traces, or an einsum with a 2-D parameter ``W``), by
+    its module's name; else None."""
     if node.op not in ("einsum", "matmul") or len(node.inputs) != 2:
         return None
     w = graph.node(node.inputs[1])
+    if node.op == "matmul" and w.op == "transpose" and w.attr("perm") == (1, 0):
+        w = graph.node(w.inputs[0])
     if w.op != "param" or w.type.rank != 2:
         return None
     path = _BLOCK.sub(r"\g<name>", w.name).rsplit(".", 1)[0].split(".")
