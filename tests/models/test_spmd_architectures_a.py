@@ -50,10 +50,7 @@ MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "phimoe")
 
 #: Architectures whose traced graph still holds an opaque op (no numpy impl, replicated
 #: only). The mark goes when the op is mapped (issue 16, helpers I1/I2).
-OPAQUE: dict[str, str] = {
-    "gemma2": "the sliding-window mask's aten.diff / aten.index are opaque (issue 16, I2)",
-    "gemma3_text": "the sliding-window mask's aten.diff / aten.index are opaque (issue 16, I2)",
-}
+OPAQUE: dict[str, str] = {}  # gemma2 / gemma3_text's window mask: window_mask (I2)
 
 
 def _params():
