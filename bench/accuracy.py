@@ -183,6 +183,18 @@ def _recompute_ladder(name: str, run: ex.MeasuredRun, base: TrainingParams) -> d
         print(f"   {run.label} (recompute chosen by the planner: {run.config.recompute}) with "
               f"{policy:9s}: error {err:+.1%}, memory {sim.memory.total / 2**30:.1f}/"
               f"{sim.memory_cap_bytes / 2**30:.0f} GiB{'' if sim.fits else ' (over)'}")  # fmt: skip
+    if run.config.cp > 1 and run.config.cp_kv_exchange == "all_gather":
+        # the gathered K, V dropped after the forward and all-gathered again in the backward
+        # (TrainingParams.cp_kv_regather, TransformerEngine's all-gather CP)
+        again = base.replace(cp_kv_regather=True)
+        for policy in ("none", "full"):
+            sim = predict(replace(run, config=run.config.replace(recompute=policy)), again)
+            err = sim.step_time_s / run.step_time_s - 1
+            out["policies"][f"{policy}, cp_kv_regather"] = {"error": err, "fits": sim.fits,
+                                                            "memory_gib": sim.memory.total / 2**30}  # fmt: skip
+            print(f"   {run.label} with {policy}, K/V re-gathered in the backward: error "
+                  f"{err:+.1%}, memory {sim.memory.total / 2**30:.1f}/"
+                  f"{sim.memory_cap_bytes / 2**30:.0f} GiB{'' if sim.fits else ' (over)'}")  # fmt: skip
     return out
 
 
