@@ -108,6 +108,8 @@ class TrainingParams:
     zero3_max_live_params         params     ZeRO-3 gathered weights held at most at once
     zero_gather_overlap_fraction  fraction   of ZeRO-3 weight gathers hidden behind compute
     zero_grad_overlap_fraction    fraction   of ZeRO-2/3 per-microbatch reduce-scatters hidden
+    zero_bandwidth_efficiency     fraction   of link bandwidth ZeRO-3's gathers/reduce-scatters reach
+    zero3_collectives_per_layer   1          ZeRO-3 collectives per layer per gather or reduction
     ============================  =========  ===============================================
     """
 
@@ -162,17 +164,34 @@ class TrainingParams:
         source="DeepSpeed's default stage3_max_live_parameters (1e9; DeepSpeed ZeRO "
         "configuration docs, Rajbhandari et al. 2021)")  # fmt: skip
     zero_gather_overlap_fraction: float = knob(
-        0.7, "fraction of ZeRO-3 gathers", 0.0, 1.0,
-        source="fitted (one value for both ZeRO overlaps, rounded to 0.05) on the fit rows "
+        0.65, "fraction of ZeRO-3 gathers", 0.0, 1.0,
+        source="fitted (one value for both ZeRO overlaps, rounded to 0.05; jointly with "
+        "zero_bandwidth_efficiency: 0.658) on the fit rows "
         "of Narayanan et al. 2021 Table 2's ZeRO-3 runs (gpt3-175b on 384 and 1536 GPUs, "
         "529.6b on 2240; published.FIT_ROWS, bench/accuracy.py fit_dataset_facts); "
         "DeepSpeed prefetches the next layer's parameters behind compute")  # fmt: skip
     zero_grad_overlap_fraction: float = knob(
-        0.7, "fraction of ZeRO-2/3 gradient reduce-scatters", 0.0, 1.0,
+        0.65, "fraction of ZeRO-2/3 gradient reduce-scatters", 0.0, 1.0,
         source="fitted with zero_gather_overlap_fraction (same value, same rows of "
         "Narayanan et al. 2021 Table 2); "
         "DeepSpeed's overlap_comm runs each microbatch's gradient reduce-scatter behind "
         "the backward")  # fmt: skip
+    zero_bandwidth_efficiency: float = knob(
+        1.0, "fraction of link bandwidth", 0.0, 1.0, low_open=True,
+        source="fitted with zero_gather_overlap_fraction on the fit rows of Narayanan et al. "
+        "2021 Table 2's ZeRO-3 runs (bench/accuracy.py fit_dataset_facts): least squares "
+        "stops at the bound 1.0 (line rate). Those runs move the whole weights four times "
+        "a step (three gathers, one reduce-scatter): 529.6B on 2240 GPUs in 183.7 s needs "
+        "at least 0.92 of the 25 GB/s NIC; CostParams.bandwidth_efficiency's 0.8 is an "
+        "assumption set with Table 1's tensor- and pipeline-parallel runs")  # fmt: skip
+    zero3_collectives_per_layer: float = knob(
+        4.0, "collectives per layer per gather or reduce-scatter", 0.0, 1e4,
+        source="DeepSpeed ZeRO-3 fetches a module's partitioned parameters tensor by tensor "
+        "and keeps those under stage3_param_persistence_threshold (default 1e5 elements, "
+        "DeepSpeed configuration docs) whole on every device: a Megatron-LM GPT layer's 4 "
+        "weight matrices (fused QKV, attention output, fc1, fc2), biases and norms kept; "
+        "assumption: the gradients' reduce-scatters as many; each pays a ring's latency "
+        "(terms/zero.ring_latency_s)")  # fmt: skip
 
     def __post_init__(self) -> None:
         kinds = (
@@ -299,7 +318,7 @@ class StepModel:
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
         ep_s = ep.stage_s(self, moe.moe_layers_in(self, part, (g,)))
-        zg_raw = zero.gather_s(self, params)
+        zg_raw = zero.gather_s(self, params, n)
         z_frac = self.tparams.zero_gather_overlap_fraction
         zg = exposed_s(zg_raw, fwd, z_frac)  # forward gather behind the forward
         zgb = exposed_s(zg_raw, bwd, z_frac)  # backward gather behind the backward
@@ -307,7 +326,7 @@ class StepModel:
         zgr = exposed_s(zgr_raw, rec, z_frac)  # recompute's gather behind the recompute
         free = max(bwd + rec - (zg_raw - zgb) - (zgr_raw - zgr), 0.0)  # not yet hiding any
         grads = exposed_s(
-            dp.microbatch_s(self, params), free, self.tparams.zero_grad_overlap_fraction
+            dp.microbatch_s(self, params, n), free, self.tparams.zero_grad_overlap_fraction
         )  # ZeRO 2/3: each microbatch's reduce-scatter behind its backward
         cpf, cpb = cp.stage_s(self, n, n_full)
         f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s),

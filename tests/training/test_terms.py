@@ -63,11 +63,15 @@ def test_step_totals_are_the_sum_of_the_terms(model, gb, seq, kw):
         "recompute": m * sum(recompute.layers_s(s, part.layers(g), n_full) for g in stages),
         "zero-gather": m
         * sum(
-            (2 + zero.regather_fraction(s, part.layers(g), n_full)) * zero.gather_s(s, p)
+            (2 + zero.regather_fraction(s, part.layers(g), n_full))
+            * zero.gather_s(s, p, part.layers(g))
             for g, p in zip(stages, stage_params, strict=True)
         )
         + sum(zero.tail_gather_s(s, p) for p in dev_params),
-        "dp-comm": m * sum(dp.microbatch_s(s, p) for p in stage_params)
+        "dp-comm": m
+        * sum(
+            dp.microbatch_s(s, p, part.layers(g)) for g, p in zip(stages, stage_params, strict=True)
+        )
         + sum(dp.tail_s(s, p) for p in dev_params),
         "pp-comm": m * 2 * (par.stages - 1) * pp.p2p(s)[0],
         "cp-comm": m * sum(sum(cp.stage_s(s, part.layers(g), n_full)) for g in stages),

@@ -26,10 +26,14 @@ def grad_sync_s(s: StepModel, kind: str, params: float) -> float:
     return t * (1 - tp_.cost.grad_comm_overlap)
 
 
-def microbatch_s(s: StepModel, params: float) -> float:
-    """Seconds of the reduction after each microbatch's backward (ZeRO 2/3), else 0."""
+def microbatch_s(s: StepModel, params: float, n_layers: int) -> float:
+    """Seconds of the reduction after each microbatch's backward (ZeRO 2/3: ``params``
+    parameters of ``n_layers`` layers), else 0. ZeRO-3's is priced as its gathers
+    (`zero.reduce_scatter_s`)."""
     if not zero.gradients_per_microbatch(s.par.zero) or s.par.weight_replicas == 1:
         return 0.0
+    if s.par.zero >= 3:
+        return zero.reduce_scatter_s(s, params, n_layers) * (1 - s.tparams.cost.grad_comm_overlap)
     return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
 
 

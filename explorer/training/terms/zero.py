@@ -30,6 +30,8 @@ __all__ = [
     "gradients_per_microbatch",
     "optimizer_params",
     "gather_s",
+    "reduce_scatter_s",
+    "ring_latency_s",
     "tail_gather_s",
     "gather_buffer_bytes",
     "comm_bytes",
@@ -75,13 +77,57 @@ def optimizer_params(params: float, dp: int, zero: int) -> float:
     return params / (dp if zero >= 1 else 1)
 
 
-def gather_s(s: StepModel, params: float) -> float:
-    """ZeRO-3: seconds to all-gather ``params`` parameters' weights before one forward
-    (and again before one backward) of one microbatch."""
+def ring_latency_s(s: StepModel) -> float:
+    """Latency of one ring all-gather or reduce-scatter over the ZeRO group, NCCL's ring
+    model (``src/graph/tuning.cc``: ``(nsteps - nInterSteps) * intraLat + nInterSteps *
+    interLat``, ``nInterSteps = nNodes - 1``): the ``n - 1`` steps' data passes each hop
+    once, the group's members inside a node (``chips_per_node / (tp * cp)`` consecutive
+    ones, at most ``n``) joined by the intra-node link, the ``nodes - 1`` node boundaries
+    by the inter-node one; latencies from the hardware profile.
+
+    >>> import explorer as ex
+    >>> from explorer.training.step_model import StepModel, TrainingParams
+    >>> s = StepModel(ex.models.load("gpt3-1.3b"), ex.ParallelConfig(dp=32, zero=3),
+    ...               ex.hardware.load("a100-80g"), 32, 2048, TrainingParams())
+    >>> round(ring_latency_s(s) * 1e6, 1)  # 3 node hops x 10 us + 28 intra hops x 5 us
+    170.0
+    """
+    n = s.par.weight_replicas
+    if n == 1:
+        return 0.0
+    cl = s.cluster
+    per_node = max(1, min(n, cl.chips_per_node // (s.par.tp * s.par.cp)))
+    inter = -(-n // per_node) - 1
+    return (n - 1 - inter) * cl.latency("intra") + inter * cl.latency("inter")
+
+
+def _zero3_collective_s(s: StepModel, kind: str, size: float, n_layers: int) -> float:
+    """ZeRO-3: seconds of one pass of ``kind`` over ``size`` bytes of ``n_layers``
+    layers' tensors: the bytes at ``zero_bandwidth_efficiency`` of the link, plus a ring's
+    latency (`ring_latency_s`) per collective (``zero3_collectives_per_layer`` a layer,
+    at least one)."""
+    tp_ = s.tparams
+    volume = s.collective_s(kind, size, AXES) - s.collective_s(kind, 0.0, AXES)
+    calls = max(1.0, tp_.zero3_collectives_per_layer * n_layers)
+    return volume / tp_.zero_bandwidth_efficiency + calls * ring_latency_s(s)
+
+
+def gather_s(s: StepModel, params: float, n_layers: int) -> float:
+    """ZeRO-3: seconds to all-gather ``params`` parameters' weights (``n_layers``
+    layers') before one forward (and again before one backward) of one microbatch."""
     if s.par.zero < 3 or s.par.weight_replicas == 1:
         return 0.0
     size = params * s.tparams.state.weight_bytes
-    return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
+    return _zero3_collective_s(s, "all-gather", size, n_layers)
+
+
+def reduce_scatter_s(s: StepModel, params: float, n_layers: int) -> float:
+    """ZeRO-3: seconds to reduce-scatter one microbatch's gradients of ``params``
+    parameters (``n_layers`` layers'), priced as the gathers (`gather_s`)."""
+    if s.par.zero < 3 or s.par.weight_replicas == 1:
+        return 0.0
+    size = params * s.tparams.state.gradient_bytes
+    return _zero3_collective_s(s, "reduce-scatter", size, n_layers)
 
 
 def regather_fraction(s: StepModel, n_layers: int, n_full: int | None) -> float:
