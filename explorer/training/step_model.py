@@ -187,6 +187,8 @@ class TrainingParams:
     zero3_collectives_per_layer: float = knob(
         4.0, "collectives per layer per gather or reduce-scatter", 0.0, 1e4,
         source="DeepSpeed ZeRO-3 fetches a module's partitioned parameters tensor by tensor "
+        "(deepspeed/runtime/zero/partition_parameters.py, Init._all_gather: with async_op, "
+        "the prefetching path, one _allgather_param per parameter) "
         "and keeps those under stage3_param_persistence_threshold (default 1e5 elements, "
         "DeepSpeed configuration docs) whole on every device: a Megatron-LM GPT layer's 4 "
         "weight matrices (fused QKV, attention output, fc1, fc2), biases and norms kept; "
