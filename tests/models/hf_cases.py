@@ -43,7 +43,8 @@ _SPECIAL: dict[str, dict[str, Any]] = {
     "gpt_bigcode": {"n_positions": 64},
     "gpt2": {"n_positions": 64},
     "gptj": {"rotary_dim": 8, "n_positions": 64},
-    "falcon": {"num_kv_heads": 2, "new_decoder_architecture": True},
+    # ffn_hidden_size: the default config stores 4 x its own width (18176), not ours
+    "falcon": {"num_kv_heads": 2, "new_decoder_architecture": True, "ffn_hidden_size": 128},
     "mpt": {"d_model": 64, "expansion_ratio": 2, "max_seq_len": 64},
     "starcoder2": {"num_key_value_heads": 2},
     "olmo2": {"num_key_value_heads": 2},
