@@ -16,24 +16,26 @@ from explorer.training.terms import dp, zero
 HW = ex.hardware.load("a100-80g")  # 8 chips a node; 5 us intra-node, 10 us inter-node steps
 
 
-def _step(dp_: int, tp: int = 1, **kw) -> StepModel:
-    par = ex.ParallelConfig(dp=dp_, tp=tp, zero=3, recompute="full")
+def _step(dp_: int, tp: int = 1, cp: int = 1, **kw) -> StepModel:
+    par = ex.ParallelConfig(dp=dp_, tp=tp, cp=cp, zero=3, recompute="full")
     cfg = ex.models.load("gpt3-1.3b")
     return StepModel(cfg, par, HW, dp_, 2048, TrainingParams(**kw))
 
 
 @pytest.mark.parametrize(
-    "dp_, tp, expected_us",
+    "dp_, tp, cp, expected_us",
     [
-        (1536, 1, 191 * 10 + 1344 * 5),  # 192 whole nodes: 191 node hops, 1344 NVLink hops
-        (2240, 1, 279 * 10 + 1960 * 5),
-        (4, 2, 3 * 5),  # four ranks inside one node
-        (4, 8, 3 * 10),  # tp fills the node: every hop of the dp ring leaves it
-        (12, 1, 1 * 10 + 10 * 5),  # 8 + 4 ranks: one node hop
+        (1536, 1, 1, 191 * 10 + 1344 * 5),  # 192 whole nodes: 191 node hops, 1344 NVLink hops
+        (2240, 1, 1, 279 * 10 + 1960 * 5),
+        (4, 2, 1, 3 * 5),  # four ranks inside one node
+        (4, 8, 1, 3 * 10),  # tp fills the node: every hop of the dp ring leaves it
+        (12, 1, 1, 1 * 10 + 10 * 5),  # 8 + 4 ranks: one node hop
+        (4, 2, 2, 1 * 10 + 6 * 5),  # dp * cp = 8 ranks, 4 a node (tp 2): one node hop
     ],
 )
-def test_ring_latency_follows_nccls_ring_model(dp_, tp, expected_us):
-    assert zero.ring_latency_s(_step(dp_, tp)) == pytest.approx(expected_us * 1e-6, rel=1e-12)
+def test_ring_latency_follows_nccls_ring_model(dp_, tp, cp, expected_us):
+    s = _step(dp_, tp, cp)
+    assert zero.ring_latency_s(s) == pytest.approx(expected_us * 1e-6, rel=1e-12)
 
 
 def test_each_collective_of_a_layer_pays_the_ring_latency():

@@ -81,9 +81,10 @@ def ring_latency_s(s: StepModel) -> float:
     """Latency of one ring all-gather or reduce-scatter over the ZeRO group, NCCL's ring
     model (``src/graph/tuning.cc``: ``(nsteps - nInterSteps) * intraLat + nInterSteps *
     interLat``, ``nInterSteps = nNodes - 1``): the ``n - 1`` steps' data passes each hop
-    once, the group's members inside a node (``chips_per_node / (tp * cp)`` consecutive
-    ones, at most ``n``) joined by the intra-node link, the ``nodes - 1`` node boundaries
-    by the inter-node one; latencies from the hardware profile.
+    once, the group's members inside a node (``chips_per_node / tp`` consecutive ones: the
+    group's axes dp, ep, cp sit just outside tp; at most ``n``) joined by the intra-node
+    link, the ``nodes - 1`` node boundaries by the inter-node one; latencies from the
+    hardware profile.
 
     >>> import explorer as ex
     >>> from explorer.training.step_model import StepModel, TrainingParams
@@ -96,7 +97,7 @@ def ring_latency_s(s: StepModel) -> float:
     if n == 1:
         return 0.0
     cl = s.cluster
-    per_node = max(1, min(n, cl.chips_per_node // (s.par.tp * s.par.cp)))
+    per_node = max(1, min(n, cl.chips_per_node // s.par.tp))
     inter = -(-n // per_node) - 1
     return (n - 1 - inter) * cl.latency("intra") + inter * cl.latency("inter")
 
