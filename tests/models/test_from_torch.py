@@ -164,6 +164,23 @@ def test_bad_inputs_raise_named_errors(tmp_path):
         from_hf({"model_type": "gpt2"}, batch=0)
 
 
+class _CountedRepeat(torch.nn.Module):
+    """Repeats each feature by counts held in a tensor: the output size is data."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+        self.register_buffer("counts", torch.tensor([2, 2, 2, 2]))
+
+    def forward(self, x):
+        return self.proj(x).repeat_interleave(self.counts, dim=-1)
+
+
+def test_value_dependent_size_is_refused_with_the_fix():
+    with pytest.raises(TorchImportError, match=r"repeat_interleave.*depends on tensor values"):
+        from_torch(_CountedRepeat(), (torch.randn(2, 4),))
+
+
 def test_from_hf_reads_a_folder_and_names_the_graph_after_it(tmp_path):
     import json
 

@@ -90,6 +90,22 @@ class _Builder(GraphBuilder):
         return self._add(Node(name, op, (), t, (), scope))
 
 
+def _require_static_shape(node: Any) -> None:
+    """Refuse a traced value whose size depends on tensor values (an unbacked SymInt)."""
+    for val in _flatten(node.meta.get("val")):
+        for d in getattr(val, "shape", ()):
+            if isinstance(d, int):
+                continue
+            try:
+                int(d)
+            except Exception:  # torch's GuardOnDataDependentSymNode and kin
+                raise TorchImportError(
+                    f"{node.name} ({node.target}) has a size that depends on tensor values "
+                    f"({d}): the planner needs static shapes; make the size a Python int "
+                    "(e.g. pass output_size= to repeat_interleave, or give counts as ints)"
+                ) from None
+
+
 class Context:
     """Conversion state: the builder, the fx-name -> value map, the current scope."""
 
@@ -201,6 +217,7 @@ class Context:
                     "functions only — trace with torch.export"
                 )
             self.scope = _scope_of(node, self.scope)
+            _require_static_shape(node)
             self.env[node.name] = out = self.call(node)
             self._remember(out, self.constants.fold(node))
         return []
