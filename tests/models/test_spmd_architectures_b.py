@@ -15,7 +15,9 @@ eager experts, traced with ``from_torch`` from real inputs (`spmd_cases.case`), 
    SHARD_RTOL/SHARD_ATOL with the bytes moved equal to the bytes charged. Each plan is
    checked to split a quarter of its ops at least, and (b) to keep the named strategies
    and to reduce every row-parallel (and expert-combine) partial sum over tp, so a test
-   cannot pass by replicating.
+   cannot pass by replicating;
+3. every distinct op of the graph, alone, verifies under every strategy its rule
+   enumerates on that mesh, fed the values the model gives it.
 
 BLOOM's alibi ``repeat``, Cohere's rotary ``repeat_interleave`` and Falcon's head picks
 are opaque only on the meta device: traced from real weights their inputs are known
@@ -30,7 +32,7 @@ import numpy as np
 import pytest
 
 import explorer as ex
-from explorer.sharding import reference, verify
+from explorer.sharding import assign, node_strategies, reference, verify
 
 pytest.importorskip("torch", reason="the torch extra is not installed")
 pytest.importorskip("transformers", reason="the hf extra is not installed")
@@ -108,6 +110,45 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
         if coll.kind.value in ("all-reduce", "reduce-scatter") and "tp" in coll.axes
     }
     assert partial <= reduced, sorted(partial - reduced)
+
+
+def _alone(graph, node, env):
+    """``node`` as a one-op graph ``y`` reading inputs ``in0, in1, ...`` with the values
+    it reads in the whole graph's run."""
+    b = ex.ir.GraphBuilder(f"{node.op} alone")
+    refs, values = [], {}
+    for k, a in enumerate(node.inputs):
+        if a in node.inputs[:k]:  # the same tensor twice (x * x)
+            refs.append(refs[node.inputs.index(a)])
+            continue
+        t = graph.node(a).type
+        refs.append(b.input(f"in{k}", t.shape, t.dtype))
+        values[f"in{k}"] = np.asarray(env[a])
+    y = b.op(node.op, *refs, name="y", **dict(node.attrs))
+    return b.build([y]), values
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_strategy_of_every_traced_op_verifies(arch):
+    """Each distinct op of the traced graph (op, attributes, input types), alone, under
+    every strategy its rule enumerates on dp2 x tp4 (not only those a plan picks), with
+    the values the model feeds it: the sharded run equals the unsharded one."""
+    c = case(arch)
+    g = c.graph
+    env = {**reference(g, c.feeds), **c.feeds}
+    seen, tried = set(), Counter()
+    for n in g.ops:
+        key = (n.op, n.attrs, tuple(g.node(a).type for a in n.inputs))
+        if key in seen:
+            continue
+        seen.add(key)
+        one, values = _alone(g, n, env)
+        for s in node_strategies(one, "y", MESH):
+            report = verify(one, assign(one, MESH, {"y": s.name}), MESH, inputs=values,
+                            rtol=SHARD_RTOL, atol=SHARD_ATOL)  # fmt: skip
+            assert report.ok, f"%{n.name} = {n.op} under {s.name}: {report}"
+            tried[bool(s.dim_axes)] += 1
+    assert tried[True] >= 2 * len(seen), tried  # split strategies, not only replicated
 
 
 def test_scale_keeps_an_integer_input_integer():
