@@ -27,8 +27,8 @@ moe_combine_grouped       hidden may be split, tokens and capacity never (slots 
 moe_experts               experts (expert parallel) and f (tensor parallel inside each
                           expert, output partial) may be split; d and [gate, up] never
 mla_attention             batch and heads may be split; queries and the latent stay whole
-causal_mask, dropout      any dim may be split; the executor uses global offsets (the mask
-                          of a shard is the slice of the global mask)
+causal_mask, window_mask, any dim may be split; the executor uses global offsets (the mask
+dropout                   of a shard is the slice of the global mask)
 repeat_interleave         the repeated axis may be split: in and out share its letter
                           (output block j is the op on input block j)
 mean                      a split reduced dim gives a partial sum of local means scaled by
