@@ -82,17 +82,17 @@ def real_model(model_type: str, seed: int = 0):
     return m.float().eval()
 
 
-def example_inputs(model_type: str, config) -> tuple[tuple, dict[str, Any]]:
+def example_inputs(model_type: str, config, batch: int = BATCH) -> tuple[tuple, dict[str, Any]]:
     """(args, kwargs) of the forward: token ids spread over the vocabulary, or pixels."""
     import torch
 
     if model_type == "vit":
         n = config.image_size
         gen = torch.Generator().manual_seed(1)
-        return (torch.randn(BATCH, config.num_channels, n, n, generator=gen),), {}
-    ids = (torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) * 7 + 3) % config.vocab_size
+        return (torch.randn(batch, config.num_channels, n, n, generator=gen),), {}
+    ids = (torch.arange(batch * SEQ).reshape(batch, SEQ) * 7 + 3) % config.vocab_size
     if model_type == "t5":
-        dec = (torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) * 5 + 1) % config.vocab_size
+        dec = (torch.arange(batch * SEQ).reshape(batch, SEQ) * 5 + 1) % config.vocab_size
         return (ids,), {"decoder_input_ids": dec, "use_cache": False}
     if model_type in ("bert", "roberta"):
         return (ids,), {}
@@ -156,13 +156,17 @@ class Case:
     want: np.ndarray
 
 
+def case(model_type: str, batch: int = BATCH) -> Case:
+    """The traced tiny ``model_type`` on ``batch`` sequences (built once per process)."""
+    return _case(model_type, batch)
+
+
 @functools.cache
-def case(model_type: str) -> Case:
-    """The traced tiny ``model_type`` (built once per test process)."""
+def _case(model_type: str, batch: int) -> Case:
     import torch
 
     model = real_model(model_type)
-    args, kwargs = example_inputs(model_type, model.config)
+    args, kwargs = example_inputs(model_type, model.config, batch)
     dtype = "fp32" if model_type == "vit" else "int64"
     graph = ex.models.from_torch(model, args, kwargs=kwargs, input_dtype=dtype)
     with torch.no_grad():
@@ -241,4 +245,21 @@ def megatron_annotations(graph, mesh=MESH) -> dict[str, Any]:
             kind, feature, contracted = role
             tp = feature if kind == "column" else contracted
             out[n.name] = strategy_named(graph, n.name, mesh, {spec[0]: "dp", tp: "tp"})
+    return out
+
+
+def expert_parallel_annotations(graph) -> dict[str, str]:
+    """Node -> strategy name of expert parallelism over ``tp`` with an all-to-all token
+    dispatcher (as tests/models/test_phimoe.py): routing, dispatch and combine split the
+    sequences over dp x tp, the experts over tp (and their groups over dp), so tokens
+    move to their experts' devices and back by all-to-all; the rest propagated. Needs a
+    batch divisible by dp x tp (``case(model_type, batch=8)``)."""
+    out = {}
+    for n in graph.ops:
+        if n.op == "moe_router":
+            out[n.name] = "a=dp+tp"
+        elif n.op in ("moe_dispatch_grouped", "moe_combine_grouped"):
+            out[n.name] = "g=dp+tp"
+        elif n.op == "moe_experts":
+            out[n.name] = "e=tp,g=dp"
     return out

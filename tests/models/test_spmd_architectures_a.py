@@ -14,6 +14,9 @@ experts, traced with ``from_torch`` from real token ids (`spmd_cases.case`), and
    moved equal to the bytes charged. Each plan is checked to split a quarter of its ops
    at least, and (b) to keep the named strategies and to reduce every row-parallel (and
    expert-combine) partial sum over tp, so a test cannot pass by replicating.
+3. for the MoE models on 8 sequences, expert parallelism with an all-to-all dispatcher
+   (`spmd_cases.expert_parallel_annotations`) equals torch and the unsharded run, every
+   dispatch -> experts -> combine hop being an all-to-all over tp.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .spmd_cases import (  # noqa: E402
     MESH,
     attention_core,
     case,
+    expert_parallel_annotations,
     megatron_annotations,
     projection_role,
 )
@@ -116,3 +120,25 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
         if coll.kind.value in ("all-reduce", "reduce-scatter") and "tp" in coll.axes
     }
     assert partial <= reduced, sorted(partial - reduced)
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_expert_parallel_all_to_all_equals_unsharded(arch):
+    c = case(arch, batch=8)  # sequences split over dp x tp
+    g = c.graph
+    names = expert_parallel_annotations(g)
+    plan = ex.search(g, MESH, method="sharding_propagation", params=ex.CostParams(),
+                     annotations=names)  # fmt: skip
+    assert all(plan.assignment[n].name == s for n, s in names.items())
+    report = _verify(c, plan.assignment)
+    moved = {
+        coll.tensor
+        for coll, _ in report.result.collective_log
+        if coll.kind.value == "all-to-all" and coll.axes == ("tp",)
+    }
+    hops = set()
+    for n in g.ops:
+        if n.op == "moe_experts":  # its tokens in from dispatch, its outputs on to combine
+            (combine,) = g.consumers(n.name)
+            hops |= {f"{n.inputs[0]}->{n.name}", f"{n.name}->{combine}"}
+    assert len(hops) == 4 and hops <= moved, sorted(hops - moved)
