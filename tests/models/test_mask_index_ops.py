@@ -264,3 +264,23 @@ def test_window_mask_gradient_equals_torch():
     keep = (delta >= 0) & (delta < 3)
     (torch.softmax(tx.masked_fill(~keep, float("-inf")), -1) * torch.tensor(c)).sum().backward()
     np.testing.assert_allclose(got, tx.grad.numpy(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("window, offset", [(1, 0), (3, 0), (3, 2), (5, -1), (9, 0)])
+def test_window_mask_is_transformers_sliding_window(window, offset):
+    """The op against transformers' own mask function (queries shifted by ``offset``, as
+    a cache would); a window covering every key is ``causal_mask``."""
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    b = ex.ir.GraphBuilder("m")
+    x = b.input("x", (2, 6, 7))
+    y = b.op("window_mask", x, window=window, offset=offset)
+    c = b.op("causal_mask", x, offset=offset)
+    g = b.build([y, c])
+    vals = np.random.default_rng(1).standard_normal((2, 6, 7)).astype(np.float32)
+    out = g.run({"x": vals})
+    q, k = torch.arange(6)[:, None] + offset, torch.arange(7)[None, :]
+    keep = sliding_window_causal_mask_function(window)(0, 0, q, k).numpy()
+    np.testing.assert_array_equal(out[y], np.where(keep, vals, -np.inf))
+    if window >= 7 + abs(offset):
+        np.testing.assert_array_equal(out[y], out[c])
