@@ -17,7 +17,9 @@ eager experts, traced with ``from_torch`` from real inputs (`spmd_cases.case`), 
    and to reduce every row-parallel (and expert-combine) partial sum over tp, so a test
    cannot pass by replicating;
 3. every distinct op of the graph, alone, verifies under every strategy its rule
-   enumerates on that mesh, fed the values the model gives it.
+   enumerates on that mesh, fed the values the model gives it;
+4. traced on the meta device from shapes (as `from_hf` does), the graph is the one
+   verified, node for node.
 
 BLOOM's alibi ``repeat``, Cohere's rotary ``repeat_interleave`` and Falcon's head picks
 are opaque only on the meta device: traced from real weights their inputs are known
@@ -37,7 +39,14 @@ from explorer.sharding import assign, node_strategies, reference, verify
 pytest.importorskip("torch", reason="the torch extra is not installed")
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
-from .spmd_cases import MESH, case, megatron_annotations, projection_role  # noqa: E402
+from .spmd_cases import (  # noqa: E402
+    MESH,
+    auto_class,
+    case,
+    example_inputs,
+    megatron_annotations,
+    projection_role,
+)
 
 # T5's relative-position buckets take log(0) on the diagonal and cast it, as torch does;
 # a ``where`` then discards that value
@@ -110,6 +119,33 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
         if coll.kind.value in ("all-reduce", "reduce-scatter") and "tp" in coll.axes
     }
     assert partial <= reduced, sorted(partial - reduced)
+
+
+def _nodes(graph):
+    return [(n.name, n.op, n.inputs, n.type, n.attrs) for n in graph.nodes]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_meta_device_trace_is_the_verified_graph(arch):
+    """Traced on the meta device from input shapes, as `from_hf` plans a model, each
+    architecture gives the graph verified above from real weights, node for node (names,
+    ops, inputs, types, attributes): BLOOM's alibi, Cohere's rotary table and Falcon's head
+    picks included, so what the planner shards is what ran sharded here."""
+    import torch
+
+    c = case(arch)
+    with torch.device("meta"):
+        meta = auto_class(arch).from_config(c.model.config, attn_implementation="eager")
+    args, kwargs = example_inputs(arch, c.model.config)
+
+    def shape(v):
+        return tuple(v.shape) if isinstance(v, torch.Tensor) else v
+
+    g = ex.models.from_torch(meta, tuple(shape(a) for a in args),
+                             kwargs={k: shape(v) for k, v in kwargs.items()},
+                             input_dtype="fp32" if arch == "vit" else "int64")  # fmt: skip
+    assert g.report.exact, str(g.report)
+    assert _nodes(g) == _nodes(c.graph)
 
 
 def _alone(graph, node, env):
