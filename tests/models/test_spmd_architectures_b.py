@@ -199,3 +199,23 @@ def test_scale_keeps_an_integer_input_integer():
     got = g.run({"x": np.arange(6, dtype=np.int64).reshape(2, 3)})[y]
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, np.arange(6).reshape(2, 3) * 16)
+
+
+def test_integer_tensor_with_a_float_scalar_runs_in_float():
+    """``ids * 0.5`` and ``ids / 2`` are float in torch: the importer casts the integer
+    tensor first (they used to run in int64 and be cast after, truncated: 1 * 0.5 -> 0),
+    while ``ids * 3`` stays int64."""
+    import torch
+
+    class Mixed(torch.nn.Module):
+        def forward(self, x):
+            return x * 0.5, x / 2, x * 3
+
+    x = torch.arange(6).reshape(2, 3)
+    g = ex.models.from_torch(Mixed(), (x,))
+    got = g.run({g.inputs[0].name: x.numpy()})
+    for out, want in zip(g.outputs, Mixed()(x), strict=True):
+        assert got[out].dtype == want.numpy().dtype
+        np.testing.assert_array_equal(got[out], want.numpy())
+    assert [g.node(o).op for o in g.outputs] == ["scale", "scale", "scale"]
+    assert g.node(g.node(g.outputs[0]).inputs[0]).op == "cast"

@@ -96,6 +96,18 @@ _BINARY = {
 }  # fmt: skip
 
 
+def _promoted(cx: Context, node, r):
+    """``r`` cast to torch's float result type when an integer tensor meets a float scalar
+    or a true division (``ids * 0.5``, ``ids / 2``): the op then runs in float, as in
+    torch, instead of in the integer type and being cast after (truncated)."""
+    val = node.meta.get("val")
+    if not isinstance(r, Ref) or not hasattr(val, "dtype") or not val.dtype.is_floating_point:
+        return r
+    if cx.type(r).dtype.is_float:
+        return r
+    return cx.cast(r, cx.dtype(val.dtype))
+
+
 def _binary(name: str):
     tensor_op, fn_second, fn_first = _BINARY[name]
 
@@ -112,6 +124,7 @@ def _binary(name: str):
                 raise Unmapped("bitwise ops on integers")
         if name == "div" and a.get("rounding_mode"):
             raise Unmapped(f"division with rounding_mode={a['rounding_mode']!r}")
+        x, y = _promoted(cx, node, x), _promoted(cx, node, y)
         if isinstance(y, Ref) and alpha != 1:
             y = cx.op("scale", y, factor=float(alpha))
         if isinstance(x, Ref) and isinstance(y, Ref):
