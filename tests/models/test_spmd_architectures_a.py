@@ -10,8 +10,8 @@ experts, traced with ``from_torch`` from real token ids (`spmd_cases.case`), and
 2. on a dp2 x tp4 mesh `verify` runs (a) the plan sharding propagation finds alone and
    (b) a Megatron-style plan (`spmd_cases.megatron_annotations`: column-parallel q/k/v/up
    projections, attention split by head, row-parallel output/down projections, experts
-   split over tp, the rest propagated) and both equal the unsharded run to SHARD_RTOL/SHARD_ATOL with the bytes
-   moved equal to the bytes charged. Each plan is checked to split a quarter of its ops
+   split over tp, the rest propagated) and both equal the unsharded run to
+   SHARD_RTOL/SHARD_ATOL with the bytes moved equal to the bytes charged. Each plan is checked to split a quarter of its ops
    at least, and (b) to keep the named strategies and to reduce every row-parallel (and
    expert-combine) partial sum over tp, so a test cannot pass by replicating.
 3. plans drawn at random (every node a random one of its strategies, seeded) equal the
@@ -58,7 +58,9 @@ MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "phimoe")
 
 #: Architectures whose traced graph still holds an opaque op (no numpy impl, replicated
 #: only). The mark goes when the op is mapped (issue 16, helpers I1/I2).
-OPAQUE: dict[str, str] = {}  # gemma2 / gemma3_text's window mask: window_mask (I2)
+#: None today: gemma2 / gemma3_text's sliding-window mask is a window_mask op, gptj's
+#: rotary tables use the repeat / repeat_interleave ops.
+OPAQUE: dict[str, str] = {}
 
 
 def _params():
