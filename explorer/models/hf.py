@@ -213,7 +213,7 @@ def hf_model(
             model = cls._from_config(cfg, attn_implementation=attn_implementation, dtype=tdt)
     except Exception as e:  # transformers raises many kinds for configs it cannot build
         raise TorchImportError(
-            f"{where}: transformers could not build {cls.__name__} from this config "
+            f"{where or 'config'}: transformers could not build {cls.__name__} from this config "
             f"({type(e).__name__}: {str(e)[:300]}); check the config's fields"
         ) from None
     return model, cfg, where
@@ -227,9 +227,13 @@ def _config(config: Any, transformers: Any) -> tuple[Any, str]:
     mtype = raw.get("model_type")
     mapping = transformers.CONFIG_MAPPING
     if not isinstance(mtype, str) or mtype not in mapping:
-        got = "missing" if mtype is None else repr(mtype)
+        if mtype is None:
+            raise TorchImportError(
+                f"{where or 'config'}: no model_type field; a Hugging Face config.json names "
+                'its architecture there (e.g. "model_type": "llama"): add it'
+            )
         raise TorchImportError(
-            f"{where or 'config'}: model_type {got} is not a transformers "
+            f"{where or 'config'}: model_type {mtype!r} is not a transformers "
             f"{transformers.__version__} model type; known types include "
             f"{', '.join(sorted(mapping.keys())[:40])}, ..."
         )

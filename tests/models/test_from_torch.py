@@ -162,6 +162,10 @@ def test_bad_inputs_raise_named_errors(tmp_path):
         from_hf(tmp_path)
     with pytest.raises(TorchImportError, match="batch=0"):
         from_hf({"model_type": "gpt2"}, batch=0)
+    with pytest.raises(TorchImportError, match="^config: no model_type field.*add it"):
+        from_hf({"hidden_size": 64})
+    with pytest.raises(TorchImportError, match="^config: transformers could not build GPT2"):
+        from_hf({"model_type": "gpt2", "n_embd": 65, "n_head": 4, "n_layer": 1})
 
 
 class _CountedRepeat(torch.nn.Module):
