@@ -18,7 +18,8 @@ eager experts, traced with ``from_torch`` from real inputs (`spmd_cases.case`), 
    cannot pass by replicating;
 3. every distinct op of the graph, alone, verifies under every strategy its rule
    enumerates on that mesh, fed the values the model gives it;
-4. traced on the meta device from shapes (as `from_hf` does), the graph is the one
+4. the searched and Megatron-style plans verify on a dp2 x tp2 x sp2 mesh too;
+5. traced on the meta device from shapes (as `from_hf` does), the graph is the one
    verified, node for node.
 
 BLOOM's alibi ``repeat``, Cohere's rotary ``repeat_interleave`` and Falcon's head picks
@@ -119,6 +120,27 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
         if coll.kind.value in ("all-reduce", "reduce-scatter") and "tp" in coll.axes
     }
     assert partial <= reduced, sorted(partial - reduced)
+
+
+CUBE = ex.Mesh({"dp": 2, "tp": 2, "sp": 2}, hardware=ex.hardware.load("h100-sxm"))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_three_axis_mesh_plans_equal_unsharded(arch):
+    """On a dp2 x tp2 x sp2 cube, under MindSpore's byte cost model (which splits more
+    than the roofline at these sizes), the searched plan and the Megatron-style one (sp
+    left to propagation) equal the unsharded run: layouts over two or three axes and
+    their redistributions."""
+    c = case(arch)
+    params = ex.CostParams.mindspore()
+    for names in (None, megatron_annotations(c.graph, CUBE)):
+        plan = ex.search(c.graph, CUBE, method="sharding_propagation", params=params,
+                         annotations=names)  # fmt: skip
+        axes = {a for s in plan.assignment.values() for _, split in s.dim_axes for a in split}
+        assert {"dp", "tp"} <= axes, axes
+        report = verify(c.graph, plan.assignment, CUBE, inputs=c.feeds, rtol=SHARD_RTOL,
+                        atol=SHARD_ATOL)  # fmt: skip
+        assert report.ok and report.num_collectives > 0, str(report)
 
 
 def _nodes(graph):
