@@ -71,6 +71,7 @@ class PartCost:
         flops: forward FLOPs for one microbatch (whole, before any split).
         kernels: the part's local kernels under the chosen layouts (fused ops left out),
             what the kernel-time model (`explorer.training.kernels`) times.
+        param_shapes: (name inside the part, whole shape) of each parameter tensor.
 
     ``forward_s``, ``backward_s`` and ``recompute_selective_s`` are the operator search's
     flat estimate here; the step model replaces them with `kernels.timed_costs`.
@@ -85,6 +86,7 @@ class PartCost:
     expert_params: int = 0
     flops: int = 0
     kernels: tuple[OpShape, ...] = field(default=(), repr=False)
+    param_shapes: tuple[tuple[str, tuple[int, ...]], ...] = field(default=(), repr=False)
 
 
 @dataclass(frozen=True)
@@ -276,6 +278,7 @@ def stage_decisions(
                 n.type.numel for n in params_ if ".moe" in n.name and len(n.type.shape) == 3
             ),
             "flops": g1.flops(ops),
+            "param_shapes": tuple((n.name[len(scope) + 1 :], tuple(n.type.shape)) for n in params_),
         }
 
     def kernels(scope: str, skip: tuple[str, ...] = ()) -> tuple[OpShape, ...]:

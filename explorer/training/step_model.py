@@ -109,7 +109,8 @@ class TrainingParams:
     zero_gather_overlap_fraction  fraction   of ZeRO-3 weight gathers hidden behind compute
     zero_grad_overlap_fraction    fraction   of ZeRO-2/3 per-microbatch reduce-scatters hidden
     zero_bandwidth_efficiency     fraction   of link bandwidth ZeRO-3's gathers/reduce-scatters reach
-    zero3_collectives_per_layer   1          ZeRO-3 collectives per layer per gather or reduction
+    zero3_collectives_per_tensor  1          ZeRO-3 collectives per gathered weight tensor
+    zero3_persistence_threshold   elements   ZeRO-3 keeps smaller tensors whole on every device
     ============================  =========  ===============================================
     """
 
@@ -184,16 +185,19 @@ class TrainingParams:
         "a step (three gathers, one reduce-scatter): 529.6B on 2240 GPUs in 183.7 s needs "
         "at least 0.92 of the 25 GB/s NIC; CostParams.bandwidth_efficiency's 0.8 is an "
         "assumption set with Table 1's tensor- and pipeline-parallel runs")  # fmt: skip
-    zero3_collectives_per_layer: float = knob(
-        4.0, "collectives per layer per gather or reduce-scatter", 0.0, 1e4,
+    zero3_collectives_per_tensor: float = knob(
+        1.0, "collectives per gathered weight tensor per gather or reduce-scatter", 0.0, 100.0,
         source="DeepSpeed ZeRO-3 fetches a module's partitioned parameters tensor by tensor "
         "(deepspeed/runtime/zero/partition_parameters.py, Init._all_gather: with async_op, "
-        "the prefetching path, one _allgather_param per parameter) "
-        "and keeps those under stage3_param_persistence_threshold (default 1e5 elements, "
-        "DeepSpeed configuration docs) whole on every device: a Megatron-LM GPT layer's 4 "
-        "weight matrices (fused QKV, attention output, fc1, fc2), biases and norms kept; "
-        "assumption: the gradients' reduce-scatters as many; each pays a ring's latency "
-        "(terms/zero.ring_latency_s)")  # fmt: skip
+        "the prefetching path, one _allgather_param per parameter); assumption: the "
+        "gradients' reduce-scatters as many; each pays a ring's latency "
+        "(terms/zero.ring_latency_s). The tensors a layer gathers are counted from its "
+        "architecture (terms/zero.gathered_tensors): a Megatron-LM GPT layer 4")  # fmt: skip
+    zero3_persistence_threshold: float = knob(
+        1e5, "elements", 0.0, 1e15,
+        source="DeepSpeed's default stage3_param_persistence_threshold (1e5; DeepSpeed ZeRO "
+        "configuration docs): smaller tensors (biases, norms, routers) stay whole on every "
+        "device and are never gathered")  # fmt: skip
 
     def __post_init__(self) -> None:
         kinds = (

@@ -42,10 +42,11 @@ def test_each_collective_of_a_layer_pays_the_ring_latency():
     s = _step(64)
     lat = zero.ring_latency_s(s)
     params = 4 * s.layer_params
-    per_layer = TrainingParams().zero3_collectives_per_layer
+    per_layer = zero.collectives_per_layer(s)
+    assert per_layer == 4  # gpt3's layer: fused QKV, attention output, fc1, fc2
     four, one = zero.gather_s(s, params, 4), zero.gather_s(s, params, 1)
     assert four - one == pytest.approx(3 * per_layer * lat, rel=1e-9)
-    none = _step(64, zero3_collectives_per_layer=0.0)
+    none = _step(64, zero3_collectives_per_tensor=0.0)
     assert four - zero.gather_s(none, params, 4) == pytest.approx((4 * per_layer - 1) * lat)
 
 

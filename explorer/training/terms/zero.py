@@ -102,14 +102,67 @@ def ring_latency_s(s: StepModel) -> float:
     return (n - 1 - inter) * cl.latency("intra") + inter * cl.latency("inter")
 
 
+#: Weights Megatron-LM keeps as one tensor (fused QKV, fused SwiGLU gate and up): one
+#: gather each; our built graphs hold them apart.
+_FUSED = {
+    "q_w": "qkv_w",
+    "k_w": "qkv_w",
+    "v_w": "qkv_w",
+    "gate_w": "gate_up_w",
+    "up_w": "gate_up_w",
+}
+
+
+def gathered_tensors(shapes, ep: int = 1, threshold: float = 1e5) -> int:
+    """Weight tensors ZeRO-3 gathers for one layer: ``shapes`` are the layer's ``(name,
+    shape)`` parameter tensors (`PartCost.param_shapes`); Megatron-LM's fused ones
+    (`_FUSED`) count once; a stacked expert tensor ``[experts, ...]`` is one tensor per
+    expert a device holds (``experts / ep``); tensors under ``threshold`` elements stay
+    whole (DeepSpeed's persistence threshold).
+
+    >>> gpt = [("attn.norm_g", (12288,)), ("attn.q_w", (12288, 12288)),
+    ...        ("attn.k_w", (12288, 12288)), ("attn.v_w", (12288, 12288)),
+    ...        ("attn.q_b", (12288,)), ("attn.o_w", (12288, 12288)),
+    ...        ("mlp.fc1_w", (12288, 49152)), ("mlp.fc1_b", (49152,)),
+    ...        ("mlp.fc2_w", (49152, 12288))]
+    >>> gathered_tensors(gpt)  # fused QKV, attention output, fc1, fc2
+    4
+    >>> moe = [("attn.q_w", (64, 64)), ("moe.router_w", (4096, 8)),
+    ...        ("moe.gate_w", (8, 4096, 14336)), ("moe.up_w", (8, 4096, 14336)),
+    ...        ("moe.down_w", (8, 14336, 4096))]
+    >>> gathered_tensors(moe, ep=2)  # 4 local experts x (gate_up, down); small q and router kept
+    8
+    """
+    groups: dict[str, list[float]] = {}  # tensor -> [elements of one, how many a device holds]
+    for name, shape in shapes:
+        scope, _, short = name.rpartition(".")
+        key = f"{scope}.{_FUSED.get(short, short)}"
+        numel = float(math.prod(shape))
+        count = 1.0
+        if len(shape) == 3:  # stacked experts: DeepSpeed-MoE holds one module per expert
+            numel /= shape[0]
+            count = float(-(-shape[0] // ep))
+        g = groups.setdefault(key, [0.0, count])
+        g[0] += numel
+    return int(sum(c for numel, c in groups.values() if numel >= threshold))
+
+
+def collectives_per_layer(s: StepModel) -> float:
+    """ZeRO-3 collectives of one layer per gather or reduce-scatter pass: the weight
+    tensors it gathers (`gathered_tensors`) times ``zero3_collectives_per_tensor``."""
+    tp_ = s.tparams
+    n = gathered_tensors(s.costs.layer.param_shapes, s.par.ep, tp_.zero3_persistence_threshold)
+    return tp_.zero3_collectives_per_tensor * n
+
+
 def _zero3_collective_s(s: StepModel, kind: str, size: float, n_layers: int) -> float:
     """ZeRO-3: seconds of one pass of ``kind`` over ``size`` bytes of ``n_layers``
     layers' tensors: the bytes at ``zero_bandwidth_efficiency`` of the link, plus a ring's
-    latency (`ring_latency_s`) per collective (``zero3_collectives_per_layer`` a layer,
-    at least one)."""
+    latency (`ring_latency_s`) per collective (`collectives_per_layer` a layer, at least
+    one)."""
     tp_ = s.tparams
     volume = s.collective_s(kind, size, AXES) - s.collective_s(kind, 0.0, AXES)
-    calls = max(1.0, tp_.zero3_collectives_per_layer * n_layers)
+    calls = max(1.0, collectives_per_layer(s) * n_layers)
     return volume / tp_.zero_bandwidth_efficiency + calls * ring_latency_s(s)
 
 
