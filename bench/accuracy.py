@@ -154,7 +154,8 @@ def uncalibrated(data) -> dict:
             rows.append({"dataset": name, "role": role, "run": r.label, "config": str(r.config),
                          "published_s": r.step_time_s, "predicted_s": t, "error": err,
                          "memory_gib": mem, "memory_cap_gib": cap, "fits": sim.fits,
-                         "source": r.source})  # fmt: skip
+                         "memory_rows_gib": {k: v / 2**30 for k, v in sim.memory.rows()},
+                         "memory_stage": sim.memory.stage, "source": r.source})  # fmt: skip
             print(f"{name:20s} {role:5s} {r.label:44s} {r.step_time_s:>11.3f} {t:>11.3f} "
                   f"{err:>+7.1%} {mem:>6.1f}/{cap:<4.0f}{'' if sim.fits else ' over'}")  # fmt: skip
             if any("recompute" in x and "chosen by the planner" in x
@@ -184,9 +185,22 @@ def uncalibrated(data) -> dict:
     over = summary["over_memory"]
     print(f"   {len(over)}/{len(rows)} published layouts over the memory cap by our model"
           + (f": {', '.join(over)}" if over else ""))  # fmt: skip
+    _tight_breakdowns(rows)
     summary["planner_recompute"] = [_recompute_ladder(*x) for x in planned]
     print()
     return {"rows": rows, "summary": summary}
+
+
+def _tight_breakdowns(rows: list[dict], share: float = 0.9) -> None:
+    """Print the per-term memory of the worst device of every row above ``share`` of its
+    chip (the rows whose fit a memory term can flip)."""
+    tight = [x for x in rows if x["memory_gib"] > share * x["memory_cap_gib"]]
+    if tight:
+        print(f"   memory per term of the worst device, rows above {share:.0%} of the chip (GiB):")
+    for x in tight:
+        terms = ", ".join(f"{k} {v:.2f}" for k, v in x["memory_rows_gib"].items() if v)
+        print(f"     {x['run']} (pipeline device {x['memory_stage']}): {terms}; total "
+              f"{x['memory_gib']:.2f}/{x['memory_cap_gib']:.0f}")  # fmt: skip
 
 
 def _recompute_ladder(name: str, run: ex.MeasuredRun, base: TrainingParams) -> dict:

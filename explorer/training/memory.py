@@ -147,7 +147,11 @@ class MemoryAllowances:
     Args:
         runtime_context_bytes: CUDA/CANN context, cuBLAS workspaces, framework runtime.
         communication_buffer_bytes: collective-library buffers (NCCL/HCCL channels).
-        fragmentation_fraction: allocator fragmentation, a fraction of everything else.
+        fragmentation_fraction: the caching allocator's fragmentation, a fraction of the
+            bytes it holds: model states, activations, working sets and gather buffers.
+            Not of the two rows above: the CUDA context is the driver's, and NCCL allocates
+            its channel buffers itself (``cudaMalloc``/``cuMem``), outside PyTorch's caching
+            allocator (whose ``torch.cuda.memory_reserved()`` counts neither).
     """
 
     runtime_context_bytes: float = 1.0 * _GIB

@@ -381,8 +381,8 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     static = moe.layer_static(step, static, per_param)  # dense first layers' own weights
     acts = [step.embed_act()] + [recompute.layers_act(step, n, n_full) / n] * L + [0.0]
     al = step.tparams.allowances
-    usable = step.cap / (1 + al.fragmentation_fraction)
-    usable -= al.runtime_context_bytes + al.communication_buffer_bytes
+    rest = al.runtime_context_bytes + al.communication_buffer_bytes  # outside the allocator
+    usable = (step.cap - rest) / (1 + al.fragmentation_fraction)
     usable -= recompute.working_set(step, [n], n_full) + step.head_act()
     usable -= zero.gather_buffer_bytes(step)
     alone = par.stages > L

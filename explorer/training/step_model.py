@@ -414,8 +414,9 @@ class StepModel:
         work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
         zbuf = zero.gather_buffer_bytes(self)
         al = tp_.allowances
-        rest = al.runtime_context_bytes + al.communication_buffer_bytes
-        frag = al.fragmentation_fraction * (w + gr + opt + act + work + zbuf + rest)
+        # Fragmentation is the caching allocator's: the CUDA context and the collective
+        # library's buffers are allocated outside it (`MemoryAllowances`).
+        frag = al.fragmentation_fraction * (w + gr + opt + act + work + zbuf)
         return MemoryBreakdown(
             parameters=w, gradients=gr, optimizer_states=opt, activations=act,
             recompute_working_set=work, zero_gather_buffer=zbuf,
