@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 import re
 from collections import deque
 
@@ -17,7 +18,8 @@ from .propagation import neighbours
 __all__ = ["solve_recursive"]
 
 
-_LAYER = re.compile(r"layers\.\d+\.")
+# a layer index in a module path ("layers.3.", "h.3.", "blocks.3."): copies of a layer
+_LAYER = re.compile(r"(^|\.)\d+\.")
 _CUT_KEYS: Memo[list] = Memo("search.recursive.cut_keys", maxsize=32)
 _ROUND_CANDS: Memo[tuple] = Memo("search.recursive.round_cands", maxsize=1 << 16)
 _STRUCTURES: Memo = Memo("search.recursive.structure", maxsize=32)
@@ -54,7 +56,8 @@ def solve_recursive(p: Problem, deadline: Deadline | None = None) -> dict[int, i
     nb = neighbours(p)
     by_cost = sorted(p.active, key=lambda i: (-float(np.max(p.cost[i])), i))
     by_graph = sorted(p.active)
-    starts = [np.zeros(local.n, dtype=np.intp)]
+    dp = local.data_parallel(axes)
+    starts = [np.zeros(local.n, dtype=np.intp), dp]
     memo: dict = {}
     for n, order in enumerate((by_cost, by_graph)):
         if n and deadline is not None and deadline.passed("while making the starting plans"):
@@ -63,7 +66,7 @@ def solve_recursive(p: Problem, deadline: Deadline | None = None) -> dict[int, i
     tops, scopes = [], set()
     for i in by_cost:  # the costliest op of each scope (attention, MLP, experts, head)
         # copies of a layer propagate alike: one scope for all of them
-        scope = _LAYER.sub("layers.*.", model.graph.node(model.names[i]).scope + ".")
+        scope = _LAYER.sub(r"\1*.", model.graph.node(model.names[i]).scope + ".")
         if scope not in scopes:
             scopes.add(scope)
             tops.append(i)
@@ -72,6 +75,7 @@ def solve_recursive(p: Problem, deadline: Deadline | None = None) -> dict[int, i
             break
         cuts = np.argsort(local.ahead(top), kind="stable")[:TOP_CUTS]
         starts.extend(local.propagate(top, cuts))
+        starts.extend(local.propagate(top, cuts, background=dp))
     # propagation from different cuts often lands on one plan: each distinct start once
     x = _unique_rows(np.stack(starts))
     x = local.distinct(local.descend(x, by_cost, chains=False))
@@ -313,12 +317,44 @@ class _Local:
             return np.repeat(self.base[i][:, None], len(x), axis=1)
         return self.base[i][:, None] + np.add.reduce(self.stack[i][:, cols + x[:, js]], axis=2)
 
-    def propagate(self, top: int, cuts: np.ndarray) -> list[np.ndarray]:
-        """``solve_propagation(p, {top: k})`` for every ``k`` in ``cuts`` at once."""
-        x = np.zeros((len(cuts), self.n), dtype=np.intp)
+    def propagate(
+        self, top: int, cuts: np.ndarray, background: np.ndarray | None = None
+    ) -> list[np.ndarray]:
+        """``solve_propagation(p, {top: k})`` for every ``k`` in ``cuts`` at once. With a
+        ``background`` plan, each op settles against all its neighbours, those not yet
+        reached holding their background strategy (a cut grown inside that plan, e.g. a
+        tensor-parallel block inside the data-parallel plan); without, against the reached
+        ones only."""
+        if background is None:
+            x = np.zeros((len(cuts), self.n), dtype=np.intp)
+        else:
+            x = np.repeat(background[None, :], len(cuts), axis=0)
         for v, cols, js in self.st.propagation_order(self.p, top):
-            x[:, v] = cuts if v == top else self.unary(v, x, cols, js).argmin(axis=0)
+            if v == top:
+                x[:, v] = cuts
+            elif background is None:
+                x[:, v] = self.unary(v, x, cols, js).argmin(axis=0)
+            else:
+                x[:, v] = self.unary(v, x).argmin(axis=0)
         return list(x)
+
+    def data_parallel(self, axes: tuple[str, ...]) -> np.ndarray:
+        """The data-parallel plan: each op splits its batch (its first input's first dim)
+        over as many devices as it divides, the mesh's axes in order on ties; parameters
+        and ops with no such cut are replicated. A start that rounds and propagation miss
+        where every op's own cuts tie (an 8-way split computes alike on any dim)."""
+        mesh, model = self.p.model.mesh, self.p.model
+        x = np.zeros(self.n, dtype=np.intp)
+        for i in self.p.active:
+            if model.graph.node(model.names[i]).op == "param":
+                continue
+            best = 1
+            for k, s in enumerate(model.nodes[i].strategies):
+                if s.is_data_parallel and set(s.dim_axes[0][1]) <= set(axes):
+                    size = math.prod(mesh.axis_size(a) for a in s.dim_axes[0][1])
+                    if size > best:
+                        x[i], best = k, size
+        return x
 
     def objective(self, x: np.ndarray) -> np.ndarray:
         p = self.p
