@@ -84,6 +84,7 @@ MEMORY_COLORS: dict[str, str] = {
     "activations": "#FF7F0E",
     "recompute_working_set": "#FECB52",
     "zero_gather_buffer": "#19D3F3",
+    "zero_reduce_buffer": "#54A24B",
     "runtime_context": "#7F7F7F",
     "communication_buffers": "#A6A6A6",
     "fragmentation": "#CFCFCF",

@@ -56,6 +56,7 @@ __all__ = [
     "activation_bytes_per_layer",
     "layer_terms",
     "inner_bytes_per_token",
+    "reduce_buffer_bytes",
 ]
 
 _GIB = 2**30
@@ -183,6 +184,7 @@ class MemoryBreakdown:
     activations: float = 0.0
     recompute_working_set: float = 0.0
     zero_gather_buffer: float = 0.0
+    zero_reduce_buffer: float = 0.0
     runtime_context: float = 0.0
     communication_buffers: float = 0.0
     fragmentation: float = 0.0
@@ -190,7 +192,8 @@ class MemoryBreakdown:
 
     ROWS = (
         "parameters", "gradients", "optimizer_states", "activations", "recompute_working_set",
-        "zero_gather_buffer", "runtime_context", "communication_buffers", "fragmentation",
+        "zero_gather_buffer", "zero_reduce_buffer", "runtime_context", "communication_buffers",
+        "fragmentation",
     )  # fmt: skip
 
     @property
@@ -254,6 +257,31 @@ def activation_bytes_per_layer(
         kv = hidden if kv_hidden is None else kv_hidden
         gathered = terms.gathered_kv_bytes * microbatch * (seq - local) * kv / tp
     return sbh * (per + attention / tp) + gathered
+
+
+def reduce_buffer_bytes(
+    unit_params: float, bucket_params: float, gradient_bytes: float, zero: int, replicas: int
+) -> float:
+    """Bytes of unsharded gradients a ZeRO-2/3 device holds until their reduce-scatter.
+
+    ZeRO-2 and 3 keep only a ``1/replicas`` shard of the gradients (`StateBytes`), but the
+    backward produces each gradient whole on every device: it lives until the reduce-scatter
+    that shards it. PyTorch FSDP reduce-scatters one wrapped module (``unit_params``: a
+    transformer layer, the usual wrapping) at a time; DeepSpeed fills a bucket of
+    ``reduce_bucket_size`` elements (``bucket_params``, default 5e8, DeepSpeed's ZeRO
+    configuration docs). The smaller of the two, at ``gradient_bytes`` each: a lower bound
+    (one unit; an overlapped reduce-scatter of the previous unit may still hold its own,
+    and DeepSpeed's ``overlap_comm`` keeps several buckets). None without sharded
+    gradients (ZeRO 0/1 count the whole gradient buffer) or without a second replica.
+
+    >>> reduce_buffer_bytes(4e8, 5e8, 2.0, zero=2, replicas=64)
+    800000000.0
+    >>> reduce_buffer_bytes(2e9, 5e8, 2.0, 3, 8), reduce_buffer_bytes(4e8, 5e8, 2.0, 1, 8)
+    (1000000000.0, 0.0)
+    """
+    if zero < 2 or replicas == 1:
+        return 0.0
+    return min(unit_params, bucket_params) * gradient_bytes
 
 
 # Korthikanti et al.'s counts for a GPT layer, bytes per token over h (the paper's section 4.1).

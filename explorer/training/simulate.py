@@ -384,7 +384,7 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     rest = al.runtime_context_bytes + al.communication_buffer_bytes  # outside the allocator
     usable = (step.cap - rest) / (1 + al.fragmentation_fraction)
     usable -= recompute.working_set(step, [n], n_full) + step.head_act()
-    usable -= zero.gather_buffer_bytes(step)
+    usable -= zero.gather_buffer_bytes(step) + step.reduce_buffer(None, [])
     alone = par.stages > L
     return partition_layers(times, static, acts, in_flight, [usable] * par.stages, alone)
 

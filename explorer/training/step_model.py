@@ -25,6 +25,7 @@ from .memory import (
     StateBytes,
     TrainingParamsError,
     check_nonnegative,
+    reduce_buffer_bytes,
 )
 from .pipeline.partition import StagePartition
 from .stage_costs import StageCosts, stage_costs
@@ -111,6 +112,7 @@ class TrainingParams:
     zero_bandwidth_efficiency     fraction   of link bandwidth ZeRO-3's gathers/reduce-scatters reach
     zero3_collectives_per_tensor  1          ZeRO-3 collectives per gathered weight tensor
     zero3_persistence_threshold   elements   ZeRO-3 keeps smaller tensors whole on every device
+    zero_reduce_bucket_params     params     ZeRO-2/3 unsharded gradients held until reduced
     ============================  =========  ===============================================
     """
 
@@ -198,6 +200,12 @@ class TrainingParams:
         source="DeepSpeed's default stage3_param_persistence_threshold (1e5; DeepSpeed ZeRO "
         "configuration docs): smaller tensors (biases, norms, routers) stay whole on every "
         "device and are never gathered")  # fmt: skip
+    zero_reduce_bucket_params: float = knob(
+        5e8, "parameters", 1.0, 1e13,
+        source="DeepSpeed's default reduce_bucket_size (5e8 elements; DeepSpeed ZeRO "
+        "configuration docs); PyTorch FSDP reduce-scatters one wrapped module (a layer) at a "
+        "time: a ZeRO-2/3 device holds min(layer, bucket) unsharded gradients "
+        "(memory.reduce_buffer_bytes)")  # fmt: skip
 
     def __post_init__(self) -> None:
         kinds = (
@@ -413,15 +421,31 @@ class StepModel:
         act += cp.transient_bytes(self)  # the layer in flight's gathered K, V (dK, dV)
         work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
         zbuf = zero.gather_buffer_bytes(self)
+        rbuf = self.reduce_buffer(part, chunks)
         al = tp_.allowances
         # Fragmentation is the caching allocator's: the CUDA context and the collective
         # library's buffers are allocated outside it (`MemoryAllowances`).
-        frag = al.fragmentation_fraction * (w + gr + opt + act + work + zbuf)
+        frag = al.fragmentation_fraction * (w + gr + opt + act + work + zbuf + rbuf)
         return MemoryBreakdown(
             parameters=w, gradients=gr, optimizer_states=opt, activations=act,
-            recompute_working_set=work, zero_gather_buffer=zbuf,
+            recompute_working_set=work, zero_gather_buffer=zbuf, zero_reduce_buffer=rbuf,
             runtime_context=al.runtime_context_bytes,
             communication_buffers=al.communication_buffer_bytes, fragmentation=frag, stage=d,
+        )  # fmt: skip
+
+    def reduce_buffer(self, part: StagePartition | None, chunks: list[int]) -> float:
+        """Unsharded gradients a ZeRO-2/3 device holds until their reduce-scatter
+        (`memory.reduce_buffer_bytes`): its largest part (a layer, the embedding or the
+        head; every part when ``part`` is None) up to ``zero_reduce_bucket_params``."""
+        units = [self.layer_params]
+        if part is None or any(part.has_embed(g) for g in chunks):
+            units.append(self.embed_params)
+        if part is None or any(part.has_head(g) for g in chunks):
+            units.append(self.head_params)
+        tp_ = self.tparams
+        return reduce_buffer_bytes(
+            max(units), tp_.zero_reduce_bucket_params, tp_.state.gradient_bytes,
+            self.par.zero, self.par.weight_replicas,
         )  # fmt: skip
 
     def flops(self) -> tuple[float, float]:

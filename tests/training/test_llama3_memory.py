@@ -54,15 +54,19 @@ def test_worst_device_breakdown_by_hand(dp64):
     per_layer = SEQ * H * (8 + 23.75) / TP
     assert m.activations == pytest.approx(141 * per_layer, rel=1e-12)
     assert m.recompute_working_set == m.zero_gather_buffer == 0.0
+    # FSDP reduce-scatters one layer's gradients at a time: one layer's whole bf16 gradients
+    assert m.zero_reduce_buffer == pytest.approx(2 * layer, rel=1e-12)
     al = params.allowances
-    held = m.parameters + m.gradients + m.optimizer_states + m.activations
+    held = m.parameters + m.gradients + m.optimizer_states + m.activations + m.zero_reduce_buffer
     assert m.fragmentation == pytest.approx(al.fragmentation_fraction * held, rel=1e-12)
     assert m.total == pytest.approx(
         held * (1 + al.fragmentation_fraction) + al.runtime_context_bytes
         + al.communication_buffer_bytes, rel=1e-12,
     )  # fmt: skip
-    # the hand numbers: 5.94 GiB of weights, 69.95 GiB of activations
+    # the hand numbers: 5.94 GiB of weights, 0.74 GiB of a layer's gradients, 69.95 GiB of
+    # activations
     assert 2 * device_params / GIB == pytest.approx(5.937, abs=1e-3)
+    assert 2 * layer / GIB == pytest.approx(0.742, abs=1e-3)
     assert 141 * per_layer / GIB == pytest.approx(69.95, abs=1e-2)
 
 
@@ -80,7 +84,8 @@ def test_fragmentation_leaves_out_context_and_collective_buffers():
     b = estimate("gpt2", par, "a100-80g", 16, 1024, more).memory
     assert a.fragmentation == b.fragmentation
     assert b.total - a.total == pytest.approx((3 - 1) * GIB + (2 - 0.5) * GIB, rel=1e-12)
-    held = sum(getattr(a, r) for r in a.ROWS[:6])  # states, activations, working sets, buffers
+    outside = ("runtime_context", "communication_buffers", "fragmentation")
+    held = sum(v for r, v in a.rows() if r not in outside)  # what the allocator holds
     assert a.fragmentation == pytest.approx(0.05 * held, rel=1e-12)
 
 
@@ -99,3 +104,30 @@ def _step(run, params):
     from explorer.training.step_model import StepModel
 
     return StepModel(run.cfg, run.config, run.cluster, run.global_batch, run.seq, params)
+
+
+@pytest.mark.parametrize(
+    "zero, dp, bucket, want",
+    [
+        (0, 8, 5e8, 0.0),  # the whole gradient buffer is counted as gradients
+        (1, 8, 5e8, 0.0),
+        (2, 1, 5e8, 0.0),  # one replica: nothing to reduce
+        (2, 8, 5e8, "layer"),  # a gpt3-13b layer (3.96e7 parameters on tp 8) < the bucket
+        (3, 8, 1e7, 1e7 * 2),  # a bucket smaller than the layer
+    ],
+)
+def test_zero_reduce_buffer_by_hand(zero, dp, bucket, want):
+    """One reduce unit of whole 16-bit gradients: min(the device's largest part, bucket)."""
+    from explorer.training.step_model import StepModel
+
+    cfg = ex.models.load("gpt3-13b")
+    par = ex.ParallelConfig(dp=dp, tp=8, zero=zero, sp=True)
+    p = TrainingParams(zero_reduce_bucket_params=bucket)
+    s = StepModel(cfg, par, ex.hardware.load("a100-80g"), dp, 2048, p)
+    h, a, f = cfg.hidden_size, cfg.num_heads * cfg.dim_head, cfg.ffn  # 5140, 5120, 20560
+    # q, k, v, o and fc1, fc2 weights; their biases (3a + h + f + h); two LayerNorms (4h)
+    layer = (4 * h * a + 2 * h * f + 3 * a + f + 6 * h) / 8
+    assert s.layer_params == pytest.approx(layer, rel=1e-12)
+    expect = 2 * layer if want == "layer" else want
+    mem = estimate(cfg, par, "a100-80g", dp, 2048, p).memory
+    assert mem.zero_reduce_buffer == pytest.approx(expect, rel=1e-12)

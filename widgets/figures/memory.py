@@ -39,6 +39,7 @@ ROW_NAMES: dict[str, str] = {
     "activations": "Activations",
     "recompute_working_set": "Recompute working set",
     "zero_gather_buffer": "ZeRO-3 gather buffer",
+    "zero_reduce_buffer": "ZeRO-2/3 gradients before reduce-scatter",
     "runtime_context": "Runtime context (CUDA, kernels)",
     "communication_buffers": "Communication buffers",
     "fragmentation": "Fragmentation",
