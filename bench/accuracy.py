@@ -201,6 +201,13 @@ def _tight_breakdowns(rows: list[dict], share: float = 0.9) -> None:
         terms = ", ".join(f"{k} {v:.2f}" for k, v in x["memory_rows_gib"].items() if v)
         print(f"     {x['run']} (pipeline device {x['memory_stage']}): {terms}; total "
               f"{x['memory_gib']:.2f}/{x['memory_cap_gib']:.0f}")  # fmt: skip
+    if tight:
+        print("     sources: model states by ZeRO stage (Rajbhandari et al. 2020, section 3.1); "
+              "activations: Korthikanti et al. 2022 counted for the model's layer x the "
+              "schedule's peak chunk-microbatches in flight (Narayanan et al. 2021); "
+              "zero_reduce_buffer: one FSDP unit or DeepSpeed reduce bucket of whole gradients; "
+              "runtime_context, communication_buffers, fragmentation: assumptions "
+              "(MemoryAllowances)")  # fmt: skip
 
 
 def _recompute_ladder(name: str, run: ex.MeasuredRun, base: TrainingParams) -> dict:
