@@ -32,6 +32,15 @@ scales the constants by the ratio (see its docstring for the derivation); a LLaM
 layer (RMSNorm, no dropout, grouped-query attention, SwiGLU) keeps ``8`` replicated bytes
 (not 10) and ``4 + 4 h_kv/h + 6 I/h`` split ones (not 24), and its attention core ``2``
 (not 5).
+
+The rows of `MemoryBreakdown` and where each comes from: parameters, gradients and
+optimizer states by ZeRO stage (`terms/zero.py`; Llama 3's FSDP, which shards gradients and
+optimizer states but keeps weights whole after the forward, is ZeRO-2); activations as above
+times the schedule's peak microbatches in flight (`pipeline.schedule.peak_in_flight`:
+Narayanan et al. 2021's interleaved warm-up ``(p - d - 1) 2 + (v - 1) p`` plus one, equal to
+PyTorch's ``ScheduleInterleaved1F1B``'s, tests/training/test_cp_llama3.py); the recompute working set and ZeRO-3's gather
+buffer; ``zero_reduce_buffer``, the whole gradients of one reduce unit (`reduce_buffer_bytes`);
+and the three `MemoryAllowances`, which are assumptions.
 """
 
 from __future__ import annotations
