@@ -12,7 +12,9 @@ import shlex
 
 from ..models import ModelConfig, load
 from ..training import ParallelConfig
+from ..training.pipeline import PartitionError, uniform_partition
 from .errors import ExportError
+from .megatron_split import split_args
 
 __all__ = ["megatron_args", "deepspeed_config", "deepspeed_args", "launch_command"]
 
@@ -83,14 +85,52 @@ def _moe_mla_args(cfg: ModelConfig) -> list[str]:
     return args
 
 
+def _split_args(plan, c: ParallelConfig, cfg: ModelConfig | None, layout: bool) -> list[str]:
+    """The layer-split flags (`megatron_split.split_args`) for the plan's stage split: a
+    TrainingPlan's own ``sim.partition``; for a bare ParallelConfig with ``model``, the even
+    split (`uniform_partition`: earlier stages take the extra layers)."""
+    if c.pp == 1:
+        return []
+    part = getattr(getattr(plan, "sim", None), "partition", None)
+    if part is None and cfg is None:
+        if c.schedule == "interleaved_1f1b":
+            raise ExportError("the interleaved schedule needs model=... (or a TrainingPlan) to "
+                              "count layers per virtual stage")  # fmt: skip
+        return []  # 1F1B without a layer count: Megatron's default even split
+    if part is None:
+        try:
+            part = uniform_partition(cfg.num_layers, c.stages)
+        except PartitionError as e:
+            raise ExportError(str(e)) from None
+    if cfg is not None and cfg.num_layers != part.num_layers:
+        raise ExportError(f"model {cfg.name!r} has {cfg.num_layers} layers but the plan splits "
+                          f"{part.num_layers}; pass the model the plan was made for")  # fmt: skip
+    if part.stages != c.stages:
+        raise ExportError(f"the plan's split has {part.stages} stages, its config pp {c.pp} x "
+                          f"v {c.virtual_stages}; export the plan whose config made it")  # fmt: skip
+    mtp = cfg.mtp_layers if cfg is not None else 0
+    counts = part.layer_counts()
+    return list(split_args(counts, c.pp, c.virtual_stages, part.num_layers, mtp_layers=mtp,
+                           layout=layout, interleaved=c.schedule == "interleaved_1f1b"))  # fmt: skip
+
+
 def megatron_args(plan, *, model: ModelConfig | str | None = None,
-                  global_batch: int | None = None, seq: int | None = None) -> tuple[str, ...]:  # fmt: skip
+                  global_batch: int | None = None, seq: int | None = None,
+                  layout: bool = True) -> tuple[str, ...]:  # fmt: skip
     """Megatron-LM ``pretrain_gpt.py`` arguments for a ParallelConfig (or TrainingPlan).
 
-    ``model`` adds the architecture flags (and is needed for the interleaved schedule's
-    layers per virtual stage); ``global_batch`` adds ``--global-batch-size``. ZeRO 1 is
-    Megatron's distributed optimizer; ZeRO 2 and 3 are Megatron-FSDP's
+    ``model`` adds the architecture flags; ``global_batch`` adds ``--global-batch-size``.
+    ZeRO 1 is Megatron's distributed optimizer; ZeRO 2 and 3 are Megatron-FSDP's
     ``optim_grads`` and ``optim_grads_params`` sharding. Megatron has no GPipe schedule.
+
+    The layer split: a TrainingPlan's own stage split (``plan.sim.partition``, even or
+    uneven, 1F1B or interleaved), or with a bare ParallelConfig and ``model`` the even
+    split, written with the fewest Megatron flags that reproduce it
+    (`explorer.export.megatron_split`: even, ``--account-for-embedding/loss-in-pipeline-
+    split``, ``--decoder-first/last-pipeline-num-layers``, else
+    ``--pipeline-model-parallel-layout``; each checked against a mimic of Megatron-Core's
+    rule). ``layout=False`` targets a Megatron-LM without the layout flag: a split the other
+    flags cannot express then raises `ExportError` naming the closest one they can.
     """
     c = _config(plan)
     cfg = load(model) if model is not None else None
@@ -107,17 +147,7 @@ def megatron_args(plan, *, model: ModelConfig | str | None = None,
     if c.cp > 1:  # Megatron-LM's names: allgather (Llama 3's exchange) or p2p (ring)
         kind = "allgather" if c.cp_kv_exchange == "all_gather" else "p2p"
         args += ["--context-parallel-size", str(c.cp), "--cp-comm-type", kind]
-    if c.schedule == "interleaved_1f1b":
-        if cfg is None:
-            raise ExportError("the interleaved schedule needs model=... to count layers per "
-                              "virtual stage")  # fmt: skip
-        chunks = c.pp * c.virtual_stages
-        if cfg.num_layers % chunks:
-            raise ExportError(
-                f"{cfg.num_layers} layers do not split into pp {c.pp} x v {c.virtual_stages} "
-                "chunks; choose virtual_stages dividing the layers per stage"
-            )
-        args += ["--num-layers-per-virtual-pipeline-stage", str(cfg.num_layers // chunks)]
+    args += _split_args(plan, c, cfg, layout)
     args += ["--micro-batch-size", str(c.microbatch_size)]
     if global_batch is not None:
         c.microbatches(global_batch)  # raises when it does not divide
