@@ -108,7 +108,8 @@ def _split_args(plan, c: ParallelConfig, cfg: ModelConfig | None, layout: bool) 
     if part.stages != c.stages:
         raise ExportError(f"the plan's split has {part.stages} stages, its config pp {c.pp} x "
                           f"v {c.virtual_stages}; export the plan whose config made it")  # fmt: skip
-    mtp = cfg.mtp_layers if cfg is not None else 0
+    ref = cfg if cfg is not None else getattr(plan, "model_config", None)
+    mtp = getattr(ref, "mtp_layers", 0) or 0  # the layout places MTP layers before the loss
     counts = part.layer_counts()
     return list(split_args(counts, c.pp, c.virtual_stages, part.num_layers, mtp_layers=mtp,
                            layout=layout, interleaved=c.schedule == "interleaved_1f1b"))  # fmt: skip

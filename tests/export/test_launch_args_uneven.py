@@ -216,3 +216,28 @@ def test_a_real_training_plan_exports_its_own_split():
     assert decode(got, plan.config.pp, 12) == counts
     if counts != (6, 6):  # an uneven split needs a flag beyond the pipeline size
         assert any(a.startswith(("--decoder-", "--pipeline-model-parallel-layout")) for a in got)
+
+
+def test_mtp_layers_go_before_the_loss_in_a_layout():
+    cfg = ex.models.load("gpt2").replace(mtp_layers=1)
+    part = StagePartition((0, 5, 9, 12, 14), 12)  # embed+4 | 4 | 3 | 1+head
+    plan = types.SimpleNamespace(config=ex.ParallelConfig(dp=1, pp=4),
+                                 sim=types.SimpleNamespace(partition=part), model_config=cfg)  # fmt: skip
+    for got in (megatron_args(plan), megatron_args(plan, model=cfg)):
+        text = got[got.index("--pipeline-model-parallel-layout") + 1]
+        assert text.endswith("tmL")  # the last stage: its layer, the MTP layer, the loss
+        assert decode(got, 4, 12, mtp_layers=1) == (4, 4, 3, 1)
+
+
+def test_layout_false_on_planner_splits():
+    # Llama 3's split needs no layout flag; 12 layers on 8 chunks as 1,1,1,2,2,2,2,1 (what
+    # the planner gave gpt2 on pp2 x v4) do: refused, naming the closest split the flags give
+    par = ex.ParallelConfig(dp=64, tp=8, pp=16, schedule="interleaved_1f1b", virtual_stages=8)
+    assert decode(megatron_args(par, model="llama3-405b", layout=False), 16, 126) == LLAMA3_SPLIT
+    par = ex.ParallelConfig(dp=1, pp=2, schedule="interleaved_1f1b", virtual_stages=4)
+    part = StagePartition((0, 2, 3, 4, 6, 8, 10, 12, 14), 12)
+    assert part.layer_counts() == (1, 1, 1, 2, 2, 2, 2, 1)
+    plan = _plan(par, types.SimpleNamespace(partition=part))
+    assert decode(megatron_args(plan), 2, 12) == part.layer_counts()
+    with pytest.raises(ExportError, match=r"closest they express is \(\d"):
+        megatron_args(plan, layout=False)
