@@ -99,6 +99,8 @@ def _const_impl(value):
 
 
 register(OpDef("constant", OpGroup.SOURCE, "->", 0, 0, _const_impl, attrs={"value": REQUIRED},
+               shape_rule=lambda i, a: a["value"].array.shape,
+               dtype_rule=lambda i, a: dtype_of_array(a["value"].array),
                doc="a value frozen into the graph"))  # fmt: skip
 
 # --- elementwise --------------------------------------------------------------------------

@@ -105,7 +105,8 @@ def _einsum(cx: Context, node, a):
 
 @handler("embedding")
 def _embedding(cx: Context, node, a):
-    return cx.op("embedding", a["indices"], a["weight"])
+    """Indices known at trace time (T5's relative-position buckets) are one constant."""
+    return cx.op("embedding", cx.constant(a["indices"]), a["weight"])
 
 
 # --- normalisation and softmax ------------------------------------------------------------

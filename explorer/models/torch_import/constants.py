@@ -6,7 +6,8 @@ constants of the traced program (the shapes are fixed). The importer runs each s
 traced op once on the CPU (`Constants.fold`), so a consumer on the data path can see the
 value: an added causal mask becomes one ``causal_mask`` op, a sliding-window one
 (Gemma 2, Gemma 3) one ``window_mask`` op, an added all-zero mask nothing, a constant
-index an ``embedding`` of a constant table or a slice. What no
+index a slice, or a ``constant`` op holding it (T5's relative-position buckets feeding
+the bias ``embedding``: `constant_node`). What no
 consumer reads any more is dropped (`prune`), so those ops neither cost nor clutter the
 graph. Buffers on the meta device (rotary frequencies) have no values: what they feed is
 kept as traced.
@@ -18,11 +19,15 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from ...ir import TensorType
 from ...ir.node import Node
+from ...ir.ops_tensor import Const
+from .report import TorchImportError
 
 __all__ = [
     "Constants",
     "MAX_CONSTANT_BYTES",
+    "constant_node",
     "prune",
     "causal_kind",
     "sliding_window",
@@ -99,6 +104,30 @@ class Constants:
 
     def _small(self, t: Any) -> bool:
         return t.numel() * t.element_size() <= self.max_bytes
+
+
+def constant_node(b: Any, value: Any, t: TensorType, scope: str) -> str:
+    """Add to the graph builder ``b`` one ``constant`` op in ``scope`` holding ``value`` (a
+    CPU tensor folded at trace time) as an array of type ``t``; returns its name.
+
+    >>> import torch
+    >>> from explorer.ir import DType, GraphBuilder
+    >>> b = GraphBuilder("demo")
+    >>> name = constant_node(b, torch.arange(4), TensorType((4,), DType.INT64), "attn")
+    >>> g = b.build([name]); name, g.node(name).type, g.run({})[name]
+    ('attn.constant', TensorType(shape=(4,), dtype=<DType.INT64: 'int64'>), array([0, 1, 2, 3]))
+    """
+    import numpy as np
+
+    array = np.ascontiguousarray(value.detach().cpu().numpy().astype(t.dtype.numpy))
+    if tuple(array.shape) != tuple(t.shape):
+        raise TorchImportError(
+            f"a constant of shape {tuple(array.shape)} stands for a value of type {t}: the "
+            "folded value must have the traced shape (an importer bug; please report it)"
+        )
+    b._scope = [scope] if scope else []
+    name = b._name("constant", None)
+    return b._add(Node(name, "constant", (), t, (("value", Const(array)),), b.current_scope))
 
 
 def _is_tensor(x: Any) -> bool:

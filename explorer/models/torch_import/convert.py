@@ -15,7 +15,7 @@ from typing import Any
 
 from ...ir import DType, GraphBuilder, TensorType
 from ...ir.node import Node
-from .constants import Constants
+from .constants import Constants, constant_node
 from .report import OpaqueOp, TorchImportError
 
 __all__ = ["Ref", "Context", "HANDLERS", "handler", "torch_dtype", "op_key"]
@@ -135,6 +135,27 @@ class Context:
 
     def dtype(self, dt: Any) -> DType:
         return torch_dtype(dt, self.notes)
+
+    def constant(self, r: Ref) -> Ref:
+        """``r`` as one ``constant`` op holding its value (`constants`) when ops compute it
+        from shapes alone (T5's relative-position buckets: aranges, logs, mins...); `prune`
+        then drops the ops nothing else reads. A source, a lone ``fill``, a value not
+        known at trace time, or one read from a graph source (a buffer with real values
+        is unknown on the meta device: the two traces must give one graph) stays ``r``."""
+        val = self.value(r)
+        if val is None:
+            return r
+        by_name = {n.name: n for n in self.b._nodes}
+        if by_name[r.name].op in ("fill", "constant"):
+            return r
+        stack, seen = [r.name], set()
+        while stack:
+            n = by_name[stack.pop()]
+            if n.op in ("input", "param"):
+                return r
+            seen.add(n.name)
+            stack.extend(i for i in n.inputs if i not in seen)
+        return Ref(constant_node(self.b, val, self.type(r), self.scope))
 
     def source(self, op: str, name: str, t: TensorType, scope: str, static: bool) -> Ref:
         n = self.b.source(op, name, t, scope)
