@@ -66,6 +66,16 @@ def test_bucket_chain_is_gone(monkeypatch):
     assert graph.num_params() == traced.num_params()
 
 
+def test_a_table_over_the_limit_stays_traced(monkeypatch):
+    from explorer.models.torch_import import constants
+
+    # 8 x 8 int64 buckets are 512 bytes: one byte less keeps the chain as traced ops
+    monkeypatch.setattr(constants, "MAX_GRAPH_CONSTANT_BYTES", SEQ * SEQ * 8 - 1)
+    graph = from_hf(tiny("t5"), batch=BATCH, seq=SEQ, dtype="fp32")
+    assert {"fill", "log"} <= {n.op for n in graph.ops}
+    assert "constant" not in {n.op for n in graph.ops}
+
+
 @pytest.mark.parametrize("seq", [SEQ, 160])
 def test_table_equals_torch_buckets(seq):
     cfg = tiny("t5")

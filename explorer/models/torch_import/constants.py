@@ -27,6 +27,7 @@ from .report import TorchImportError
 __all__ = [
     "Constants",
     "MAX_CONSTANT_BYTES",
+    "MAX_GRAPH_CONSTANT_BYTES",
     "constant_node",
     "prune",
     "causal_kind",
@@ -37,6 +38,11 @@ __all__ = [
 #: The largest tensor folded at trace time (a bool causal mask of batch 2 at 8k tokens is
 #: 128 MiB); a bigger one is kept as traced ops.
 MAX_CONSTANT_BYTES = 256 * 2**20
+
+#: The largest folded value held in the graph as a ``constant`` op (`constant_node`: T5's
+#: int64 bucket table is 32 MiB at 2048 tokens); a bigger one is kept as traced ops, so the
+#: graph stays small to keep, copy and hash.
+MAX_GRAPH_CONSTANT_BYTES = 32 * 2**20
 
 # Ops whose result is not a function of their inputs (uninitialised memory, randomness).
 _NOT_PURE = ("empty", "rand", "normal", "bernoulli", "uniform", "dropout", "multinomial")

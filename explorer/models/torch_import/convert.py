@@ -15,6 +15,7 @@ from typing import Any
 
 from ...ir import DType, GraphBuilder, TensorType
 from ...ir.node import Node
+from . import constants
 from .constants import Constants, constant_node
 from .report import OpaqueOp, TorchImportError
 
@@ -139,11 +140,12 @@ class Context:
     def constant(self, r: Ref) -> Ref:
         """``r`` as one ``constant`` op holding its value (`constants`) when ops compute it
         from shapes alone (T5's relative-position buckets: aranges, logs, mins...); `prune`
-        then drops the ops nothing else reads. A source, a lone ``fill``, a value not
-        known at trace time, or one read from a graph source (a buffer with real values
-        is unknown on the meta device: the two traces must give one graph) stays ``r``."""
+        then drops the ops nothing else reads. A source, a lone ``fill``, a value not known
+        at trace time, one over `constants.MAX_GRAPH_CONSTANT_BYTES`, or one read from a
+        graph source (a buffer with real values is unknown on the meta device: the two
+        traces must give one graph) stays ``r``."""
         val = self.value(r)
-        if val is None:
+        if val is None or val.numel() * val.element_size() > constants.MAX_GRAPH_CONSTANT_BYTES:
             return r
         by_name = {n.name: n for n in self.b._nodes}
         if by_name[r.name].op in ("fill", "constant"):
