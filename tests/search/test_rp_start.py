@@ -10,7 +10,7 @@ inside the best plan (a sequence-parallel tail) reach it.
 Claim (measured): on phi, gpt-j, llama, gpt2, olmo2 and bert, recursive programming's plan
 costs within 1% of dynamic programming's optimum (measured: equal, ratio 1.0000, under
 both the byte and the roofline model; so are 21 more of the 28 tiny architectures, t5
-under the byte model is 1.052; 1.0524 since its bucket table is one constant), and never more than the pure data-parallel plan.
+under the byte model is 1.052), and never more than the pure data-parallel plan.
 """
 
 from __future__ import annotations
