@@ -96,3 +96,17 @@ def example_inputs(model_type: str, config: Any, batch: int = BATCH, seq: int = 
     if model_type in ("bert", "roberta"):
         return (ids,), {}
     return (ids,), {"use_cache": False}
+
+
+def seed_weights(model: Any, seed: int = 0) -> Any:
+    """``model`` with seeded N(0, 1/fan_in) float32 weights, in eval mode."""
+    import math
+
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            fan_in = p.shape[-1] if p.dim() > 1 else 1
+            p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+    return model.float().eval()

@@ -6,8 +6,6 @@ why, is in `test_still_opaque_and_why`."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -18,7 +16,7 @@ import explorer as ex  # noqa: E402
 from explorer.models import from_hf, from_torch  # noqa: E402
 from explorer.sharding import reference  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, tiny  # noqa: E402
+from .hf_cases import BATCH, SEQ, seed_weights, tiny  # noqa: E402
 
 
 def _real(model_type: str, seed: int = 0):
@@ -26,12 +24,7 @@ def _real(model_type: str, seed: int = 0):
     cfg = transformers.AutoConfig.for_model(model_type, **raw)
     torch.manual_seed(seed)
     m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            fan_in = p.shape[-1] if p.dim() > 1 else 1
-            p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
-    return m.float().eval()
+    return seed_weights(m, seed)
 
 
 def _feeds(graph, model, ids) -> dict[str, np.ndarray]:

@@ -16,8 +16,6 @@ sliding_window = 4, so the window masks keys of the last four queries
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -33,7 +31,7 @@ from explorer.models.torch_import.constants import (  # noqa: E402
 )
 from explorer.sharding import assign, reference  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, tiny  # noqa: E402
+from .hf_cases import BATCH, SEQ, seed_weights, tiny  # noqa: E402
 
 WINDOWED = ("gemma2", "gemma3_text")
 TYPES = (*WINDOWED, "falcon")
@@ -46,12 +44,7 @@ def _real(model_type: str, seed: int = 0, **over):
     cfg = transformers.AutoConfig.for_model(model_type, **raw)
     torch.manual_seed(seed)
     m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            fan_in = p.shape[-1] if p.dim() > 1 else 1
-            p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
-    return m.float().eval()
+    return seed_weights(m, seed)
 
 
 def _ids(vocab: int):

@@ -6,12 +6,12 @@ gemma3_text, phi, phi3, phimoe, gpt2, gpt_neox and gptj (causal LMs): the tiny c
 experts, traced with ``from_torch`` from real token ids (`spmd_cases.case`), and
 
 1. the traced graph has no opaque op and its unsharded run (`reference`, float64) equals
-   torch's logits to RTOL/ATOL;
+   torch's logits to spmd_cases.RTOL/ATOL;
 2. on a dp2 x tp4 mesh `verify` runs (a) the plan sharding propagation finds alone and
    (b) a Megatron-style plan (`spmd_cases.megatron_annotations`: column-parallel q/k/v/up
    projections, attention split by head, row-parallel output/down projections, experts
    split over tp, the rest propagated) and both equal the unsharded run to
-   SHARD_RTOL/SHARD_ATOL with the bytes moved equal to the bytes charged. Each plan is checked to split a quarter of its ops
+   spmd_cases.SHARD_RTOL/ATOL with the bytes moved equal to the bytes charged. Each plan is checked to split a quarter of its ops
    at least, and (b) to keep the named strategies and to reduce every row-parallel (and
    expert-combine) partial sum over tp, so a test cannot pass by replicating.
 3. plans drawn at random (every node a random one of its strategies, seeded) equal the
@@ -30,26 +30,23 @@ import numpy as np
 import pytest
 
 import explorer as ex
-from explorer.sharding import node_strategies, reference, verify
+from explorer.sharding import node_strategies, verify
 
 pytest.importorskip("torch", reason="the torch extra is not installed")
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
 from .spmd_cases import (  # noqa: E402
     MESH,
+    SHARD_ATOL,
+    SHARD_RTOL,
+    assert_traced_equals_torch,
     attention_core,
     case,
     expert_parallel_annotations,
     megatron_annotations,
     projection_role,
+    verify_case,
 )
-
-# float32 torch against the float64 numpy reference: logits of magnitude up to 6.8 agree
-# to 3.1e-6 at most over the 16 architectures (measured); the claim leaves 3x margin
-RTOL, ATOL = 1e-5, 1e-5
-# sharded vs unsharded, both in float64 (casts to float32 stay float64 in the simulation):
-# only split contractions summing in another order, 7.1e-15 at most (measured)
-SHARD_RTOL, SHARD_ATOL = 0.0, 1e-12
 
 ARCHS = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
          "gemma2", "gemma3_text", "phi", "phi3", "phimoe", "gpt2", "gpt_neox", "gptj")  # fmt: skip
@@ -74,21 +71,7 @@ def _params():
 
 @pytest.mark.parametrize("arch", _params())
 def test_traced_equals_torch(arch):
-    c = case(arch)
-    assert c.graph.report.exact, str(c.graph.report)
-    assert "opaque" not in {n.op for n in c.graph.ops}
-    assert c.graph.num_params() == sum(p.numel() for p in c.model.parameters())
-    got = reference(c.graph, c.feeds)[c.graph.outputs[0]]
-    np.testing.assert_allclose(got, c.want, rtol=RTOL, atol=ATOL)
-
-
-def _verify(c, assignment):
-    g = c.graph
-    report = verify(g, assignment, MESH, inputs=c.feeds, rtol=SHARD_RTOL, atol=SHARD_ATOL)
-    assert report.ok, str(report)
-    np.testing.assert_allclose(report.result.outputs[g.outputs[0]], c.want, rtol=RTOL,
-                               atol=ATOL)  # fmt: skip
-    return report
+    assert_traced_equals_torch(case(arch))
 
 
 @pytest.mark.parametrize("arch", _params())
@@ -97,7 +80,7 @@ def test_searched_plan_sharded_equals_unsharded(arch):
     plan = ex.search(c.graph, MESH, method="sharding_propagation", params=ex.CostParams())
     split = [n for n in c.graph.ops if plan.assignment[n.name].dim_axes]
     assert len(split) >= len(c.graph.ops) // 4, f"{len(split)} of {len(c.graph.ops)} split"
-    _verify(c, plan.assignment)
+    verify_case(c, plan.assignment)
 
 
 @pytest.mark.parametrize("arch", _params())
@@ -117,7 +100,7 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
         assert plan.assignment[node].name == getattr(s, "name", s), node
     partial = {n for n in names if "tp" in plan.assignment[n].out_layout.partial}
     assert len(partial) >= roles["row"], partial  # row-parallel (and combine) sums
-    report = _verify(c, plan.assignment)
+    report = verify_case(c, plan.assignment)
     # every partial sum was reduced over tp: all-reduced, or reduce-scattered where the
     # propagated plan keeps the residual stream split (as sequence parallelism does)
     reduced = {
@@ -149,7 +132,7 @@ def test_expert_parallel_all_to_all_equals_unsharded(arch):
     plan = ex.search(g, MESH, method="sharding_propagation", params=ex.CostParams(),
                      annotations=names)  # fmt: skip
     assert all(plan.assignment[n].name == s for n, s in names.items())
-    report = _verify(c, plan.assignment)
+    report = verify_case(c, plan.assignment)
     moved = {
         coll.tensor
         for coll, _ in report.result.collective_log

@@ -7,12 +7,12 @@ as its transformers Auto class with seeded random float32 weights, eager attenti
 eager experts, traced with ``from_torch`` from real inputs (`spmd_cases.case`), and
 
 1. the traced graph has no opaque op, its parameters are torch's, and its unsharded run
-   (`reference`, float64) equals torch's output to RTOL/ATOL;
+   (`reference`, float64) equals torch's output to spmd_cases.RTOL/ATOL;
 2. on a dp2 x tp4 mesh `verify` runs (a) the plan sharding propagation finds alone and
    (b) a Megatron-style plan (`spmd_cases.megatron_annotations`: column-parallel
    q/k/v/up projections, row-parallel output/down projections, attention split by head,
    MoE experts split over tp, the rest propagated) and both equal the unsharded run to
-   SHARD_RTOL/SHARD_ATOL with the bytes moved equal to the bytes charged. Each plan is
+   spmd_cases.SHARD_RTOL/ATOL with the bytes moved equal to the bytes charged. Each plan is
    checked to split a quarter of its ops at least, and (b) to keep the named strategies
    and to reduce every row-parallel (and expert-combine) partial sum over tp, so a test
    cannot pass by replicating;
@@ -42,11 +42,15 @@ pytest.importorskip("transformers", reason="the hf extra is not installed")
 
 from .spmd_cases import (  # noqa: E402
     MESH,
+    SHARD_ATOL,
+    SHARD_RTOL,
+    assert_traced_equals_torch,
     auto_class,
     case,
     example_inputs,
     megatron_annotations,
     projection_role,
+    verify_case,
 )
 
 # T5's relative-position buckets take log(0) on the diagonal and cast it, as torch does;
@@ -56,12 +60,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:invalid value encountered in cast:RuntimeWarning",
 )
 
-# float32 torch against the float64 numpy reference: logits up to ~6 agree to 2.8e-6 at
-# most over these 15 architectures (measured, deepseek_v2); the claim leaves 3x margin
-RTOL, ATOL = 1e-5, 1e-5
-# sharded vs unsharded, both float64: split contractions summing in another order only,
-# 6.4e-15 at most (measured, t5)
-SHARD_RTOL, SHARD_ATOL = 0.0, 1e-12
 
 ARCHS = ("gpt_bigcode", "falcon", "opt", "bloom", "mpt", "starcoder2", "olmo2", "stablelm",
          "cohere", "deepseek_v2", "deepseek_v3", "bert", "roberta", "t5", "vit")  # fmt: skip
@@ -70,21 +68,7 @@ MOE = ("deepseek_v2", "deepseek_v3")  # first layer dense, second MoE (first_k_d
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_traced_equals_torch(arch):
-    c = case(arch)
-    assert c.graph.report.exact, str(c.graph.report)
-    assert "opaque" not in {n.op for n in c.graph.ops}
-    assert c.graph.num_params() == sum(p.numel() for p in c.model.parameters())
-    got = reference(c.graph, c.feeds)[c.graph.outputs[0]]
-    np.testing.assert_allclose(got, c.want, rtol=RTOL, atol=ATOL)
-
-
-def _verify(c, assignment):
-    g = c.graph
-    report = verify(g, assignment, MESH, inputs=c.feeds, rtol=SHARD_RTOL, atol=SHARD_ATOL)
-    assert report.ok, str(report)
-    np.testing.assert_allclose(report.result.outputs[g.outputs[0]], c.want, rtol=RTOL,
-                               atol=ATOL)  # fmt: skip
-    return report
+    assert_traced_equals_torch(case(arch))
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -93,7 +77,7 @@ def test_searched_plan_sharded_equals_unsharded(arch):
     plan = ex.search(c.graph, MESH, method="sharding_propagation", params=ex.CostParams())
     split = [n for n in c.graph.ops if plan.assignment[n.name].dim_axes]
     assert len(split) >= len(c.graph.ops) // 4, f"{len(split)} of {len(c.graph.ops)} split"
-    _verify(c, plan.assignment)
+    verify_case(c, plan.assignment)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -111,7 +95,7 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
         assert plan.assignment[node].name == getattr(s, "name", s), node
     partial = {n for n in names if "tp" in plan.assignment[n].out_layout.partial}
     assert len(partial) >= roles["row"], partial  # row-parallel (and combine) sums
-    report = _verify(c, plan.assignment)
+    report = verify_case(c, plan.assignment)
     # every partial sum was reduced over tp: all-reduced, or reduce-scattered where the
     # propagated plan keeps the residual stream split (as sequence parallelism does)
     reduced = {

@@ -175,12 +175,7 @@ def causal_kind(mask: Any, shape: tuple[int, ...]) -> str | None:
     """
     import torch
 
-    if not _is_tensor(mask) or not mask.dtype.is_floating_point or len(shape) < 2:
-        return None
-    try:
-        if tuple(torch.broadcast_shapes(tuple(mask.shape), shape)) != tuple(shape):
-            return None
-    except RuntimeError:
+    if not _float_mask_of(mask, shape):
         return None
     if bool((mask == 0).all()):
         return "zero"
@@ -192,6 +187,19 @@ def causal_kind(mask: Any, shape: tuple[int, ...]) -> str | None:
     if bool(((mask == 0) == keep).all()) and bool((low == ~keep).all()):
         return "causal"
     return None
+
+
+def _float_mask_of(mask: Any, shape: tuple[int, ...]) -> bool:
+    """``mask`` is a floating tensor that broadcasts to the scores' ``shape`` (2-D or more)
+    without growing it."""
+    import torch
+
+    if not _is_tensor(mask) or not mask.dtype.is_floating_point or len(shape) < 2:
+        return False
+    try:
+        return tuple(torch.broadcast_shapes(tuple(mask.shape), shape)) == tuple(shape)
+    except RuntimeError:
+        return False
 
 
 def sliding_window(mask: Any, shape: tuple[int, ...]) -> int | None:
@@ -209,15 +217,10 @@ def sliding_window(mask: Any, shape: tuple[int, ...]) -> int | None:
     """
     import torch
 
-    if not _is_tensor(mask) or not mask.dtype.is_floating_point or len(shape) < 2:
+    if not _float_mask_of(mask, shape):
         return None
     s, t = shape[-2], shape[-1]
     if s != t or mask.ndim < 2 or tuple(mask.shape[-2:]) != (s, t):
-        return None
-    try:
-        if tuple(torch.broadcast_shapes(tuple(mask.shape), shape)) != tuple(shape):
-            return None
-    except RuntimeError:
         return None
     zero = mask == 0
     low = mask <= torch.finfo(mask.dtype).min / 2
