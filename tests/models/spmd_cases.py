@@ -287,3 +287,26 @@ def verify_case(c, assignment, mesh=MESH):
     np.testing.assert_allclose(report.result.outputs[g.outputs[0]], c.want, rtol=RTOL,
                                atol=ATOL)  # fmt: skip
     return report
+
+
+def check_megatron_plan(c, names: dict, rows: int):
+    """Search with the Megatron-style ``names`` as annotations: the named strategies are
+    kept, at least ``rows`` ops leave partial sums over tp, the plan runs sharded equal to
+    the unsharded one (`verify_case`), and every partial sum is reduced over tp —
+    all-reduced, or reduce-scattered where the propagated plan keeps the residual stream
+    split (as sequence parallelism does). Returns the verify report."""
+    g = c.graph
+    plan = ex.search(g, MESH, method="sharding_propagation", params=ex.CostParams(),
+                     annotations=names)  # fmt: skip
+    for node, s in names.items():
+        assert plan.assignment[node].name == getattr(s, "name", s), node
+    partial = {n for n in names if "tp" in plan.assignment[n].out_layout.partial}
+    assert len(partial) >= rows, partial  # row-parallel (and combine) sums
+    report = verify_case(c, plan.assignment)
+    reduced = {
+        coll.tensor.split("->")[0]
+        for coll, _ in report.result.collective_log
+        if coll.kind.value in ("all-reduce", "reduce-scatter") and "tp" in coll.axes
+    }
+    assert partial <= reduced, sorted(partial - reduced)
+    return report

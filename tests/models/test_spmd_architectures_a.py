@@ -42,6 +42,7 @@ from .spmd_cases import (  # noqa: E402
     assert_traced_equals_torch,
     attention_core,
     case,
+    check_megatron_plan,
     expert_parallel_annotations,
     megatron_annotations,
     projection_role,
@@ -94,21 +95,7 @@ def test_megatron_plan_sharded_equals_unsharded(arch):
     assert heads == 3 * 2, heads  # scores, softmax and context per layer, split by head
     if arch in MOE:
         assert sum(g.node(n).op == "moe_experts" for n in names) == 2  # one per layer
-    plan = ex.search(g, MESH, method="sharding_propagation", params=ex.CostParams(),
-                     annotations=names)  # fmt: skip
-    for node, s in names.items():
-        assert plan.assignment[node].name == getattr(s, "name", s), node
-    partial = {n for n in names if "tp" in plan.assignment[n].out_layout.partial}
-    assert len(partial) >= roles["row"], partial  # row-parallel (and combine) sums
-    report = verify_case(c, plan.assignment)
-    # every partial sum was reduced over tp: all-reduced, or reduce-scattered where the
-    # propagated plan keeps the residual stream split (as sequence parallelism does)
-    reduced = {
-        coll.tensor.split("->")[0]
-        for coll, _ in report.result.collective_log
-        if coll.kind.value in ("all-reduce", "reduce-scatter") and "tp" in coll.axes
-    }
-    assert partial <= reduced, sorted(partial - reduced)
+    check_megatron_plan(c, names, roles["row"])
 
 
 @pytest.mark.parametrize("arch", _params())
