@@ -110,3 +110,28 @@ def seed_weights(model: Any, seed: int = 0) -> Any:
             fan_in = p.shape[-1] if p.dim() > 1 else 1
             p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
     return model.float().eval()
+
+
+def causal_lm(model_type: str, seed: int = 0, **over: Any) -> Any:
+    """The tiny ``model_type`` (fields ``over`` changed) as transformers' causal LM with
+    eager attention and seeded weights (`seed_weights`)."""
+    import torch
+    import transformers
+
+    raw = {k: v for k, v in tiny(model_type).items() if k != "model_type"}
+    raw.update(over)
+    cfg = transformers.AutoConfig.for_model(model_type, **raw)
+    torch.manual_seed(seed)
+    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    return seed_weights(m, seed)
+
+
+def feeds_of(graph: Any, model: Any, ids: Any) -> dict[str, Any]:
+    """Every source of ``graph`` traced from ``model``: its parameters and buffers by
+    name, the token ids for the other inputs."""
+    state = dict(model.named_parameters(remove_duplicate=False))
+    state.update(dict(model.named_buffers()))
+    feeds = {n.name: state[n.name].detach().numpy() for n in graph.parameters}
+    for n in graph.inputs:
+        feeds[n.name] = state[n.name].numpy() if n.name in state else ids.numpy()
+    return feeds

@@ -249,20 +249,20 @@ def megatron_annotations(graph, mesh=MESH) -> dict[str, Any]:
     return out
 
 
-def expert_parallel_annotations(graph) -> dict[str, str]:
-    """Node -> strategy name of expert parallelism over ``tp`` with an all-to-all token
-    dispatcher (as tests/models/test_phimoe.py): routing, dispatch and combine split the
-    sequences over dp x tp, the experts over tp (and their groups over dp), so tokens
-    move to their experts' devices and back by all-to-all; the rest propagated. Needs a
-    batch divisible by dp x tp (``case(model_type, batch=8)``)."""
+def expert_parallel_annotations(graph, ep: str = "tp") -> dict[str, str]:
+    """Node -> strategy name of expert parallelism over the ``ep`` axis with an all-to-all
+    token dispatcher: routing, dispatch and combine split the sequences over dp x ep, the
+    experts over ep (and their groups over dp), so tokens move to their experts' devices
+    and back by all-to-all; the rest propagated. Needs a batch divisible by dp x ep
+    (``case(model_type, batch=8)``)."""
     out = {}
     for n in graph.ops:
         if n.op == "moe_router":
-            out[n.name] = "a=dp+tp"
+            out[n.name] = f"a=dp+{ep}"
         elif n.op in ("moe_dispatch_grouped", "moe_combine_grouped"):
-            out[n.name] = "g=dp+tp"
+            out[n.name] = f"g=dp+{ep}"
         elif n.op == "moe_experts":
-            out[n.name] = "e=tp,g=dp"
+            out[n.name] = f"e={ep},g=dp"
     return out
 
 

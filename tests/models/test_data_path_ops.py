@@ -16,36 +16,19 @@ import explorer as ex  # noqa: E402
 from explorer.models import from_hf, from_torch  # noqa: E402
 from explorer.sharding import reference  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, seed_weights, tiny  # noqa: E402
-
-
-def _real(model_type: str, seed: int = 0):
-    raw = {k: v for k, v in tiny(model_type).items() if k != "model_type"}
-    cfg = transformers.AutoConfig.for_model(model_type, **raw)
-    torch.manual_seed(seed)
-    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    return seed_weights(m, seed)
-
-
-def _feeds(graph, model, ids) -> dict[str, np.ndarray]:
-    state = dict(model.named_parameters(remove_duplicate=False))
-    state.update(dict(model.named_buffers()))
-    feeds = {n.name: state[n.name].detach().numpy() for n in graph.parameters}
-    for n in graph.inputs:
-        feeds[n.name] = state[n.name].numpy() if n.name in state else ids.numpy()
-    return feeds
+from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def roberta():
-    m = _real("roberta")
+    m = causal_lm("roberta")
     pad = m.config.pad_token_id
     ids = (torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) * 7 + 3) % m.config.vocab_size
     ids[0, -3:] = pad  # padded positions: their position id is the pad id, not a count
     g = from_torch(m, (ids,), kwargs={"use_cache": False})
     with torch.no_grad():
         want = m(ids, use_cache=False).logits.numpy()
-    return g, _feeds(g, m, ids), want
+    return g, feeds_of(g, m, ids), want
 
 
 def test_roberta_position_ids_are_first_class(roberta):
@@ -96,13 +79,13 @@ def test_still_opaque_and_why():
 
 
 def test_falcon_head_picks_are_slices_with_real_weights():
-    m = _real("falcon")
+    m = causal_lm("falcon")
     ids = torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) % m.config.vocab_size
     g = from_torch(m, (ids,), kwargs={"use_cache": False})
     assert g.report.exact, str(g.report)
     with torch.no_grad():
         want = m(ids, use_cache=False).logits.numpy()
-    got = reference(g, _feeds(g, m, ids))[g.outputs[0]]
+    got = reference(g, feeds_of(g, m, ids))[g.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 

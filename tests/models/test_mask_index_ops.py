@@ -31,33 +31,15 @@ from explorer.models.torch_import.constants import (  # noqa: E402
 )
 from explorer.sharding import assign, reference  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, seed_weights, tiny  # noqa: E402
+from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny  # noqa: E402
 
 WINDOWED = ("gemma2", "gemma3_text")
 TYPES = (*WINDOWED, "falcon")
 RTOL, ATOL = 1e-4, 1e-5
 
 
-def _real(model_type: str, seed: int = 0, **over):
-    raw = {k: v for k, v in tiny(model_type).items() if k != "model_type"}
-    raw.update(over)
-    cfg = transformers.AutoConfig.for_model(model_type, **raw)
-    torch.manual_seed(seed)
-    m = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
-    return seed_weights(m, seed)
-
-
 def _ids(vocab: int):
     return (torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) * 7 + 3) % vocab
-
-
-def _feeds(graph, model, ids) -> dict[str, np.ndarray]:
-    state = dict(model.named_parameters(remove_duplicate=False))
-    state.update(dict(model.named_buffers()))
-    feeds = {n.name: state[n.name].detach().numpy() for n in graph.parameters}
-    for n in graph.inputs:
-        feeds[n.name] = state[n.name].numpy() if n.name in state else ids.numpy()
-    return feeds
 
 
 def _logits(model, ids) -> np.ndarray:
@@ -76,7 +58,7 @@ def real():
     """model type -> (model with random weights, ids, torch's logits)."""
     out = {}
     for mt in TYPES:
-        m = _real(mt)
+        m = causal_lm(mt)
         ids = _ids(m.config.vocab_size)
         out[mt] = (m, ids, _logits(m, ids))
     return out
@@ -117,7 +99,7 @@ def test_traced_from_real_weights_equals_torch(mt, real):
     m, ids, want = real[mt]
     g = from_torch(m, (ids,), kwargs={"use_cache": False})
     assert g.report.exact and not g.report.opaque, str(g.report)
-    got = reference(g, _feeds(g, m, ids))[g.outputs[0]]
+    got = reference(g, feeds_of(g, m, ids))[g.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
@@ -127,7 +109,7 @@ def test_meta_traced_graph_runs_with_real_weights(mt, real, on_meta):
     the weights: the masks and picks recovered at trace time are the right ones."""
     m, ids, want = real[mt]
     g = on_meta[mt]
-    got = reference(g, _feeds(g, m, ids))[g.outputs[0]]
+    got = reference(g, feeds_of(g, m, ids))[g.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
@@ -137,7 +119,7 @@ def test_the_window_bites(mt, real):
     differ (so the equality above checks the window); the first ``window`` queries see
     the same keys either way and agree."""
     m, ids, want = real[mt]
-    wide = _real(mt, sliding_window=SEQ)
+    wide = causal_lm(mt, sliding_window=SEQ)
     other = _logits(wide, ids)
     w = m.config.sliding_window
     np.testing.assert_allclose(other[:, :w], want[:, :w], rtol=RTOL, atol=ATOL)
@@ -145,12 +127,12 @@ def test_the_window_bites(mt, real):
 
 
 def test_mistral_sliding_window_is_a_window_mask():
-    m = _real("mistral", sliding_window=3)
+    m = causal_lm("mistral", sliding_window=3)
     ids = _ids(m.config.vocab_size)
     g = from_torch(m, (ids,), kwargs={"use_cache": False})
     assert g.report.exact, str(g.report)
     assert _windows(g) == [3, 3]
-    got = reference(g, _feeds(g, m, ids))[g.outputs[0]]
+    got = reference(g, feeds_of(g, m, ids))[g.outputs[0]]
     np.testing.assert_allclose(got, _logits(m, ids), rtol=RTOL, atol=ATOL)
 
 
@@ -160,7 +142,7 @@ def test_gemma2_sharded_on_8_devices_equals_unsharded(real, on_meta):
     global band), equal the unsharded run and torch."""
     m, ids, want = real["gemma2"]
     g = on_meta["gemma2"]
-    feeds = _feeds(g, m, ids)
+    feeds = feeds_of(g, m, ids)
     mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware=ex.hardware.load("a100-80g"))
     masks = {n.name: "c=dp,d=tp" for n in g.ops if n.op in ("window_mask", "causal_mask")}
     assert len(masks) == 2

@@ -30,6 +30,8 @@ transformers = pytest.importorskip("transformers", reason="the hf extra is not i
 
 from transformers.models.phimoe import modeling_phimoe  # noqa: E402
 
+from .spmd_cases import expert_parallel_annotations  # noqa: E402
+
 ATOL = 1e-5  # float64 model, but torch's eager attention softmax runs in float32
 BATCH, SEQ = 8, 8
 MESH = ex.Mesh({"dp": 2, "ep": 4}, hardware=ex.hardware.load("h100-sxm"))
@@ -180,23 +182,11 @@ def test_band_is_exercised(traced):
         assert banded < 0.2, banded
 
 
-def _ep_names(g) -> dict[str, str]:
-    names = {}
-    for n in g.ops:
-        if n.op == "moe_router":
-            names[n.name] = "a=dp+ep"
-        elif n.op in ("moe_dispatch_grouped", "moe_combine_grouped"):
-            names[n.name] = "g=dp+ep"
-        elif n.op == "moe_experts":
-            names[n.name] = "e=ep,g=dp"
-    return names
-
-
 def test_traced_phimoe_sharded_on_8_devices_equals_unsharded(traced):
     _, g, values, logits, _ = traced
     unsharded = reference(g, values)[g.outputs[0]]
     searched = ex.search(g, MESH, method="sharding_propagation", params=ex.CostParams())
-    for assignment in (searched.assignment, assign(g, MESH, _ep_names(g))):
+    for assignment in (searched.assignment, assign(g, MESH, expert_parallel_annotations(g, "ep"))):
         # the attention softmax runs in float32 (cast nodes, as torch): split sums round
         # differently, by ~3e-8 on these logits
         report = verify(g, assignment, MESH, inputs=values, rtol=0, atol=1e-6)

@@ -29,8 +29,7 @@ transformers = pytest.importorskip("transformers")
 
 from explorer.models import from_hf, from_torch  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, tiny  # noqa: E402
-from .test_data_path_ops import _feeds, _real  # noqa: E402
+from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny  # noqa: E402
 
 MESH = ex.Mesh({"dp": 2, "tp": 4}, hardware=ex.hardware.load("a100-80g"))
 #: repeat ops each tiny model traces to (2 layers; GPT-J's table repeat(1, 1, 1) is a
@@ -64,12 +63,12 @@ _TRACED: dict[str, tuple] = {}
 def _traced(model_type: str):
     """(graph, feeds, torch logits) of the tiny model from seeded random weights."""
     if model_type not in _TRACED:
-        m = _real(model_type)
+        m = causal_lm(model_type)
         ids = (torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) * 7 + 3) % m.config.vocab_size
         g = from_torch(m, (ids,), kwargs={"use_cache": False})
         with torch.no_grad():
             want = m(ids, use_cache=False).logits.numpy()
-        _TRACED[model_type] = (g, _feeds(g, m, ids), want)
+        _TRACED[model_type] = (g, feeds_of(g, m, ids), want)
     return _TRACED[model_type]
 
 
