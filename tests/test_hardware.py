@@ -228,7 +228,7 @@ def test_memory_gb_is_decimal(tmp_path) -> None:
 def test_chip_and_cluster_validate() -> None:
     with pytest.raises(HardwareError, match="unknown dtype 'fp64'"):
         Chip("x", {"fp64": 1e12}, GIB, 1e11)
-    with pytest.raises(HardwareError, match="memory_bytes must be positive"):
+    with pytest.raises(HardwareError, match="memory_bytes must be a positive int"):
         Chip("x", {"bf16": 1e12}, 0, 1e11)
     with pytest.raises(HardwareError, match="chips_per_node must be a positive int"):
         dataclasses.replace(toy_cluster(), chips_per_node=0)

@@ -52,12 +52,12 @@ Memory capacity is usually given in GiB because vendors' "80GB" parts hold 80 Gi
 from __future__ import annotations
 
 import difflib
-import math
 import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from explorer.checks import is_int, is_number
 from explorer.hardware.chip import DTYPES, Chip
 from explorer.hardware.cluster import Cluster
 from explorer.hardware.errors import HardwareError
@@ -299,10 +299,10 @@ def _parse_levels(reader: _Reader, data: Any) -> tuple[Level, ...]:
         where = f"cluster.levels[{i}]"
         entry = reader.obj(item, where, _LEVEL_FIELDS)
         rails = entry.get("rails", 1)
-        if isinstance(rails, bool) or not isinstance(rails, int) or rails < 1:
+        if not is_int(rails, minimum=1):
             reader.fail(f"{where}.rails", f"is {rails!r}", "a positive integer (NICs or rails)")
         over = entry.get("oversubscription", 1.0)
-        if isinstance(over, bool) or not isinstance(over, int | float) or not over >= 1:
+        if not is_number(over, minimum=1, finite=False):
             reader.fail(
                 f"{where}.oversubscription", f"is {over!r}", "a number >= 1 (1 = non-blocking)"
             )
@@ -395,8 +395,7 @@ class _Reader:
         self, data: dict[str, Any], field: str, expected: str, *, allow_zero: bool = False
     ) -> float:
         value = self.get(data, field, expected)
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        if not is_number(value, minimum=0) or (value == 0 and not allow_zero):
             self.fail(field, f"is {value!r}", expected)
         if value >= MAX_FIGURE:
             self.fail(field, f"is {value!r}", f"{expected} below MAX_FIGURE={MAX_FIGURE:g}")
@@ -405,7 +404,7 @@ class _Reader:
     def integer(self, data: dict[str, Any], field: str) -> int:
         expected = "a positive integer"
         value = self.get(data, field, expected)
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        if not is_int(value, minimum=1):
             self.fail(field, f"is {value!r}", expected)
         return value
 

@@ -3,11 +3,11 @@ and the facts the training step model's matmul timing needs (compute units, GEMM
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from explorer.checks import is_int, is_number, positive_int, positive_number
 from explorer.hardware.errors import HardwareError
 
 __all__ = ["DTYPES", "Chip", "DTypeName", "KERNEL_FACTS"]
@@ -92,14 +92,7 @@ class Chip:
         _check_price(self)
         if not isinstance(self.name, str) or not self.name:
             raise HardwareError(f"Chip name must be a non-empty string, got {self.name!r}")
-        if isinstance(self.memory_bytes, bool) or not isinstance(self.memory_bytes, int):
-            raise HardwareError(
-                f"Chip {self.name!r}: memory_bytes must be an int, got {self.memory_bytes!r}"
-            )
-        if self.memory_bytes <= 0:
-            raise HardwareError(
-                f"Chip {self.name!r}: memory_bytes must be positive, got {self.memory_bytes}"
-            )
+        positive_int(self.memory_bytes, f"Chip {self.name!r}: memory_bytes", error=HardwareError)
         _check_positive(
             self.name, "memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s
         )
@@ -166,17 +159,14 @@ def _normalize_peaks(
 
 
 def _check_positive(owner: str, field: str, value: object) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value <= 0:
-        raise HardwareError(f"{owner!r}: {field} must be a positive finite number, got {value!r}")
+    positive_number(value, f"{owner!r}: {field}", error=HardwareError)
 
 
 def _check_price(chip: Chip) -> None:
     price = chip.price_per_chip_hour
     if price is None:
         return
-    ok = isinstance(price, int | float) and not isinstance(price, bool)
-    if not ok or not math.isfinite(price) or price <= 0:
+    if not is_number(price, above=0):
         raise HardwareError(
             f"Chip {chip.name!r}: price_per_chip_hour={price!r}; expected a positive finite "
             "number of US dollars per chip-hour, or None when unknown"
@@ -190,17 +180,14 @@ def _check_price(chip: Chip) -> None:
 
 def _check_kernel_facts(chip: Chip) -> None:
     u = chip.compute_units
-    if u is not None and (isinstance(u, bool) or not isinstance(u, int) or u < 1):
+    if u is not None and not is_int(u, minimum=1):
         raise HardwareError(
             f"Chip {chip.name!r}: compute_units={u!r}; expected an int >= 1 (SMs or AI cores) "
             "or None when unknown"
         )
     tiles = chip.matmul_tile_shapes
     ok = isinstance(tiles, tuple) and all(
-        isinstance(t, tuple)
-        and len(t) == 2
-        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in t)
-        for t in tiles
+        isinstance(t, tuple) and len(t) == 2 and all(is_int(x, minimum=1) for x in t) for t in tiles
     )
     if not ok:
         raise HardwareError(

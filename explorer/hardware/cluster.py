@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from explorer.checks import nonnegative_number, positive_int, positive_number
 from explorer.hardware.chip import Chip
 from explorer.hardware.errors import HardwareError
 from explorer.hardware.levels import AxisLink, Level, axis_link, check_levels
@@ -72,10 +73,7 @@ class Cluster:
             raise HardwareError(f"Cluster {self.name!r}: chip must be a Chip, got {self.chip!r}")
         for field_ in ("chips_per_node", "max_nodes"):
             value = getattr(self, field_)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise HardwareError(
-                    f"Cluster {self.name!r}: {field_} must be a positive int, got {value!r}"
-                )
+            positive_int(value, f"Cluster {self.name!r}: {field_}", error=HardwareError)
         for field_ in ("intra_node_bandwidth_bytes_per_s", "inter_node_bandwidth_bytes_per_s"):
             _check_number(self.name, field_, getattr(self, field_), allow_zero=False)
         for field_ in ("intra_node_latency_s", "inter_node_latency_s"):
@@ -235,9 +233,5 @@ def _check_level(level: str) -> str:
 
 
 def _check_number(owner: str, field: str, value: object, *, allow_zero: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < 0 or (value == 0 and not allow_zero):
-        need = "non-negative" if allow_zero else "positive"
-        raise HardwareError(
-            f"Cluster {owner!r}: {field} must be a {need} finite number, got {value!r}"
-        )
+    check = nonnegative_number if allow_zero else positive_number
+    check(value, f"Cluster {owner!r}: {field}", error=HardwareError)

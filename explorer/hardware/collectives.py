@@ -19,10 +19,10 @@ All collectives on one device (``n == 1``) cost 0 bytes and 0 s.
 from __future__ import annotations
 
 import math
-import numbers
 from enum import Enum
 from typing import Literal, NamedTuple, get_args
 
+from ..checks import nonnegative_number, positive_int, positive_number
 from .errors import HardwareError
 
 __all__ = [
@@ -193,8 +193,7 @@ def hierarchical_time(
             "send/recv has no hierarchical form; use ring_time on the slower link instead"
         )
     for label, count in (("n_intra", n_intra), ("n_inter", n_inter)):
-        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
-            raise HardwareError(f"{label} must be a positive int, got {count!r}")
+        positive_int(count, label, error=HardwareError, numpy=True)
     b_in, a_in = intra
     b_out, a_out = inter
     per_node = size_bytes / n_intra
@@ -218,17 +217,10 @@ def hierarchical_time(
 
 
 def _check_group(size_bytes: float, n: int) -> None:
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-        raise HardwareError(f"group size n must be a positive int, got {n!r}")
-    ok = isinstance(size_bytes, numbers.Real) and not isinstance(size_bytes, bool)
-    if not ok or not math.isfinite(size_bytes) or size_bytes < 0:
-        raise HardwareError(f"size_bytes must be a non-negative finite number, got {size_bytes!r}")
+    positive_int(n, "group size n", error=HardwareError, numpy=True)
+    nonnegative_number(size_bytes, "size_bytes", error=HardwareError, numpy=True)
 
 
 def _check_link(bandwidth: float, latency: float) -> None:
-    if not (isinstance(bandwidth, numbers.Real) and math.isfinite(bandwidth) and bandwidth > 0):
-        raise HardwareError(
-            f"bandwidth must be a positive finite number (bytes/s), got {bandwidth!r}"
-        )
-    if not (isinstance(latency, numbers.Real) and math.isfinite(latency) and latency >= 0):
-        raise HardwareError(f"latency must be a non-negative finite number (s), got {latency!r}")
+    positive_number(bandwidth, "bandwidth", error=HardwareError, fix="give bytes/s", numpy=True)
+    nonnegative_number(latency, "latency", error=HardwareError, fix="give seconds", numpy=True)

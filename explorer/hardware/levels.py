@@ -51,13 +51,13 @@ their own edges.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 
+from explorer.checks import is_int, is_number
 from explorer.hardware.errors import HardwareError, MeshError
 from explorer.memo import memoize
 
@@ -102,7 +102,7 @@ class Level:
             )
         for field in ("group_size", "rails"):
             value = getattr(self, field)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            if not is_int(value, minimum=1, numpy=True):
                 raise HardwareError(
                     f"Level {self.name!r}: {field}={value!r} is not a positive int; give the "
                     f"{'chips in one group' if field == 'group_size' else 'links per child group'}"
@@ -303,8 +303,7 @@ def _flows(child: int, level: int, edges: list[tuple[np.ndarray, np.ndarray]]) -
 
 
 def _check_real(owner: str, field: str, value: object, *, zero: bool) -> None:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
-    if not ok or not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+    if not is_number(value, minimum=0, numpy=True) or (value == 0 and not zero):
         need = "non-negative" if zero else "positive"
         raise HardwareError(
             f"Level {owner!r}: {field}={value!r} is not a {need} finite number; give it in "

@@ -4,13 +4,13 @@ the cluster's link levels its rings cross (`explorer.hardware.levels`)."""
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from explorer.checks import is_int
 from explorer.hardware.catalog import resolve
 from explorer.hardware.cluster import LINK_LEVELS, Cluster, LinkLevel
 from explorer.hardware.collectives import (
@@ -135,7 +135,7 @@ class Mesh:
         >>> Mesh({"dp": 2, "tp": 4}).coords(6)
         (1, 2)
         """
-        if not isinstance(device, numbers.Integral) or not 0 <= device < self.size:
+        if not is_int(device, minimum=0, maximum=self.size - 1, numpy=True):
             raise MeshError(
                 f"device {device!r} is not in mesh {self}; ids run from 0 to {self.size - 1}"
             )
@@ -400,7 +400,7 @@ def _check_axes(axes: Any) -> tuple[tuple[str, int], ...]:
             )
         if any(name == seen for seen, _ in pairs):
             raise MeshError(f"mesh axis {name!r} appears twice; give each axis a distinct name")
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 1:
+        if not is_int(size, minimum=1, numpy=True):
             raise MeshError(f"mesh axis {name!r} has size {size!r}; sizes must be positive ints")
         pairs.append((name, int(size)))
     return tuple(pairs)
