@@ -1,7 +1,7 @@
 """The Chrome trace-event JSON format (opens in Perfetto; PyTorch profiler traces import
 too): ``to_chrome``/``from_chrome``, ``save_chrome``/``load_chrome``, and
 ``comparison_to_chrome`` (an eager run, a static run and the compilation as three processes
-with flows between them). ``explorer.trace`` re-exports them.
+with flows between them).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .trace import Comparison, EventKind, Trace, TraceError, TraceEvent, flows
+from .comparison import Comparison, flows
+from .events import EventKind, Trace, TraceError, TraceEvent
 
 __all__ = ["to_chrome", "from_chrome", "save_chrome", "load_chrome", "comparison_to_chrome"]
 
