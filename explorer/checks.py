@@ -67,9 +67,10 @@ def is_int(
     >>> is_int(3, minimum=1), is_int(True), is_int(2.0), is_int(-1, minimum=0)
     (True, False, False, False)
     """
-    kind = numbers.Integral if numpy else int
-    if isinstance(value, bool) or not isinstance(value, kind):
-        return False
+    if type(value) is not int:  # the common case first: this runs for every tensor dim
+        kind = numbers.Integral if numpy else int
+        if isinstance(value, bool) or not isinstance(value, kind):
+            return False
     if minimum is not None and value < minimum:
         return False
     return maximum is None or value <= maximum

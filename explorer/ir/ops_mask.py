@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..checks import is_int
 from .errors import IRError
 from .opdef import REQUIRED, OpDef, OpGroup, register
 
@@ -44,7 +45,7 @@ __all__ = ["window_keep"]
 
 def window_keep(shape: tuple[int, ...], window: int, offset: int = 0) -> np.ndarray:
     """The ``[query, key]`` bool mask of the kept scores for a block of ``shape``."""
-    if not isinstance(window, int | np.integer) or isinstance(window, bool) or window < 1:
+    if not is_int(window, minimum=1, numpy=True):
         raise IRError(
             f"window_mask window={window!r}: expected an int >= 1 (the query itself and the "
             "window - 1 keys before it)"

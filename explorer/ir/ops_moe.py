@@ -62,6 +62,7 @@ import math
 
 import numpy as np
 
+from ..checks import is_int, is_number
 from . import signature as sigmod
 from .activations import gelu, gelu_erf
 from .errors import IRError
@@ -189,7 +190,7 @@ def _router_sig(in_types, attrs) -> str:
         raise IRError(f"moe_router score={attrs['score']!r}; use one of {ROUTER_SCORES}")
     if attrs["group_score"] not in GROUP_SCORES:
         raise IRError(f"moe_router group_score={attrs['group_score']!r}; use one of {GROUP_SCORES}")
-    if not isinstance(attrs["k"], int) or not 1 <= attrs["k"] <= e:
+    if not is_int(attrs["k"], minimum=1, maximum=e):
         raise IRError(f"moe_router k={attrs['k']} is not in [1, {e}] (the expert count)")
     ng, tg = attrs["n_group"], attrs["topk_group"]
     if ng < 1 or e % ng or not 1 <= tg <= ng or attrs["k"] > tg * (e // ng):
@@ -220,7 +221,7 @@ def _check_sparsemixer(n_inputs: int, attrs) -> None:
          "renormalised)"),
         (attrs["n_group"] != 1, f"n_group={attrs['n_group']}", "n_group=1"),
         (n_inputs == 3, "a bias input", "no e_score_correction_bias"),
-        (isinstance(eps, bool) or not isinstance(eps, int | float) or not eps >= 0,
+        (not is_number(eps, minimum=0, finite=False),
          f"jitter_eps={eps!r}", "a float >= 0 (PhiMoE's router_jitter_noise)"),
     ]  # fmt: skip
     for wrong, what, fix in bad:
@@ -281,7 +282,7 @@ def _dispatch_shape(in_types, attrs):
         raise IRError(f"moe_dispatch_grouped: tokens {in_types[0]} and gate {in_types[1]} "
                       "differ in their [groups, tokens] dims")  # fmt: skip
     cap = attrs["capacity"]
-    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+    if not is_int(cap, minimum=1):
         raise IRError(f"moe_dispatch_grouped capacity={cap!r}; pass an int >= 1 "
                       "(explorer.ir.ops_moe.moe_capacity computes one)")  # fmt: skip
     return (e, g, cap, h)

@@ -34,6 +34,7 @@ import string
 
 import numpy as np
 
+from ..checks import is_int
 from .errors import IRError
 from .opdef import REQUIRED, OpDef, OpGroup, register
 
@@ -43,7 +44,7 @@ _LETTERS = string.ascii_letters
 
 
 def _count(op: str, name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+    if not is_int(value, minimum=1, numpy=True):
         raise IRError(
             f"{op} {name}={value!r} is not an int >= 1; pass how many copies of each element "
             "to make, e.g. 2 (zero copies would make an empty tensor)"
@@ -89,7 +90,7 @@ register(OpDef("repeat", OpGroup.MOVEMENT, None, 1, 0, _repeat_impl,
 
 def _interleave_check(in_types, attrs) -> tuple[int, int]:
     rank, axis = in_types[0].rank, attrs["axis"]
-    if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not 0 <= axis < rank:
+    if not is_int(axis, minimum=0, maximum=rank - 1, numpy=True):
         raise IRError(
             f"repeat_interleave axis={axis!r} is out of range for {in_types[0]}; expected "
             f"0..{rank - 1}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..checks import is_int
 from .dtype import DType
 from .errors import IRError
 
@@ -31,7 +32,7 @@ class TensorType:
             raise IRError(f"tensor shape {self.shape!r} is not a tuple of ints; e.g. (8, 1024)")
         shape = tuple(self.shape)
         for d in shape:
-            if isinstance(d, bool) or not isinstance(d, int | _np_int()) or d < 0:
+            if not is_int(d, minimum=0, numpy=True):
                 raise IRError(
                     f"tensor shape {shape!r} has dim {d!r}; every dim must be an int >= 0"
                 )
@@ -62,9 +63,3 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype.value}[{', '.join(str(d) for d in self.shape)}]"
-
-
-def _np_int():
-    import numpy as np
-
-    return np.integer
