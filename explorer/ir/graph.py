@@ -12,6 +12,7 @@ from .errors import IRError
 from .interpreter import Interpreter
 from .node import Node
 from .opdef import OpGroup
+from .printer import format_graph
 from .tensor_type import TensorType
 
 __all__ = ["Graph"]
@@ -219,8 +220,6 @@ class Graph:
 
     # --- views ----------------------------------------------------------------------------
     def __str__(self) -> str:
-        from .printer import format_graph
-
         return format_graph(self)
 
     def __repr__(self) -> str:

@@ -33,7 +33,7 @@ array([[-2., -2., -2.],
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -41,10 +41,22 @@ from . import opdef
 from .errors import IRError
 from .node import Node
 
-if TYPE_CHECKING:
-    from .graph import Graph
+__all__ = ["Interpreter", "Kernel", "Walkable"]
 
-__all__ = ["Interpreter", "Kernel"]
+
+class Walkable(Protocol):
+    """What the walk reads of a graph: its name, its nodes in topological order and its
+    outputs. ``Graph`` is one, and stands above this module (``Graph.run`` walks itself)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def nodes(self) -> tuple[Node, ...]: ...
+
+    @property
+    def outputs(self) -> tuple[str, ...]: ...
+
 
 Kernel = Callable[[Node, list[Any]], Any]
 """An op kernel: ``kernel(node, args) -> value`` (``args`` in the node's input order)."""
@@ -57,7 +69,7 @@ class Interpreter:
     """Run a ``Graph`` node by node: ``run`` -> ``run_node`` -> ``call_op``.
 
     Args:
-        graph: the graph to run.
+        graph: the graph to run (a ``Graph``; the walk reads only ``Walkable``'s fields).
         kernels: op name -> ``kernel(node, args)``, consulted before the class table
             ``Interpreter.kernels`` and before the op's registry ``impl``.
         free_dead: drop each value from ``env`` after its last use (outputs are kept).
@@ -69,7 +81,7 @@ class Interpreter:
     kernels: ClassVar[Mapping[str, Kernel]] = {}
 
     def __init__(
-        self, graph: Graph, kernels: Mapping[str, Kernel] | None = None, free_dead: bool = False
+        self, graph: Walkable, kernels: Mapping[str, Kernel] | None = None, free_dead: bool = False
     ) -> None:
         self.graph = graph
         self.table: dict[str, Kernel] = {**type(self).kernels, **(kernels or {})}
@@ -147,7 +159,7 @@ class Interpreter:
             )
 
 
-def _dead_after(graph: Graph) -> tuple[tuple[str, ...], ...]:
+def _dead_after(graph: Walkable) -> tuple[tuple[str, ...], ...]:
     """For each node position, the values whose last use is that node (never outputs)."""
     last: dict[str, int] = {}
     for i, n in enumerate(graph.nodes):

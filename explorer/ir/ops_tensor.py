@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import string
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,10 +17,8 @@ from . import signature as sigmod
 from .activations import GELU_C, GELU_K, gelu_grad
 from .dtype import DType
 from .errors import IRError
+from .graph import Graph
 from .opdef import REQUIRED, OpDef, OpGroup, register
-
-if TYPE_CHECKING:
-    from .graph import Graph
 
 __all__ = [
     "Const", "Subgraph", "run_graph", "index_tuple", "GELU_C", "GELU_K", "dtype_of_array",

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .graph import Graph
+from .node import Node
 
-__all__ = ["format_graph", "format_node", "format_flops", "format_bytes"]
+__all__ = ["format_graph", "format_node", "format_flops", "format_bytes", "Printable"]
+
+
+class Printable(Protocol):
+    """What the text form reads of a graph. ``Graph`` is one, and stands above this module
+    (``str(graph)`` prints itself)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def nodes(self) -> tuple[Node, ...]: ...
+
+    @property
+    def outputs(self) -> tuple[str, ...]: ...
+
+    def node(self, name: str) -> Node: ...
+
+    def node_flops(self, name: str) -> int: ...
+
 
 _PREFIXES = ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
 
@@ -46,7 +64,7 @@ def _fmt_attr(v) -> str:
     return str(v)
 
 
-def format_node(graph: Graph, name: str) -> str:
+def format_node(graph: Printable, name: str) -> str:
     """One line: ``%y : fp32[8, 32] = matmul(%x, %w)  # 8.19 kFLOP``."""
     n = graph.node(name)
     args = [f"%{a}" for a in n.inputs] + [f"{k}={_fmt_attr(v)}" for k, v in n.attrs]
@@ -55,7 +73,7 @@ def format_node(graph: Graph, name: str) -> str:
     return line + (f"  # {format_flops(f)}" if f else "")
 
 
-def format_graph(graph: Graph, limit: int | None = None) -> str:
+def format_graph(graph: Printable, limit: int | None = None) -> str:
     """The whole graph; ``limit`` keeps the first N node lines and says how many were cut."""
     lines = [f"graph {graph.name} {{"]
     nodes = graph.nodes if limit is None else graph.nodes[:limit]
