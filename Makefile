@@ -11,9 +11,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# scripts/explore.py: --allow-root for root, --no-browser without a display, prints the URL.
+# Extra Jupyter options: make explore JUPYTER_ARGS="--ServerApp.ip=0.0.0.0"
 explore: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[notebook,jax,torch,hf]'
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/python scripts/explore.py notebooks $(JUPYTER_ARGS)
 
 test: $(BIN)/python /usr/bin/chromium
 	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch,hf]'

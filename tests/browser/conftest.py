@@ -1,7 +1,10 @@
-"""The browser tier: real JupyterLab + Chromium (deselect with ``-m "not browser"``).
+"""The browser tier: real JupyterLab + Chromium (marked ``browser`` by ``tests/conftest.py``;
+deselect with ``-m "not browser"``).
 
 One JupyterLab server and one Chromium per test module (see ``lab.py``); a start failure
-fails the test with its reason, it never skips.
+fails the test with its reason, it never skips. ``page_log`` and ``screenshot`` come from
+``pagelog.py``: a failing test carries its page's console log, and a screenshot that only
+documents never fails a test.
 """
 
 from __future__ import annotations
@@ -10,10 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 from lab import LabError, chromium, jupyterlab
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "browser: drives JupyterLab in Debian's Chromium")
+from pagelog import page_log, pytest_runtest_makereport  # noqa: F401  (fixture and hook)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,7 @@ from lab import (
     open_notebook,
     run_all,
 )
+from pagelog import screenshot
 
 NOTEBOOK = "01_tour.ipynb"
 RUN_ALL_TIMEOUT_S = 150.0
@@ -55,10 +56,10 @@ def _numbered(prompts: list[str]) -> bool:
     return bool(prompts) and all(p.strip("[]: ").isdigit() for p in prompts)
 
 
-def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
+def test_tour_renders_and_a_tuner_slider_replans(lab, browser, page_log):
     ARTIFACTS.mkdir(exist_ok=True)
     timings = {"lab_start_s": round(lab["start_s"], 1)}
-    page = browser.new_page(viewport=VIEWPORT)
+    page = page_log.watch(browser.new_page(viewport=VIEWPORT))
     page.set_default_timeout(30_000)
     console_errors: list[str] = []
     page.on("console", lambda m: console_errors.append(m.text) if m.type == "error" else None)
@@ -76,7 +77,7 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
         timings["figures_rendered_s"] = round(time.monotonic() - t0, 1)
         nplots = page.evaluate(f"() => {NB}.node.querySelectorAll('.js-plotly-plot').length")
         assert nplots >= MIN_FIGURES, f"only {nplots} plotly figures in the page"
-        page.screenshot(path=str(ARTIFACTS / "tour_after_run.png"))
+        screenshot(page, ARTIFACTS / "tour_after_run.png")
 
         # Move the tuner's alpha_compute slider one step: focus the handle, ArrowRight.
         slider = page.locator(".jp-Notebook .widget-slider").filter(
@@ -97,7 +98,7 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
             pytest.fail("the CostTuner's cost figure never drew its bars: "
                         f"{handle.evaluate(TUNER_FIGURE)}", pytrace=False)  # fmt: skip
         before = handle.evaluate(TUNER_FIGURE)
-        page.screenshot(path=str(ARTIFACTS / "cost_tuner_before.png"))
+        screenshot(page, ARTIFACTS / "cost_tuner_before.png")
         t0 = time.monotonic()
         handle.focus()
         page.keyboard.press("ArrowRight")
@@ -122,18 +123,18 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
         assert "baseline" in after["title"], (
             f"title should compare with the baseline: {after['title']!r}"
         )
-        page.screenshot(path=str(ARTIFACTS / "cost_tuner_after.png"))
+        screenshot(page, ARTIFACTS / "cost_tuner_after.png")
         if tuner_box.count():
             tuner_box.last.evaluate("el => el.scrollIntoView({block: 'start'})")
             time.sleep(0.5)
-            page.screenshot(path=str(ARTIFACTS / "cost_tuner.png"))
+            screenshot(page, ARTIFACTS / "cost_tuner.png")
         # The dashboard (StrategyExplorer, the tour's last view) for the README.
         dash = page.locator(".jp-CodeCell").filter(has_text="StrategyExplorer(").last
         dash_out = dash.locator(".jp-OutputArea-output").last
         dash_out.evaluate("el => el.scrollIntoView({block: 'start'})")
         assert dash_out.locator(".js-plotly-plot").count() >= 1, "the dashboard drew no figure"
         time.sleep(0.5)
-        page.screenshot(path=str(ARTIFACTS / "dashboard.png"))
+        screenshot(page, ARTIFACTS / "dashboard.png")
 
         # A bad value: its error shows next to its control, in the viewport, and the results
         # are marked stale (issue 12, items 8 and 10).
@@ -163,15 +164,15 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser):
             ".some(e => e.offsetParent !== null && e.textContent.includes('stale'))"
         )  # fmt: skip
         assert stale, "the results are not marked stale after a bad value"
-        page.screenshot(path=str(ARTIFACTS / "dashboard_bad_value.png"))
+        screenshot(page, ARTIFACTS / "dashboard_bad_value.png")
     finally:
-        page.screenshot(path=str(ARTIFACTS / "tour_last.png"))
+        screenshot(page, ARTIFACTS / "tour_last.png")
         (ARTIFACTS / "browser_timings.json").write_text(json.dumps(timings, indent=2))
         page.close()
     print("browser timings:", timings, "console errors:", console_errors[:5])
 
 
-def test_html_report_draws_every_figure_offline(browser, tmp_path):
+def test_html_report_draws_every_figure_offline(browser, tmp_path, page_log):
     """The report opens from a file with the network off and plotly draws all five figures."""
     from widgets.report import write_report
 
@@ -179,7 +180,7 @@ def test_html_report_draws_every_figure_offline(browser, tmp_path):
     path = tmp_path / "report.html"
     write_report(path, "gpt2", 4, global_batch=8, seq=256)
     context = browser.new_context(offline=True, viewport=VIEWPORT)
-    page = context.new_page()
+    page = page_log.watch(context.new_page())
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
@@ -194,7 +195,7 @@ def test_html_report_draws_every_figure_offline(browser, tmp_path):
             ".map(t => t.textContent)"
         )  # fmt: skip
         assert any("gpt2" in t for t in titles), titles
-        page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=False)
+        screenshot(page, ARTIFACTS / "report.png", full_page=False)
     finally:
         context.close()
     assert not errors, f"JavaScript errors in the report: {errors}"

@@ -29,6 +29,7 @@ from lab import (
     run_all,
     wait_for_plots,
 )
+from pagelog import screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -50,11 +51,11 @@ def _empty_plots(plots: list[dict]) -> list[dict]:
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_in_the_browser(lab, browser, name):
+def test_notebook_in_the_browser(lab, browser, name, page_log):
     ARTIFACTS.mkdir(exist_ok=True)
     stem = name.removesuffix(".ipynb")
     context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
+    page = page_log.watch(context.new_page())
     page.set_default_timeout(30_000)
     try:
         open_notebook(page, lab, name)
@@ -90,9 +91,9 @@ def test_notebook_in_the_browser(lab, browser, name):
         for k, i in enumerate(page.evaluate(VIEWS)):
             outputs.nth(i).evaluate("el => el.scrollIntoView({block: 'start'})")
             time.sleep(0.5)
-            page.screenshot(path=str(ARTIFACTS / f"{stem}-{k}.png"))
+            screenshot(page, ARTIFACTS / f"{stem}-{k}.png")
     finally:
-        page.screenshot(path=str(ARTIFACTS / f"{stem}-last.png"))
+        screenshot(page, ARTIFACTS / f"{stem}-last.png")
         (ARTIFACTS / "browser_notebooks.json").write_text(json.dumps(TIMINGS, indent=2))
         context.close()
 
@@ -115,7 +116,7 @@ demo.figure._data_objs = ()
 demo"""
 
 
-def test_a_plot_the_page_drew_empty_is_repaired(lab, browser):
+def test_a_plot_the_page_drew_empty_is_repaired(lab, browser, page_log):
     """The page reports a plot drawn without data and the view re-sends it (widgets/fit.py)."""
     import nbformat
 
@@ -124,7 +125,7 @@ def test_a_plot_the_page_drew_empty_is_repaired(lab, browser):
                                  "language": "python"}  # fmt: skip
     nbformat.write(nb, lab["root"] / "repair_check.ipynb")
     context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
+    page = page_log.watch(context.new_page())
     try:
         open_notebook(page, lab, "repair_check.ipynb")
         run_all(page, 120)

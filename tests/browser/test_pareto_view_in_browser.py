@@ -24,6 +24,7 @@ from lab import (
     run_all,
     wait_for_plots,
 )
+from pagelog import screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -106,7 +107,7 @@ LONELY = f"""() => {{
 }}"""
 
 
-def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
+def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser, page_log):
     import nbformat
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -115,7 +116,7 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
                                  "language": "python"}  # fmt: skip
     nbformat.write(nb, lab["root"] / "pareto_check.ipynb")
     context = browser.new_context(viewport=VIEWPORT)
-    page = context.new_page()
+    page = page_log.watch(context.new_page())
     page.set_default_timeout(30_000)
     try:
         open_notebook(page, lab, "pareto_check.ipynb")
@@ -143,7 +144,7 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
         view = page.locator(".jp-OutputArea-output").first
         view.evaluate("el => el.scrollIntoView({block: 'start'})")
         time.sleep(0.5)
-        page.screenshot(path=str(ARTIFACTS / "pareto_view.png"))
+        screenshot(page, ARTIFACTS / "pareto_view.png")
 
         assert page.evaluate(MENU).startswith("choose one")
         j = page.evaluate(LONELY)
@@ -168,7 +169,7 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser):
         info = page.locator(".jp-OutputArea-output .widget-html").filter(has_text="selected (ring")
         assert info.count() == 1, "the view's text does not name the selected point"
         time.sleep(0.5)
-        page.screenshot(path=str(ARTIFACTS / "pareto_view_after_click.png"))
+        screenshot(page, ARTIFACTS / "pareto_view_after_click.png")
         assert not page.evaluate(OUTPUT_ERRORS)
     finally:
         context.close()
