@@ -1,5 +1,5 @@
 """Benchmark: how well the step model predicts published runs, before and after
-calibration, and how fast calibration is (issue 14). Not a timed test.
+calibration, and how fast calibration is. Not a timed test.
 
 0. The values set on fit rows (ZeRO overlap and ZeRO-3 bandwidth efficiency on Table 2's
    fit ZeRO-3 rows, DeepSpeed's pipeline overhead on two MT-NLG rows) re-fitted and

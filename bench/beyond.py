@@ -1,4 +1,4 @@
-"""Benchmark of issue 18, "beyond one homogeneous cluster": prints four lines of numbers and
+"""Benchmark "beyond one homogeneous cluster" (pools, Pareto fronts, re-planning, WANs): prints four lines of numbers and
 writes bench/results/beyond.json.
 
 1. The Pareto front of gpt3-175b on 1024 A100s (``plan_training(objectives=...)``, timed;

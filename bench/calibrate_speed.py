@@ -1,4 +1,4 @@
-"""Calibration speed (issue 14): ``ex.calibrate`` on 20 runs, re-timing fixed layouts (the
+"""Calibration speed: ``ex.calibrate`` on 20 runs, re-timing fixed layouts (the
 default) against searching again at every trial value (``exact=True``).
 
 Runs: 20 layouts of gpt3-1.3b on a100-80g (dp x tp x pp x microbatch, the set of

@@ -1,6 +1,6 @@
 """Benchmark: tracing published models from their config.json on the meta device.
 
-Targets (issue 16, this 2-core machine): Llama-3-70B traced in under 20 s, Mixtral-8x22B
+Targets (on this 2-core machine): Llama-3-70B traced in under 20 s, Mixtral-8x22B
 under 20 s, DeepSeek-V3 under 60 s; measured with from_hf's default (the first layers
 traced, the last copied for the rest) and with every layer traced by torch.export; then
 the plan time of the traced graph (recursive programming on a dp x tp mesh of H100s). The configs are the

@@ -1,6 +1,6 @@
 """Benchmark: building, printing and exporting the largest zoo graphs.
 
-Targets (issue 2): the full forward graph of llama3-405b (126 layers) builds in under 1 s;
+Targets: the full forward graph of llama3-405b (126 layers) builds in under 1 s;
 its text form and networkx export take under 2 s. Prints a table and writes
 bench/results/ir.json. Times are the best of a few runs (machines are noisy).
 """

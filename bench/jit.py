@@ -1,8 +1,8 @@
 """Our eager and @jit against hand-written numpy, PyTorch and JAX, side by side in one run:
-prints a table and the issue's targets (YES/NO), writes bench/results/jit.json.
+prints a table and the speed targets (YES/NO), writes bench/results/jit.json.
 
-Columns: our eager (fair: it runs the kernels @jit runs, issue 13), our @jit with the numpy
-backend, our @jit with the numba backend (generated kernels, issue 17), hand-written numpy,
+Columns: our eager (fair: it runs the kernels @jit runs), our @jit with the numpy
+backend, our @jit with the numba backend (generated kernels), hand-written numpy,
 torch eager, torch.compile, jax.jit (CPU). Workloads: (a) small GPT inference, batch 1
 (2 layers, hidden 128, seq 64); (b) bias + GELU + mask + residual over 4M elements; (c) a
 4-layer MLP training step (loss and the gradients of all parameters; no optimizer update);
@@ -778,7 +778,7 @@ def main(argv: list[str] | None = None) -> dict:
         "torch peak memory: n/a (torch's CPU allocator is not traced by tracemalloc); "
         "jax: XLA memory analysis (temporaries + outputs)"
     )
-    print("\ntargets of issue 17:")
+    print("\ntargets:")
     for t, ok, m in rows:
         flag = "n/a" if ok is None else ("YES" if ok else "NO")
         print(f"  {flag:4s} {t}: {m}")

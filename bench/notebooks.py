@@ -24,7 +24,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 RESULTS = Path(__file__).parent / "results" / "notebooks.json"
-TARGET_01_WARM_S = 60.0  # issue 12: notebook 01 under a minute, warm
+TARGET_01_WARM_S = 60.0  # notebook 01 under a minute, warm
 
 
 def _run(path: Path) -> tuple[float, list[tuple[float, int, str]]]:

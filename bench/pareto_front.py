@@ -1,4 +1,4 @@
-"""The Pareto-front line of bench/beyond.py (issue 18 item 2): ``plan_training(...,
+"""The Pareto-front line of bench/beyond.py : ``plan_training(...,
 objectives=...)`` for gpt3-175b on 1024 A100s, timed, with the front's size and the cost of
 the front over the plain plan.
 

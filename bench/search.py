@@ -2,7 +2,7 @@
 
 Prints, per (graph, mesh, method): cost relative to the ILP optimum (where ILP finishes),
 search time, and whether the numpy SPMD verification passed (small graphs on <= 8 devices;
-"-" where executing the model in numpy is too big). Then the speed targets of issue 4,
+"-" where executing the model in numpy is too big). Then the search speed targets,
 measured side by side in this run. Writes bench/results/search.json.
 """
 
@@ -20,7 +20,7 @@ from explorer.search import METHODS, CostParams, Planner, SearchError
 
 HW = "a100-80g"
 # Forward graphs this big need more memory than a device has without recomputation or
-# pipelining (issue 5's planner); the search benchmark plans them without a memory cap.
+# pipelining (the training planner's job); the search benchmark plans them without a memory cap.
 PARAMS = CostParams(device_memory_cap_bytes=float("inf"))
 
 
@@ -130,7 +130,7 @@ def main() -> None:
             planner24.search(method, PARAMS.replace(beta_communication=beta))
             times.append(time.perf_counter() - t)
         replans[method] = min(times)
-    # Repeated layers (issue 13, bug 1): tables for two layers, cost and optimum of the
+    # Repeated layers: tables for two layers, cost and optimum of the
     # whole graph, against tables built for every layer.
     tiling = {}
     g2 = next(g for n, g, _ in graphs() if n == "gpt2-12l")

@@ -3,7 +3,7 @@
 Prints Narayanan et al. 2021 Table 1 against our predictions (each row's TP, PP,
 schedule and recomputation; the same calibration for every row), whether the free
 search finds a configuration at least as fast as each published one, then the speed
-targets of issue 5 measured in this run (wall and CPU seconds, ratio to the target;
+targets of the training planner measured in this run (wall and CPU seconds, ratio to the target;
 cold = caches empty). Writes bench/results/training.json.
 """
 

@@ -269,7 +269,7 @@ def cost_tuner_latency(quick: bool) -> dict:
     return res
 
 
-# --- training views on GPT-3 175B (issue 12) -------------------------------------------------
+# --- training views on GPT-3 175B ------------------------------------------------------------
 def training_views_latency(quick: bool) -> dict:
     """PipelineView, MemoryView and ScalingView on GPT-3 175B over 1,024 A100s (Megatron's
     dp8 x tp8 x pp16, interleaved v=2, full recompute, global batch 1536, seq 2048): each
@@ -333,7 +333,7 @@ def training_views_latency(quick: bool) -> dict:
     return res
 
 
-# --- GraphView on llama3-405b (issue 12, item 3) ---------------------------------------------
+# --- GraphView on llama3-405b ------------------------------------------------------------
 
 
 def graph_view_latency(quick: bool) -> dict:
@@ -401,7 +401,7 @@ def graph_view_latency(quick: bool) -> dict:
     return res
 
 
-# --- TraceCompare (issue 12, item 6) ---------------------------------------------------------
+# --- TraceCompare ------------------------------------------------------------------------
 
 
 def trace_compare_latency(quick: bool) -> dict:

@@ -1,4 +1,4 @@
-"""One error hierarchy: no public code path raises a builtin exception (issue 15, item 1).
+"""One error hierarchy: no public code path raises a builtin exception.
 
 Every ``raise`` in ``explorer/`` and ``widgets/`` names a project exception (a subclass of
 ``explorer.ExplorerError``; most also subclass ``ValueError`` so older ``except`` clauses

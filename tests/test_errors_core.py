@@ -1,4 +1,4 @@
-"""Issue 15, core: Chrome trace import, search bounds (ILP top_k, exhaustive size), training
+"""Named errors of the core: Chrome trace import, search bounds (ILP top_k, exhaustive size), training
 arguments and MoE capacity_factor each end in a named error (an ``ExplorerError``) that
 names the value, the place and the fix, never a builtin exception or a silent answer."""
 
@@ -26,7 +26,7 @@ def x_event(**kw):
 
 # ----- trace import -------------------------------------------------------------------------
 # (trace data, words the message must hold); these raised KeyError/TypeError/ValueError or
-# were accepted (dur -100 gave total -100 us, ts NaN gave nan) before issue 15.
+# were accepted (dur -100 gave total -100 us, ts NaN gave nan) before they were checked.
 MALFORMED = [
     ({}, ["traceEvents"]),
     ({"traceEvents": 3}, ["events are int"]),

@@ -1,5 +1,5 @@
 """Integer ids (embedding rows, cross-entropy labels) outside their range are named errors in
-every executor: the reference run, the SPMD run and a compiled call (issue 15)."""
+every executor: the reference run, the SPMD run and a compiled call."""
 
 import numpy as np
 import pytest

@@ -165,7 +165,7 @@ def test_entry_point_summary():
     assert s["ops_by_group"]["contraction"] == 12 * (6 + 2) + 1  # 6 matmuls, 2 einsums, head
 
 
-# --- the interpreter (issue 13: one walker for the reference, SPMD and compiler runs) ---
+# --- the interpreter: the reference run's and the SPMD executor's walk over the IR ---
 
 
 def _mlp() -> tuple[Graph, dict[str, np.ndarray]]:

@@ -200,7 +200,7 @@ def test_numeric_forward_of_a_tiny_model_runs():
 
 
 def test_hf_config_fields_are_accounted_for(tmp_path):
-    """Issue 15 item 3: metadata accepted, unread architecture fields refused naming
+    """Metadata accepted, unread architecture fields refused naming
     from_hf, unknown fields refused unless strict=False, which lists them on the result."""
     llama = {
         "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,

@@ -1,4 +1,4 @@
-"""A Trace built in Python is checked as an imported one is (issue 15, item 1)."""
+"""A Trace built in Python is checked as an imported one is."""
 
 import math
 

@@ -5,7 +5,7 @@ widget before the module's ``initialize()`` registers the handlers for plotly's 
 messages (``_py2js_update``, ``_py2js_restyle``, ...). An update that reaches the page before
 that point changes nothing: the figure is then drawn from the state it was created with. On a
 first Run All, with several figures created and updated in quick succession, this drew most of
-notebook 01's figures as empty axes until the page was reloaded (issue 12).
+notebook 01's figures as empty axes until the page was reloaded.
 
 The fix keeps plotly's messages (they redraw a figure already on screen) and, after each one,
 sets the synced ``_widget_data`` / ``_widget_layout`` traits to a copy of the figure (plotly
@@ -41,7 +41,7 @@ class FigureWidget(go.FigureWidget):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # Plotly re-measures a responsive plot on a window resize: widgets.fit.FitWidth sends
-        # one when the view gets its width, so the plot fills the column (issue 12).
+        # one when the view gets its width, so the plot fills the column.
         self._config = {**(self._config or {}), "responsive": True}
 
     def _sync_state(self) -> None:

@@ -3,7 +3,7 @@
 Plotly's FigureWidget draws its plot as soon as its element exists, before JupyterLab has
 attached it to the page: the element has no width yet and plotly falls back to its default of
 700 px, so on a laptop every figure filled about 65% of the notebook column until it was
-updated (issue 12). Plotly only measures again on a window ``resize`` event (with the
+updated. Plotly only measures again on a window ``resize`` event (with the
 ``responsive`` config our figures carry, see ``widgets.figure_widget``), and nothing sends one.
 
 ``FitWidth`` is an invisible anywidget placed in every view. In the page it looks at the

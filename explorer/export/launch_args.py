@@ -57,7 +57,7 @@ def _model_args(cfg: ModelConfig, seq: int | None) -> list[str]:
 
 def _moe_mla_args(cfg: ModelConfig) -> list[str]:
     """Megatron-Core's flags for MLA, q/k norms, q/k/v biases, expert sizes, shared experts,
-    dense first layers and multi-token prediction (issue 16's ModelConfig fields)."""
+    dense first layers and multi-token prediction (the ModelConfig fields read from Hugging Face configs)."""
     args: list[str] = []
     if cfg.is_mla:
         args += ["--multi-latent-attention", "--kv-lora-rank", str(cfg.kv_lora_rank),

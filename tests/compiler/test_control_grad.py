@@ -1,4 +1,4 @@
-"""Gradients through data-dependent control flow under @jit (issue 17, item 4): a tensor
+"""Gradients through data-dependent control flow under @jit: a tensor
 ``if`` is a ``cond`` forwards and backwards (only the taken branch runs), a tensor
 ``while``'s gradient costs O(n) body runs (counted from the trace's kernel events), and both
 equal eager autodiff and finite differences. Unsupported control flow is one named error."""

@@ -1,4 +1,4 @@
-"""Dynamic shapes under @jit (issue 17, item 3): sizes computed in Python from a symbolic dim
+"""Dynamic shapes under @jit: sizes computed in Python from a symbolic dim
 follow the bound size; each compilation is counted (``len(fn.cache)`` and the trace's
 compile/recompile events), and results equal eager for several sizes."""
 

@@ -1,4 +1,4 @@
-"""Bad arguments to ``ex.F`` ops get named errors (issue 15), eager and under ``@jit``."""
+"""Bad arguments to ``ex.F`` ops get named errors, eager and under ``@jit``."""
 
 import numpy as np
 import pytest

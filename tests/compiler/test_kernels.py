@@ -81,7 +81,7 @@ def test_masked_softmax_gradient_under_jit(rng):
     np.testing.assert_allclose(compiled.numpy(), eager.numpy(), rtol=1e-4, atol=1e-6)
 
 
-# --- a fair eager baseline: eager runs the kernels @jit runs (issue 13, bug 7) ---------
+# --- a fair eager baseline: eager runs the kernels @jit runs ---------------------------
 
 
 def test_eager_gelu_is_the_jit_kernel_in_fp32(rng):

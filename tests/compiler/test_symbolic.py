@@ -1,5 +1,5 @@
 """Symbolic dims: sentinel substitution terminates for every size, and any number of
-symbols can be declared (issue 13, bug 5)."""
+symbols can be declared."""
 
 import threading
 

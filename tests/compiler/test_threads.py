@@ -1,5 +1,5 @@
 """@jit from many threads: the capture state is per thread, the cache is locked, and
-concurrent calls never share a program's buffers (issue 13, bug 3)."""
+concurrent calls never share a program's buffers."""
 
 import threading
 

@@ -1,4 +1,4 @@
-"""The bad inputs of issue 15 that reach models, hardware and the CLI, kept as regressions.
+"""Bad inputs that reach models, hardware and the CLI, kept as regressions.
 
 Each `Case` runs one call on files it writes under a temporary folder and expects a named
 error (an ``ExplorerError`` subclass) whose message contains every string in ``says``: the
@@ -170,7 +170,7 @@ CLI_CASES: tuple[CliCase, ...] = (
 )  # fmt: skip
 
 
-# ex.F / Tensor ops (issue 15): bad axes, ids, p, dtypes and boolean masks.
+# ex.F / Tensor ops: bad axes, ids, p, dtypes and boolean masks.
 def _x23():
     import numpy as np
 

@@ -1,4 +1,4 @@
-"""Issue 15's bad inputs for models, hardware and the CLI: each gets a named error."""
+"""Bad inputs for models, hardware and the CLI: each gets a named error."""
 
 from __future__ import annotations
 

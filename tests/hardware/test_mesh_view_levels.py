@@ -1,4 +1,4 @@
-"""MeshView names the link level each mesh axis spans (issue 14, item 1)."""
+"""MeshView names the link level each mesh axis spans."""
 
 from __future__ import annotations
 

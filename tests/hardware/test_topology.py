@@ -1,4 +1,4 @@
-"""Link levels (issue 14, item 1): levels parsed from JSON, the old two-level profiles giving
+"""Link levels: levels parsed from JSON, the old two-level profiles giving
 the same numbers, mesh axes mapped to the levels they cross, links shared by concurrent
 rings (checked against numbers worked out by hand below), bad JSON named by file."""
 

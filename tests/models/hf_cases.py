@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Model types the tests trace (at least 30, as issue 16 asks).
+#: Model types the tests trace (at least 30 architectures).
 MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
     "gemma2", "gemma3_text", "phi", "phi3", "phimoe", "gpt2", "gpt_neox", "gptj",

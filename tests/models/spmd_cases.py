@@ -1,4 +1,4 @@
-"""Tiny traced architectures with real weights, for SPMD verification (issue 16 item 4).
+"""Tiny traced architectures with real weights, for SPMD verification.
 
 ``case(model_type)`` builds the tiny config of `hf_cases.tiny` as the right transformers
 Auto class with seeded random float32 weights and eager attention (and eager experts),

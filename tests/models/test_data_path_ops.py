@@ -1,4 +1,4 @@
-"""Issue 16 item 4: ops on the data path of traced models are first-class, so the graph
+"""Ops on the data path of traced models are first-class, so the graph
 runs, and runs sharded. RoBERTa's position ids (``cumsum`` of the non-pad mask) and its
 token-type lookup (``gather``) map to IR ops; a tiny RoBERTa traced from real weights
 equals transformers' logits, unsharded and on 8 virtual devices. What stays opaque, and

@@ -1,4 +1,4 @@
-"""Issue 16: 31 transformers architectures traced on the meta device.
+"""31 transformers architectures traced on the meta device.
 
 For each model type: at a tiny size the traced parameter count equals
 ``sum(p.numel())`` of the transformers model and the traced contraction FLOPs equal

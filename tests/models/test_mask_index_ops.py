@@ -1,4 +1,4 @@
-"""Issue 16 item 4: sliding-window masks and index picks trace to first-class ops.
+"""Sliding-window masks and index picks trace to first-class ops.
 
 Gemma 2 and Gemma 3 build their local layers' mask from positions (``masking_utils``: a
 ``diff`` and ``cumsum`` of the position ids, four fancy-index picks): every input is a

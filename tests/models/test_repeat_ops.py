@@ -1,4 +1,4 @@
-"""Issue 16 item 4: ``repeat`` and ``repeat_interleave`` are IR ops (`explorer.ir.ops_repeat`).
+"""``repeat`` and ``repeat_interleave`` are IR ops (`explorer.ir.ops_repeat`).
 
 GPT-J builds its rotary tables with both (its sin/cos table repeated over the position
 batch, each frequency interleaved twice for its pairs over ``rotary_dim`` of each head),

@@ -1,4 +1,4 @@
-"""Issue 16 item 4, part a: every tiny traced architecture runs sharded on 8 virtual devices.
+"""Part a: every tiny traced architecture runs sharded on 8 virtual devices.
 
 For llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, gemma, gemma2,
 gemma3_text, phi, phi3, phimoe, gpt2, gpt_neox and gptj (causal LMs): the tiny config of
@@ -55,7 +55,7 @@ RANDOM_PLANS = 4  # per architecture (150 each, 2400 in all, passed once: 0 fail
 MOE = ("mixtral", "qwen2_moe", "qwen3_moe", "phimoe")
 
 #: Architectures whose traced graph still holds an opaque op (no numpy impl, replicated
-#: only). The mark goes when the op is mapped (issue 16, helpers I1/I2).
+#: only). The mark goes when the op is mapped to a first-class IR op.
 #: None today: gemma2 / gemma3_text's sliding-window mask is a window_mask op, gptj's
 #: rotary tables use the repeat / repeat_interleave ops.
 OPAQUE: dict[str, str] = {}

@@ -1,4 +1,4 @@
-"""Issue 16 item 4, part b: every tiny traced architecture runs sharded on 8 virtual devices.
+"""Part b: every tiny traced architecture runs sharded on 8 virtual devices.
 
 For gpt_bigcode, falcon, opt, bloom, mpt, starcoder2, olmo2, stablelm, cohere, deepseek_v2,
 deepseek_v3 (causal LMs), bert and roberta (masked LMs), t5 (seq2seq, with decoder inputs)

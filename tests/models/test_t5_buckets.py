@@ -1,4 +1,4 @@
-"""Issue 16: T5's relative-position bucket table is one constant, folded at trace time.
+"""T5's relative-position bucket table is one constant, folded at trace time.
 
 T5 computes the bucket of every (query, key) pair from ``arange``s of the two lengths
 (``T5Attention._relative_position_bucket``: sub, abs or min, a log of the distance,

@@ -1,4 +1,4 @@
-"""Issue 16 item 3: a traced transformers model and the builder's graph of the same zoo
+"""A traced transformers model and the builder's graph of the same zoo
 config agree. LLaMA and GPT families, at small widths (2 layers, hidden 512).
 
 What makes them agree is what is right for a planner on both sides: the causal mask that

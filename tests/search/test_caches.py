@@ -1,4 +1,4 @@
-"""Caches: every one is an explorer.memo Memo whose key holds every input (issue 13, bug 3).
+"""Caches: every one is an explorer.memo Memo whose key holds every input.
 
 The strategy cache used to key on everything but the node name while the in-op collectives
 carried it, so ``norm2``'s strategies came back with collectives labelled ``norm1``.

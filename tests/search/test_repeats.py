@@ -1,4 +1,4 @@
-"""Repeated layers: tables for two copies, cost and optimum of the whole graph (issue 13, bug 1).
+"""Repeated layers: tables for two copies, cost and optimum of the whole graph.
 
 The tiled search must report the cost of the plan it returns on the full graph (the
 layer-to-layer edges priced), and its optimum must equal the full graph's optimum where an

@@ -1,5 +1,5 @@
 """Plan status (optimal / time-limited with its gap / heuristic), the time limit reaching
-every solver, and bad arguments raising SearchError (issue 13, bug 2)."""
+every solver, and bad arguments raising SearchError."""
 
 import math
 from types import SimpleNamespace

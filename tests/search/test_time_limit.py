@@ -1,4 +1,4 @@
-"""Every search method honours ``time_limit_s`` and says when it stopped early (issue 15)."""
+"""Every search method honours ``time_limit_s`` and says when it stopped early."""
 
 import math
 import re

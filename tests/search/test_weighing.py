@@ -1,4 +1,4 @@
-"""One weighing formula: the solver's objective is the plan's reported cost (issue 13).
+"""One weighing formula: the solver's objective is the plan's reported cost.
 
 ``CostModel.weigh`` (the solver's cost vectors and matrices) and ``plan_breakdown`` /
 ``explain`` (what a plan shows) both sum ``node_terms`` and ``edge_terms``; the tolerance

@@ -88,7 +88,7 @@ def test_given_inputs_are_used():
     assert all(s.node == y for s in node_strategies(g, y, MESH_1D))
 
 
-# --- builtin errors that used to escape become ShardingError naming the value (issue 13) ---
+# --- builtin errors that used to escape become ShardingError naming the value ------------
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The SPMD executor and the unsharded reference run an op the same way.
 
-Two cases found by running traced architectures sharded (issue 16 item 4): a node that
+Two cases found by running traced architectures sharded: a node that
 leaves an attribute at its default (GPT-NeoX's ``slice`` without ``step``) runs on every
 device with the default filled in, as the reference does; and a float made from nothing
 (``fill``: PhiMoE's longrope recomputes its rotary frequencies from an fp32 arange) is

@@ -1,4 +1,4 @@
-"""shard_slices on uneven dims (issue 13, bug 6): every element is held, ceiling first as
+"""shard_slices on uneven dims: every element is held, ceiling first as
 torch.chunk (DTensor) cuts, and the executor refuses what it cannot run."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CalibrationView and calibration_figure (issue 14), headless: the traces hold the
+"""CalibrationView and calibration_figure, headless: the traces hold the
 calibration's numbers, fit and check rows stay apart, and the controls refit."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ParetoView and pareto_figure (issue 18 item 2), headless: the traces hold the front's
+"""ParetoView and pareto_figure, headless: the traces hold the front's
 numbers in the units their axes say, a pick drives the linked training views, and bad
 arguments are named errors."""
 

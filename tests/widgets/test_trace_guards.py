@@ -1,4 +1,4 @@
-"""TraceCompare with symbolic dims (issue 17): a call whose size fails a shape guard shows a
+"""TraceCompare with symbolic dims: a call whose size fails a shape guard shows a
 recompile labelled as caused by the failed guard, with the guard in its hover text; sizes
 the guards accept are cache hits."""
 
