@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 from dataclasses import dataclass
 from typing import Literal
 
+from ..checks import is_number
 from .errors import SearchError
 
 __all__ = ["CostParams", "CostUnit"]
@@ -77,11 +76,7 @@ class CostParams:
             if v is None and f.name == "device_memory_cap_bytes":  # None: the chip's memory
                 continue
             no_cap = f.name == "device_memory_cap_bytes" and v == float("inf")  # +inf: no cap
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, numbers.Real)
-                or not (no_cap or math.isfinite(v))
-            ):
+            if not is_number(v, finite=not no_cap, numpy=True):
                 raise SearchError(
                     f"CostParams.{f.name}={v!r}; expected a number, finite (not NaN or inf), in "
                     "the unit its name says"

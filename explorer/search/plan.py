@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..checks import is_int
 from ..hardware import Mesh
 from ..ir import Graph
 from ..sharding import RedistributePlan, Strategy, redistribute
@@ -155,7 +156,7 @@ class ShardingPlan:
         m = self._model
         if node not in self.assignment:
             raise SearchError(f"plan has no node %{node}; its nodes are the graph's")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+        if not is_int(k, minimum=0):
             raise SearchError(f"explain(k={k!r}): expected an int >= 0 (runners-up to show)")
         name = node
         i = m.index[name]
@@ -192,7 +193,7 @@ class ShardingPlan:
 
     def top_k(self, k: int) -> tuple[ShardingPlan, ...]:
         """The ``k`` best whole plans found (exhaustive and ILP searches keep them)."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not is_int(k, minimum=1):
             raise SearchError(f"top_k({k!r}): expected an int >= 1")
         plans = (self,) + self._others
         if k > 1 and not self._others:

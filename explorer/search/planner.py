@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..checks import is_int, is_number
 from ..hardware import Mesh
 from ..ir import Graph, format_bytes
 from ..memo import Memo
@@ -60,7 +61,7 @@ def _check(method, params, annotations, top_k, time_limit_s) -> None:
             f"params={params!r} is a {type(params).__name__}, not CostParams; pass "
             "ex.CostParams(...) or None for the default"
         )
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+    if not is_int(top_k, minimum=1):
         raise SearchError(f"top_k={top_k!r}: expected an int >= 1 (the plans to keep)")
     if method == "ilp":
         check_top_k(top_k)
@@ -69,8 +70,7 @@ def _check(method, params, annotations, top_k, time_limit_s) -> None:
             f"top_k={count_text(top_k)} ranks whole plans, which only method='ilp' or 'exhaustive' "
             f"keeps; {method!r} finds one plan: pass top_k=1 or one of those methods"
         )
-    if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float)
-            or not math.isfinite(time_limit_s) or time_limit_s <= 0):  # fmt: skip
+    if not is_number(time_limit_s, above=0):
         raise SearchError(
             f"time_limit_s={time_limit_s!r}: expected a finite number of seconds > 0 "
             f"(default {DEFAULT_TIME_LIMIT_S})"
@@ -110,6 +110,13 @@ class Planner:
 
     def default_params(self) -> CostParams:
         return CostParams() if self.mesh.hardware is not None else CostParams.mindspore()
+
+    def assignments(self, params: CostParams | None = None) -> int:
+        """How many strategy assignments exhaustive search would visit: the strategies per
+        node of the folded problem, multiplied (it refuses more than ``EXHAUSTIVE_LIMIT``)."""
+        m = self.model
+        p = Problem.build(m, m.weigh(params or self.default_params()))
+        return math.prod(len(p.cost[i]) for i in p.active)
 
     def search(
         self, method: Method = "recursive_programming", params: CostParams | None = None,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..checks import is_int
 from ..hardware import Mesh
 from ..ir import Graph, Interpreter, IRError, Node
 from .collective import Collective
@@ -114,7 +115,7 @@ def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded values for every source: floats of uneven magnitude and sign (so a wrong
     partial-sum rule cannot pass by chance), integers in the range their users accept."""
     _check_graph(graph)
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+    if not is_int(seed, minimum=0, numpy=True):
         raise ShardingError(f"seed {seed!r} is not an int >= 0; pass e.g. seed=0")
     rng = np.random.default_rng(seed)
     out = {}

@@ -31,8 +31,7 @@ dim, size and axes in the message.
 
 from __future__ import annotations
 
-import operator
-
+from ..checks import is_int
 from ..hardware import Mesh
 from .errors import ShardingError
 from .layout import Layout
@@ -86,11 +85,7 @@ def _check(shape: tuple[int, ...], layout: Layout, mesh: Mesh) -> None:
             f"{layout.rank} dims; give one tuple of axes per dim"
         )
     for i, size in enumerate(shape):
-        try:
-            ok = not isinstance(size, bool) and operator.index(size) >= 0
-        except TypeError:
-            ok = False
-        if not ok:
+        if not is_int(size, minimum=0, numpy=True):
             raise ShardingError(
                 f"dim {i} of shape {tuple(shape)} is {size!r}; sizes must be ints >= 0"
             )

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import is_number
 from ..hardware import Mesh
 from ..ir import Graph
 from .errors import ShardingError
@@ -95,7 +96,7 @@ def verify(
     """
     assignment = getattr(plan_or_assignment, "assignment", plan_or_assignment)
     for name, tol in (("rtol", rtol), ("atol", atol)):
-        if isinstance(tol, bool) or not isinstance(tol, int | float) or not tol >= 0:
+        if not is_number(tol, minimum=0, finite=False):
             raise ShardingError(f"{name}={tol!r} is not a number >= 0; pass e.g. {name}=1e-6")
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         res = execute(graph, mesh, assignment, inputs, seed)
