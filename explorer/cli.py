@@ -18,6 +18,7 @@ from pathlib import Path
 from . import hardware, models
 from .errors import ExplorerError
 from .ir import format_flops, format_graph
+from .training import plan_training
 
 __all__ = ["CLIError", "build_parser", "check_output_path", "main"]
 
@@ -107,8 +108,6 @@ def _ir(args) -> int:
 
 
 def _plan(args) -> int:
-    from .training import plan_training
-
     cfg = _load_model(args)
     _argument("--hardware", args.hardware, hardware.load)
     plan = plan_training(

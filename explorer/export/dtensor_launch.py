@@ -18,6 +18,11 @@ import json
 import sys
 from pathlib import Path
 
+from ..models import build
+from ..sharding import random_inputs
+from .dtensor_export import DTensorPlan
+from .torch_model import build_module, load_values, module_inputs
+
 __all__ = ["main"]
 
 
@@ -25,11 +30,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
     from torch.distributed.tensor.debug import CommDebugMode
-
-    from explorer.export.dtensor_export import DTensorPlan
-    from explorer.export.torch_model import build_module, load_values, module_inputs
-    from explorer.models import build
-    from explorer.sharding import random_inputs
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--spec", required=True, help="JSON written by DTensorPlan.write")

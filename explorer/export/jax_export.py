@@ -32,10 +32,14 @@ import numpy as np
 from ..hardware import Mesh
 from ..ir import Graph
 from ..ir.activations import GELU_C, GELU_K
+from ..ir.ops import dropout_mask
 from ..models import ModelConfig, build, load
 from ..sharding import Layout, Strategy, assign, random_inputs
 from ..sharding.verify import predicted_bytes
+from .compare import Comparison, predicted_collectives, predicted_gradient_collectives
+from .compare import compare as compare_collectives
 from .errors import ExportError, require
+from .hlo import collectives as hlo_collectives
 
 __all__ = ["JaxProgram", "to_jax", "JAX_OPS", "resolve_model", "resolve_assignment", "stage_mesh"]
 
@@ -131,8 +135,6 @@ def _gelu(jnp, x):
 def _dropout(jnp, x, p=0.1, seed=0):
     if p == 0:
         return x
-    from ..ir.ops import dropout_mask
-
     keep = jnp.asarray(dropout_mask(x.shape, p, seed))
     return jnp.where(keep, x / (1.0 - p), 0.0).astype(x.dtype)
 
@@ -332,25 +334,20 @@ class JaxProgram:
 
     def collectives(self):
         """The collectives XLA inserted into the forward (`explorer.export.hlo`)."""
-        from .hlo import collectives
+        return hlo_collectives(self.hlo(), self.mesh)
 
-        return collectives(self.hlo(), self.mesh)
-
-    def compare(self):
+    def compare(self) -> Comparison:
         """`Comparison` of the plan's forward collectives with XLA's."""
-        from .compare import compare, predicted_collectives
+        return compare_collectives(predicted_collectives(self.graph, self.mesh, self.assignment),
+                                   self.collectives())  # fmt: skip
 
-        return compare(predicted_collectives(self.graph, self.mesh, self.assignment),
-                       self.collectives())  # fmt: skip
-
-    def compare_gradients(self):
+    def compare_gradients(self) -> Comparison:
         """`Comparison` of the plan's gradient reductions with the all-reduces XLA puts on
         parameter gradients (tuple all-reduces split per tensor)."""
-        from .compare import compare, predicted_gradient_collectives
-        from .hlo import collectives
-
-        return compare(predicted_gradient_collectives(self.graph, self.mesh, self.assignment),
-                       collectives(self.gradient_hlo(), self.mesh))  # fmt: skip
+        return compare_collectives(
+            predicted_gradient_collectives(self.graph, self.mesh, self.assignment),
+            hlo_collectives(self.gradient_hlo(), self.mesh),
+        )
 
     @property
     def predicted_bytes(self) -> float:

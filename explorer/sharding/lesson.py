@@ -43,6 +43,7 @@ from ..ir import TensorType
 from ..ir.opdef import get as get_op
 from .collective import Collective, make_collective
 from .errors import ShardingError
+from .executor import gather
 from .layout import Layout, format_axes
 from .slices import axes_index, shard_slices
 
@@ -332,8 +333,6 @@ class _Lesson:
 
 
 def _error(sharded: TensorState, reference: np.ndarray, mesh: Mesh) -> float:
-    from .executor import gather
-
     full = gather(list(sharded.values), sharded.ttype.shape, sharded.layout, mesh)
     return float(np.max(np.abs(full.astype(np.float64) - reference)))
 
