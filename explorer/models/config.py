@@ -257,6 +257,7 @@ class ModelConfig:
         """Parameters of the model, counted from the config (`config_counts.param_count`;
         equals ``build(cfg).num_params()`` and, for configs read from Hugging Face, the
         transformers model's ``sum(p.numel())``)."""
+        # method facade: the counts read a ModelConfig, so config_counts stands above this module
         from .config_counts import param_count
 
         return param_count(self)
@@ -265,6 +266,7 @@ class ModelConfig:
         """Forward matmul FLOPs of ``batch`` sequences of ``seq`` (default ``max_seq_len``),
         routed experts counted for the ``top_k`` experts of each token
         (`config_counts.forward_flops`)."""
+        # method facade: the counts read a ModelConfig, so config_counts stands above this module
         from .config_counts import forward_flops
 
         return forward_flops(self, self.max_seq_len if seq is None else seq, batch)
