@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from ..checks import is_int
 from .comparison import Comparison, flows
 from .events import EventKind, Trace, TraceError, TraceEvent
 
@@ -141,7 +142,7 @@ def _count(args: dict, field_: str, at: str, default: int, low: int) -> int:
     v = args.get(field_, default)
     if isinstance(v, float) and math.isfinite(v) and v.is_integer():
         v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+    if not is_int(v, minimum=low):
         raise TraceError(f"{at}: args.{field_}={_short(v)}; expected a whole number >= {low}")
     return v
 
@@ -155,9 +156,7 @@ def _shapes(args: dict, at: str) -> tuple[tuple[int, ...], ...]:
     for s in shapes:
         if isinstance(s, list | tuple) and any(isinstance(d, list | tuple) for d in s):
             continue  # a tensor list's dims (PyTorch): no single shape
-        good = isinstance(s, list | tuple) and all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in s
-        )
+        good = isinstance(s, list | tuple) and all(is_int(d, minimum=0) for d in s)
         if not good:
             raise TraceError(f"{at}: args.{key} holds {_short(s)}; expected a list of "
                              "whole numbers >= 0 per shape")  # fmt: skip

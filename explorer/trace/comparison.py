@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..checks import is_int
 from .events import Trace, TraceError, TraceEvent, record
 
 __all__ = [
@@ -213,7 +214,7 @@ def repeat_runs(eager_fn, static_fn, args: tuple, n: int = 7) -> RepeatedRuns:
     >>> len(runs), len(runs.speedup)
     (3, 3)
     """
-    if not isinstance(n, int | np.integer) or isinstance(n, bool) or n < 1:
+    if not is_int(n, minimum=1, numpy=True):
         raise TraceError(f"n={n!r} runs: need a whole number >= 1 (7 gives a stable median)")
     eager, static = [], []
     for _ in range(int(n)):

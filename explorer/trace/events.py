@@ -19,8 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import numpy as np
-
+from ..checks import is_int, is_number
 from ..errors import ExplorerError
 
 __all__ = [
@@ -89,7 +88,7 @@ class TraceEvent:
                              f"{', '.join(EVENT_KINDS)}")  # fmt: skip
         for field_name in ("start_us", "dur_us"):
             v = getattr(self, field_name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            if not is_number(v):
                 raise TraceError(f"TraceEvent {self.name!r}: {field_name}={v!r}; expected a "
                                  "finite number of microseconds")  # fmt: skip
         if self.dur_us < 0:
@@ -97,7 +96,7 @@ class TraceEvent:
                              "a duration is >= 0 (end before start?)")  # fmt: skip
         for field_name, low in (("bytes_allocated", 0), ("flops", 0), ("live_bytes", -1)):
             v = getattr(self, field_name)
-            if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < low:
+            if not is_int(v, minimum=low, numpy=True):
                 raise TraceError(f"TraceEvent {self.name!r}: {field_name}={v!r}; expected an "
                                  f"int >= {low}")  # fmt: skip
 
@@ -127,7 +126,7 @@ class Trace:
                 raise TraceError(f"Trace {self.name!r}: events[{k}] is a {type(e).__name__}, "
                                  "not a TraceEvent")  # fmt: skip
         w = self.wall_us
-        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+        if not is_number(w, minimum=0):
             raise TraceError(f"Trace {self.name!r}: wall_us={w!r}; expected a finite number "
                              "of microseconds >= 0")  # fmt: skip
 
