@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any, Generic, TypeVar
 
+from .checks import positive_int
 from .errors import ExplorerError
 
 __all__ = ["Memo", "memoize", "clear_all", "all_memos"]
@@ -48,8 +49,7 @@ class Memo(Generic[V]):
     """
 
     def __init__(self, name: str, maxsize: int) -> None:
-        if not isinstance(maxsize, int) or maxsize < 1:
-            raise ExplorerError(f"Memo {name!r}: maxsize must be a positive int, got {maxsize!r}")
+        positive_int(maxsize, f"Memo {name!r}: maxsize", error=ExplorerError)
         self.name = name
         self.maxsize = maxsize
         self._data: OrderedDict[Hashable, V] = OrderedDict()

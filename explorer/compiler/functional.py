@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..checks import is_int, is_number
 from ..ir import DType
 from .errors import JitSyntaxError, ShapeError, TensorIndexError, user_location
 from .tensor import Tensor, check_array_dtype
@@ -61,7 +62,7 @@ def _bad(message: str) -> ShapeError:
 
 def _axis(x: Tensor, axis: Any, op: str) -> int:
     """``axis`` as an index in ``[0, x.ndim)``; negative axes count from the end."""
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+    if not is_int(axis, numpy=True):
         raise _bad(f"{op}: axis={axis!r} is not an int; pass an int in [{-x.ndim}, {x.ndim})")
     a = int(axis)
     if not -x.ndim <= a < x.ndim:
@@ -191,8 +192,7 @@ def softmax(x: Tensor, axis: int = -1) -> Tensor:
 
 
 def _eps(op: str, eps: Any) -> float:
-    ok = isinstance(eps, numbers.Real) and not isinstance(eps, bool)
-    if not ok or not 0 < float(eps) < float("inf"):
+    if not is_number(eps, above=0, numpy=True):
         raise _bad(f"{op}: eps={eps!r} must be a finite number > 0 (e.g. 1e-5)")
     return float(eps)
 
@@ -240,10 +240,9 @@ def embedding(ids: Tensor, table: Tensor) -> Tensor:
 def dropout(x: Tensor, p: float = 0.1, seed: int = 0, training: bool = True) -> Tensor:
     """Inverted dropout with a mask that is a pure function of the shape and ``seed``;
     ``p`` is the drop probability, in ``[0, 1)``."""
-    ok = isinstance(p, numbers.Real) and not isinstance(p, bool)
-    if not ok or not 0 <= float(p) < 1:  # NaN fails the comparison too
+    if not is_number(p, minimum=0, numpy=True) or not p < 1:
         raise _bad(f"dropout: p={p!r} must be a number in [0, 1) (the fraction dropped)")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+    if not is_int(seed, numpy=True):
         raise _bad(f"dropout: seed={seed!r} must be an int")
     if not training or p == 0:
         return x

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..checks import is_int
 from . import functional as F
 from .errors import CompilerArgumentError, ShapeError, UndefinedForward, user_location
 from .tensor import Parameter, Tensor
@@ -36,7 +37,7 @@ MAX_PARAMETER_SIZE = 2**31
 def _dims(shape: tuple[Any, ...]) -> tuple[int, ...]:
     """``shape`` if every size is a positive int and the parameter fits in memory."""
     for d in shape:
-        if isinstance(d, bool) or not isinstance(d, int | np.integer) or d <= 0:
+        if not is_int(d, minimum=1, numpy=True):
             raise ShapeError(
                 f"a cell parameter of shape {shape}: size {d!r} must be a positive int",
                 user_location(),
