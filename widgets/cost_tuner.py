@@ -15,7 +15,7 @@ import traitlets as tl
 
 from explorer.hardware import Mesh
 from explorer.ir import Graph
-from explorer.search import METHODS, CostParams, Planner
+from explorer.search import EXHAUSTIVE_LIMIT, METHODS, CostParams, Planner
 
 from .base import View, replace_figure
 from .coalesce import Coalescer
@@ -73,13 +73,9 @@ def method_notes(planner: Planner, params: CostParams) -> dict[str, str]:
     """Methods that cannot run on the planner's graph, with the reason (``{}``: all can).
 
     Exhaustive search refuses problems over ``EXHAUSTIVE_LIMIT`` assignments; the count is
-    the one the solver checks (strategies per node of the folded problem, multiplied)."""
-    try:  # internals of the search package: without them the menu just marks nothing
-        from explorer.search.problem import Problem
-        from explorer.search.solvers.exhaustive import EXHAUSTIVE_LIMIT
-
-        p = Problem.build(planner.model, planner.model.weigh(params))
-        count = math.prod(len(p.cost[i]) for i in p.active)
+    ``Planner.assignments`` (strategies per node of the folded problem, multiplied)."""
+    try:
+        count = planner.assignments(params)
     except Exception:  # noqa: BLE001  (a refusal still shows beside the menu on use)
         return {}
     if count > EXHAUSTIVE_LIMIT:

@@ -10,10 +10,10 @@ import ipywidgets as ipw
 import numpy as np
 import traitlets as tl
 
-from explorer.ir import Graph
-from explorer.ir.hierarchy import (
+from explorer.ir import (
     CHANGE_THRESHOLD,
     ROOT,
+    Graph,
     HierarchyError,
     Match,
     changed_materially,

@@ -10,8 +10,7 @@ import traitlets as tl
 
 from explorer.hardware import Mesh
 from explorer.ir import TensorType
-from explorer.sharding import Layout
-from explorer.sharding.lesson import ring_collective
+from explorer.sharding import Layout, ring_collective
 
 from .base import View, replace_figure
 from .errors import ViewError, field

@@ -15,8 +15,7 @@ import plotly.graph_objects as go
 import traitlets as tl
 
 from explorer.hardware import Mesh
-from explorer.sharding import lesson
-from explorer.sharding.lesson import LESSON_KINDS, LessonCollective, LessonStep
+from explorer.sharding import LESSON_KINDS, LessonCollective, LessonStep, lesson
 
 from .base import View, replace_figure
 from .errors import field

@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 import traitlets as tl
 
 import explorer as ex
-from explorer.compiler.rewrite_diff import rewrite_diff
+from explorer.compiler import rewrite_diff
 from explorer.trace import comparison_to_chrome, repeat_runs, slice_names
 
 from .base import View, replace_figure

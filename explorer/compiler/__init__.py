@@ -15,10 +15,11 @@ from .errors import CompilerError, GraphBreak, JitSyntaxError, ShapeError
 from .executor import Program
 from .jit import JitFunction, capture, jit
 from .passes import MemoryPlan, RewriteStep, optimize
+from .rewrite_diff import NodeStatus, RewriteDiff, rewrite_diff
 from .tensor import Parameter, Tensor, spec, tensor
 
 __all__ = [
     "F", "nn", "jit", "JitFunction", "capture", "grad", "value_and_grad", "Tensor", "Parameter",
     "tensor", "spec", "Program", "optimize", "RewriteStep", "MemoryPlan", "CompilerError",
-    "JitSyntaxError", "ShapeError", "GraphBreak",
+    "JitSyntaxError", "ShapeError", "GraphBreak", "RewriteDiff", "rewrite_diff", "NodeStatus",
 ]  # fmt: skip

@@ -22,6 +22,17 @@ from .builder import GraphBuilder
 from .dtype import DType
 from .errors import IRError
 from .graph import Graph
+from .hierarchy import (
+    CHANGE_THRESHOLD,
+    ROOT,
+    Group,
+    GroupKind,
+    Hierarchy,
+    HierarchyError,
+    Match,
+    changed_materially,
+    hierarchy,
+)
 from .interpreter import Interpreter
 from .node import Node
 from .opdef import ELEMENTWISE, REGISTRY, OpDef, OpGroup, get, names, register
@@ -34,4 +45,6 @@ __all__ = [
     "Interpreter",
     "REGISTRY", "ELEMENTWISE", "get", "names", "register", "format_graph", "format_node",
     "format_flops", "format_bytes", "moe_slots", "reshape_groups",
+    "hierarchy", "Hierarchy", "Group", "GroupKind", "Match", "HierarchyError", "ROOT",
+    "CHANGE_THRESHOLD", "changed_materially",
 ]  # fmt: skip

@@ -20,10 +20,11 @@ from .errors import SearchError
 from .params import CostParams
 from .plan import Alternative, Explanation, ShardingPlan
 from .planner import METHODS, Method, Planner, search
+from .solvers.exhaustive import EXHAUSTIVE_LIMIT
 
 __all__ = [
     "CostParams", "CostBreakdown", "CostModel", "ShardingPlan", "Explanation", "Alternative",
-    "Planner", "search", "SearchError", "METHODS", "Method",
+    "Planner", "search", "SearchError", "METHODS", "Method", "EXHAUSTIVE_LIMIT",
 ]  # fmt: skip
 
 

@@ -113,7 +113,9 @@ class Planner:
 
     def assignments(self, params: CostParams | None = None) -> int:
         """How many strategy assignments exhaustive search would visit: the strategies per
-        node of the folded problem, multiplied (it refuses more than ``EXHAUSTIVE_LIMIT``)."""
+        node of the folded problem, multiplied (it refuses more than ``EXHAUSTIVE_LIMIT``).
+        With ``reuse_layers`` the search walks the repeated layers' smaller problem, so this
+        is an upper bound there."""
         m = self.model
         p = Problem.build(m, m.weigh(params or self.default_params()))
         return math.prod(len(p.cost[i]) for i in p.active)

@@ -17,7 +17,7 @@ from .collective import Collective, make_collective, send_recv
 from .errors import ShardingError
 from .executor import ExecutionResult, assign, execute, gather, random_inputs, reference
 from .layout import Layout
-from .lesson import lesson
+from .lesson import LESSON_KINDS, LessonCollective, LessonKind, LessonStep, lesson, ring_collective
 from .redistribute import Move, RedistributePlan, redistribute, redistribute_across_stages
 from .slices import replica_groups, shard_slices
 from .strategy import Strategy, node_strategies, strategies
@@ -28,5 +28,6 @@ __all__ = [
     "make_collective", "send_recv", "Strategy", "strategies", "node_strategies", "Move",
     "RedistributePlan", "redistribute", "redistribute_across_stages", "ExecutionResult",
     "execute", "assign", "random_inputs", "reference", "gather", "VerifyReport", "verify",
-    "predicted_bytes", "lesson",
+    "predicted_bytes", "lesson", "ring_collective", "LessonStep", "LessonCollective", "LessonKind",
+    "LESSON_KINDS",
 ]  # fmt: skip

@@ -13,8 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.colors import sample_colorscale
 
-from explorer.ir import Graph, format_bytes
-from explorer.ir.hierarchy import CHANGE_THRESHOLD, ROOT, hierarchy
+from explorer.ir import CHANGE_THRESHOLD, ROOT, Graph, format_bytes, hierarchy
 
 from ..colors import (
     CHANGED,

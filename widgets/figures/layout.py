@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from explorer.ir import Graph
-from explorer.ir.hierarchy import ROOT, Hierarchy, hierarchy
+from explorer.ir import ROOT, Graph, Hierarchy, hierarchy
 from explorer.memo import Memo
 
 __all__ = [
@@ -30,7 +29,7 @@ __all__ = [
     "Frame", "OP_W", "BOX_W", "BOX_H", "ROW_W",
 ]  # fmt: skip
 
-LARGE_GRAPH = 2000  # nodes: from here on draw with WebGL and start collapsed (issue 7)
+LARGE_GRAPH = 2000  # nodes: from here on draw with WebGL and start collapsed
 BOX_PREFIX = "scope:"
 OP_W, OP_H = 1.6, 1.0  # an op's cell
 SAT_DY = 0.55  # a weight or input under the op that reads it

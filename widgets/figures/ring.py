@@ -137,7 +137,7 @@ def ring_rounds_figure(
     Traces: ring lines, chunks, devices, send labels, ring labels (fixed pool).
 
     >>> from explorer.hardware import Mesh
-    >>> from explorer.sharding.lesson import ring_collective
+    >>> from explorer.sharding import ring_collective
     >>> c = ring_collective("all-reduce", Mesh({"tp": 4}), ("tp",))
     >>> fig = ring_rounds_figure(c, 1)
     >>> len(fig.layout.annotations), fig.data[TRACE_SENDS].text[0]

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.compiler.rewrite_diff import RewriteDiff, rewrite_diff
+from explorer.compiler import RewriteDiff, rewrite_diff
 from explorer.trace import Comparison, RepeatedRuns, TraceEvent, flows
 
 from ..colors import CHANGED, NEUTRAL, PALETTE
