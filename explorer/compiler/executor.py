@@ -6,7 +6,11 @@ program, with one line per kernel call (``v7 = k3(v2, v5, out=b7)``): no per-op 
 slot lists or dict lookups, and a ``del`` after each value's last use, so a temporary that
 no buffer holds is freed as soon as it is dead. Traced runs (``explorer.trace.record``)
 take the interpreter (``run_interpreted``), which records one event per kernel; both run
-the same kernels on the same buffers.
+the same kernels on the same buffers. Neither is ``explorer.ir.Interpreter``, which
+evaluates any graph node by node with the registry's numpy impls (the reference and SPMD
+runs): a compiled program's steps are not the graph's nodes (a fused group or a cond/loop
+group is one step, outputs go into the memory plan's buffers), and its speed comes from
+calling them without a per-node dispatch.
 
 >>> import explorer as ex, numpy as np
 >>> b = ex.GraphBuilder("g"); x = b.input("x", (2, 3))

@@ -8,6 +8,11 @@ step is a method, so a subclass changes one of them and keeps the walk: the shar
 layer's SPMD executor overrides ``run_node``/``call_op`` to run each op on every virtual
 device and to perform the redistributions between them.
 
+It is the walker that *evaluates* a graph: ``Graph.run`` (the reference run) and the
+sharding layer's reference and SPMD executors. A compiled program does not run on it:
+``explorer.compiler.executor.Program`` fixes its kernels, fused groups and buffers at compile
+time and runs them as generated straight-line Python, without this per-node dispatch.
+
 The walk is a loop over ``graph.nodes`` (no recursion, so depth is not limited by Python's
 stack). With ``free_dead=True`` a value is dropped from ``env`` right after its last user
 ran (graph outputs are kept), so peak memory follows the live values, not the whole graph.
