@@ -1,6 +1,8 @@
 """One bounded, thread-safe memo for the whole core.
 
-Every cache of the project is a :class:`Memo`: a size bound (least recently used entries go
+Every module-level cache of the core's derived tables is a :class:`Memo` (two small pure
+lookups on hot paths, a TensorType per shape and a default link stack, keep
+``functools.lru_cache``): a size bound (least recently used entries go
 first), ``clear()``, a lock so that threads can share it, and a key built from every input of
 the computation. ``clear_all()`` empties every memo at once (benchmarks call it between
 cold runs).
