@@ -33,12 +33,14 @@ from scipy.stats import spearmanr
 
 import explorer as ex
 from explorer.training import TrainingParams
-from explorer.training.calibrate import float_fields, predict, with_values
-from explorer.training.measured import measured_datasets, megatron_table1_runs, published_runs
-from explorer.training.published import (
+from explorer.training.calibration.fit import float_fields, predict, with_values
+from explorer.training.calibration.measured import measured_datasets
+from explorer.training.calibration.published import (
     DEEPSPEED_PIPELINE_OVERHEAD_S,
     FLOP_CONVENTIONS,
     RUN_FACTS,
+    megatron_table1_runs,
+    published_runs,
     row_role,
     run_params,
 )

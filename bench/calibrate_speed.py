@@ -25,7 +25,7 @@ import numpy as np
 import explorer as ex
 from explorer.memo import clear_all
 from explorer.training import TrainingParams
-from explorer.training.calibrate import predict, with_values
+from explorer.training.calibration.fit import predict, with_values
 
 OUT = Path(__file__).parent / "results" / "calibrate_speed.json"
 REPEATS = 3

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import explorer as ex
-from explorer.training.step_model import TrainingParams
+from explorer.training import TrainingParams
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = 14.8e12

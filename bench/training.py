@@ -16,7 +16,7 @@ from pathlib import Path
 import explorer as ex
 from explorer.memo import clear_all
 from explorer.training import compare_megatron, megatron_flops_per_iteration
-from explorer.training.published import MEGATRON_PARAMS
+from explorer.training.calibration.published import MEGATRON_PARAMS
 
 HW = "a100-80g"
 

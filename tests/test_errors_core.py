@@ -15,7 +15,7 @@ import explorer as ex
 from explorer.search.planner import Planner
 from explorer.search.solvers import exhaustive, ilp
 from explorer.trace import Trace, TraceError, TraceEvent, compare, from_chrome, load_chrome
-from explorer.training.plan import SearchSpace, TrainingPlanError, plan_training
+from explorer.training import SearchSpace, TrainingPlanError, plan_training
 
 NAN, INF = float("nan"), float("inf")
 

@@ -21,7 +21,7 @@ import traitlets as tl
 
 import explorer as ex
 from explorer.training import ParallelConfig, TrainingPlan
-from explorer.training.pareto import OBJECTIVE_LABELS, ParetoFront
+from explorer.training.planning.pareto import OBJECTIVE_LABELS, ParetoFront
 
 from .base import View, replace_figure
 from .figure_widget import FigureWidget

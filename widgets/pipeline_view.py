@@ -8,7 +8,7 @@ import ipywidgets as ipw
 
 from explorer.models import ModelConfig
 from explorer.training import ParallelConfig
-from explorer.training.bubble import BubbleBreakdown, bubble_breakdown, microbatch_size_for
+from explorer.training.pipeline.bubble import BubbleBreakdown, bubble_breakdown, microbatch_size_for
 
 from .errors import FieldError, ViewError, field
 from .figure_widget import FigureWidget

@@ -3,7 +3,9 @@
 A multi-datacenter cluster is a cluster's level stack with one more level on top, named
 ``"wan"``, whose groups hold every datacenter: its bandwidth per chip is a few percent of
 the inter-node fabric's and its latency is in milliseconds. `datacenters` builds one from
-any cluster; ``datasets/hardware/dgx-h100-2dc.json`` is a catalog example.
+any cluster; ``datasets/hardware/dgx-h100-2dc.json`` is a catalog example. `collective_time`
+prices a data-parallel collective across datacenters hierarchically (inside each, then
+across them on a shard), on the mesh split datacenter-major by `split_mesh`.
 
 Default figures (``WAN_SOURCE``): an assumption, not a measured link. 2% of the cluster's
 inter-node bandwidth per chip (a DGX H100 SuperPOD: 50 GB/s per GPU -> 1 GB/s per GPU, i.e.
@@ -25,10 +27,11 @@ import numbers
 from .cluster import Cluster
 from .errors import HardwareError
 from .levels import Level
+from .mesh import Mesh
 
 __all__ = [
     "WAN", "WAN_SOURCE", "WAN_BANDWIDTH_FRACTION", "WAN_LATENCY_S", "datacenters",
-    "datacenter_size", "datacenter_count",
+    "datacenter_size", "datacenter_count", "collective_time", "split_mesh",
 ]  # fmt: skip
 
 #: The name of the wide-area level.
@@ -39,6 +42,8 @@ WAN_BANDWIDTH_FRACTION = 0.02
 WAN_LATENCY_S = 5e-3
 #: Default rails: independent data-centre interconnect links out of one datacenter.
 WAN_RAILS = 20
+#: Collectives over the data-parallel axis that run hierarchically across datacenters.
+_HIERARCHICAL = ("all-reduce", "reduce-scatter", "all-gather")
 WAN_SOURCE = (
     "assumption: bandwidth per chip 2% of the inter-node fabric's, 20 interconnect links per "
     "datacenter, 5 ms one way (~1,000 km of fibre at ~200 km per ms)"
@@ -107,3 +112,47 @@ def datacenter_count(cluster: Cluster, devices: int) -> int:
     """How many datacenters a job of ``devices`` chips (ids ``0 .. devices-1``) touches."""
     size = datacenter_size(cluster)
     return 1 if size is None else -(-devices // size)
+
+
+def collective_time(mesh: Mesh, kind: str, size_bytes: float, axes: tuple[str, ...]) -> float:
+    """`Mesh.collective_time`, except that an all-reduce, reduce-scatter or all-gather over
+    ``dp`` alone (other axes of the group of size 1) crossing datacenters runs hierarchically (`split_mesh`): inside each
+    datacenter on ``size_bytes``, across them on the ``1/dp_inside`` shard.
+
+    - all-reduce: reduce-scatter inside + all-reduce across + all-gather inside;
+    - reduce-scatter: inside, then across; all-gather: across, then inside.
+
+    The training step model prices its collectives through this function.
+    """
+    names = (axes,) if isinstance(axes, str) else tuple(axes)
+    moving = tuple(a for a in names if mesh.axis_size(a) > 1)
+    split = split_mesh(mesh) if moving == ("dp",) and kind in _HIERARCHICAL else None
+    if split is None:
+        return mesh.collective_time(kind, size_bytes, axes)
+    inner = split.axis_size("dp")
+    shard = size_bytes / inner
+    if kind == "all-reduce":
+        return (split.collective_time("reduce-scatter", size_bytes, ("dp",))
+                + split.collective_time("all-reduce", shard, ("dc",))
+                + split.collective_time("all-gather", size_bytes, ("dp",)))  # fmt: skip
+    return split.collective_time(kind, size_bytes, ("dp",)) + split.collective_time(
+        kind, shard, ("dc",)
+    )
+
+
+def split_mesh(mesh: Mesh) -> Mesh | None:
+    """The mesh with its outermost ``dp`` axis split datacenter-major into ``("dc", "dp")``
+    (the same device ids), or None when dp does not cross datacenters evenly: the job must
+    fill every datacenter it touches (its ids run datacenter by datacenter, so a job of
+    1.5 datacenters holds a whole one and half of the next) and dp must be a multiple of
+    their count. Otherwise the collective is priced as one ring on the levels it crosses."""
+    cluster = mesh.hardware
+    if cluster is None or datacenter_size(cluster) is None or mesh.axis_names[0] != "dp":
+        return None
+    n_dc = datacenter_count(cluster, mesh.size)
+    dp = mesh.axis_size("dp")
+    # job ids fill datacenters in order: the halves are equal only when it fills them all
+    if n_dc < 2 or dp % n_dc or mesh.size != n_dc * datacenter_size(cluster):
+        return None
+    rest = dict(mesh.axes[1:])
+    return Mesh({"dc": n_dc, "dp": dp // n_dc, **rest}, hardware=cluster)

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from ..errors import ExplorerError
+from .errors import ParallelConfigError
 
 __all__ = [
     "ParallelConfig",
@@ -27,16 +27,11 @@ RecomputePolicy = Literal["none", "selective", "full", "per_layer"]
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 ZeroStage = Literal[0, 1, 2, 3]
 ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
-# How context-parallel ranks exchange keys and values (``terms/cp.py``): Llama 3's all-gather
+# How context-parallel ranks exchange keys and values (``step_model/terms/cp.py``): Llama 3's all-gather
 # of K and V before attention (reduce-scatter of dK, dV after), or a ring of send/recv steps
 # overlapped with the attention of the chunk already held (ring attention).
 KvExchange = Literal["all_gather", "ring"]
 KV_EXCHANGES: tuple[str, ...] = get_args(KvExchange)
-
-
-class ParallelConfigError(ExplorerError, ValueError):
-    """A parallel configuration is malformed or does not fit the model, batch or devices;
-    the message names the value, the reason and the fix."""
 
 
 @dataclass(frozen=True)

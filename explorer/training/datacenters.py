@@ -1,4 +1,5 @@
-"""Training across datacenters: where the mesh axes go, and the gradient sync over the WAN.
+"""Training across datacenters: where a finished plan's mesh axes go, and its gradient sync
+over the WAN.
 
 **Placement.** On one datacenter the step model numbers devices over the mesh
 ``(pp, dp, ep, cp, tp)`` (tp innermost, inside a node). For a job spanning several
@@ -18,7 +19,7 @@ ways on the same meshes and links:
 - ``hierarchical``: reduce-scatter inside each datacenter, all-reduce of the 1/dp_in
   shards across datacenters, all-gather inside (Mesh ``(dc, dp, pp, ep, cp, tp)``: the same
   device ids with dp split datacenter-major); what the step model charges
-  (`collective_time`);
+  (`explorer.hardware.wan.collective_time`);
 - ``inside``: the reduce-scatter + all-gather inside a datacenter alone (the inner steps of
   local SGD, `explorer.training.local_sgd`).
 
@@ -36,76 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..hardware import Cluster, Mesh, resolve
-from ..hardware.wan import WAN, datacenter_count, datacenter_size
-from .config import ParallelConfig
+from ..hardware.wan import WAN, collective_time, datacenter_count, split_mesh
+from ..models import load
+from .params import TrainingParams
+from .step_model.model import StepModel
+from .step_model.placement import mesh_axes
 
-__all__ = [
-    "mesh_axes", "collective_time", "Placement", "placement", "GradientSync", "gradient_sync",
-]  # fmt: skip
-
-#: Collectives over the data-parallel axis that run hierarchically across datacenters.
-_HIERARCHICAL = ("all-reduce", "reduce-scatter", "all-gather")
-
-
-def mesh_axes(par: ParallelConfig, cluster: Cluster) -> dict[str, int]:
-    """The step model's mesh axes in device order (outermost first) for ``par``: dp
-    outermost when the job spans several datacenters, else the one-datacenter order (a job
-    inside one datacenter of a multi-datacenter profile is planned as on that datacenter).
-
-    >>> from explorer.hardware import load
-    >>> list(mesh_axes(ParallelConfig(dp=256, tp=8), load("dgx-h100-2dc")))
-    ['dp', 'pp', 'ep', 'cp', 'tp']
-    >>> list(mesh_axes(ParallelConfig(dp=4, tp=8), load("dgx-h100-2dc")))
-    ['pp', 'dp', 'ep', 'cp', 'tp']
-    """
-    dp_outer = par.dp // par.ep
-    if datacenter_count(cluster, par.devices) > 1:
-        return {"dp": dp_outer, "pp": par.pp, "ep": par.ep, "cp": par.cp, "tp": par.tp}
-    return {"pp": par.pp, "dp": dp_outer, "ep": par.ep, "cp": par.cp, "tp": par.tp}
-
-
-def collective_time(mesh: Mesh, kind: str, size_bytes: float, axes: tuple[str, ...]) -> float:
-    """`Mesh.collective_time`, except that an all-reduce, reduce-scatter or all-gather over
-    ``dp`` alone (other axes of the group of size 1) crossing datacenters runs hierarchically (`split_mesh`): inside each
-    datacenter on ``size_bytes``, across them on the ``1/dp_inside`` shard.
-
-    - all-reduce: reduce-scatter inside + all-reduce across + all-gather inside;
-    - reduce-scatter: inside, then across; all-gather: across, then inside.
-
-    The step model prices its collectives through this function.
-    """
-    names = (axes,) if isinstance(axes, str) else tuple(axes)
-    moving = tuple(a for a in names if mesh.axis_size(a) > 1)
-    split = split_mesh(mesh) if moving == ("dp",) and kind in _HIERARCHICAL else None
-    if split is None:
-        return mesh.collective_time(kind, size_bytes, axes)
-    inner = split.axis_size("dp")
-    shard = size_bytes / inner
-    if kind == "all-reduce":
-        return (split.collective_time("reduce-scatter", size_bytes, ("dp",))
-                + split.collective_time("all-reduce", shard, ("dc",))
-                + split.collective_time("all-gather", size_bytes, ("dp",)))  # fmt: skip
-    return split.collective_time(kind, size_bytes, ("dp",)) + split.collective_time(
-        kind, shard, ("dc",)
-    )
-
-
-def split_mesh(mesh: Mesh) -> Mesh | None:
-    """The mesh with its outermost ``dp`` axis split datacenter-major into ``("dc", "dp")``
-    (the same device ids), or None when dp does not cross datacenters evenly: the job must
-    fill every datacenter it touches (its ids run datacenter by datacenter, so a job of
-    1.5 datacenters holds a whole one and half of the next) and dp must be a multiple of
-    their count. Otherwise the collective is priced as one ring on the levels it crosses."""
-    cluster = mesh.hardware
-    if cluster is None or datacenter_size(cluster) is None or mesh.axis_names[0] != "dp":
-        return None
-    n_dc = datacenter_count(cluster, mesh.size)
-    dp = mesh.axis_size("dp")
-    # job ids fill datacenters in order: the halves are equal only when it fills them all
-    if n_dc < 2 or dp % n_dc or mesh.size != n_dc * datacenter_size(cluster):
-        return None
-    rest = dict(mesh.axes[1:])
-    return Mesh({"dc": n_dc, "dp": dp // n_dc, **rest}, hardware=cluster)
+__all__ = ["Placement", "placement", "GradientSync", "gradient_sync"]
 
 
 @dataclass(frozen=True)
@@ -184,10 +122,6 @@ def gradient_sync(
 
 
 def _gradient_bytes(plan, cluster: Cluster) -> float:
-    from ..models import load
-    from .simulate import TrainingParams
-    from .step_model import StepModel
-
     sim = getattr(plan, "sim", plan)
     cfg = getattr(plan, "model_config", None) or load(sim.model)
     tparams = TrainingParams()

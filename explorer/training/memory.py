@@ -3,7 +3,7 @@
 Model states follow mixed-precision Adam (Rajbhandari et al. 2020, "ZeRO", section 3.1):
 2 bytes of 16-bit weights, 2 of 16-bit gradients and 12 of fp32 optimizer state (master
 weights, momentum, variance) per parameter; what ZeRO divides over the data-parallel group
-is ``terms/zero.py`` (`model_state_bytes`).
+is ``step_model/terms/zero.py`` (`model_state_bytes`).
 
 Activations per transformer layer and microbatch follow Korthikanti et al. 2022, "Reducing
 Activation Recomputation in Large Transformer Models", equations (1)-(5), in bytes for
@@ -34,7 +34,7 @@ layer (RMSNorm, no dropout, grouped-query attention, SwiGLU) keeps ``8`` replica
 (not 5).
 
 The rows of `MemoryBreakdown` and where each comes from: parameters, gradients and
-optimizer states by ZeRO stage (`terms/zero.py`; Llama 3's FSDP, which shards gradients and
+optimizer states by ZeRO stage (`step_model/terms/zero.py`; Llama 3's FSDP, which shards gradients and
 optimizer states but keeps weights whole after the forward, is ZeRO-2); activations as above
 times the schedule's peak microbatches in flight (`pipeline.schedule.peak_in_flight`:
 Narayanan et al. 2021's interleaved warm-up ``(p - d - 1) 2 + (v - 1) p`` plus one, equal to
@@ -49,15 +49,11 @@ import math
 import numbers
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
-from ..errors import ExplorerError
-
-if TYPE_CHECKING:
-    from ..models import ModelConfig
+from ..models import ModelConfig
+from .errors import TrainingParamsError
 
 __all__ = [
-    "TrainingParamsError",
     "ActivationTerms",
     "StateBytes",
     "MemoryAllowances",
@@ -69,11 +65,6 @@ __all__ = [
 ]
 
 _GIB = 2**30
-
-
-class TrainingParamsError(ExplorerError, ValueError):
-    """A training-model knob (`TrainingParams`, `StateBytes`, `ActivationTerms`,
-    `MemoryAllowances`) is not a finite number in its range; the message names it."""
 
 
 def check_nonnegative(owner: object, names: tuple[str, ...] | None = None) -> None:
@@ -373,7 +364,7 @@ def layer_terms(
     """``terms`` (a GPT layer's, Korthikanti et al.) scaled to a layer of ``cfg`` by
     `layer_counts` over the GPT counts (10, 24, 5); ``embedding_dropout_bytes`` 0 without
     dropout. ``split=False`` leaves ``split_bytes`` as given (MoE and MLA layers: their
-    split term is ``terms/moe.py``'s). Unchanged when ``terms.per_architecture`` is False.
+    split term is ``step_model/terms/dense.py``'s). Unchanged when ``terms.per_architecture`` is False.
 
     >>> from explorer.models import load
     >>> t = layer_terms(load("llama3-405b"))

@@ -17,14 +17,16 @@ from typing import Literal
 from ..hardware import Cluster, resolve
 from ..memo import memoize
 from ..models import ModelConfig, load
-from .config import ParallelConfig, ParallelConfigError
+from .config import ParallelConfig
+from .errors import ParallelConfigError, PartitionError
 from .memory import MemoryBreakdown
-from .pipeline.partition import PartitionError, StagePartition, partition_layers, uniform_partition
+from .params import CALIBRATED_COST, TrainingParams
+from .pipeline.partition import StagePartition, partition_layers, uniform_partition
 from .pipeline.schedule import build_schedule, peak_in_flight
 from .pipeline.timeline import Timeline, simulate_schedule
-from .stage_costs import PartCost
-from .step_model import CALIBRATED_COST, COMM_KINDS, StepModel, TrainingParams
-from .terms import cp, ep, moe, recompute, zero
+from .step_model.costs import PartCost
+from .step_model.model import COMM_KINDS, StepModel
+from .step_model.terms import cp, dense, ep, recompute, zero
 
 __all__ = [
     "TrainingParams", "SimResult", "PartitionChoice", "PartitionMethod", "simulate", "estimate",
@@ -345,7 +347,7 @@ def _layer_times(step: StepModel, n_full) -> list[float]:
     rec = recompute.layers_s(step, n, n_full) / n
     layer = _busy(c.layer) + rec + 2 * ep.stage_s(step, 1)  # all-to-alls forward + backward
     layer += sum(cp.stage_s(step, n, n_full)) / n  # key/value exchanges, context parallel
-    return moe.layer_times(step, [_busy(c.embed)] + [layer] * L + [_busy(c.head)])
+    return dense.layer_times(step, [_busy(c.embed)] + [layer] * L + [_busy(c.head)])
 
 
 def _interleaved_s(part: StagePartition, times: list[float], p: int, m: int) -> float:
@@ -378,7 +380,7 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     per_param = sum(zero.model_state_bytes(1.0, par.weight_replicas, par.zero, step.tparams.state))
     static = [step.embed_params * per_param] + [step.layer_params * per_param] * L
     static.append(step.head_params * per_param)
-    static = moe.layer_static(step, static, per_param)  # dense first layers' own weights
+    static = dense.layer_static(step, static, per_param)  # dense first layers' own weights
     acts = [step.embed_act()] + [recompute.layers_act(step, n, n_full) / n] * L + [0.0]
     al = step.tparams.allowances
     rest = al.runtime_context_bytes + al.communication_buffer_bytes  # outside the allocator

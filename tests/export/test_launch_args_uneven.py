@@ -16,7 +16,7 @@ from explorer.export.megatron_split import (
     megatron_stage_layers,
     split_args,
 )
-from explorer.training.measured import cluster_with_devices
+from explorer.training.calibration.measured import cluster_with_devices
 from explorer.training.pipeline.partition import StagePartition
 from explorer.training.simulate import estimate
 

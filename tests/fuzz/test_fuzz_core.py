@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import explorer as ex
 from explorer.search.planner import Planner
 from explorer.trace import Trace, TraceEvent, load_chrome, to_chrome
-from explorer.training.plan import ParallelConfig, SearchSpace, TrainingParams
+from explorer.training import ParallelConfig, SearchSpace, TrainingParams
 
 from .interfaces import (
     FLOATS,

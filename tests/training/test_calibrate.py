@@ -10,8 +10,8 @@ import pytest
 
 import explorer as ex
 from explorer.training import CalibrationError, TrainingParams
-from explorer.training.calibrate import default_fit, float_fields, predict, with_values
-from explorer.training.calibration_io import params_from_dict, params_to_dict
+from explorer.training.calibration.fit import default_fit, float_fields, predict, with_values
+from explorer.training.calibration.io import params_from_dict, params_to_dict
 
 P = ex.ParallelConfig
 # The matmul knob: the shape-aware kernel model's cap on a full wave of GEMM tiles where

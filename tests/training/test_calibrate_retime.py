@@ -17,15 +17,15 @@ import explorer as ex
 from explorer.search.breakdown import plan_breakdown
 from explorer.search.planner import search
 from explorer.training import CalibrationError, TrainingParams
-from explorer.training.calibrate import predict, predict_times, with_values
-from explorer.training.stage_costs import (
+from explorer.training.calibration.fit import predict, predict_times, with_values
+from explorer.training.step_model.stage_costs import (
     _ATTENTION_CORE,
     decisions_fixed_at,
     stage_costs,
     stage_decisions,
 )
 
-CAL = sys.modules["explorer.training.calibrate"]
+CAL = sys.modules["explorer.training.calibration.fit"]
 P = ex.ParallelConfig
 HW = ex.hardware.load("a100-80g")
 FUSED = TrainingParams().fused_ops

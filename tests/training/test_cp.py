@@ -1,4 +1,4 @@
-"""Context parallelism (Llama 3's CP, explorer/training/terms/cp.py): the config, the memory
+"""Context parallelism (Llama 3's CP, explorer/training/step_model/terms/cp.py): the config, the memory
 and the bytes of the key/value exchange against hand formulas, the gradient group over
 dp * cp, and plan_training's search of cp."""
 
@@ -7,10 +7,15 @@ import dataclasses
 import pytest
 
 import explorer as ex
-from explorer.training import ActivationTerms, activation_bytes_per_layer, estimate
-from explorer.training.plan import SearchSpace, TrainingPlanError
-from explorer.training.step_model import StepModel
-from explorer.training.terms import cp as cp_terms
+from explorer.training import (
+    ActivationTerms,
+    SearchSpace,
+    TrainingPlanError,
+    activation_bytes_per_layer,
+    estimate,
+)
+from explorer.training.step_model.model import StepModel
+from explorer.training.step_model.terms import cp as cp_terms
 
 HW = "a100-80g"
 

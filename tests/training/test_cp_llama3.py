@@ -9,10 +9,10 @@ import pytest
 
 import explorer as ex
 from explorer.training import TrainingParams, activation_bytes_per_layer
-from explorer.training.kernels import _flash_shape, attention_s, part_times
 from explorer.training.pipeline.schedule import build_schedule, peak_in_flight
-from explorer.training.step_model import StepModel
-from explorer.training.terms import cp as cp_terms
+from explorer.training.step_model.kernels import _flash_shape, attention_s, part_times
+from explorer.training.step_model.model import StepModel
+from explorer.training.step_model.terms import cp as cp_terms
 
 HW = "h100-sxm"
 FLASH = TrainingParams(flash_attention=True)

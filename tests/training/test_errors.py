@@ -107,7 +107,7 @@ def test_training_knobs_are_checked(make, words):
 
 
 def test_a_search_space_too_narrow_to_fit_says_so_not_that_the_devices_are_too_few():
-    from explorer.training.plan import SearchSpace
+    from explorer.training import SearchSpace
 
     narrow = SearchSpace(tp=(1,), pp=(1,), zero=(0,), recompute=("none",))
     with pytest.raises(ex.ExplorerError) as err:

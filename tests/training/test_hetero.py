@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.hardware import load
-from explorer.training.hetero_data import batch_shares, cross_pool_allreduce_s
-from explorer.training.hetero_pipeline import split_layers
-from explorer.training.pools import CrossPoolLink, PoolError, check_pools, cross_pool_link
-from explorer.training.step_model import TrainingParams
+from explorer.training import PoolError, TrainingParams
+from explorer.training.hetero.data import batch_shares, cross_pool_allreduce_s
+from explorer.training.hetero.pipeline import split_layers
+from explorer.training.hetero.pools import CrossPoolLink, check_pools, cross_pool_link
 
 
 def _twice_as_fast(name: str = "a100-80g"):

@@ -1,4 +1,4 @@
-"""Kernel time by shape (explorer/training/kernels.py) and the step model's knobs.
+"""Kernel time by shape (explorer/training/step_model/kernels.py) and the step model's knobs.
 
 Claims checked: a GEMM one tile over a wave boundary costs exactly one more wave; memory-
 bound kernels scale with their bytes; a GEMM never beats its HBM roofline; flash
@@ -13,16 +13,16 @@ import pytest
 
 import explorer as ex
 from explorer.training import TrainingParams, TrainingParamsError
-from explorer.training.kernels import (
+from explorer.training.params import knob_table
+from explorer.training.step_model.costs import OpShape
+from explorer.training.step_model.kernels import (
     KERNEL_FIELDS,
-    OpShape,
     attention_s,
     gemm_s,
-    knob_table,
     memory_s,
     part_times,
 )
-from explorer.training.step_model import StepModel, exposed_s
+from explorer.training.step_model.model import StepModel, exposed_s
 
 HW = ex.hardware.load("a100-80g")
 CHIP = HW.chip
@@ -215,7 +215,7 @@ def test_flat_kernel_model_keeps_the_search_costs():
     cfg = ex.models.load("gpt2")
     par = ex.ParallelConfig(dp=2, tp=2)
     flat = StepModel(cfg, par, HW, 8, 512, TrainingParams(kernel_model="flat"))
-    from explorer.training.stage_costs import stage_costs
+    from explorer.training.step_model.stage_costs import stage_costs
 
     p = TrainingParams()
     whole = stage_costs(cfg, 512, 2, 1, HW, p.cost, p.search_method, p.fused_ops)

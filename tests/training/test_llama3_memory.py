@@ -6,9 +6,8 @@ import pytest
 
 import explorer as ex
 from explorer.training import MemoryAllowances, TrainingParams
-from explorer.training.calibrate import predict
-from explorer.training.measured import published_runs
-from explorer.training.published import run_params
+from explorer.training.calibration.fit import predict
+from explorer.training.calibration.published import published_runs, run_params
 from explorer.training.simulate import _in_flight, estimate
 
 GIB = 2**30
@@ -101,7 +100,7 @@ def test_memory_capped_split_fits_the_cap_with_the_corrected_allowance(n_full):
 
 
 def _step(run, params):
-    from explorer.training.step_model import StepModel
+    from explorer.training.step_model.model import StepModel
 
     return StepModel(run.cfg, run.config, run.cluster, run.global_batch, run.seq, params)
 
@@ -118,7 +117,7 @@ def _step(run, params):
 )
 def test_zero_reduce_buffer_by_hand(zero, dp, bucket, want):
     """One reduce unit of whole 16-bit gradients: min(the device's largest part, bucket)."""
-    from explorer.training.step_model import StepModel
+    from explorer.training.step_model.model import StepModel
 
     cfg = ex.models.load("gpt3-13b")
     par = ex.ParallelConfig(dp=dp, tp=8, zero=zero, sp=True)

@@ -8,8 +8,8 @@ import pytest
 import explorer as ex
 from explorer.memo import all_memos, clear_all
 from explorer.training.simulate import _balanced_split
-from explorer.training.stage_costs import stage_costs
-from explorer.training.step_model import _collective_s
+from explorer.training.step_model.model import _collective_s
+from explorer.training.step_model.stage_costs import stage_costs
 
 HW = ex.hardware.load("a100-80g")
 GPT2 = ex.models.load("gpt2")

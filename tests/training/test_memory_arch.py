@@ -6,8 +6,8 @@ import pytest
 
 import explorer as ex
 from explorer.models import ModelConfig
-from explorer.training import ActivationTerms, activation_bytes_per_layer
-from explorer.training.memory import TrainingParamsError, layer_counts, layer_terms
+from explorer.training import ActivationTerms, TrainingParamsError, activation_bytes_per_layer
+from explorer.training.memory import layer_counts, layer_terms
 
 GPT = ex.models.load("gpt3-175b").replace(dropout=0.1)  # Megatron trains GPT with dropout 0.1
 LLAMA = ex.models.load("llama3-405b")  # RMSNorm, no dropout, GQA, SwiGLU
@@ -65,14 +65,15 @@ def test_user_constants_are_scaled_not_replaced():
 
 
 def _step(cfg, par, seq=256, **kw):
-    from explorer.training.step_model import StepModel, TrainingParams
+    from explorer.training import TrainingParams
+    from explorer.training.step_model.model import StepModel
 
     hw = ex.hardware.load("h100-sxm")
     return StepModel(cfg, par, hw, 8 * par.dp * par.microbatch_size, seq, TrainingParams(**kw))
 
 
 def test_step_model_keeps_the_architecture_s_activations():
-    from explorer.training.terms import moe, recompute
+    from explorer.training.step_model.terms import dense, recompute
 
     par = ex.ParallelConfig(dp=2, tp=4, sp=True)
     small = LLAMA.replace(num_layers=4, hidden_size=1024, num_heads=16, num_kv_heads=4,
@@ -92,11 +93,11 @@ def test_step_model_keeps_the_architecture_s_activations():
     )
     off = _step(small, par, activations=ActivationTerms(per_architecture=False))
     assert recompute.layer_act(off, "selective") == pytest.approx(sbh * 34 / 4)
-    # a MoE layer: the split term is moe.activation_terms', the others scaled here
+    # a MoE layer: the split term is dense.activation_terms', the others scaled here
     m = ex.models.load("mixtral-8x7b")
     sm = _step(m.replace(num_layers=2), ex.ParallelConfig(dp=2, tp=2, sp=True))
     t = recompute.activation_terms(sm)
-    assert t.split_bytes == moe.activation_terms(sm).split_bytes
+    assert t.split_bytes == dense.activation_terms(sm).split_bytes
     assert t.replicated_bytes == pytest.approx(layer_counts(m)[0])
 
 

@@ -171,14 +171,15 @@ STEP = dict(
 
 
 def _step(cfg, par, gb=8, seq=256):
-    from explorer.training.step_model import StepModel, TrainingParams
+    from explorer.training import TrainingParams
+    from explorer.training.step_model.model import StepModel
 
     return StepModel(cfg, par, ex.hardware.load("h100-sxm"), gb, seq, TrainingParams())
 
 
 def test_step_model_costs_dense_first_layers_as_dense():
     from explorer.training.pipeline.partition import StagePartition
-    from explorer.training.terms import moe
+    from explorer.training.step_model.terms import dense
 
     cfg = ModelConfig(**STEP)
     par = ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2, microbatch_size=2)
@@ -188,8 +189,8 @@ def test_step_model_costs_dense_first_layers_as_dense():
     assert s.costs.layer.expert_params == 16 * 3 * 256 * 128
     assert s.costs.layer.params == layer_sum(cfg, 2) and s.dense.layer.params == layer_sum(cfg, 0)
     part = StagePartition((0, 4, 10), 8)  # embed + layers 0-2 | layers 3-7 + head
-    assert [moe.dense_in_stage(s, part, g) for g in (0, 1)] == [2, 0]
-    assert moe.moe_layers_in(s, part, (0, 1)) == 6
+    assert [dense.dense_in_stage(s, part, g) for g in (0, 1)] == [2, 0]
+    assert dense.moe_layers_in(s, part, (0, 1)) == 6
     # stage 0: two dense layers (tp-split) and one MoE layer (experts over tp * ep)
     moe_dev = (layer_sum(cfg, 2) - s.costs.layer.expert_params) / 2 + (
         s.costs.layer.expert_params / 8
@@ -234,7 +235,7 @@ def test_simulate_and_plan_a_deepseek_like_model():
 
 
 def test_expert_gemms_are_timed_as_an_ep_group_runs_them():
-    from explorer.training.kernels import part_times
+    from explorer.training.step_model.kernels import part_times
 
     cfg = ModelConfig(**STEP)
     one = _step(cfg, ex.ParallelConfig(dp=4, ep=1, tp=2, pp=2, microbatch_size=2))
@@ -298,7 +299,7 @@ def test_multi_token_prediction_modules_are_counted_built_and_planned():
     # the step model: the MTP layer's experts split over tp * ep on the head's stage, and
     # its all-to-alls run there
     from explorer.training.pipeline.partition import StagePartition
-    from explorer.training.terms import moe
+    from explorer.training.step_model.terms import dense
 
     cfg = ModelConfig(**{**STEP, "mtp_layers": 1})
     s0 = _step(cfg.replace(mtp_layers=0), ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2))
@@ -309,7 +310,7 @@ def test_multi_token_prediction_modules_are_counted_built_and_planned():
     extra = s1.stage_params(part, 1) - s0.stage_params(part, 1)
     mtp_dense = s1.costs.head.params - s0.costs.head.params - experts
     assert extra == pytest.approx(mtp_dense / 2 + experts / 8)
-    assert moe.moe_layers_in(s1, part, (1,)) == moe.moe_layers_in(s0, part, (1,)) + 1
+    assert dense.moe_layers_in(s1, part, (1,)) == dense.moe_layers_in(s0, part, (1,)) + 1
     assert s1.stage_params(part, 0) == s0.stage_params(part, 0)
 
 
@@ -331,20 +332,20 @@ def test_megatron_arguments_describe_mla_and_experts_or_refuse():
 
 
 def test_activations_scale_with_the_layer_insides():
-    from explorer.training.terms import moe, recompute
+    from explorer.training.step_model.terms import dense, recompute
 
     gpt = ex.models.load("gpt3-1.3b")  # multi-head attention, 4h GELU MLP: Korthikanti's 24h
-    assert moe.inner_bytes_per_token(gpt) == 24 * gpt.hidden_size
+    assert dense.inner_bytes_per_token(gpt) == 24 * gpt.hidden_size
     cfg = ModelConfig(**STEP)
     h, n, f = cfg.hidden_size, cfg.num_heads, cfg.moe_intermediate_size
     mla = 2 * n * (2 * (32 + 16) + 2 * 32) + 4 * (128 + 64) + 2 * 16
     routed = 4 * (4 * h + 6 * f)  # top-4 copies: in, out, gate/up outputs and product
-    assert moe.inner_bytes_per_token(cfg) == mla + 8 * 16 + routed + 6 * 128
+    assert dense.inner_bytes_per_token(cfg) == mla + 8 * 16 + routed + 6 * 128
     par = ex.ParallelConfig(dp=4, ep=4, tp=2, pp=2, microbatch_size=2)
     s = _step(cfg, par)
     base = _step(cfg.replace(first_dense_layers=0), par)  # same terms: every layer scaled
-    assert moe.activation_terms(s).split_bytes == pytest.approx(
-        24 * moe.inner_bytes_per_token(cfg) / (24 * h)
+    assert dense.activation_terms(s).split_bytes == pytest.approx(
+        24 * dense.inner_bytes_per_token(cfg) / (24 * h)
     )
     full = recompute.layer_act(s, "full")  # the layer input only: no inside kept
     assert full == recompute.layer_act(base, "full")

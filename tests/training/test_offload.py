@@ -8,15 +8,9 @@ import pytest
 
 import explorer as ex
 from explorer.hardware import load
-from explorer.training.step_model import TrainingParams
-from explorer.training.terms.offload import (
-    HOST_LINKS,
-    OffloadError,
-    OffloadParams,
-    apply_offload,
-    host_link,
-    offload_terms,
-)
+from explorer.hardware.host import HOST_LINKS, host_link
+from explorer.training import OffloadError, TrainingParams
+from explorer.training.offload import OffloadParams, apply_offload, offload_terms
 
 
 @pytest.fixture(scope="module")

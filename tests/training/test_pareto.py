@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 import explorer as ex
 from explorer.errors import ExplorerError
 from explorer.hardware import load
-from explorer.training.pareto import (
+from explorer.training import ParetoError
+from explorer.training.planning.pareto import (
     DEFAULT_OBJECTIVES,
-    ParetoError,
     check_objectives,
     dominates,
     pareto_front,

@@ -4,7 +4,7 @@ import pytest
 
 import explorer as ex
 from explorer.training import compare_megatron, load_published, megatron_flops_per_iteration
-from explorer.training.published import MEGATRON_PARAMS
+from explorer.training.calibration.published import MEGATRON_PARAMS
 
 # The claim README.md states for notebook 06: every row within 6% (worst measured 5.1%,
 # megatron-39.1b; bench/training.py prints the table).

@@ -8,11 +8,11 @@ import pytest
 
 import explorer as ex
 from explorer.hardware import load
-from explorer.training.config import ParallelConfig
+from explorer.training import MigrationError, ParallelConfig, ReplanError
 from explorer.training.memory import StateBytes
-from explorer.training.migration import JobLayout, MigrationError, plan_migration
 from explorer.training.pipeline.partition import uniform_partition
-from explorer.training.replan import ReplanError, job_layout
+from explorer.training.replanning.migration import JobLayout, plan_migration
+from explorer.training.replanning.replan import job_layout
 
 SPACE = ex.training.SearchSpace(tp=(1,), pp=(1,), microbatch_sizes=(1,))
 

@@ -7,9 +7,9 @@ import pytest
 import explorer as ex
 from explorer.hardware import resolve
 from explorer.models import load
-from explorer.training.replan_layers import LayerSplit, rebalance_layers
-from explorer.training.simulate import TrainingParams
-from explorer.training.step_model import StepModel
+from explorer.training import TrainingParams
+from explorer.training.replanning.layers import LayerSplit, rebalance_layers
+from explorer.training.step_model.model import StepModel
 
 SPACE = ex.training.SearchSpace(tp=(1,), pp=(4,), schedules=("1f1b",))
 

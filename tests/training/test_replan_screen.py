@@ -8,9 +8,8 @@ import pytest
 import explorer as ex
 from explorer.hardware import resolve
 from explorer.models import load
-from explorer.training.replan import ReplanError
-from explorer.training.replan_screen import final_spaces, screen, usable_counts
-from explorer.training.simulate import TrainingParams
+from explorer.training import ReplanError, TrainingParams
+from explorer.training.replanning.screen import final_spaces, screen, usable_counts
 
 SPACE = ex.training.SearchSpace
 

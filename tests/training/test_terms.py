@@ -1,4 +1,4 @@
-"""The step model is the sum of its parallelisms' terms (explorer/training/terms/).
+"""The step model is the sum of its parallelisms' terms (explorer/training/step_model/terms/).
 
 A simulated step's event totals, memory rows, bytes and FLOPs must equal what the tp, pp,
 dp, zero, recompute and ep modules compute, summed over stages, microbatches and devices;
@@ -11,8 +11,8 @@ import math
 import pytest
 
 import explorer as ex
-from explorer.training.step_model import StepModel
-from explorer.training.terms import cp, dp, ep, pp, recompute, tp, zero
+from explorer.training.step_model.model import StepModel
+from explorer.training.step_model.terms import cp, dp, ep, pp, recompute, tp, zero
 
 HW = "a100-80g"
 # Event durations are differences of absolute times (end_s - start_s), so each carries a

@@ -6,16 +6,21 @@ from __future__ import annotations
 import pytest
 
 import explorer as ex
-from explorer.training.measured import cluster_with_devices, load_measured_rows, measured_datasets
-from explorer.training.pipeline import build_schedule, partition_layers, simulate_schedule
-from explorer.training.pipeline.partition import PartitionError, uniform_partition
-from explorer.training.published import (
+from explorer.training import PartitionError
+from explorer.training.calibration.measured import (
+    cluster_with_devices,
+    load_measured_rows,
+    measured_datasets,
+)
+from explorer.training.calibration.published import (
     FLOP_CONVENTIONS,
     RUN_FACTS,
     flops_per_step,
     palm_flops_per_step,
     run_params,
 )
+from explorer.training.pipeline import build_schedule, partition_layers, simulate_schedule
+from explorer.training.pipeline.partition import uniform_partition
 from explorer.training.simulate import estimate
 
 

@@ -5,7 +5,7 @@ import pytest
 
 import explorer as ex
 from explorer.training import SearchSpace, uniform_partition
-from explorer.training.plan import stage_of_scope
+from explorer.training.planning.result import stage_of_scope
 
 
 @pytest.fixture(scope="module")

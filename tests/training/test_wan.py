@@ -8,8 +8,9 @@ import pytest
 
 import explorer as ex
 from explorer.hardware import HardwareError, Mesh, load
-from explorer.hardware.wan import WAN, datacenter_size, datacenters
-from explorer.training.datacenters import collective_time, gradient_sync, mesh_axes, placement
+from explorer.hardware.wan import WAN, collective_time, datacenter_size, datacenters
+from explorer.training.datacenters import gradient_sync, placement
+from explorer.training.step_model.placement import mesh_axes
 
 
 @pytest.fixture(scope="module")

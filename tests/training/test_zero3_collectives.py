@@ -8,10 +8,10 @@ import pytest
 
 import explorer as ex
 from explorer.training import TrainingParams
-from explorer.training.calibrate import predict
-from explorer.training.measured import published_runs
-from explorer.training.step_model import StepModel
-from explorer.training.terms import dp, zero
+from explorer.training.calibration.fit import predict
+from explorer.training.calibration.published import published_runs
+from explorer.training.step_model.model import StepModel
+from explorer.training.step_model.terms import dp, zero
 
 HW = ex.hardware.load("a100-80g")  # 8 chips a node; 5 us intra-node, 10 us inter-node steps
 

@@ -7,9 +7,9 @@ import pytest
 
 import explorer as ex
 from explorer.training import TrainingParams
-from explorer.training.published import FIT_ROWS, row_role
-from explorer.training.step_model import StepModel
-from explorer.training.terms import zero
+from explorer.training.calibration.published import FIT_ROWS, row_role
+from explorer.training.step_model.model import StepModel
+from explorer.training.step_model.terms import zero
 
 NO_OVERLAP = dict(zero_gather_overlap_fraction=0.0, zero_grad_overlap_fraction=0.0)
 

@@ -7,7 +7,7 @@ import pytest
 
 import explorer as ex
 from explorer.training import TrainingParams
-from explorer.training.calibrate import predict, with_values
+from explorer.training.calibration.fit import predict, with_values
 from widgets import CalibrationView
 from widgets.figures.calibration import TRACES, calibration_arrays, calibration_figure, ranks
 

@@ -15,9 +15,8 @@ import pytest
 from plotly.basedatatypes import Undefined
 
 import explorer as ex
-from explorer.training import bubble_fraction
-from explorer.training.bubble import bubble_breakdown, microbatch_size_for
-from explorer.training.config import ParallelConfigError
+from explorer.training import ParallelConfigError, bubble_fraction
+from explorer.training.pipeline.bubble import bubble_breakdown, microbatch_size_for
 from widgets import (
     MemoryView,
     PipelineView,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from explorer.training.hetero import HeteroPlan
+from explorer.training.hetero.plan import HeteroPlan
 
 from ..colors import PALETTE
 from .errors import ViewError

@@ -11,13 +11,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...errors import ExplorerError
+from ..errors import PartitionError
 
 __all__ = ["StagePartition", "PartitionError", "partition_layers", "uniform_partition"]
-
-
-class PartitionError(ExplorerError, ValueError):
-    """No split of the parts into stages satisfies the memory caps."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ..config import SCHEDULES, ParallelConfigError, ScheduleKind
+from ..config import SCHEDULES, ScheduleKind
+from ..errors import ParallelConfigError
+from .timeline import simulate_schedule
 
 __all__ = [
     "Phase",
@@ -78,8 +80,6 @@ class Schedule:
     def table(self, width: int = 3) -> str:
         """The schedule drawn on unit clock ticks (forward = backward = one tick), one row
         per device, as in the docstrings of the builders."""
-        from .timeline import simulate_schedule
-
         tl = simulate_schedule(self, forward_s=1.0, backward_s=1.0)
         ticks = int(round(tl.step_time_s))
         rows = []

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, get_args
+from typing import Literal, NamedTuple, Protocol, get_args
 
 from ..errors import TrainingError
-from .schedule import Schedule
 
 __all__ = ["EventKind", "EVENT_KINDS", "TimelineEvent", "Timeline", "simulate_schedule"]
 
@@ -24,6 +23,28 @@ EventKind = Literal[
 ]  # fmt: skip
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 Stream = Literal["compute", "comm"]
+
+
+class PipelineStep(Protocol):
+    """One unit of pipeline work as the simulator reads it (`schedule.Step` is one)."""
+
+    chunk: int
+    microbatch: int
+    phase: str
+
+
+class StepOrder(Protocol):
+    """What `simulate_schedule` reads of a schedule (`schedule.Schedule` is one): the
+    steps each device runs in order. The schedule stands above the simulator (it draws
+    itself by simulating, `Schedule.table`), so the simulator names no class of it."""
+
+    kind: str
+    pp: int
+    order: tuple[tuple[PipelineStep, ...], ...]
+
+    @property
+    def stages(self) -> int: ...
+
 
 Segments = Sequence[tuple[str, float]]
 Durations = float | Sequence[float | Segments]
@@ -113,7 +134,7 @@ def _per_stage(d: Durations, stages: int, default: str) -> list[tuple[tuple[str,
 
 
 def simulate_schedule(
-    schedule: Schedule, forward_s: Durations, backward_s: Durations,
+    schedule: StepOrder, forward_s: Durations, backward_s: Durations,
     p2p_s: float = 0.0, tail: Sequence[Segments] | Segments = (),
 ) -> Timeline:  # fmt: skip
     """Run ``schedule`` with per-stage durations and return its `Timeline`.

@@ -1,0 +1,206 @@
+"""``MeasuredRun``: one training step timed on a real cluster, and the published runs.
+
+A measured run is what `calibrate` fits the step model to: the model, the parallel
+configuration, the hardware, the global batch, the sequence length and the measured step
+time (and, if known, the memory per device).
+
+Published runs live in ``datasets/published/*.csv``. Files in the measured format (every
+file but ``megatron_2021_table1.csv``, which `load_published` reads) have one row per run
+with the columns of `MEASURED_COLUMNS`. A row gives either ``step_time_s`` or
+``tflops_per_gpu``; a TFLOP/s figure becomes a step time with the FLOP count the source
+used (``flops_convention``: ``megatron2021``, Narayanan et al.'s formula with
+recomputation; ``model``, the simulator's model FLOPs, forward + backward). Fields a paper
+does not give (``microbatch_size``, ``virtual_stages``) are left empty and `published_runs`
+fills them with the planner's choice within the row's layout, under the default
+`TrainingParams`, and says so in the run's ``source``.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import asdict, dataclass, replace
+from functools import cached_property
+
+from ...hardware import Cluster, resolve
+from ...models import ModelConfig, datasets_dir, load
+from ..config import ParallelConfig
+from ..errors import CalibrationError
+
+__all__ = [
+    "MeasuredRun",
+    "MEASURED_COLUMNS",
+    "measured_datasets",
+    "load_measured_rows",
+    "cluster_with_devices",
+]
+
+
+MEASURED_COLUMNS = (
+    "dataset", "model", "hardware", "gpus", "dp", "tp", "pp", "cp", "sp", "zero",
+    "microbatch_size", "schedule", "virtual_stages", "recompute", "global_batch", "seq",
+    "step_time_s", "tflops_per_gpu", "flops_convention", "source", "note",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One measured training step.
+
+    Args:
+        model: a `ModelConfig` or a zoo name such as ``"gpt3-175b"``.
+        config: the `ParallelConfig` the run used.
+        hardware: a hardware profile name or a `Cluster`.
+        global_batch: sequences per step (divisible as ``config`` requires).
+        seq: sequence length.
+        step_time_s: the measured time of one step in seconds (finite, > 0).
+        memory_bytes: the measured peak memory per device, or None.
+        source: where the number comes from (a paper and table, a log file).
+
+    >>> import explorer as ex
+    >>> r = ex.MeasuredRun("gpt2", ex.ParallelConfig(dp=2), "a100-80g", 16, 512, 0.2)
+    >>> r.label
+    'gpt2 dp2 tp1 pp1 mb1'
+    """
+
+    model: ModelConfig | str
+    config: ParallelConfig
+    hardware: str | Cluster
+    global_batch: int
+    seq: int
+    step_time_s: float
+    memory_bytes: float | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, (ModelConfig, str)):
+            raise CalibrationError(
+                f"MeasuredRun.model={self.model!r}; expected a ModelConfig or a zoo name "
+                "such as 'gpt3-175b'"
+            )
+        if not isinstance(self.config, ParallelConfig):
+            raise CalibrationError(
+                f"MeasuredRun.config={self.config!r}; expected a ParallelConfig, e.g. "
+                "ParallelConfig(dp=8, tp=8)"
+            )
+        for name in ("global_batch", "seq"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise CalibrationError(f"MeasuredRun.{name}={v!r}; expected an int >= 1")
+        _check_positive("step_time_s", self.step_time_s, "the measured seconds per step")
+        if self.memory_bytes is not None:
+            _check_positive("memory_bytes", self.memory_bytes, "bytes per device, or None")
+        if not isinstance(self.source, str):
+            raise CalibrationError(f"MeasuredRun.source={self.source!r}; expected a str")
+        self.cfg  # noqa: B018 -- an unknown model name fails here, not in the fit
+        self.cluster  # noqa: B018
+        self.config.microbatches(self.global_batch)  # ParallelConfigError names the batch
+
+    # Loaded once per run (a calibration predicts each run hundreds of times); the cached
+    # values are not fields, so equality, hashing and as_dict see only the fields.
+    @cached_property
+    def cfg(self) -> ModelConfig:
+        """The model config (loaded from the zoo when given by name)."""
+        return self.model if isinstance(self.model, ModelConfig) else load(self.model)
+
+    @cached_property
+    def cluster(self) -> Cluster:
+        """The hardware profile (loaded from the catalog when given by name)."""
+        return resolve(self.hardware)
+
+    @property
+    def model_name(self) -> str:
+        return self.model.name if isinstance(self.model, ModelConfig) else self.model
+
+    @property
+    def hardware_name(self) -> str:
+        return self.hardware.name if isinstance(self.hardware, Cluster) else self.hardware
+
+    @property
+    def label(self) -> str:
+        """A short name for tables and plots: model and layout."""
+        c = self.config
+        cp = f" cp{c.cp}" if getattr(c, "cp", 1) > 1 else ""
+        return f"{self.model_name} dp{c.dp} tp{c.tp} pp{c.pp}{cp} mb{c.microbatch_size}"
+
+    def as_dict(self) -> dict[str, object]:
+        """Plain JSON values; a model given as a `ModelConfig` is written out in full."""
+        out: dict[str, object] = {
+            "model": self.model_name, "config": self.config.as_dict(),
+            "hardware": self.hardware_name, "hardware_max_nodes": self.cluster.max_nodes,
+            "global_batch": self.global_batch, "seq": self.seq,
+            "step_time_s": self.step_time_s, "memory_bytes": self.memory_bytes,
+            "source": self.source,
+        }  # fmt: skip
+        if isinstance(self.model, ModelConfig):
+            out["model_config"] = asdict(self.model)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> MeasuredRun:
+        """Inverse of `as_dict` (hardware by catalog name; a profile grown to more nodes
+        by `cluster_with_devices` keeps its node count)."""
+        try:
+            config = ParallelConfig(**d["config"])
+            hw = d["hardware"]
+            nodes = d.get("hardware_max_nodes")
+            if nodes is not None and nodes != resolve(hw).max_nodes:
+                hw = replace(resolve(hw), max_nodes=nodes)
+            model = d["model"]
+            if d.get("model_config") is not None:
+                fields_ = {k: tuple(v) if isinstance(v, list) else v
+                           for k, v in d["model_config"].items()}  # fmt: skip
+                model = ModelConfig(**fields_)
+            return cls(
+                model, config, hw, d["global_batch"], d["seq"],
+                d["step_time_s"], d.get("memory_bytes"), d.get("source", ""),
+            )  # fmt: skip
+        except (KeyError, TypeError) as e:
+            raise CalibrationError(
+                f"a measured run's record {d!r} is malformed ({e}); expected the keys of "
+                "MeasuredRun.as_dict()"
+            ) from None
+
+    def __str__(self) -> str:
+        return f"{self.label} on {self.hardware_name}: {self.step_time_s:.4g} s/step"
+
+
+def _check_positive(name: str, v: object, what: str) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if not ok or not math.isfinite(v) or v <= 0:
+        raise CalibrationError(f"MeasuredRun.{name}={v!r}; expected a finite number > 0 ({what})")
+
+
+# ----- published runs -------------------------------------------------------------------
+def measured_datasets() -> tuple[str, ...]:
+    """Names of the published files in the measured format."""
+    folder = datasets_dir() / "published"
+    out = []
+    for p in sorted(folder.glob("*.csv")):
+        with p.open(newline="") as f:
+            header = next(csv.reader(f), [])
+        if tuple(header) == MEASURED_COLUMNS:
+            out.append(p.stem)
+    return tuple(out)
+
+
+def load_measured_rows(name: str) -> tuple[dict[str, str], ...]:
+    """The raw rows of ``datasets/published/NAME.csv`` (measured format)."""
+    path = datasets_dir() / "published" / f"{name}.csv"
+    if name not in measured_datasets():
+        raise CalibrationError(
+            f"no published table {name!r} in the measured format; available: "
+            f"{', '.join(measured_datasets())}"
+        )
+    with path.open(newline="") as f:
+        return tuple(csv.DictReader(f))
+
+
+def cluster_with_devices(hardware: str | Cluster, devices: int) -> str | Cluster:
+    """``hardware`` itself when it holds ``devices`` chips; else the same profile with
+    enough nodes (a published run on more chips than the catalog's profile lists)."""
+    cluster = resolve(hardware)
+    nodes = -(-devices // cluster.chips_per_node)
+    if nodes <= cluster.max_nodes:
+        return hardware
+    return replace(cluster, max_nodes=nodes)

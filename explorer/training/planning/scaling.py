@@ -1,0 +1,164 @@
+"""``scaling_curve``: the planned throughput of a model as the device count grows.
+
+Weak scaling grows the global batch with the devices (same batch per device); strong
+scaling keeps it fixed. Each point is a `plan_training` result, so each has its own best
+configuration. Linearity is the per-device throughput relative to the smallest device
+count that fits (1.0 = perfectly linear).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from ...hardware import Cluster, resolve
+from ...models import ModelConfig, load
+from ..config import ParallelConfig
+from ..errors import TrainingError, TrainingPlanError
+from ..params import TrainingParams
+from .homogeneous import ProgressFn, plan_homogeneous
+from .space import SearchSpace
+
+__all__ = ["ScalingMode", "ScalingPoint", "ScalingCurve", "scaling_curve"]
+
+ScalingMode = Literal["weak", "strong"]
+_PROGRESS_STEPS = 100  # progress units per device count
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One device count: its plan (or why there is none) and its throughput."""
+
+    devices: int
+    global_batch: int
+    config: ParallelConfig | None
+    step_time_s: float | None
+    tokens_per_s: float | None
+    tokens_per_s_per_device: float | None
+    tflops_per_device: float | None
+    mfu: float | None
+    linearity: float | None
+    note: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return self.config is not None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "devices": self.devices, "global_batch": self.global_batch,
+            "config": None if self.config is None else str(self.config),
+            "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "tflops_per_device": self.tflops_per_device, "mfu": self.mfu,
+            "linearity": self.linearity, "note": self.note,
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ScalingCurve:
+    """Points in device order.
+
+    >>> curve = scaling_curve("gpt2", "a100-80g", [8, 16], global_batch=64, seq=512)
+    >>> [p.devices for p in curve.points], curve.points[0].linearity
+    ([8, 16], 1.0)
+    """
+
+    model: str
+    hardware: str
+    mode: ScalingMode
+    seq: int
+    points: tuple[ScalingPoint, ...]
+
+    def records(self) -> list[dict[str, object]]:
+        return [p.as_dict() for p in self.points]
+
+    def table(self) -> str:
+        lines = [
+            f"{self.model} on {self.hardware}, {self.mode} scaling, sequence {self.seq}",
+            f"{'devices':>8} {'batch':>6} {'tok/s/dev':>10} {'TFLOP/s':>8} {'MFU':>6} "
+            f"{'linear':>7}  config",
+        ]
+        for p in self.points:
+            if not p.fits:
+                lines.append(f"{p.devices:>8} {p.global_batch:>6}  -- {p.note}")
+                continue
+            lines.append(
+                f"{p.devices:>8} {p.global_batch:>6} {p.tokens_per_s_per_device:>10.1f} "
+                f"{p.tflops_per_device:>8.1f} {p.mfu:>6.1%} {p.linearity:>7.3f}  {p.config}"
+            )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def scaling_curve(
+    cfg: ModelConfig | str, hardware: str | Cluster, device_counts: Sequence[int],
+    global_batch: int | None = None, seq: int | None = None, mode: ScalingMode = "weak",
+    params: TrainingParams | None = None, space: SearchSpace | None = None,
+    progress: ProgressFn | None = None,
+) -> ScalingCurve:  # fmt: skip
+    """Plan ``cfg`` at each of ``device_counts`` and compare per-device throughput.
+
+    Args:
+        global_batch: the batch at the smallest device count (weak: scaled with the
+            devices) or at every count (strong); default one sequence per device at the
+            smallest count.
+        mode: ``weak`` or ``strong``.
+        progress: ``progress(done, total)`` as the points are planned, in hundredths of a
+            device count (``total = 100 * len(device_counts)``): each count's
+            `plan_training` reports its own progress inside its share.
+
+    A count where nothing fits (or the batch cannot be split) becomes a point without a
+    configuration whose ``note`` says why; linearity is relative to the first point that
+    has one.
+    """
+    if mode not in get_args(ScalingMode):
+        raise TrainingError(f"mode={mode!r}; expected 'weak' or 'strong'")
+    counts = sorted(set(device_counts))
+    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+        raise TrainingError(f"device_counts={device_counts!r}; expected positive ints")
+    cfg = load(cfg) if isinstance(cfg, str) else cfg
+    cluster = resolve(hardware)
+    seq = cfg.max_seq_len if seq is None else seq
+    base = global_batch or counts[0]
+    points: list[ScalingPoint] = []
+    ref: float | None = None
+    total = _PROGRESS_STEPS * len(counts)
+    for i, n in enumerate(counts):
+        gb = base * n // counts[0] if mode == "weak" else base
+        inner = None
+        if progress is not None:
+
+            def inner(done: int, of: int, i: int = i) -> None:
+                progress(i * _PROGRESS_STEPS + _PROGRESS_STEPS * done // max(of, 1), total)
+
+        try:
+            plan = plan_homogeneous(
+                cfg, n, cluster, gb, seq, params, space=space, top_k=1, simulate_top=1,
+                progress=inner,
+            )  # fmt: skip
+        except TrainingPlanError as e:
+            if progress is not None:
+                progress((i + 1) * _PROGRESS_STEPS, total)
+            points.append(ScalingPoint(n, gb, None, None, None, None, None, None, None, str(e)))
+            continue
+        s = plan.sim
+        per_dev = s.tokens_per_s / n
+        ref = ref or per_dev
+        points.append(
+            ScalingPoint(
+                devices=n,
+                global_batch=gb,
+                config=plan.config,
+                step_time_s=s.step_time_s,
+                tokens_per_s=s.tokens_per_s,
+                tokens_per_s_per_device=per_dev,
+                tflops_per_device=s.tflops_per_device,
+                mfu=s.mfu,
+                linearity=per_dev / ref,
+            )  # fmt: skip
+        )
+    return ScalingCurve(cfg.name, cluster.name, mode, seq, tuple(points))

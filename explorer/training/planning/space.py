@@ -1,0 +1,187 @@
+"""``SearchSpace``: the configurations `plan_training` considers, and their enumeration.
+
+``structures`` lists the (tp, pp, dp, cp) factorisations valid for a model, a device count,
+a batch and a sequence (with why the others are not); ``configurations`` the
+ParallelConfigs of one structure before the recompute ladder (the rules that keep the space
+small are in `explorer.training.plan`'s docstring).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+from ...hardware import Cluster
+from ...models import ModelConfig
+from ..config import (
+    KV_EXCHANGES,
+    RECOMPUTE_POLICIES,
+    SCHEDULES,
+    ZERO_STAGES,
+    ParallelConfig,
+    ScheduleKind,
+)
+from ..errors import TrainingPlanError
+from ..step_model.terms import cp as cp_terms
+from ..step_model.terms import zero as zero_terms
+
+__all__ = ["SearchSpace", "structures", "configurations", "divisors"]
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The configurations `plan_training` considers (None: all that are valid).
+
+    >>> SearchSpace(tp=(8,), pp=(8,), schedules=("interleaved_1f1b",)).tp
+    (8,)
+    """
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    microbatch_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    schedules: tuple[ScheduleKind, ...] = SCHEDULES
+    virtual_stages: tuple[int, ...] = (2, 3, 4)
+    zero: tuple[int, ...] = (0, 1, 2, 3)
+    recompute: tuple[str, ...] = ("none", "per_layer")
+    sp: tuple[bool, ...] | None = None  # None: True when tp > 1
+    ep: tuple[int, ...] | None = None  # None: 1 for dense models; for MoE every divisor of
+    # gcd(dp, experts)
+    cp: tuple[int, ...] | None = None  # None: terms.cp.needs_cp(seq, cp_min_positions)
+    cp_min_positions: int = 8192
+    cp_kv_exchange: tuple[str, ...] = KV_EXCHANGES
+
+    def __post_init__(self) -> None:
+        for name in ("schedules", "zero", "recompute", "sp"):
+            values = getattr(self, name)
+            if not isinstance(values, tuple) and not (name == "sp" and values is None):
+                raise TrainingPlanError(
+                    f"SearchSpace.{name}={values!r}; expected a tuple of choices, e.g. "
+                    f"{getattr(SearchSpace, name) or (True, False)!r}"
+                )
+        if self.sp is not None and not (self.sp and all(isinstance(v, bool) for v in self.sp)):
+            raise TrainingPlanError(
+                f"SearchSpace.sp={self.sp!r}; expected a non-empty tuple of True/False (or "
+                "None: True when tp > 1)"
+            )
+        for s in self.schedules:
+            if s not in SCHEDULES:
+                raise TrainingPlanError(
+                    f"SearchSpace.schedules has {s!r}; expected among {', '.join(SCHEDULES)}"
+                )
+        for name in ("tp", "pp", "microbatch_sizes", "virtual_stages", "ep", "cp"):
+            values = getattr(self, name)
+            optional = name in ("tp", "pp", "ep", "cp")  # None: every valid value
+            if (values is None and not optional) or (
+                values is not None and not _positive_ints(values)
+            ):
+                raise TrainingPlanError(
+                    f"SearchSpace.{name}={values!r}; expected a non-empty tuple of ints >= 1"
+                    + (" (or None: every valid value)" if optional else "")
+                )
+        if any(v < 2 for v in self.virtual_stages):
+            raise TrainingPlanError(
+                f"SearchSpace.virtual_stages={self.virtual_stages!r}; interleaving needs at "
+                "least 2 chunks per device"
+            )
+        if not _positive_ints((self.cp_min_positions,)):
+            raise TrainingPlanError(
+                f"SearchSpace.cp_min_positions={self.cp_min_positions!r}; expected an int >= 1 "
+                "(the fewest sequence positions a context-parallel rank keeps)"
+            )
+        ex = self.cp_kv_exchange
+        if not isinstance(ex, tuple) or not ex or any(e not in KV_EXCHANGES for e in ex):
+            raise TrainingPlanError(
+                f"SearchSpace.cp_kv_exchange={ex!r}; expected a non-empty tuple among "
+                f"{', '.join(repr(e) for e in KV_EXCHANGES)}"
+            )
+        bad = [z for z in self.zero if isinstance(z, bool) or z not in ZERO_STAGES]
+        if bad or not self.zero:
+            raise TrainingPlanError(
+                f"SearchSpace.zero={self.zero!r}; expected ZeRO stages among 0, 1, 2, 3"
+            )
+        bad = [r for r in self.recompute if r not in RECOMPUTE_POLICIES]
+        if bad or not self.recompute:
+            raise TrainingPlanError(
+                f"SearchSpace.recompute={self.recompute!r}; expected policies among "
+                f"{', '.join(RECOMPUTE_POLICIES)}"
+            )
+
+
+def _positive_ints(values: object) -> bool:
+    return (
+        isinstance(values, tuple)
+        and len(values) > 0
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+    )
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def structures(
+    cfg: ModelConfig, devices: int, cluster: Cluster, gb: int, seq: int, space: SearchSpace
+):
+    """(tp, pp, dp, cp) valid for the model, devices, batch and sequence; and why others
+    fail."""
+    tps = space.tp or [t for t in divisors(cfg.num_heads) if t <= cluster.chips_per_node]
+    cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
+    out, reasons = [], []
+    for tp, cp in itertools.product(tps, cps):
+        if devices % (tp * cp):
+            continue
+        if cp > 1 and seq % (2 * cp):
+            reasons.append(f"cp={cp}: 2 * cp does not divide the sequence {seq}")
+            continue
+        for pp in space.pp or divisors(devices // (tp * cp)):
+            if (devices // (tp * cp)) % pp:
+                continue
+            if pp > cfg.num_layers:
+                reasons.append(f"pp={pp} > {cfg.num_layers} layers")
+                continue
+            dp = devices // (tp * pp * cp)
+            if gb % dp:
+                with_cp = f", cp={cp}" if cp > 1 else ""
+                reasons.append(
+                    f"dp={dp} (tp={tp}, pp={pp}{with_cp}) does not divide the batch {gb}"
+                )
+                continue
+            out.append((tp, pp, dp, cp))
+    return out, reasons
+
+
+def configurations(cfg, tp, pp, dp, cp, gb, space: SearchSpace):
+    """Per structure, the configurations to estimate (before the recompute ladder)."""
+    exchanges = space.cp_kv_exchange if cp > 1 else ("all_gather",)
+    if space.ep is not None:
+        eps = tuple(e for e in space.ep if dp % e == 0)
+    elif cfg.is_moe:
+        eps = tuple(divisors(math.gcd(dp, cfg.num_experts)))
+    else:
+        eps = (1,)
+    for mbs in space.microbatch_sizes:
+        if (gb // dp) % mbs:
+            continue
+        m = gb // dp // mbs
+        for sched in space.schedules:
+            if pp == 1 and sched != "1f1b":
+                continue
+            if sched == "gpipe" and "1f1b" in space.schedules:
+                continue  # dominated by 1F1B (module docstring)
+            vs = space.virtual_stages if sched == "interleaved_1f1b" else (1,)
+            for v in vs:
+                if pp * v > cfg.num_layers + 2 or (sched == "interleaved_1f1b" and m % pp):
+                    continue
+                if v > 1 and cfg.num_layers % (pp * v) and not cfg.num_layers % pp:
+                    continue  # uneven chunks only where the layers do not split over pp
+                for zero in zero_terms.stages_worth_searching(space.zero, dp * cp):
+                    sps = space.sp if space.sp is not None else (tp > 1,)
+                    for sp, ep, kv in itertools.product(sps, eps, exchanges):
+                        if sp and tp == 1:
+                            continue
+                        yield ParallelConfig(
+                            dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, microbatch_size=mbs,
+                            schedule=sched, virtual_stages=v, zero=zero, cp=cp,
+                            cp_kv_exchange=kv,
+                        )  # fmt: skip

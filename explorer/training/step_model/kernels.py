@@ -1,0 +1,316 @@
+"""Kernel time by shape: how long each operator of a layer runs on one device.
+
+The operator search (`stage_costs`) picks every op's tensor-parallel layout; this module
+times the local kernels that layout leaves on a device, by kind:
+
+=============  ===========================================================================
+kind           time of one kernel (plus ``kernel_overhead_s`` each)
+=============  ===========================================================================
+gemm           tiles = batch x ceil(M / tile rows) x ceil(N / tile cols); waves =
+               ceil(tiles / compute units); compute = waves x (2 x tile rows x tile cols
+               x K) / (per-unit peak x ``matmul_efficiency_cap`` x tile reuse); the time is
+               the larger of that and bytes / (HBM bandwidth x ``hbm_efficiency``) (a
+               roofline), for the best of the chip's tiles. The backward runs the two
+               gradient GEMMs (dA = dC B^T, dB = A^T dC), each with its own quantization.
+attention      ``flash_attention``: the attention core (scores, scale, mask, softmax,
+               dropout, context) is one fused kernel: its FLOPs (the masked blocks skipped
+               when causal) at ``flash_attention_efficiency`` of peak, or its Q, K, V, O
+               bytes over HBM, whichever is longer; the backward does
+               ``flash_backward_flops_ratio`` x the FLOPs (it recomputes the scores).
+memory         norms, softmax, elementwise, gathers, losses: bytes / (HBM bandwidth x
+               ``hbm_efficiency``); the backward moves ``memory_bound_backward_ratio`` x
+               the bytes.
+view           reshape: no kernel.
+=============  ===========================================================================
+
+>>> import explorer as ex
+>>> chip = ex.hardware.load("a100-80g").chip
+>>> p = ex.training.TrainingParams()
+>>> one, over = gemm_s(1, 256 * 12, 128 * 9, 4096, 2, chip, p), gemm_s(
+...     1, 256 * 12, 128 * 9 + 1, 4096, 2, chip, p)
+>>> over > one  # 108 tiles fill one wave on 108 SMs; one more column needs a second wave
+True
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from ...hardware import Chip, Mesh
+from ...ir import Graph, OpGroup
+from ...ir.signature import parse
+from ...memo import Memo
+from ...search.plan import ShardingPlan
+from ..params import TrainingParams
+from .costs import OpShape, PartCost, StageCosts
+
+__all__ = [
+    "PartTimes",
+    "op_shapes",
+    "gemm_s",
+    "memory_s",
+    "attention_s",
+    "part_times",
+    "timed_costs",
+    "KERNEL_FIELDS",
+]
+
+# Movement ops that only reinterpret a buffer (a view): no kernel runs. The builders'
+# grouped-query attention repeats key/value heads with an expand (a broadcast view).
+_VIEWS = ("reshape", "transpose", "expand")
+
+
+@dataclass(frozen=True)
+class PartTimes:
+    """Kernel seconds of one part for one microbatch on one device.
+
+    Args:
+        forward_s, backward_s: every kernel of the forward, of the backward.
+        core_forward_s: the attention core's forward (what selective recomputation runs
+            again; 0 with flash attention, whose backward already recomputes the scores).
+        forward_kernels, backward_kernels: kernels launched (each pays
+            ``kernel_overhead_s``).
+    """
+
+    forward_s: float
+    backward_s: float
+    core_forward_s: float
+    forward_kernels: int
+    backward_kernels: int
+
+
+# The TrainingParams fields kernel times read (the memo key of `part_times`).
+KERNEL_FIELDS = (
+    "matmul_efficiency_cap", "tile_reuse_exponent", "hbm_efficiency", "kernel_overhead_s",
+    "memory_bound_backward_ratio", "flash_attention", "flash_attention_efficiency",
+    "flash_backward_flops_ratio", "flash_block_tokens",
+)  # fmt: skip
+
+
+# --- shapes from the searched plan ---------------------------------------------------------
+def op_shapes(
+    graph: Graph, plan: ShardingPlan, mesh: Mesh, scope: str, skip: tuple[str, ...] = (),
+    core: tuple[str, ...] = (),
+) -> tuple[OpShape, ...]:  # fmt: skip
+    """The local kernels of the ops under ``scope`` with the layouts ``plan`` chose.
+
+    Args:
+        skip: ops (by the last part of their name) a fused kernel absorbs.
+        core: ops (by the last part of their name) that form the attention core.
+    """
+    out, fused_causal = [], False
+    for node in graph.ops:
+        if not node.scope.startswith(scope):
+            continue
+        short = node.name.split(".")[-1]
+        if short in skip:
+            # a causal mask fused into the scores' kernel leaves the core causal
+            fused_causal = fused_causal or (node.op == "causal_mask" and short in core)
+            continue
+        s = plan.assignment[node.name]
+        group = graph.group(node.name)
+        in_types = graph.input_types(node.name)
+        inputs = [graph.node(a) for a in node.inputs]
+        common = dict(
+            name=node.name, flops=float(s.local_flops), read_bytes=float(s.bytes_read),
+            written_bytes=float(s.bytes_written), itemsize=node.type.dtype.itemsize,
+            dtype=node.type.dtype.value, core=short in core, causal=node.op == "causal_mask",
+        )  # fmt: skip
+        ins, out_spec = parse(graph.signature(node.name))
+        if group is OpGroup.CONTRACTION and len(ins) == 2:
+            local = [
+                lay.local_shape(t.shape, mesh)
+                for lay, t in zip(s.in_layouts, in_types, strict=True)
+            ]
+            batch, m, n, k = _gemm_dims(ins, out_spec, local)
+            grads = sum(1 for x in inputs if x.op != "input")
+            out.append(OpShape(kind="gemm", batch=batch, m=m, n=n, k=k, grads=grads, **common))
+        elif group is OpGroup.MOVEMENT and node.op in _VIEWS:
+            out.append(OpShape(kind="view", **common))
+        elif group is OpGroup.MOVEMENT and any(x.op == "param" for x in inputs):
+            # a gather (embedding): it reads the rows it returns, not the whole table
+            common["read_bytes"] = common["written_bytes"]
+            out.append(OpShape(kind="memory", **common))
+        else:
+            out.append(OpShape(kind="memory", **common))
+    if fused_causal:  # the scores GEMM (the core's first) carries the fused mask
+        i = next((i for i, o in enumerate(out) if o.core and o.kind == "gemm"), None)
+        if i is not None:
+            out[i] = replace(out[i], causal=True)
+    return tuple(out)
+
+
+def _gemm_dims(ins: tuple[str, ...], out: str, local: list[tuple[int, ...]]):
+    """(batch, M, N, K) of a two-input einsum from its letters and local input shapes."""
+    a, b = ins
+    size: dict[str, int] = {}
+    for spec, shape in zip(ins, local, strict=True):
+        for c, d in zip(spec, shape, strict=True):
+            size[c] = d
+    batch = math.prod(size[c] for c in out if c in a and c in b)
+    m = math.prod(size[c] for c in out if c in a and c not in b)
+    n = math.prod(size[c] for c in out if c in b and c not in a)
+    k = math.prod(size[c] for c in a if c in b and c not in out)
+    return batch, m, n, k
+
+
+# --- one kernel ----------------------------------------------------------------------------
+def _bandwidth(chip: Chip, p: TrainingParams) -> float:
+    return chip.memory_bandwidth_bytes_per_s * p.hbm_efficiency
+
+
+def memory_s(nbytes: float, chip: Chip, p: TrainingParams) -> float:
+    """Seconds of one memory-bound kernel moving ``nbytes``: bytes over the achievable HBM
+    bandwidth, plus the kernel overhead.
+
+    >>> import explorer as ex
+    >>> chip, p = ex.hardware.load("a100-80g").chip, ex.training.TrainingParams(kernel_overhead_s=0.0)
+    >>> round(memory_s(2e9, chip, p) / memory_s(1e9, chip, p), 9)
+    2.0
+    """
+    return nbytes / _bandwidth(chip, p) + p.kernel_overhead_s
+
+
+def gemm_s(
+    batch: int, m: int, n: int, k: int, itemsize: int, chip: Chip, p: TrainingParams,
+    dtype: str = "bf16",
+) -> float:  # fmt: skip
+    """Seconds of ``C[batch, m, n] = A[batch, m, k] B[batch, k, n]``: tile and wave
+    quantization on the chip's compute units (the best of its tiles), capped by the HBM
+    roofline, plus the kernel overhead. Without compute units or tiles (TPU, Ascend
+    profiles) the compute time is the FLOPs at ``matmul_efficiency_cap`` of peak."""
+    flops = 2.0 * batch * m * n * k
+    if flops == 0:
+        return 0.0
+    rate = chip.peak_flops(dtype) * p.matmul_efficiency_cap
+    nbytes = itemsize * batch * (m * k + k * n + m * n)
+    tiles, units = chip.matmul_tile_shapes, chip.compute_units
+    if not tiles or not units:
+        compute = flops / rate
+    else:
+        best_reuse = max(_reuse(t) for t in tiles)
+        compute = math.inf
+        for tm, tn in tiles:
+            count = batch * math.ceil(m / tm) * math.ceil(n / tn)
+            waves = math.ceil(count / units)
+            # a smaller tile reuses each loaded operand less (tm tn / (tm + tn) FLOPs per
+            # element loaded), so it runs below the largest tile's rate
+            eff = (_reuse((tm, tn)) / best_reuse) ** p.tile_reuse_exponent
+            compute = min(compute, waves * 2.0 * tm * tn * k / (rate / units * eff))
+    return max(compute, nbytes / _bandwidth(chip, p)) + p.kernel_overhead_s
+
+
+def _reuse(tile: tuple[int, int]) -> float:
+    tm, tn = tile
+    return tm * tn / (tm + tn)
+
+
+def attention_s(
+    flops: float, nbytes: float, seq: int, causal: bool, backward: bool, chip: Chip,
+    p: TrainingParams, dtype: str = "bf16",
+) -> float:  # fmt: skip
+    """Seconds of the fused (flash) attention kernel of one device: ``flops`` are the
+    unmasked scores and context FLOPs, ``nbytes`` the Q, K, V and O bytes. Causal: only
+    the blocks on or below the diagonal run, ``(n_b + 1) / (2 n_b)`` of them for
+    ``n_b = ceil(seq / flash_block_tokens)`` blocks per side."""
+    if causal:
+        nb = math.ceil(seq / p.flash_block_tokens)
+        flops *= (nb + 1) / (2 * nb)
+    if backward:
+        flops *= p.flash_backward_flops_ratio
+        nbytes *= p.memory_bound_backward_ratio
+    compute = flops / (chip.peak_flops(dtype) * p.flash_attention_efficiency)
+    return max(compute, nbytes / _bandwidth(chip, p)) + p.kernel_overhead_s
+
+
+# --- a part --------------------------------------------------------------------------------
+def part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartTimes:
+    """Forward and backward kernel seconds of one part (`OpShape` list) for one
+    microbatch, the attention core's forward, and the kernels launched."""
+    fwd = bwd = core_f = 0.0
+    nf = nb = 0
+    flash = p.flash_attention and any(o.core and o.kind == "gemm" for o in ops)
+    for o in ops:
+        if o.kind == "view" or (flash and o.core):
+            continue
+        if o.kind == "gemm":
+            f = gemm_s(o.batch, o.m, o.n, o.k, o.itemsize, chip, p, o.dtype)
+            b = 0.0
+            if o.grads >= 1:  # dA[m, k] = dC[m, n] B^T
+                b += gemm_s(o.batch, o.m, o.k, o.n, o.itemsize, chip, p, o.dtype)
+            if o.grads >= 2:  # dB[k, n] = A^T dC
+                b += gemm_s(o.batch, o.k, o.n, o.m, o.itemsize, chip, p, o.dtype)
+            kb = o.grads
+        else:
+            nbytes = o.read_bytes + o.written_bytes
+            f = memory_s(nbytes, chip, p)
+            b = memory_s(nbytes * p.memory_bound_backward_ratio, chip, p)
+            kb = 1
+        fwd, bwd, nf, nb = fwd + f, bwd + b, nf + 1, nb + kb
+        if o.core:
+            core_f += f
+    if flash:
+        flops, nbytes, seq, causal, dtype = _flash_shape(ops)
+        fwd += attention_s(flops, nbytes, seq, causal, False, chip, p, dtype)
+        bwd += attention_s(flops, nbytes, seq, causal, True, chip, p, dtype)
+        nf, nb = nf + 1, nb + 1
+    return PartTimes(fwd, bwd, core_f, nf, nb)
+
+
+def _flash_shape(ops: tuple[OpShape, ...]) -> tuple[float, float, int, bool, str]:
+    """(FLOPs, Q K V O bytes, query length, causal, dtype) of the attention core: the
+    scores GEMM reads Q and K and writes the scores; the context GEMM reads the
+    probabilities and V and writes O."""
+    gemms = [o for o in ops if o.core and o.kind == "gemm"]
+    scores, context = gemms[0], gemms[-1]
+    flops = sum(o.flops for o in gemms)
+    v_bytes = max(context.read_bytes - scores.written_bytes, 0.0)
+    nbytes = scores.read_bytes + v_bytes + context.written_bytes
+    causal = any(o.core and o.causal for o in ops)
+    return flops, nbytes, scores.m, causal, scores.dtype
+
+
+def timed_costs(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
+    """``costs`` with each part's compute times (``forward_s``, ``backward_s``,
+    ``recompute_selective_s``) from the kernel model; communication and sizes kept.
+    ``p.kernel_model == "flat"`` returns ``costs`` unchanged (the operator search's flat
+    fraction of peak). Memoized on the costs object (`stage_costs` serves the same one for
+    the same search), the chip and the values of `KERNEL_FIELDS`."""
+    if p.kernel_model == "flat":
+        return costs
+    knobs = tuple(getattr(p, f) for f in KERNEL_FIELDS)
+    # Keyed by identity: each entry keeps its ``costs`` alive, so no other object can take
+    # that id while the entry exists (hashing the kernel lists would cost more than timing
+    # them). The entry holds the costs it was made from, checked on every hit.
+    key = (id(costs), chip, knobs)
+    held, out = _TIMED.get(key, lambda: (costs, _timed_all(costs, chip, p)))
+    if held is not costs:  # pragma: no cover - unreachable while entries hold their costs
+        return _timed_all(costs, chip, p)
+    return out
+
+
+_TIMED: Memo[tuple] = Memo("training.timed_costs", maxsize=4096)
+_PART_TIMES: Memo[tuple] = Memo("training.part_times", maxsize=4096)
+
+
+def _timed_all(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
+    return replace(
+        costs,
+        layer=_timed(costs.layer, chip, p),
+        embed=_timed(costs.embed, chip, p),
+        head=_timed(costs.head, chip, p),
+    )
+
+
+def _timed(part: PartCost, chip: Chip, p: TrainingParams) -> PartCost:
+    # The kernels depend on the layouts alone: costs re-costed under other CostParams
+    # (`stage_costs.decisions_fixed_at`) share them, and their times, by identity.
+    ops, knobs = part.kernels, tuple(getattr(p, f) for f in KERNEL_FIELDS)
+    held, t = _PART_TIMES.get((id(ops), chip, knobs), lambda: (ops, part_times(ops, chip, p)))
+    if held is not ops:  # pragma: no cover - unreachable while entries hold their kernels
+        t = part_times(ops, chip, p)
+    return replace(
+        part, forward_s=t.forward_s, backward_s=t.backward_s,
+        recompute_selective_s=t.core_forward_s,
+    )  # fmt: skip

@@ -1,0 +1,304 @@
+"""The model of one training configuration: times and sizes per stage, memory per
+device, communication per step. `simulate` and `estimate` (in ``simulate.py``) share it.
+"""
+
+from __future__ import annotations
+
+import math
+
+from explorer.hardware.wan import collective_time as dc_collective_time
+
+from ...hardware import Cluster, Mesh
+from ...ir import DType
+from ...memo import memoize
+from ...models import ModelConfig
+from ..config import ParallelConfig
+from ..errors import ParallelConfigError
+from ..memory import (
+    MemoryBreakdown,
+    reduce_buffer_bytes,
+)
+from ..params import TrainingParams
+from ..pipeline.partition import StagePartition
+from .costs import StageCosts
+from .kernels import timed_costs
+from .placement import mesh_axes
+from .stage_costs import stage_costs
+from .terms import cp, dense, dp, ep, pp, recompute, tp, zero
+
+__all__ = ["COMM_KINDS", "StepModel", "exposed_s"]
+
+COMM_KINDS = ("tp", "pp", "dp", "zero", "ep", "cp")
+
+
+class StepModel:
+    """Times and sizes of one configuration: shared by `simulate` and `estimate`.
+
+    The parallelisms' terms live in ``terms/`` (tp, pp, dp, zero, recompute, ep, cp); this class
+    holds the configuration and composes them into stage segments, the step's tail, memory
+    per device, FLOPs and bytes sent.
+    """
+
+    def __init__(
+        self, cfg, par: ParallelConfig, cluster: Cluster, gb: int, seq: int, tp_: TrainingParams
+    ):
+        self.cfg, self.par, self.cluster, self.seq, self.tparams = cfg, par, cluster, seq, tp_
+        _validate(cfg, par, cluster, seq)
+        self.m = par.microbatches(gb)
+        self.gb = gb
+        self.seq_local = cp.local_seq(seq, par.cp)  # positions per context-parallel rank
+        whole = stage_costs(
+            dense.layer_config(cfg),  # every layer a MoE layer; dense first layers: moe.py
+            seq,
+            par.tp,
+            par.microbatch_size,
+            cluster,
+            tp_.cost,
+            tp_.search_method,
+            tp_.fused_ops,
+        )
+        whole = timed_costs(whole, cluster.chip, tp_)  # kernel time by shape (kernels.py)
+        self.costs: StageCosts = cp.split_costs(whole, par.cp)
+        self.costs = dense.ep_kernels(self.costs, cfg, par, cluster.chip, tp_)  # experts over ep
+        # devices over (pp, dp, ep, cp, tp); across datacenters dp goes outermost
+        self.mesh = Mesh(mesh_axes(par, cluster), hardware=cluster)
+        self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
+        self.cap = tp_.cost.device_memory_cap_bytes or float(cluster.chip.memory_bytes)
+        # Parameters on one device per part.
+        self.layer_params = ep.layer_params(self.costs.layer, par.tp, par.ep)
+        self.embed_params = tp.split_params(self.costs.embed.params, par.tp)
+        self.head_params = tp.split_params(pp.head_params(self), par.tp)
+        self.p2p_s, self.p2p_bytes = pp.p2p(self)
+        self.ep_s, self.ep_bytes = ep.all_to_all(self)
+        self.cp_fwd_s, self.cp_bwd_s, self.cp_fwd_bytes, self.cp_bwd_bytes = cp.exchange(self)
+        self.dense = dense.dense_layers(self)  # MoE models' dense first layers, or None
+
+    def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
+        """Seconds of one collective on this configuration's mesh (memoized)."""
+        return _collective_s(self.mesh, kind, size, axes)
+
+    # --- per-layer activations and recompute ------------------------------------------
+    def layer_act(self, policy: str) -> float:
+        return recompute.layer_act(self, policy)
+
+    def layer_policies(self, n_layers: int, n_full: int | None) -> tuple[int, int, int]:
+        """(layers with no recompute, selective, full) among ``n_layers`` of a stage."""
+        return recompute.layer_policies(self.par.recompute, n_layers, n_full)
+
+    # --- times per part ---------------------------------------------------------------
+    def stage_compute_s(self, part: StagePartition, g: int) -> tuple[float, float]:
+        """(forward, backward) compute seconds of stage ``g`` for one microbatch: its
+        parts' kernels plus ``microbatch_overhead_s`` each way."""
+        c = self.costs
+        n = part.layers(g)
+        fwd = n * c.layer.forward_s
+        bwd = n * c.layer.backward_s
+        for has, P in ((part.has_embed(g), c.embed), (part.has_head(g), c.head)):
+            if has:
+                fwd += P.forward_s
+                bwd += P.backward_s
+        fwd, bwd = dense.stage_compute(self, part, g, fwd, bwd)
+        over = self.tparams.microbatch_overhead_s
+        return fwd + over, bwd + over
+
+    def stage_segments(self, part: StagePartition, g: int, n_full: int | None):
+        """(forward segments, backward segments) of stage ``g`` for one microbatch."""
+        n = part.layers(g)
+        fwd, bwd = self.stage_compute_s(part, g)
+        tpf, tpb = tp.stage_comm_s(self, part, g)
+        rec = recompute.layers_s(self, n, n_full)
+        params = self.stage_params(part, g)
+        ep_s = ep.stage_s(self, dense.moe_layers_in(self, part, (g,)))
+        zg_raw = zero.gather_s(self, params, n)
+        z_frac = self.tparams.zero_gather_overlap_fraction
+        zg = exposed_s(zg_raw, fwd, z_frac)  # forward gather behind the forward
+        zgb = exposed_s(zg_raw, bwd, z_frac)  # backward gather behind the backward
+        zgr_raw = zg_raw * zero.regather_fraction(self, n, n_full)
+        zgr = exposed_s(zgr_raw, rec, z_frac)  # recompute's gather behind the recompute
+        free = max(bwd + rec - (zg_raw - zgb) - (zgr_raw - zgr), 0.0)  # not yet hiding any
+        grads = exposed_s(
+            dp.microbatch_s(self, params, n), free, self.tparams.zero_grad_overlap_fraction
+        )  # ZeRO 2/3: each microbatch's reduce-scatter behind its backward
+        cpf, cpb = cp.stage_s(self, n, n_full)
+        f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s),
+             ("cp-comm", cpf)]  # fmt: skip
+        b = [("zero-gather", zgb + zgr), ("recompute", rec), ("compute-backward", bwd),
+             ("tp-comm", tpb), ("ep-comm", ep_s), ("cp-comm", cpb),
+             ("dp-comm", grads)]  # fmt: skip
+        return f, b
+
+    def stage_params(self, part: StagePartition, g: int) -> float:
+        return (
+            part.layers(g) * self.layer_params
+            + part.has_embed(g) * self.embed_params
+            + part.has_head(g) * self.head_params
+            + dense.params_delta(self, part, g)
+        )
+
+    def device_backward_s(self, part: StagePartition, d: int, n_full: int | None) -> float:
+        """Compute seconds of one microbatch's backward (with recomputation) over the
+        chunks of pipeline device ``d``: what the last gradient reduction can hide behind."""
+        total = 0.0
+        for c in range(self.par.virtual_stages):
+            g = c * self.par.pp + d
+            total += self.stage_compute_s(part, g)[1] + recompute.layers_s(
+                self, part.layers(g), n_full
+            )
+        return total
+
+    def tail(self, params: float, backward_window_s: float = 0.0) -> list[tuple[str, float]]:
+        """Gradient reduction, optimizer step and (ZeRO 1/2) weight all-gather on a
+        device holding ``params`` parameters; ``grad_overlap_fraction`` of the reduction
+        runs behind the last microbatch's backward, at most ``backward_window_s`` of it
+        (`device_backward_s`)."""
+        par, tp_ = self.par, self.tparams
+        local = zero.optimizer_params(params, par.weight_replicas, par.zero)
+        hbm = tp_.hbm_efficiency if tp_.kernel_model == "shape" else tp_.cost.bandwidth_efficiency
+        opt_s = (
+            local
+            * tp_.optimizer_step_bytes_per_param
+            / (self.cluster.chip.memory_bandwidth_bytes_per_s * hbm)
+        )
+        grads = exposed_s(dp.tail_s(self, params), backward_window_s, tp_.grad_overlap_fraction)
+        return [
+            ("dp-comm", grads),
+            ("optimizer", opt_s),
+            ("zero-gather", zero.tail_gather_s(self, params)),
+        ]
+
+    # --- memory -----------------------------------------------------------------------
+    def embed_act(self) -> float:
+        """Activation bytes the embedding keeps per microbatch (its dropout mask; none
+        when the model has no dropout, `recompute.activation_terms`)."""
+        a = recompute.activation_terms(self)
+        sbh = self.seq_local * self.par.microbatch_size * self.cfg.hidden_size
+        return sbh * a.embedding_dropout_bytes / (self.par.tp if self.par.sp else 1)
+
+    def stage_act(self, part: StagePartition, g: int, n_full: int | None) -> float:
+        """Activation bytes of stage ``g`` per microbatch in flight."""
+        act = recompute.layers_act(self, part.layers(g), n_full)
+        if part.has_embed(g):
+            act += self.embed_act()
+        return act
+
+    def head_act(self) -> float:
+        cfg, a = self.cfg, self.tparams.activations
+        sbh = self.seq_local * self.par.microbatch_size * cfg.hidden_size
+        return sbh * a.head_bytes * (1 + cfg.vocab_size / cfg.hidden_size) / self.par.tp
+
+    def device_memory(
+        self, part: StagePartition, d: int, n_full: int | None, live_act: float
+    ) -> MemoryBreakdown:
+        """The breakdown of device ``d`` given its peak live activations ``live_act``."""
+        par, tp_ = self.par, self.tparams
+        chunks = [c * par.pp + d for c in range(par.virtual_stages)]
+        params = sum(self.stage_params(part, g) for g in chunks)
+        w, gr, opt = zero.model_state_bytes(params, par.weight_replicas, par.zero, tp_.state)
+        act = live_act + (self.head_act() if any(part.has_head(g) for g in chunks) else 0.0)
+        act += cp.transient_bytes(self)  # the layer in flight's gathered K, V (dK, dV)
+        work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
+        zbuf = zero.gather_buffer_bytes(self)
+        rbuf = self.reduce_buffer(part, chunks)
+        al = tp_.allowances
+        # Fragmentation is the caching allocator's: the CUDA context and the collective
+        # library's buffers are allocated outside it (`MemoryAllowances`).
+        frag = al.fragmentation_fraction * (w + gr + opt + act + work + zbuf + rbuf)
+        return MemoryBreakdown(
+            parameters=w, gradients=gr, optimizer_states=opt, activations=act,
+            recompute_working_set=work, zero_gather_buffer=zbuf, zero_reduce_buffer=rbuf,
+            runtime_context=al.runtime_context_bytes,
+            communication_buffers=al.communication_buffer_bytes, fragmentation=frag, stage=d,
+        )  # fmt: skip
+
+    def reduce_buffer(self, part: StagePartition | None, chunks: list[int]) -> float:
+        """Unsharded gradients a ZeRO-2/3 device holds until their reduce-scatter
+        (`memory.reduce_buffer_bytes`): its largest part (a layer, the embedding or the
+        head; every part when ``part`` is None) up to ``zero_reduce_bucket_params``."""
+        units = [self.layer_params]
+        if part is None or any(part.has_embed(g) for g in chunks):
+            units.append(self.embed_params)
+        if part is None or any(part.has_head(g) for g in chunks):
+            units.append(self.head_params)
+        tp_ = self.tparams
+        return reduce_buffer_bytes(
+            max(units), tp_.zero_reduce_bucket_params, tp_.state.gradient_bytes,
+            self.par.zero, self.par.weight_replicas,
+        )  # fmt: skip
+
+    def flops(self) -> tuple[float, float]:
+        """(model FLOPs, hardware FLOPs with recomputation) of one step, whole job."""
+        c, cfg = self.costs, self.cfg
+        fwd = (
+            cfg.num_layers * c.layer.flops + c.embed.flops + c.head.flops + dense.flops_delta(self)
+        )
+        factor = 1 + self.tparams.cost.backward_compute_ratio
+        seqs = self.gb / self.par.microbatch_size
+        model = factor * fwd * seqs
+        return model, model + recompute.extra_flops_per_sequence(self) * seqs
+
+    def comm_bytes(self, part: StagePartition, worst: int) -> tuple[tuple[str, float], ...]:
+        """Bytes device ``worst`` sends per step, by kind (``COMM_KINDS``)."""
+        par = self.par
+        chunks = [k * par.pp + worst for k in range(par.virtual_stages)]
+        params = sum(self.stage_params(part, g) for g in chunks)
+        n = sum(part.layers(g) for g in chunks)
+        return (
+            ("tp", tp.comm_bytes(self, n)),
+            ("pp", pp.comm_bytes(self)),
+            ("dp", dp.comm_bytes(self, params)),
+            ("zero", zero.comm_bytes(self, params)),
+            ("ep", ep.comm_bytes(self, dense.moe_layers_in(self, part, chunks))),
+            ("cp", cp.comm_bytes(self, n)),
+        )
+
+
+def exposed_s(comm_s: float, window_s: float, fraction: float) -> float:
+    """Seconds of ``comm_s`` still on the critical path when ``fraction`` of it runs
+    behind ``window_s`` seconds of compute: ``comm_s - min(fraction * comm_s, window_s)``.
+
+    >>> exposed_s(3.0, 2.0, 1.0), exposed_s(3.0, 2.0, 0.5), exposed_s(3.0, 2.0, 0.0)
+    (1.0, 1.5, 3.0)
+    """
+    return comm_s - min(fraction * comm_s, max(window_s, 0.0))
+
+
+@memoize(maxsize=100_000, name="training.collective_s")
+def _collective_s(mesh: Mesh, kind: str, size: float, axes: tuple[str, ...]) -> float:
+    """Seconds of a collective; keyed by the whole mesh (axes, links, cluster), which is
+    everything `Mesh.collective_time` reads; dp across datacenters is hierarchical."""
+    return dc_collective_time(mesh, kind, size, axes)
+
+
+def _validate(cfg: ModelConfig, par: ParallelConfig, cluster: Cluster, seq: int) -> None:
+    cp.validate(par, seq)
+    if par.devices > cluster.capacity:
+        raise ParallelConfigError(
+            f"{par} needs {par.devices} devices but {cluster.name} holds {cluster.capacity}; "
+            "use fewer devices or a larger cluster profile"
+        )
+    if cfg.arch == "mlp":
+        raise ParallelConfigError(
+            f"model {cfg.name!r} is an MLP; the training simulator models transformers"
+        )
+    if cfg.num_heads % par.tp:
+        raise ParallelConfigError(
+            f"tp={par.tp} does not divide the {cfg.num_heads} attention heads of {cfg.name!r}; "
+            "choose tp among the divisors of the head count"
+        )
+    if par.stages > cfg.num_layers + 2:
+        raise ParallelConfigError(
+            f"pp * virtual_stages = {par.stages} exceeds the {cfg.num_layers} layers of "
+            f"{cfg.name!r} plus an embedding and a head stage; every stage needs a layer, "
+            "the embedding or the head"
+        )
+    if par.ep > 1 and (not cfg.is_moe or cfg.num_experts % par.ep):
+        raise ParallelConfigError(
+            f"ep={par.ep} needs a mixture-of-experts model whose expert count it divides; "
+            f"{cfg.name!r} has {cfg.num_experts} experts"
+        )
+    if par.recompute == "per_layer" and par.recompute_num_layers is not None:
+        if par.recompute_num_layers > math.ceil(cfg.num_layers / par.stages):
+            raise ParallelConfigError(
+                f"recompute_num_layers={par.recompute_num_layers} exceeds the layers per "
+                f"stage ({math.ceil(cfg.num_layers / par.stages)})"
+            )

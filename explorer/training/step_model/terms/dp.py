@@ -1,0 +1,48 @@
+"""Data parallelism: the gradient reduction over the replicas (``dp * cp`` devices: the
+context-parallel ranks hold the same weights).
+
+ZeRO decides its kind and how often it runs (`zero.gradient_collective`,
+`zero.gradients_per_microbatch`); this module prices it.
+"""
+
+from __future__ import annotations
+
+from ..view import StepView
+from . import zero
+
+__all__ = ["grad_sync_s", "microbatch_s", "tail_s", "comm_bytes"]
+
+
+def grad_sync_s(s: StepView, kind: str, params: float) -> float:
+    """Seconds of one ``kind`` reduction of ``params`` parameters' gradients, less the part
+    hidden behind the backward (``CostParams.grad_comm_overlap``)."""
+    tp_ = s.tparams
+    size = params * tp_.state.gradient_bytes
+    t = s.collective_s(kind, size, zero.AXES) / tp_.cost.bandwidth_efficiency
+    return t * (1 - tp_.cost.grad_comm_overlap)
+
+
+def microbatch_s(s: StepView, params: float, n_layers: int) -> float:
+    """Seconds of the reduction after each microbatch's backward (ZeRO 2/3: ``params``
+    parameters of ``n_layers`` layers), else 0. ZeRO-3's is priced as its gathers
+    (`zero.reduce_scatter_s`)."""
+    if not zero.gradients_per_microbatch(s.par.zero) or s.par.weight_replicas == 1:
+        return 0.0
+    if s.par.zero >= 3:
+        return zero.reduce_scatter_s(s, params, n_layers) * (1 - s.tparams.cost.grad_comm_overlap)
+    return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
+
+
+def tail_s(s: StepView, params: float) -> float:
+    """Seconds of the reduction after the last microbatch (ZeRO 0/1), else 0."""
+    if s.par.weight_replicas == 1 or zero.gradients_per_microbatch(s.par.zero):
+        return 0.0
+    return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
+
+
+def comm_bytes(s: StepView, params: float) -> float:
+    """Bytes a device holding ``params`` parameters sends per step for gradients."""
+    z = s.par.zero
+    grad = params * s.tparams.state.gradient_bytes
+    sent = s.mesh.collective_bytes(zero.gradient_collective(z), grad, zero.AXES)
+    return sent * s.m if zero.gradients_per_microbatch(z) else sent

@@ -1,0 +1,104 @@
+"""Activation recomputation: which layers recompute what, the activations they keep, the
+time and FLOPs they add, and the working set a recomputed layer needs.
+
+Policies (`ParallelConfig.recompute`): ``none``; ``selective`` (the attention core:
+scores, softmax, context; Korthikanti et al. 2022); ``full`` (keep the layer input only);
+``per_layer`` (``n_full`` layers per stage full, the others selective).
+"""
+
+from __future__ import annotations
+
+from ...memory import ActivationTerms, activation_bytes_per_layer, layer_terms
+from ..view import StepView
+from . import cp, dense
+
+__all__ = [
+    "layer_policies",
+    "activation_terms",
+    "layer_act",
+    "layers_act",
+    "layers_s",
+    "working_set",
+    "extra_flops_per_sequence",
+]
+
+
+def layer_policies(policy: str, n_layers: int, n_full: int | None) -> tuple[int, int, int]:
+    """(layers with no recompute, selective, full) among ``n_layers`` of a stage.
+
+    >>> layer_policies("per_layer", 5, 2)
+    (0, 3, 2)
+    """
+    if policy == "none":
+        return n_layers, 0, 0
+    if policy == "selective":
+        return 0, n_layers, 0
+    if policy == "full":
+        return 0, 0, n_layers
+    k = min(n_full or 0, n_layers)
+    return 0, n_layers - k, k
+
+
+def activation_terms(s: StepView) -> ActivationTerms:
+    """The activation terms of one layer of ``s.cfg``: Korthikanti et al.'s GPT constants
+    (``TrainingParams.activations``) scaled to the model's norms, dropout, attention and MLP
+    (`memory.layer_terms`); a MoE or MLA layer's split term is `dense.activation_terms`'."""
+    cfg = s.cfg
+    plain = not (cfg.is_moe or cfg.is_mla)
+    return layer_terms(cfg, dense.activation_terms(s), split=plain)
+
+
+def layer_act(s: StepView, policy: str) -> float:
+    """Activation bytes one layer keeps per microbatch under ``policy`` (none, selective
+    or full), Korthikanti et al. 2022 counted for the model's layer (`activation_terms`).
+    With ``TrainingParams.flash_attention`` the fused kernel keeps no ``s x s`` scores,
+    softmax or dropout mask (Dao et al. 2022), so a layer without recomputation keeps what
+    a selectively recomputed one keeps."""
+    cfg, par = s.cfg, s.par
+    if policy == "none" and s.tparams.flash_attention:
+        policy = "selective"
+    return activation_bytes_per_layer(
+        s.seq, par.microbatch_size, cfg.hidden_size, cfg.num_heads, par.tp, par.sp,
+        policy, activation_terms(s), par.cp, cp.kv_hidden(cfg, par.tp), par.cp_kv_exchange,
+        not s.tparams.cp_kv_regather,
+    )  # fmt: skip
+
+
+def layers_act(s: StepView, n_layers: int, n_full: int | None) -> float:
+    """Activation bytes ``n_layers`` layers of one stage keep per microbatch."""
+    none_, sel, full = layer_policies(s.par.recompute, n_layers, n_full)
+    act = none_ * layer_act(s, "none") + sel * layer_act(s, "selective")
+    return act + full * layer_act(s, "full")
+
+
+def layers_s(s: StepView, n_layers: int, n_full: int | None) -> float:
+    """Seconds ``n_layers`` layers of one stage spend recomputing per microbatch: the whole
+    forward (with its tensor-parallel collectives) of a full layer, the attention core of a
+    selective one."""
+    _, sel, full = layer_policies(s.par.recompute, n_layers, n_full)
+    L = s.costs.layer
+    return full * (L.forward_s + L.tp_forward_s) + sel * L.recompute_selective_s
+
+
+def working_set(s: StepView, layer_counts: list[int], n_full: int | None) -> float:
+    """Bytes a device needs while recomputing one layer (stages with ``layer_counts``
+    layers): a full layer's activations when any layer is fully recomputed, the attention
+    core's when only selective recompute runs."""
+    policies = [layer_policies(s.par.recompute, n, n_full) for n in layer_counts]
+    if any(f for _, _, f in policies):
+        return layer_act(s, "none")
+    if any(sel for _, sel, _ in policies):
+        return layer_act(s, "none") - layer_act(s, "selective")
+    return 0.0
+
+
+def extra_flops_per_sequence(s: StepView) -> float:
+    """FLOPs recomputation adds per sequence, whole model: every layer's forward (full),
+    or the attention core's share of it, by time (selective, per_layer)."""
+    c, cfg, r = s.costs, s.cfg, s.par.recompute
+    if r == "full":
+        return cfg.num_layers * c.layer.flops
+    if r in ("selective", "per_layer"):
+        core = c.layer.recompute_selective_s / max(c.layer.forward_s, 1e-30)
+        return cfg.num_layers * c.layer.flops * core  # the core's share, by time
+    return 0.0

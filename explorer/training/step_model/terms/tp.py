@@ -1,0 +1,43 @@
+"""Tensor parallelism (Megatron-LM): the weight split, the searched per-layer collectives,
+and the bytes they send.
+
+The layouts inside a layer, and so the collectives' seconds, come from the operator search
+(`stage_costs`); this module sums them over a stage and counts their bytes.
+"""
+
+from __future__ import annotations
+
+from ...pipeline.partition import StagePartition
+from ..view import StepView
+
+__all__ = ["split_params", "stage_comm_s", "comm_bytes"]
+
+
+def split_params(params: float, tp: int) -> float:
+    """Parameters of a dense part on one device: every weight is split ``tp`` ways."""
+    return params / tp
+
+
+def stage_comm_s(s: StepView, part: StagePartition, g: int) -> tuple[float, float]:
+    """(forward, backward) seconds of stage ``g``'s tensor-parallel collectives for one
+    microbatch: its layers, plus the embedding and the head when it holds them."""
+    c = s.costs
+    n = part.layers(g)
+    fwd = n * c.layer.tp_forward_s
+    bwd = n * c.layer.tp_backward_s
+    for has, P in ((part.has_embed(g), c.embed), (part.has_head(g), c.head)):
+        if has:
+            fwd += P.tp_forward_s
+            bwd += P.tp_backward_s
+    return fwd, bwd
+
+
+def comm_bytes(s: StepView, n_layers: int) -> float:
+    """Bytes a device sends per step for ``n_layers`` layers: two all-reduces of the
+    layer's ``b s h`` output forward and two backward per layer (Megatron), ring volume,
+    for each of the ``m`` microbatches."""
+    par = s.par
+    if par.tp <= 1:
+        return 0.0
+    per = 2 * s.seq_local * par.microbatch_size * s.cfg.hidden_size * s.act_dtype_bytes
+    return 2 * n_layers * s.mesh.collective_bytes("all-reduce", per, ("tp",)) * s.m

@@ -1,0 +1,244 @@
+"""ZeRO (Rajbhandari et al. 2020): what each stage shards over the data-parallel group and
+the collectives that costs. Everything ZeRO changes in the step model is decided here.
+
+=====  ===================  ==========================  =================================
+stage  sharded over dp      gradient reduction          weights
+=====  ===================  ==========================  =================================
+0      nothing              all-reduce after the step   whole on every device
+1      optimizer states     reduce-scatter after it     all-gather after the update
+2      + gradients          reduce-scatter per micro-   all-gather after the update
+                            batch (no full buffer)
+3      + weights            reduce-scatter per micro-   all-gather before each forward and
+                            batch                       backward; a prefetch buffer
+=====  ===================  ==========================  =================================
+"""
+
+from __future__ import annotations
+
+import math
+
+from ...memory import StateBytes
+from ..view import StepView
+from . import recompute
+
+__all__ = [
+    "AXES",
+    "model_state_bytes",
+    "gradient_collective",
+    "gradients_per_microbatch",
+    "optimizer_params",
+    "gather_s",
+    "reduce_scatter_s",
+    "ring_latency_s",
+    "tail_gather_s",
+    "gather_buffer_bytes",
+    "comm_bytes",
+    "stages_worth_searching",
+]
+
+_STATE = StateBytes()  # mixed-precision Adam, 16 bytes per parameter
+
+# The data-parallel group of a device: dp replicas, experts split over ep of them, and the
+# context-parallel ranks (same weights, other positions of the sequences).
+AXES = ("dp", "ep", "cp")
+
+
+def model_state_bytes(
+    params: float, dp: int, zero: int, state: StateBytes = _STATE
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) in bytes for ``params`` parameters on one
+    device, divided over the ``dp`` replicas according to the ZeRO stage.
+
+    >>> model_state_bytes(1e9, dp=8, zero=1)
+    (2000000000.0, 2000000000.0, 1500000000.0)
+    """
+    weights = params * state.weight_bytes / (dp if zero >= 3 else 1)
+    grads = params * state.gradient_bytes / (dp if zero >= 2 else 1)
+    opt = params * state.optimizer_bytes / (dp if zero >= 1 else 1)
+    return weights, grads, opt
+
+
+def gradient_collective(zero: int) -> str:
+    """The gradient reduction: all-reduce without ZeRO, reduce-scatter with it (each device
+    updates its 1/dp shard)."""
+    return "all-reduce" if zero == 0 else "reduce-scatter"
+
+
+def gradients_per_microbatch(zero: int) -> bool:
+    """ZeRO 2/3 keep only a 1/dp shard of the gradients, so every microbatch's backward
+    reduce-scatters its gradients (no accumulation in a full buffer)."""
+    return zero >= 2
+
+
+def optimizer_params(params: float, dp: int, zero: int) -> float:
+    """Parameters a device updates in the optimizer step (its shard with ZeRO >= 1)."""
+    return params / (dp if zero >= 1 else 1)
+
+
+def ring_latency_s(s: StepView) -> float:
+    """Latency of one ring all-gather or reduce-scatter over the ZeRO group, NCCL's ring
+    model (``src/graph/tuning.cc``: ``(nsteps - nInterSteps) * intraLat + nInterSteps *
+    interLat``, ``nInterSteps = nNodes - 1``): the ``n - 1`` steps' data passes each hop
+    once, the group's members inside a node (``chips_per_node / tp`` consecutive ones: the
+    group's axes dp, ep, cp sit just outside tp; at most ``n``) joined by the intra-node
+    link, the ``nodes - 1`` node boundaries by the inter-node one; latencies from the
+    hardware profile.
+
+    >>> import explorer as ex
+    >>> from explorer.training.step_model.model import StepModel
+    >>> s = StepModel(ex.models.load("gpt3-1.3b"), ex.ParallelConfig(dp=32, zero=3),
+    ...               ex.hardware.load("a100-80g"), 32, 2048, ex.TrainingParams())
+    >>> round(ring_latency_s(s) * 1e6, 1)  # 3 node hops x 10 us + 28 intra hops x 5 us
+    170.0
+    """
+    n = s.par.weight_replicas
+    if n == 1:
+        return 0.0
+    cl = s.cluster
+    per_node = max(1, min(n, cl.chips_per_node // s.par.tp))
+    inter = -(-n // per_node) - 1
+    return (n - 1 - inter) * cl.latency("intra") + inter * cl.latency("inter")
+
+
+#: Weights Megatron-LM keeps as one tensor (fused QKV, fused SwiGLU gate and up): one
+#: gather each; our built graphs hold them apart.
+_FUSED = {
+    "q_w": "qkv_w",
+    "k_w": "qkv_w",
+    "v_w": "qkv_w",
+    "gate_w": "gate_up_w",
+    "up_w": "gate_up_w",
+}
+
+
+def gathered_tensors(shapes, ep: int = 1, threshold: float = 1e5) -> int:
+    """Weight tensors ZeRO-3 gathers for one layer: ``shapes`` are the layer's ``(name,
+    shape)`` parameter tensors (`PartCost.param_shapes`); Megatron-LM's fused ones
+    (`_FUSED`) count once; a stacked expert tensor ``[experts, ...]`` is one tensor per
+    expert a device holds (``experts / ep``); tensors under ``threshold`` elements stay
+    whole (DeepSpeed's persistence threshold).
+
+    >>> gpt = [("attn.norm_g", (12288,)), ("attn.q_w", (12288, 12288)),
+    ...        ("attn.k_w", (12288, 12288)), ("attn.v_w", (12288, 12288)),
+    ...        ("attn.q_b", (12288,)), ("attn.o_w", (12288, 12288)),
+    ...        ("mlp.fc1_w", (12288, 49152)), ("mlp.fc1_b", (49152,)),
+    ...        ("mlp.fc2_w", (49152, 12288))]
+    >>> gathered_tensors(gpt)  # fused QKV, attention output, fc1, fc2
+    4
+    >>> moe = [("attn.q_w", (64, 64)), ("moe.router_w", (4096, 8)),
+    ...        ("moe.gate_w", (8, 4096, 14336)), ("moe.up_w", (8, 4096, 14336)),
+    ...        ("moe.down_w", (8, 14336, 4096))]
+    >>> gathered_tensors(moe, ep=2)  # 4 local experts x (gate_up, down); small q and router kept
+    8
+    """
+    groups: dict[str, list[float]] = {}  # tensor -> [elements of one, how many a device holds]
+    for name, shape in shapes:
+        scope, _, short = name.rpartition(".")
+        key = f"{scope}.{_FUSED.get(short, short)}"
+        numel = float(math.prod(shape))
+        count = 1.0
+        if len(shape) == 3:  # stacked experts: DeepSpeed-MoE holds one module per expert
+            numel /= shape[0]
+            count = float(-(-shape[0] // ep))
+        g = groups.setdefault(key, [0.0, count])
+        g[0] += numel
+    return int(sum(c for numel, c in groups.values() if numel >= threshold))
+
+
+def collectives_per_layer(s: StepView) -> float:
+    """ZeRO-3 collectives of one layer per gather or reduce-scatter pass: the weight
+    tensors it gathers (`gathered_tensors`) times ``zero3_collectives_per_tensor``."""
+    tp_ = s.tparams
+    n = gathered_tensors(s.costs.layer.param_shapes, s.par.ep, tp_.zero3_persistence_threshold)
+    return tp_.zero3_collectives_per_tensor * n
+
+
+def _zero3_collective_s(s: StepView, kind: str, size: float, n_layers: int) -> float:
+    """ZeRO-3: seconds of one pass of ``kind`` over ``size`` bytes of ``n_layers``
+    layers' tensors: the bytes at ``zero_bandwidth_efficiency`` of the link, plus a ring's
+    latency (`ring_latency_s`) per collective (`collectives_per_layer` a layer, at least
+    one)."""
+    tp_ = s.tparams
+    volume = s.collective_s(kind, size, AXES) - s.collective_s(kind, 0.0, AXES)
+    calls = max(1.0, collectives_per_layer(s) * n_layers)
+    return volume / tp_.zero_bandwidth_efficiency + calls * ring_latency_s(s)
+
+
+def gather_s(s: StepView, params: float, n_layers: int) -> float:
+    """ZeRO-3: seconds to all-gather ``params`` parameters' weights (``n_layers``
+    layers') before one forward (and again before one backward) of one microbatch."""
+    if s.par.zero < 3 or s.par.weight_replicas == 1:
+        return 0.0
+    size = params * s.tparams.state.weight_bytes
+    return _zero3_collective_s(s, "all-gather", size, n_layers)
+
+
+def reduce_scatter_s(s: StepView, params: float, n_layers: int) -> float:
+    """ZeRO-3: seconds to reduce-scatter one microbatch's gradients of ``params``
+    parameters (``n_layers`` layers'), priced as the gathers (`gather_s`)."""
+    if s.par.zero < 3 or s.par.weight_replicas == 1:
+        return 0.0
+    size = params * s.tparams.state.gradient_bytes
+    return _zero3_collective_s(s, "reduce-scatter", size, n_layers)
+
+
+def regather_fraction(s: StepView, n_layers: int, n_full: int | None) -> float:
+    """ZeRO-3 with ``zero3_recompute_regather``: the share of a stage's ``n_layers``
+    layers whose weights are gathered again for the recomputed forward (the fully
+    recomputed ones), else 0."""
+    if s.par.zero < 3 or not s.tparams.zero3_recompute_regather or n_layers == 0:
+        return 0.0
+    return recompute.layer_policies(s.par.recompute, n_layers, n_full)[2] / n_layers
+
+
+def tail_gather_s(s: StepView, params: float) -> float:
+    """ZeRO 1/2: seconds to all-gather the updated weights after the optimizer step."""
+    if s.par.zero not in (1, 2) or s.par.weight_replicas == 1:
+        return 0.0
+    size = params * s.tparams.state.weight_bytes
+    return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
+
+
+def gather_buffer_bytes(s: StepView) -> float:
+    """ZeRO-3: the full weights held at once (the layer running and the prefetched ones),
+    at most ``zero3_max_live_params`` parameters (DeepSpeed releases gathered weights past
+    that count) but never less than one MLP weight matrix (gathered whole to run)."""
+    if s.par.zero < 3:
+        return 0.0
+    tp_, cfg = s.tparams, s.cfg
+    layers = tp_.zero3_prefetch_layers * s.layer_params
+    one_matrix = min(s.layer_params, cfg.hidden_size * cfg.ffn / s.par.tp)
+    return min(layers, max(tp_.zero3_max_live_params, one_matrix)) * tp_.state.weight_bytes
+
+
+def comm_bytes(s: StepView, params: float) -> float:
+    """Bytes a device holding ``params`` parameters sends per step for weight gathers:
+    once after the step (ZeRO 1/2), forward and backward of every microbatch (ZeRO-3)."""
+    zero = s.par.zero
+    if zero in (1, 2):
+        return s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
+    if zero == 3:
+        n = math.ceil(s.cfg.num_layers / s.par.stages)
+        gathers = 2 + regather_fraction(s, n, None if s.par.recompute != "per_layer" else 0)
+        return (
+            gathers
+            * s.m
+            * s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
+        )
+    return 0.0
+
+
+def stages_worth_searching(stages: tuple[int, ...], dp: int) -> tuple[int, ...]:
+    """The ZeRO stages among ``stages`` that `plan_training` estimates on ``dp`` replicas:
+    only 0 without data parallelism; ZeRO-0 is dropped when ZeRO-1 is offered, since its
+    all-reduce sends the bytes of ZeRO-1's reduce-scatter + all-gather while ZeRO-1 keeps
+    1/dp of the optimizer states and updates 1/dp of the weights.
+
+    >>> stages_worth_searching((0, 1, 2, 3), dp=8), stages_worth_searching((0, 1), dp=1)
+    ((1, 2, 3), (0,))
+    """
+    if dp == 1:
+        return (0,)
+    if 0 in stages and 1 in stages:
+        return tuple(z for z in stages if z != 0)
+    return tuple(stages)
