@@ -10,8 +10,7 @@ import ipywidgets as ipw
 import traitlets as tl
 
 import explorer as ex
-from explorer.training import Calibration, MeasuredRun
-from explorer.training.calibration.fit import float_fields
+from explorer.training import Calibration, MeasuredRun, float_fields
 
 from .base import View, replace_figure
 from .figure_widget import FigureWidget

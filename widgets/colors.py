@@ -60,7 +60,7 @@ def collective_color(kind: str) -> str:
 
 BUBBLE = "#E8E8E8"
 
-# Timeline event kinds (explorer.training.pipeline.timeline.EVENT_KINDS): compute in blues and greens,
+# Timeline event kinds (explorer.training.pipeline.EVENT_KINDS): compute in blues and greens,
 # communication in the colour of its collective family, the bubble pale grey.
 EVENT_COLORS: dict[str, str] = {
     "compute-forward": "#636EFA",

@@ -7,8 +7,7 @@ from typing import Any
 import ipywidgets as ipw
 
 from explorer.models import ModelConfig
-from explorer.training import ParallelConfig
-from explorer.training.config import ZERO_STAGES
+from explorer.training import ZERO_STAGES, ParallelConfig
 
 from .errors import FieldError, field
 from .figure_widget import FigureWidget

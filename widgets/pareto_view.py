@@ -20,8 +20,7 @@ import ipywidgets as ipw
 import traitlets as tl
 
 import explorer as ex
-from explorer.training import ParallelConfig, TrainingPlan
-from explorer.training.planning.pareto import OBJECTIVE_LABELS, ParetoFront
+from explorer.training import OBJECTIVE_LABELS, ParallelConfig, ParetoFront, TrainingPlan
 
 from .base import View, replace_figure
 from .figure_widget import FigureWidget

@@ -8,7 +8,12 @@ import ipywidgets as ipw
 
 from explorer.models import ModelConfig
 from explorer.training import ParallelConfig
-from explorer.training.pipeline.bubble import BubbleBreakdown, bubble_breakdown, microbatch_size_for
+from explorer.training.pipeline import (
+    BubbleBreakdown,
+    bubble_breakdown,
+    microbatch_size_for,
+    peak_in_flight,
+)
 
 from .errors import FieldError, ViewError, field
 from .figure_widget import FigureWidget
@@ -64,7 +69,7 @@ class PipelineView(TrainingView):
     its number; the toolbar's zoom relabels the same way).
 
     The info line shows the bubble twice, named: the closed formula and the simulated one,
-    with what separates them (``explorer.training.bubble``).
+    with what separates them (``explorer.training.pipeline.bubble_breakdown``).
 
     >>> import explorer as ex
     >>> view = PipelineView("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=32, seq=512)
@@ -341,7 +346,5 @@ def _formula_text(c) -> str:
 
 
 def _in_flight(sim, device: int) -> int:
-    from explorer.training import peak_in_flight
-
     c = sim.config
     return peak_in_flight(c.schedule, c.pp, c.num_microbatches, device, c.virtual_stages)

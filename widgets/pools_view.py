@@ -14,7 +14,7 @@ from typing import Any
 
 import ipywidgets as ipw
 
-from explorer.training.hetero.plan import HeteroPlan
+from explorer.training import HeteroPlan
 
 from .base import View, replace_figure
 from .figure_widget import FigureWidget

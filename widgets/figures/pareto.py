@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from explorer.training.planning.pareto import OBJECTIVE_LABELS, ParetoFront, ParetoPoint
+from explorer.training import OBJECTIVE_LABELS, ParetoFront, ParetoPoint
 
 from .errors import ViewError
 from .style import base_layout

@@ -21,7 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from explorer.training import SimResult, Timeline
-from explorer.training.pipeline.timeline import EVENT_KINDS
+from explorer.training.pipeline import EVENT_KINDS
 
 from ..colors import EVENT_COLORS, SELECTED
 from ..format import fmt_seconds

@@ -1,4 +1,4 @@
-"""Drawings of a job over pools of different chips (`explorer.training.hetero.HeteroPlan`).
+"""Drawings of a job over pools of different chips (`explorer.training.HeteroPlan`).
 
 - ``pools_map_figure(plan)``: one row per pool, its chips along x, cut into what they run:
   pipeline stages (pipeline mode: each stage block holds ``dp x tp`` chips, labelled with
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from explorer.training.hetero.plan import HeteroPlan
+from explorer.training import HeteroPlan
 
 from ..colors import PALETTE
 from .errors import ViewError
