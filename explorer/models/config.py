@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..checks import is_int, is_number
 from ..errors import ExplorerError
 from ..ir.dtype import DType
 
@@ -151,11 +151,11 @@ class ModelConfig:
             pos_ints += ["num_heads", "vocab_size", "max_seq_len"]
         for k in pos_ints:
             v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            if not is_int(v, minimum=1):
                 raise ModelConfigError(f"{where}: field {k!r} is {v!r}; expected an int > 0")
         for k in ("num_kv_heads", "head_dim", "ffn_hidden_size", *_OPTIONAL_SIZES):
             v = getattr(self, k)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            if v is not None and not is_int(v, minimum=1):
                 raise ModelConfigError(
                     f"{where}: field {k!r} is {v!r}; expected an int > 0 or null for the default"
                 )
@@ -346,7 +346,7 @@ def check_extensions(cfg: ModelConfig, where: str) -> None:
             "arch='decoder' (multi-token prediction follows a decoder's head)"
         )
     k = cfg.num_shared_experts
-    if isinstance(k, bool) or k < 0 or cfg.first_dense_layers < 0:
+    if not is_int(k, minimum=0) or not is_int(cfg.first_dense_layers, minimum=0):
         raise ModelConfigError(
             f"{where}: num_shared_experts={k!r}, first_dense_layers={cfg.first_dense_layers!r}; "
             "expected ints >= 0"
@@ -380,10 +380,10 @@ def _check_types(cfg: ModelConfig, where: str) -> None:
         if v is None and "None" in kind:
             continue
         if kind.startswith("int"):
-            ok = isinstance(v, int) and not isinstance(v, bool)
+            ok = is_int(v)
             expected = "an integer"
         elif kind.startswith("float"):
-            ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(float(v))
+            ok = is_number(v, numpy=True)
             expected = "a finite number"
         elif kind == "bool":
             ok, expected = isinstance(v, bool), "true or false"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..checks import is_int
 from .config import ModelConfigError
 
 __all__ = ["SUPPORTED_MOE", "HARMLESS_MOE", "READERS"]
@@ -105,7 +106,7 @@ def _deepseek(f: Any, mtype: str) -> dict[str, Any]:
 def _count(f: Any, key: str) -> int:
     f.read.add(key)
     value = f.raw.get(key) or 0
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not is_int(value, minimum=0):
         f.fail(key, value, "an integer >= 0")
     return value
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..checks import is_int
 from ..ir import DType
 from .hf_config import read_hf_config
 from .torch_import import LeafHandler, TorchImportError, TracedGraph, from_torch
@@ -70,7 +71,7 @@ def from_hf(
     (110336, True, 'transformer.wte.weight')
     """
     for key, v in (("batch", batch), ("seq", seq)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+        if v is not None and not is_int(v, minimum=1):
             raise TorchImportError(f"{key}={v!r}; expected an int > 0")
     if reuse_layers:
         short = _short_config(config)

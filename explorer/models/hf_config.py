@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..checks import is_int
 from ..jsonfile import as_path, read_json
 from .config import ModelConfig, ModelConfigError
 from .config_hf_moe import HARMLESS_MOE, READERS, SUPPORTED_MOE
@@ -264,7 +265,7 @@ class _Fields:
         for key in keys:
             if key in self.raw:
                 value = self.raw[key]
-                if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                if not is_int(value, minimum=1):
                     self.fail(key, value, "an integer > 0")
                 return value
         raise ModelConfigError(
@@ -275,8 +276,7 @@ class _Fields:
     def positive_or_none(self, key: str) -> int | None:
         self.read.add(key)
         value = self.raw.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value <= 0):  # fmt: skip
+        if value is not None and not is_int(value, minimum=1):
             self.fail(key, value, "an integer > 0 or null")
         return value
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ...checks import is_int
 from ...ir import DType
 from .constants import causal_kind, sliding_window
 from .convert import Context, Ref, handler
@@ -494,7 +495,7 @@ def _repeat_interleave(cx: Context, node, a):
         if known is None or known.numel() == 0 or not bool((known == known.flatten()[0]).all()):
             raise Unmapped("repeat_interleave by per-element counts")
         reps = int(known.flatten()[0])
-    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+    if not is_int(reps, minimum=1):
         raise Unmapped(f"repeat_interleave by {reps!r}")
     dim = a.get("dim")
     if dim is None:
