@@ -38,7 +38,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from ..hardware import Mesh
+from ..hardware import Mesh, bytes_sent_per_device
 from ..ir import TensorType
 from ..ir.opdef import get as get_op
 from .collective import Collective, make_collective
@@ -221,9 +221,7 @@ def ring_collective(kind: str, mesh: Mesh, axes: tuple[str, ...], size_bytes: fl
     counts = _start_counts(kind, rings)
     start = tuple(tuple(counts[d]) for d in sorted(counts))
     rounds = tuple(r for r in _schedule(kind, rings, counts))
-    n = len(rings[0])
-    factor = 2 if kind == "all-reduce" else 1
-    sent = factor * (n - 1) * size_bytes / n
+    sent = bytes_sent_per_device(kind, size_bytes, len(rings[0]))
     pred = make_collective(kind, float(size_bytes), axes, mesh, tensor) if size_bytes else None
     return LessonCollective(kind, axes, tensor, rings, -1, start, rounds, sent, pred)
 
