@@ -7,10 +7,10 @@ import dataclasses
 import pytest
 
 import explorer as ex
-from explorer.hardware import load
+from explorer.hardware import HardwareError, load
 from explorer.hardware.host import HOST_LINKS, host_link
 from explorer.training import OffloadError, TrainingParams
-from explorer.training.offload import OffloadParams, apply_offload, offload_terms
+from explorer.training.offload import OffloadParams, apply_offload, offload_link, offload_terms
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,12 @@ def test_host_links_cite_their_numbers():
     toy = dataclasses.replace(
         load("a100-80g"), chip=dataclasses.replace(load("a100-80g").chip, name="toy")
     )
-    with pytest.raises(OffloadError, match="no host link known for chip 'toy'.*HOST_LINKS"):
+    # the hardware floor says which link is missing; offload, which cannot be priced
+    # without it, raises its own error with the same message
+    with pytest.raises(HardwareError, match="no host link known for chip 'toy'.*HOST_LINKS"):
         host_link(toy)
+    with pytest.raises(OffloadError, match="no host link known for chip 'toy'.*HOST_LINKS"):
+        offload_link(toy)
 
 
 def test_optimizer_offload_moves_the_states_and_prices_the_transfers(too_big):
