@@ -40,6 +40,7 @@ from typing import Literal
 
 import numpy as np
 
+from ...checks import is_int
 from ..errors import CalibrationError
 from ..params import TrainingParams
 from ..simulate import estimate, simulate
@@ -410,9 +411,7 @@ def calibrate(
     for name, flag in (("exact", exact), ("loo", loo)):
         if not isinstance(flag, bool):
             raise CalibrationError(f"{name}={flag!r}; expected True or False")
-    if max_nfev is not None and (
-        isinstance(max_nfev, bool) or not isinstance(max_nfev, int) or max_nfev < 1
-    ):
+    if max_nfev is not None and not is_int(max_nfev, minimum=1):
         raise CalibrationError(
             f"max_nfev={max_nfev!r}; expected an int >= 1 (objective evaluations per fit) "
             "or None (scipy's default)"

@@ -6,9 +6,9 @@ field accepts)."""
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 
+from ...checks import is_number
 from ...errors import ExplorerError
 from ..errors import CalibrationError
 from ..params import TrainingParams
@@ -173,8 +173,7 @@ def fit_bounds(names, bounds, params) -> list[tuple[float, float]]:
     for key, b in given.items():
         (path,) = resolve_fit((key,), params)
         ok = isinstance(b, (tuple, list)) and len(b) == 2
-        ok = ok and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in b)
-        if not ok or not all(math.isfinite(x) for x in b) or not b[0] < b[1]:
+        if not (ok and all(is_number(x) for x in b)) or not b[0] < b[1]:
             raise CalibrationError(
                 f"bounds[{key!r}]={b!r}; expected (low, high) with finite low < high"
             )

@@ -18,10 +18,10 @@ fills them with the planner's choice within the row's layout, under the default
 from __future__ import annotations
 
 import csv
-import math
 from dataclasses import asdict, dataclass, replace
 from functools import cached_property
 
+from ...checks import is_int, is_number
 from ...hardware import Cluster, resolve
 from ...models import ModelConfig, datasets_dir, load
 from ..config import ParallelConfig
@@ -85,7 +85,7 @@ class MeasuredRun:
             )
         for name in ("global_batch", "seq"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v, minimum=1):
                 raise CalibrationError(f"MeasuredRun.{name}={v!r}; expected an int >= 1")
         _check_positive("step_time_s", self.step_time_s, "the measured seconds per step")
         if self.memory_bytes is not None:
@@ -166,8 +166,7 @@ class MeasuredRun:
 
 
 def _check_positive(name: str, v: object, what: str) -> None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-    if not ok or not math.isfinite(v) or v <= 0:
+    if not is_number(v, above=0):
         raise CalibrationError(f"MeasuredRun.{name}={v!r}; expected a finite number > 0 ({what})")
 
 
