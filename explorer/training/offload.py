@@ -29,16 +29,17 @@ datasheets; a cluster profile can give its own with a link level named ``"pcie"`
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..checks import is_number
 from ..hardware import Cluster
 from ..hardware.errors import HardwareError
 from ..hardware.host import HostLink, host_link
 from .errors import OffloadError
 from .params import TrainingParams
 from .simulate import SimResult
+from .step_model.model import exposed_s
 
 __all__ = [
     "OffloadKind", "OFFLOAD_KINDS", "OffloadParams", "OffloadTerms", "offload_terms",
@@ -80,8 +81,9 @@ class OffloadParams:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            ok = isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-            if not ok or not 0 <= v <= 1 or (f.name == "host_memory_efficiency" and v == 0):
+            if not is_number(v, minimum=0, maximum=1) or (
+                f.name == "host_memory_efficiency" and v == 0
+            ):
                 raise OffloadError(
                     f"OffloadParams.{f.name}={v!r}; expected a fraction in [0, 1] "
                     "(host_memory_efficiency > 0)"
@@ -132,10 +134,6 @@ class OffloadTerms:
         )
 
 
-def _exposed(comm_s: float, window_s: float, fraction: float) -> float:
-    return comm_s - min(fraction * comm_s, max(window_s, 0.0))
-
-
 def optimizer_offload_s(
     opt_params: float, backward_window_s: float, link: HostLink, tparams: TrainingParams,
     oparams: OffloadParams | None = None,
@@ -151,7 +149,7 @@ def optimizer_offload_s(
     host_step = opt_params * tparams.optimizer_step_bytes_per_param / host_bw
     weight_copy = link.latency_s + opt_params * st.weight_bytes / bw
     exposed = (
-        _exposed(grad_copy, backward_window_s, op.gradient_overlap_fraction)
+        exposed_s(grad_copy, backward_window_s, op.gradient_overlap_fraction)
         + host_step + weight_copy
     )  # fmt: skip
     return grad_copy, host_step, weight_copy, exposed
@@ -198,7 +196,7 @@ def offload_terms(
         host += mem.parameters
         stream = 2 * m * (link.latency_s + mem.parameters / bw)
         compute = kinds.get("compute-forward", 0.0) + kinds.get("compute-backward", 0.0)
-        exposed += _exposed(stream, compute, op.param_prefetch_overlap_fraction)
+        exposed += exposed_s(stream, compute, op.param_prefetch_overlap_fraction)
     saved *= 1 + tparams.allowances.fragmentation_fraction  # its share of fragmentation goes too
     return OffloadTerms(
         kind=kind, link=link, host_bytes=host, device_bytes_saved=saved,

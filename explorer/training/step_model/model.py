@@ -255,6 +255,8 @@ class StepModel:
 def exposed_s(comm_s: float, window_s: float, fraction: float) -> float:
     """Seconds of ``comm_s`` still on the critical path when ``fraction`` of it runs
     behind ``window_s`` seconds of compute: ``comm_s - min(fraction * comm_s, window_s)``.
+    The one overlap model of the step: ZeRO gathers and gradient reductions here, the host
+    offload's PCIe copies and weight streaming (`explorer.training.offload`).
 
     >>> exposed_s(3.0, 2.0, 1.0), exposed_s(3.0, 2.0, 0.5), exposed_s(3.0, 2.0, 0.0)
     (1.0, 1.5, 3.0)
