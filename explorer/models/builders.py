@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..ir import DType, Graph, GraphBuilder
 from . import config_layers
 from .config import ModelConfig, ModelConfigError
-from .layers import attention, linear, mlp, moe, norm
+from .layers import linear, norm
 
 __all__ = ["build"]
 
@@ -67,7 +67,8 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
             if cfg.query_layer and i == cfg.num_layers - 1:
                 wqe = b.param("top_query", (cfg.max_seq_len, h))
                 query = b.op("embedding", positions, wqe, name="top_query_lookup")
-            x = _block(b, cfg, x, causal=decoder, query=query, seed=2 * i, layer=i, rope=rope)
+            x = config_layers.block(b, cfg, x, causal=decoder, query=query, seed=2 * i,
+                                    layer=i, rope=rope)  # fmt: skip
     hidden = x  # what multi-token prediction starts from
     with b.scope("head"):
         if cfg.norm_position == "pre":
@@ -85,30 +86,6 @@ def _build_transformer(cfg: ModelConfig, bs: int, s: int) -> Graph:
         loss = b.op("mean", losses, name="loss")
         loss = config_layers.mtp(b, cfg, hidden, loss)  # DeepSeek-V3's MTP modules, if any
     return b.build([loss])
-
-
-def _block(b, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int, layer: int = 0,
-           rope: bool = False) -> str:  # fmt: skip
-    if config_layers.extended(cfg):  # MLA, shared experts, dense first layers, q/k norms
-        return config_layers.block(
-            b, cfg, x, causal=causal, query=query, seed=seed, layer=layer, rope=rope
-        )
-    if cfg.norm_position == "pre":
-        with b.scope("attn"):
-            x = b.op("add", x, attention(b, cfg, norm(b, cfg, x), causal=causal, query=query,
-                                         seed=seed, rope=rope), name="residual")  # fmt: skip
-        name = "moe" if cfg.is_moe else "mlp"
-        with b.scope(name):
-            ff = moe if cfg.is_moe else mlp
-            x = b.op("add", x, ff(b, cfg, norm(b, cfg, x)), name="residual")
-        return x
-    with b.scope("attn"):
-        a = attention(b, cfg, x, causal=causal, query=query, seed=seed, rope=rope)
-        x = norm(b, cfg, b.op("add", x, a, name="residual"))
-    with b.scope("moe" if cfg.is_moe else "mlp"):
-        ff = moe(b, cfg, x) if cfg.is_moe else mlp(b, cfg, x, seed + 1)
-        x = norm(b, cfg, b.op("add", x, ff, name="residual"))
-    return x
 
 
 def _build_mlp(cfg: ModelConfig, bs: int, seq: int | None) -> Graph:

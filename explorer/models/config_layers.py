@@ -1,12 +1,14 @@
-"""The layers of a `ModelConfig` beyond the plain transformer block: multi-head latent
-attention (MLA), q/k norms and q/k/v-only biases, routed experts of their own size,
-shared experts (with Qwen2-MoE's gate) and dense first layers.
+"""The transformer block of a `ModelConfig` (`block`: the one place that says what a layer
+is, for every config `explorer.models.build` builds) and the layers beyond the plain
+attention and MLP of `layers`: multi-head latent attention (MLA), q/k norms and q/k/v-only
+biases, routed experts of their own size, shared experts (with Qwen2-MoE's gate), dense
+first layers and DeepSeek-V3's multi-token prediction.
 
-`explorer.models.build` hands a layer here when `extended` says the config uses any of
-these; the scopes and op names stay those of the plain block (``attn``, ``mlp``/``moe``,
-``scores``, ``scale``, ``mask``, ``probs``, ``context``), so the training step model finds
-the attention core and the experts as it does for LLaMA or Mixtral. Parameters equal
-`config_counts.param_count` (and transformers' counts for configs read from Hugging Face).
+The scopes and op names are the same whichever layers a config uses (``attn``,
+``mlp``/``moe``, ``scores``, ``scale``, ``mask``, ``probs``, ``context``), so the training
+step model finds the attention core and the experts of DeepSeek as it does for LLaMA or
+Mixtral. Parameters equal `config_counts.param_count` (and transformers' counts for
+configs read from Hugging Face).
 
 MLA is built as transformers' eager DeepSeek attention computes it, with the fused
 projections split by their output columns (same parameters and FLOPs): queries of
@@ -34,28 +36,19 @@ import math
 
 from ..ir import GraphBuilder
 from .config import ModelConfig
-from .layers import _dropout, attention, linear, mlp, moe, norm, rotate
+from .layers import _dropout, attention, linear, mlp, moe, norm, residual, rotate
 
-__all__ = ["extended", "block", "mla", "shared_expert", "mtp"]
-
-
-def extended(cfg: ModelConfig) -> bool:
-    """The config uses a layer the plain block does not build."""
-    return (
-        cfg.is_mla
-        or cfg.qkv_bias
-        or cfg.qk_norm
-        or cfg.moe_intermediate_size is not None
-        or cfg.num_shared_experts > 0
-        or (cfg.is_moe and cfg.first_dense_layers > 0)
-    )
+__all__ = ["block", "mla", "shared_expert", "mtp"]
 
 
 def block(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool, query, seed: int,
           layer: int, rope: bool = False) -> str:  # fmt: skip
-    """Layer ``layer`` of ``cfg`` (pre- or post-norm) on ``x: [b, s, h]``; ``rope`` rotates
-    the query and key heads of grouped-query attention (MLA's decoupled rotary part is not
-    modelled: its cost is a few elementwise ops on ``qk_rope_head_dim`` channels)."""
+    """Layer ``layer`` of ``cfg`` (pre- or post-norm) on ``x: [b, s, h]``: an ``attn`` and
+    an ``mlp`` (or ``moe``) residual sub-block. ``query`` replaces the query source (PanGu's
+    top query layer); ``seed`` seeds the attention's dropout and ``seed + 1`` the MLP's;
+    ``rope`` rotates the query and key heads of grouped-query attention (MLA's decoupled
+    rotary part is not modelled: its cost is a few elementwise ops on ``qk_rope_head_dim``
+    channels)."""
 
     def attn(y: str) -> str:
         if cfg.is_mla:
@@ -74,15 +67,14 @@ def block(b: GraphBuilder, cfg: ModelConfig, x: str, *, causal: bool, query, see
             out = b.op("add", out, shared_expert(b, cfg, y), name="add_shared")
         return out
 
+    def normalize(y: str) -> str:
+        return norm(b, cfg, y)
+
     pre = cfg.norm_position == "pre"
     with b.scope("attn"):
-        a = attn(norm(b, cfg, x) if pre else x)
-        x = b.op("add", x, a, name="residual")
-        x = x if pre else norm(b, cfg, x)
+        x = residual(b, x, attn, normalize, pre=pre)
     with b.scope("moe" if is_moe else "mlp"):
-        y = ff(norm(b, cfg, x) if pre else x)
-        x = b.op("add", x, y, name="residual")
-        x = x if pre else norm(b, cfg, x)
+        x = residual(b, x, ff, normalize, pre=pre)
     return x
 
 

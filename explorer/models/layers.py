@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from ..ir import GraphBuilder
 from .config import ModelConfig
 
-__all__ = ["linear", "norm", "rotate", "attention", "mlp", "moe"]
+__all__ = ["linear", "norm", "residual", "rotate", "attention", "mlp", "moe"]
 
 
 def linear(b: GraphBuilder, x: str, d_in: int, d_out: int, name: str, bias: bool) -> str:
@@ -23,6 +24,16 @@ def norm(b: GraphBuilder, cfg: ModelConfig, x: str, name: str = "norm") -> str:
     if cfg.norm == "rmsnorm":
         return b.op("rmsnorm", x, b.param(f"{name}_g", (h,)), name=name)
     return b.op("layernorm", x, b.param(f"{name}_g", (h,)), b.param(f"{name}_b", (h,)), name=name)
+
+
+def residual(b: GraphBuilder, x: str, sublayer: Callable[[str], str],
+             normalize: Callable[[str], str], *, pre: bool, name: str = "residual") -> str:  # fmt: skip
+    """One residual sub-block of a transformer layer: ``x + sublayer(normalize(x))``
+    (pre-norm) or ``normalize(x + sublayer(x))`` (post-norm). The norm is applied before
+    the sublayer is built, so its nodes come first; ``name`` names the ``add``."""
+    y = sublayer(normalize(x) if pre else x)
+    x = b.op("add", x, y, name=name)
+    return x if pre else normalize(x)
 
 
 def _dropout(b: GraphBuilder, cfg: ModelConfig, x: str, name: str, seed: int) -> str:

@@ -113,7 +113,8 @@ GOLDEN: dict[str, tuple[int, int, int, str]] = {
     "tiny-qwen2-moe": (140, 48992, 1943840, "0ac6e165e8f10ce8"),
     "tiny-post-moe": (104, 66048, 2672160, "6207e02b2591a692"),
     "bert-base-dropout": (116, 38635578, 2457776864, "a6459a59ce11e9ab"),
-    "gpt2-dropout": (104, 53561088, 3392425184, "e845040e5c3305c7"),
+    # the pre-norm MLP dropout was seeded 0 in every layer before the merge (e845040e5c3305c7)
+    "gpt2-dropout": (104, 53561088, 3392425184, "675f1b65f10b4332"),
 }
 
 
@@ -129,6 +130,19 @@ def test_built_graph_is_unchanged(name):
     cfg = _case(name)
     g = build(cfg, batch=2, seq=None if cfg.arch == "mlp" else 16)
     assert graph_key(g) == GOLDEN[name]
+
+
+def test_dropout_seeds_are_per_layer_and_sublayer_pre_and_post_norm():
+    """Layer ``i`` seeds its attention probabilities' dropout ``2i`` and its attention
+    output and MLP dropouts ``2i + 1``, in pre-norm as in post-norm configs (as the post-norm
+    block always did; the plain pre-norm block seeded every layer's MLP dropout 0)."""
+    for name in ("gpt2-dropout", "bert-base-dropout"):
+        g = build(EXTRA[name], batch=2, seq=16)
+        seeds = {n.name: n.attr("seed") for n in g.nodes if n.op == "dropout"}
+        for i in range(2):
+            assert seeds[f"layers.{i}.attn.probs_dropout"] == 2 * i
+            assert seeds[f"layers.{i}.attn.dropout"] == 2 * i + 1
+            assert seeds[f"layers.{i}.mlp.dropout"] == 2 * i + 1
 
 
 DEEPSEEK = {
