@@ -26,6 +26,7 @@ from typing import Any, Literal
 from ..ir import DType, Graph, GraphBuilder
 from ..ir.ops_moe import moe_capacity
 from .config import ModelConfigError
+from .layers import residual
 
 __all__ = [
     "MoESpec", "MLASpec", "DeepSeekSpec", "BuilderEmitter", "emit_gated_mlp", "emit_moe",
@@ -379,36 +380,40 @@ def build_deepseek(spec: DeepSeekSpec, batch: int = 1, seq: int = 128,
 
 
 def _deepseek_layer(b: GraphBuilder, e, spec: DeepSeekSpec, i: int, x, cos, sin):
+    """Layer ``i``: the pre-norm skeleton of every block (`layers.residual`) around MLA and
+    a dense or MoE MLP, with transformers' names (norms outside the sub-block scopes)."""
     h, n = spec.hidden_size, spec.num_attention_heads
     nope, rope, v = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
     eps = spec.rms_norm_eps
-    xn = b.op("rmsnorm", x, b.param("input_layernorm.weight", (h,)), name="input_layernorm",
-              eps=eps)  # fmt: skip
-    with b.scope("self_attn"):
-        p = {}
-        if spec.q_lora_rank is None:
-            p["q_proj.weight"] = b.param("q_proj.weight", (n * (nope + rope), h))
-        else:
-            p["q_a_proj.weight"] = b.param("q_a_proj.weight", (spec.q_lora_rank, h))
-            p["q_a_layernorm.weight"] = b.param("q_a_layernorm.weight", (spec.q_lora_rank,))
-            p["q_b_proj.weight"] = b.param("q_b_proj.weight",
-                                           (n * (nope + rope), spec.q_lora_rank))  # fmt: skip
-        p["kv_a_proj_with_mqa.weight"] = b.param("kv_a_proj_with_mqa.weight",
-                                                 (spec.kv_lora_rank + rope, h))  # fmt: skip
-        p["kv_a_layernorm.weight"] = b.param("kv_a_layernorm.weight", (spec.kv_lora_rank,))
-        p["kv_b_proj.weight"] = b.param("kv_b_proj.weight", (n * (nope + v), spec.kv_lora_rank))
-        p["o_proj.weight"] = b.param("o_proj.weight", (h, n * v))
-        a = emit_mla(e, xn, spec.mla(), p, cos, sin)
-    x = b.op("add", x, a, name="attn_residual")
-    xn = b.op("rmsnorm", x, b.param("post_attention_layernorm.weight", (h,)),
-              name="post_attention_layernorm", eps=eps)  # fmt: skip
-    with b.scope("mlp"):
-        if i < spec.first_k_dense_replace:
-            f = spec.intermediate_size
-            y = emit_gated_mlp(e, xn, b.param("gate_proj.weight", (f, h)),
-                               b.param("up_proj.weight", (f, h)),
-                               b.param("down_proj.weight", (h, f)))  # fmt: skip
-        else:
+
+    def rms(name: str):
+        return lambda y: b.op("rmsnorm", y, b.param(f"{name}.weight", (h,)), name=name, eps=eps)
+
+    def attn(xn):
+        with b.scope("self_attn"):
+            p = {}
+            if spec.q_lora_rank is None:
+                p["q_proj.weight"] = b.param("q_proj.weight", (n * (nope + rope), h))
+            else:
+                p["q_a_proj.weight"] = b.param("q_a_proj.weight", (spec.q_lora_rank, h))
+                p["q_a_layernorm.weight"] = b.param("q_a_layernorm.weight", (spec.q_lora_rank,))
+                p["q_b_proj.weight"] = b.param("q_b_proj.weight",
+                                               (n * (nope + rope), spec.q_lora_rank))  # fmt: skip
+            p["kv_a_proj_with_mqa.weight"] = b.param("kv_a_proj_with_mqa.weight",
+                                                     (spec.kv_lora_rank + rope, h))  # fmt: skip
+            p["kv_a_layernorm.weight"] = b.param("kv_a_layernorm.weight", (spec.kv_lora_rank,))
+            p["kv_b_proj.weight"] = b.param("kv_b_proj.weight",
+                                            (n * (nope + v), spec.kv_lora_rank))  # fmt: skip
+            p["o_proj.weight"] = b.param("o_proj.weight", (h, n * v))
+            return emit_mla(e, xn, spec.mla(), p, cos, sin)
+
+    def mlp(xn):
+        with b.scope("mlp"):
+            if i < spec.first_k_dense_replace:
+                f = spec.intermediate_size
+                return emit_gated_mlp(e, xn, b.param("gate_proj.weight", (f, h)),
+                                      b.param("up_proj.weight", (f, h)),
+                                      b.param("down_proj.weight", (h, f)))  # fmt: skip
             ne, f = spec.n_routed_experts, spec.moe_intermediate_size
             fs = f * spec.n_shared_experts
             router_w = b.param("gate.weight", (ne, h))
@@ -421,6 +426,8 @@ def _deepseek_layer(b: GraphBuilder, e, spec: DeepSeekSpec, i: int, x, cos, sin)
                     shared = (b.param("gate_proj.weight", (fs, h)),
                               b.param("up_proj.weight", (fs, h)),
                               b.param("down_proj.weight", (h, fs)))  # fmt: skip
-            y = emit_moe(e, xn, spec.moe(), router_w=router_w, gate_up=gate_up, down=down,
-                         bias=bias, shared=shared)  # fmt: skip
-    return b.op("add", x, y, name="mlp_residual")
+            return emit_moe(e, xn, spec.moe(), router_w=router_w, gate_up=gate_up, down=down,
+                            bias=bias, shared=shared)  # fmt: skip
+
+    x = residual(b, x, attn, rms("input_layernorm"), pre=True, name="attn_residual")
+    return residual(b, x, mlp, rms("post_attention_layernorm"), pre=True, name="mlp_residual")
