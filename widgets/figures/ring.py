@@ -12,8 +12,8 @@ passes complete chunks on the same way; all-reduce is reduce-scatter then all-ga
     rank 2                1 1 1       3 2 1                3 3 3
 
 Each number is how many ranks' contributions that copy of the chunk sums (``n`` = complete).
-This is an illustration of the algorithm, not a cost: times come from
-``explorer.hardware`` (``ring_time``).
+This is an illustration of the algorithm, not a cost: bytes and times come from
+``explorer.hardware`` (``bytes_sent_per_device``, ``ring_time``).
 """
 
 from __future__ import annotations
