@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ..checks import is_int
 from .errors import ParallelConfigError
 
 __all__ = [
@@ -146,7 +147,7 @@ class ParallelConfig:
                     f"recompute_num_layers={self.recompute_num_layers} needs "
                     f"recompute='per_layer' (got {self.recompute!r})"
                 )
-            if isinstance(self.recompute_num_layers, bool) or self.recompute_num_layers < 0:
+            if not is_int(self.recompute_num_layers, minimum=0, numpy=True):
                 raise ParallelConfigError(
                     f"recompute_num_layers={self.recompute_num_layers!r}; expected an int >= 0"
                 )
@@ -231,5 +232,5 @@ class ParallelConfig:
 
 
 def _check_int(name: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+    if not is_int(v, minimum=1):
         raise ParallelConfigError(f"{name}={v!r}; expected an int >= 1")

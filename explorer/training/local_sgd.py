@@ -25,6 +25,7 @@ import math
 import numbers
 from dataclasses import dataclass
 
+from ..checks import is_int
 from ..hardware import Cluster
 from .datacenters import GradientSync, gradient_sync
 from .errors import TrainingError
@@ -105,8 +106,7 @@ def local_sgd(
     True
     """
     hs = tuple(h) if not isinstance(h, numbers.Integral) else (h,)
-    if not hs or any(isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1
-                     for x in hs):  # fmt: skip
+    if not hs or not all(is_int(x, minimum=1, numpy=True) for x in hs):
         raise TrainingError(f"local_sgd: h={h!r}; expected steps between syncs, ints >= 1")
     sync = gradient_sync(plan, hardware=hardware)
     if sync.datacenters < 2 or sync.wan_s == 0:

@@ -45,11 +45,10 @@ and the three `MemoryAllowances`, which are assumptions.
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 
+from ..checks import is_number
 from ..models import ModelConfig
 from .errors import TrainingParamsError
 
@@ -74,8 +73,7 @@ def check_nonnegative(owner: object, names: tuple[str, ...] | None = None) -> No
     for f in fields(owner):  # type: ignore[arg-type]
         if (names is None and f.type in ("float", "int")) or (names and f.name in names):
             v = getattr(owner, f.name)
-            ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
-            if not ok or not math.isfinite(v) or v < 0:
+            if not is_number(v, minimum=0, numpy=True):
                 raise TrainingParamsError(
                     f"{cls}.{f.name}={v!r}; expected a finite number >= 0 (bytes, counts "
                     "and fractions of the training model cannot be negative, inf or nan)"

@@ -7,11 +7,10 @@ read it, and it reads nothing of theirs.
 
 from __future__ import annotations
 
-import math
-import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
+from ..checks import is_int, is_number
 from ..search.params import CostParams
 from ..search.planner import METHODS, Method
 from .errors import TrainingParamsError
@@ -40,8 +39,7 @@ def check_knobs(owner: object) -> None:
         if "range" not in f.metadata:
             continue
         v, (lo, hi), lo_open = getattr(owner, f.name), f.metadata["range"], f.metadata["low_open"]
-        real = isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-        if not real or v > hi or v < lo or (lo_open and v == lo):
+        if not is_number(v, minimum=lo, maximum=hi, above=lo if lo_open else None, numpy=True):
             where = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
             raise TrainingParamsError(
                 f"{cls}.{f.name}={v!r}; expected a finite number in {where} "
@@ -264,7 +262,7 @@ class TrainingParams:
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"
                 )
         k = self.zero3_prefetch_layers
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        if not is_int(k, minimum=1):
             raise TrainingParamsError(
                 f"TrainingParams.zero3_prefetch_layers={k!r}; expected an int >= 1 (the layer "
                 "running is always held)"

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ..checks import is_int
 from ..hardware import Cluster, resolve
 from ..memo import memoize
 from ..models import ModelConfig, load
@@ -154,7 +155,7 @@ def _setup(
 
 def check_seq(seq: object) -> None:
     """Raise `ParallelConfigError` unless ``seq`` is an int >= 1."""
-    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+    if not is_int(seq, minimum=1):
         raise ParallelConfigError(f"seq={seq!r}; expected a sequence length, an int >= 1")
 
 
