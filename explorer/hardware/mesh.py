@@ -310,19 +310,45 @@ class Mesh:
         if algorithm == "hierarchical":
             intra = tuple(a for a in names if self.link(a) == "intra")
             inter = tuple(a for a in names if self.link(a) != "intra")
-            n_intra = math.prod(self.axis_size(a) for a in intra)
-            return hierarchical_time(
-                kind,
-                size_bytes,
-                n_intra,
-                n // n_intra,
-                self._phase_link(intra, others),
-                self._phase_link(inter, others),
-            )
+            return self.hierarchical_time(kind, size_bytes, intra, inter, others)
         # Ring and tree run at the slowest link any of their steps crosses.
         link = self.axis_link(names, others)
         timer = tree_time if algorithm == "tree" else ring_time
         return timer(kind, size_bytes, n, link.bandwidth_bytes_per_s, link.latency_s)
+
+    def hierarchical_time(
+        self,
+        kind: CollectiveKind | str,
+        size_bytes: float,
+        inner: str | Iterable[str],
+        outer: str | Iterable[str],
+        concurrent: Iterable[str | Iterable[str]] = (),
+    ) -> float:
+        """Seconds for a two-level collective over ``inner`` + ``outer`` axes: rings over
+        ``inner`` inside each outer group, rings over ``outer`` across them, each phase on its
+        own axes' link (`axis_link`); the phases as in `hierarchical_time`.
+
+        ``algorithm="hierarchical"`` of `collective_time` is this with the intra-node axes
+        inner and the others outer; `explorer.hardware.wan.collective_time` uses it with the
+        axes inside a datacenter inner and the datacenter axis outer.
+
+        >>> mesh = Mesh({"dp": 2, "tp": 8}, hardware="a100-80g")
+        >>> mesh.hierarchical_time("all-reduce", 2**30, ("tp",), ("dp",)) == (
+        ...     mesh.collective_time("all-reduce", 2**30, ("dp", "tp")))
+        True
+        """
+        inner_axes = self._check_axis_names(inner)
+        outer_axes = self._check_axis_names(outer)
+        others = tuple(self._check_axis_names(c) for c in concurrent)
+        self._check_axis_names(inner_axes + outer_axes)  # an axis in both raises
+        return hierarchical_time(
+            kind,
+            size_bytes,
+            self._group_size(inner_axes),
+            self._group_size(outer_axes),
+            self._phase_link(inner_axes, others),
+            self._phase_link(outer_axes, others),
+        )
 
     def _phase_link(
         self, axes: tuple[str, ...], others: tuple[tuple[str, ...], ...]

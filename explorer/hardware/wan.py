@@ -22,8 +22,8 @@ inter-node bandwidth per chip (a DGX H100 SuperPOD: 50 GB/s per GPU -> 1 GB/s pe
 from __future__ import annotations
 
 import dataclasses
-import numbers
 
+from ..checks import is_int, is_number
 from .cluster import Cluster
 from .errors import HardwareError
 from .levels import Level
@@ -68,14 +68,13 @@ def datacenters(
     """
     if not isinstance(cluster, Cluster):
         raise HardwareError(f"datacenters: cluster={cluster!r}; expected a Cluster (load(name))")
-    if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 2:
+    if not is_int(count, minimum=2, numpy=True):
         raise HardwareError(f"datacenters: count={count!r}; expected an int >= 2 datacenters")
     if datacenter_size(cluster) is not None:
         raise HardwareError(
             f"datacenters: {cluster.name!r} already has a {WAN!r} level; give one datacenter"
         )
-    ok = isinstance(bandwidth_fraction, numbers.Real) and not isinstance(bandwidth_fraction, bool)
-    if not ok or not 0 < bandwidth_fraction <= 1:
+    if not is_number(bandwidth_fraction, above=0, maximum=1, numpy=True):
         raise HardwareError(
             f"datacenters: bandwidth_fraction={bandwidth_fraction!r}; expected a fraction in "
             "(0, 1] of the inter-node bandwidth (a WAN: a few percent, e.g. 0.02)"
@@ -116,28 +115,28 @@ def datacenter_count(cluster: Cluster, devices: int) -> int:
 
 def collective_time(mesh: Mesh, kind: str, size_bytes: float, axes: tuple[str, ...]) -> float:
     """`Mesh.collective_time`, except that an all-reduce, reduce-scatter or all-gather over
-    ``dp`` alone (other axes of the group of size 1) crossing datacenters runs hierarchically (`split_mesh`): inside each
-    datacenter on ``size_bytes``, across them on the ``1/dp_inside`` shard.
+    ``dp`` alone (other axes of the group of size 1) crossing datacenters runs hierarchically
+    on the mesh split datacenter-major (`split_mesh`): `Mesh.hierarchical_time` with the
+    ``dp`` replicas inside a datacenter inner and the datacenters (``dc``) outer, i.e.
 
-    - all-reduce: reduce-scatter inside + all-reduce across + all-gather inside;
+    - all-reduce: reduce-scatter inside on ``size_bytes`` + all-reduce across on the
+      ``1/dp_inside`` shard + all-gather inside;
     - reduce-scatter: inside, then across; all-gather: across, then inside.
 
     The training step model prices its collectives through this function.
+
+    >>> from explorer.hardware import load
+    >>> two = datacenters(dataclasses.replace(load("a100-80g"), max_nodes=8), 2)
+    >>> mesh = Mesh({"dp": 16, "tp": 8}, hardware=two)
+    >>> round(collective_time(mesh, "all-reduce", 1e9, ("dp",)), 5)  # s
+    0.33014
     """
     names = (axes,) if isinstance(axes, str) else tuple(axes)
     moving = tuple(a for a in names if mesh.axis_size(a) > 1)
     split = split_mesh(mesh) if moving == ("dp",) and kind in _HIERARCHICAL else None
     if split is None:
         return mesh.collective_time(kind, size_bytes, axes)
-    inner = split.axis_size("dp")
-    shard = size_bytes / inner
-    if kind == "all-reduce":
-        return (split.collective_time("reduce-scatter", size_bytes, ("dp",))
-                + split.collective_time("all-reduce", shard, ("dc",))
-                + split.collective_time("all-gather", size_bytes, ("dp",)))  # fmt: skip
-    return split.collective_time(kind, size_bytes, ("dp",)) + split.collective_time(
-        kind, shard, ("dc",)
-    )
+    return split.hierarchical_time(kind, size_bytes, ("dp",), ("dc",))
 
 
 def split_mesh(mesh: Mesh) -> Mesh | None:
