@@ -39,6 +39,7 @@ from ..hardware.host import HostLink, host_link
 from .errors import OffloadError
 from .params import TrainingParams
 from .simulate import SimResult
+from .step_model.kernels import optimizer_step_s
 from .step_model.model import exposed_s
 
 __all__ = [
@@ -177,15 +178,7 @@ def offload_terms(
     grad_copy, host_step, weight_copy, exposed = optimizer_offload_s(
         opt_params, backward, link, tparams, op
     )
-    hbm = (
-        tparams.hbm_efficiency
-        if tparams.kernel_model == "shape"
-        else tparams.cost.bandwidth_efficiency
-    )
-    device_opt = (
-        opt_params * tparams.optimizer_step_bytes_per_param
-        / (cluster.chip.memory_bandwidth_bytes_per_s * hbm)
-    )  # fmt: skip
+    device_opt = optimizer_step_s(opt_params, cluster.chip, tparams)  # the step it replaces
     host = mem.optimizer_states
     saved = mem.optimizer_states
     stream = 0.0

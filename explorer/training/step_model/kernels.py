@@ -51,6 +51,7 @@ __all__ = [
     "gemm_s",
     "memory_s",
     "attention_s",
+    "optimizer_step_s",
     "part_times",
     "timed_costs",
     "KERNEL_FIELDS",
@@ -170,6 +171,22 @@ def memory_s(nbytes: float, chip: Chip, p: TrainingParams) -> float:
     2.0
     """
     return nbytes / _bandwidth(chip, p) + p.kernel_overhead_s
+
+
+def optimizer_step_s(params: float, chip: Chip, p: TrainingParams) -> float:
+    """Seconds of the device's optimizer step over the ``params`` parameters it updates: a
+    memory-bound pass of ``optimizer_step_bytes_per_param`` bytes each over HBM, at
+    ``hbm_efficiency`` with the shape kernel model, else at the flat model's
+    ``cost.bandwidth_efficiency``. `StepModel.tail` prices the step with it, and host
+    offload (`explorer.training.offload`) the device step it removes.
+
+    >>> import explorer as ex
+    >>> chip, p = ex.hardware.load("a100-80g").chip, ex.training.TrainingParams()
+    >>> round(optimizer_step_s(1e9, chip, p) * 1e3, 2)  # 28 GB at 0.8 x 2.039 TB/s
+    17.17
+    """
+    hbm = p.hbm_efficiency if p.kernel_model == "shape" else p.cost.bandwidth_efficiency
+    return params * p.optimizer_step_bytes_per_param / (chip.memory_bandwidth_bytes_per_s * hbm)
 
 
 def gemm_s(

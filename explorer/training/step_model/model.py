@@ -21,7 +21,7 @@ from ..memory import (
 from ..params import TrainingParams
 from ..pipeline.partition import StagePartition
 from .costs import StageCosts
-from .kernels import timed_costs
+from .kernels import optimizer_step_s, timed_costs
 from .placement import mesh_axes
 from .stage_costs import stage_costs
 from .terms import cp, dense, dp, ep, pp, recompute, tp, zero
@@ -153,12 +153,7 @@ class StepModel:
         (`device_backward_s`)."""
         par, tp_ = self.par, self.tparams
         local = zero.optimizer_params(params, par.weight_replicas, par.zero)
-        hbm = tp_.hbm_efficiency if tp_.kernel_model == "shape" else tp_.cost.bandwidth_efficiency
-        opt_s = (
-            local
-            * tp_.optimizer_step_bytes_per_param
-            / (self.cluster.chip.memory_bandwidth_bytes_per_s * hbm)
-        )
+        opt_s = optimizer_step_s(local, self.cluster.chip, tp_)
         grads = exposed_s(dp.tail_s(self, params), backward_window_s, tp_.grad_overlap_fraction)
         return [
             ("dp-comm", grads),
