@@ -137,7 +137,7 @@ def test_tour_renders_and_a_tuner_slider_replans(lab, browser, page_log):
         screenshot(page, ARTIFACTS / "dashboard.png")
 
         # A bad value: its error shows next to its control, in the viewport, and the results
-        # are marked stale (issue 12, items 8 and 10).
+        # are marked stale until a valid re-plan (a user sees what failed and where).
         batch = dash_out.locator(".widget-text").filter(
             has=page.locator(".widget-label", has_text="Global batch")
         ).locator("input")  # fmt: skip

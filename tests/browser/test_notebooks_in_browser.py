@@ -1,6 +1,7 @@
 """Every notebook in a real JupyterLab + Chromium at 1440x900 with the file browser open.
 
-What the browser holds is checked, not what Python holds (issue 12, item 10):
+What the browser holds is checked, not what Python holds (a figure can be whole in Python and
+empty in Chromium):
 - every cell runs without an error output;
 - every plot the page shows has at least one trace with data and is drawn at the width of its
   element (plots inside tabs are shown one tab at a time and checked too);

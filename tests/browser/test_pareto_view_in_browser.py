@@ -1,4 +1,4 @@
-"""ParetoView in a real JupyterLab + Chromium at 1440x900 (issue 18 item 2).
+"""ParetoView (multi-objective plans) in a real JupyterLab + Chromium at 1440x900.
 
 What the page holds, not what Python holds: the scatter draws its four traces with the
 front's points, the axis and colour-bar titles carry units and sit inside the plot, no text

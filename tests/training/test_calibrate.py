@@ -1,5 +1,5 @@
-"""ex.calibrate and ex.MeasuredRun (issue 14, item 3): recovery of known parameters from
-synthetic runs, bounds, fit vs check rows, leave-one-out, JSON, and named errors."""
+"""ex.calibrate and ex.MeasuredRun (the step model fitted to a user's measured runs): recovery
+of known parameters from synthetic runs, bounds, fit vs check rows, leave-one-out, JSON, and named errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Calibration re-times fixed layouts instead of searching again (issue 14, speed): the
+"""Calibration re-times fixed layouts instead of searching again (a fit in seconds): the
 re-costed stage costs equal the search's own breakdown of the same layouts, the fast fit
 equals the exact one within the fit's tolerance, the runs whose layouts change under the
 fitted params are refitted or named, and bad requests are refused naming the value."""

@@ -1,4 +1,4 @@
-"""Llama 3 405B at 128K with cp16 (issue 14): the flash attention kernel stays causal when
+"""Llama 3 405B at 128K with context parallelism cp16: the flash attention kernel stays causal when
 the mask op is fused away, the gathered K/V's lifetime (kept for the backward or gathered
 again), the layer in flight's exchange buffers, and the interleaved schedule's in-flight
 counts against PyTorch's own schedule."""

@@ -1,4 +1,4 @@
-"""Jobs over pools of different chips (issue 18 item 1): plan_hetero / plan_training(pools=)."""
+"""Jobs over pools of different chips: plan_hetero / plan_training(pools=)."""
 
 from __future__ import annotations
 

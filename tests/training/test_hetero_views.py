@@ -1,4 +1,4 @@
-"""The pools drawn (issue 18 item 1): pool map, Gantt rows on their pool's colour, PoolsView."""
+"""The pools of a heterogeneous job drawn: pool map, Gantt rows on their pool's colour, PoolsView."""
 
 from __future__ import annotations
 

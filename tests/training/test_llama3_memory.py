@@ -1,4 +1,4 @@
-"""Llama 3 405B at 8K, dp64 tp8 pp16 (issue 14): the worst device's memory, term by term,
+"""Llama 3 405B at 8K, dp64 tp8 pp16: the worst device's memory, term by term,
 against numbers computed by hand from the paper's layout (Table 4, section 3.3.2), and the
 fragmentation allowance taken over what the caching allocator holds only."""
 

@@ -1,4 +1,4 @@
-"""Host offload of optimizer states and parameters over PCIe (issue 18 item 1)."""
+"""Host offload of optimizer states and parameters over PCIe."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Multi-objective plans (issue 18 item 2): the Pareto front of the fitting configurations."""
+"""Multi-objective plans: the Pareto front of the fitting configurations."""
 
 from __future__ import annotations
 

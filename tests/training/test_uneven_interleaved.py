@@ -1,5 +1,5 @@
 """Interleaved 1F1B over chunks of unequal size (Llama 3's 126 layers on 16 stages), the
-embedding and head alone in a chunk, and the published FLOP conventions (issue 14)."""
+embedding and head alone in a chunk, and the published FLOP conventions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the widgets need from the training planner (issue 7): stages of graph nodes, the
+"""What the linked widgets need from the training planner: stages of graph nodes, the
 operator-level plan of the chosen configuration, progress callbacks."""
 
 import pytest

@@ -1,6 +1,6 @@
 """ZeRO-3's collectives: one ring per weight tensor, each paying NCCL's ring latency over
 the group, the bytes at ``zero_bandwidth_efficiency`` of the link; and the six published
-ZeRO-3 rows of Narayanan et al. 2021 Table 2 within 10% (issue 14)."""
+ZeRO-3 rows of Narayanan et al. 2021 Table 2 within 10%."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """ZeRO-3's third gather under full recomputation, its live-parameter cap, and the fit /
-check roles of published rows (issue 14)."""
+check roles of published rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Data parallelism across pools with uneven per-pool batches (issue 18).
+"""Data parallelism across pools of different chips with uneven per-pool batches.
 
 Each pool runs whole replicas of the model with its own best homogeneous configuration
 (`plan_training` on the pool's chips, hardware and batch share), so tensor and pipeline

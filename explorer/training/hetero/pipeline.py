@@ -1,4 +1,4 @@
-"""One pipeline across pools: stages sized to each pool's speed and memory (issue 18).
+"""One pipeline across pools: stages sized to each pool's speed and memory.
 
 Structure: ``dp`` replicas of one pipeline of ``S = sum_i pp_i`` stages; pool ``i`` holds
 ``pp_i`` consecutive stages of every replica, each stage on ``tp_i`` chips of that pool

@@ -1,4 +1,4 @@
-"""Training one model over pools of different chips (issue 18, item 1).
+"""Training one model over pools of different chips (a heterogeneous job).
 
 ``plan_hetero(cfg, [Pool("h100-sxm", 512), Pool("a100-80g", 512)], global_batch, seq)``
 (also ``plan_training(cfg, pools=[...])``) searches two arrangements and keeps the faster:

@@ -1,4 +1,4 @@
-"""`Pool`: one homogeneous group of chips in a heterogeneous job (issue 18).
+"""`Pool`: one homogeneous group of chips in a heterogeneous job.
 
 A job over pools is planned by `explorer.training.hetero.plan.plan_hetero` (and
 ``plan_training(cfg, pools=[...])``): ``[Pool("h100-sxm", 512), Pool("a100-80g", 512)]``.

@@ -125,7 +125,7 @@ class TrainingPlan:
         early = f" [{self.stopped_early}]" if self.stopped_early else ""
         return f"TrainingPlan({self.model}, {self.devices} devices): {self.sim}{early}"
 
-    # --- links to the operator-level views (issue 7) ------------------------------------
+    # --- links to the operator-level views: a graph node's pipeline stage, its sharding --
     def stage_of(self, name: str) -> int:
         """The pipeline stage (0 .. pp * virtual_stages - 1) holding a scope such as
         ``"embed"``, ``"layers.7"`` or ``"head"``, or a node name inside one
