@@ -5,8 +5,11 @@ The rooms, lowest first: ``errors``, ``memory``, ``params`` (`TrainingParams`), 
 ``pipeline/``, ``step_model/`` (one configuration, costed; ``terms/`` per parallelism),
 ``simulate``, ``offload``, ``planning/`` (the one-cluster search and its results),
 ``hetero/`` (pools of different chips), ``plan`` (`plan_training`: the dispatch),
-``replanning/``, ``calibration/``, ``datacenters``, ``local_sgd``. Import from here (or from
-``explorer.training.pipeline``); the module paths below are private.
+``replanning/``, ``calibration/``, ``datacenters``, ``local_sgd``. Floor: above
+``explorer.models``, ``explorer.search``, ``explorer.hardware`` and ``explorer.ir`` (and the
+shared ``checks`` and ``memo``); below ``explorer.export``, the CLI and the ``explorer``
+front door. Import from here (or from ``explorer.training.pipeline``); the module paths
+below are private.
 
 >>> import explorer as ex
 >>> sim = ex.simulate("gpt3-1.3b", ex.ParallelConfig(dp=8), hardware="a100-80g",

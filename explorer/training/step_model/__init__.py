@@ -1,5 +1,9 @@
 """One training configuration, costed: per-part costs (`costs`), kernel time by shape
 (`kernels`), the operator search per layer (`stage_costs`), the device order of the mesh
 (`placement`), the cost terms of each parallelism (`terms/`, reading a `view.StepView`) and
-`model.StepModel`, which composes them. Private: import from ``explorer.training``.
+`model.StepModel`, which composes them. Floor: above ``params``, ``config``, ``memory``,
+``errors`` and ``pipeline.partition`` (and the core's hardware, models, search and ir);
+below ``simulate`` and everything that prices a configuration (``offload``,
+``datacenters``, ``planning/``, ``hetero/``, ``replanning/``, ``calibration/``). Private:
+import from ``explorer.training``.
 """
