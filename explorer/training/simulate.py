@@ -23,7 +23,7 @@ from .errors import ParallelConfigError, PartitionError
 from .memory import MemoryBreakdown
 from .params import CALIBRATED_COST, TrainingParams
 from .pipeline.partition import StagePartition, partition_layers, uniform_partition
-from .pipeline.schedule import build_schedule, peak_in_flight
+from .pipeline.schedule import build_schedule, peak_in_flight, pipeline_time
 from .pipeline.timeline import Timeline, simulate_schedule
 from .step_model.costs import PartCost
 from .step_model.model import COMM_KINDS, StepModel
@@ -310,10 +310,9 @@ def _fewest_recompute(step: StepModel, evaluate):
     if done[lo][0][1].method == "memory_capped" and fits(lo):
         # Fitting under the caps can unbalance the stages by more than recomputing a few
         # more layers costs: walk up to the first count whose time-balanced split fits,
-        # keeping the fastest (closed form, sum_g t_g + (m-1) max_g t_g).
+        # keeping the fastest (`pipeline_time`'s closed form).
         def closed_form(i: int) -> float:
-            t = _stage_times(step, done[i][0][0], cands[i])
-            return sum(t) + (step.m - 1) * max(t)
+            return pipeline_time(_stage_times(step, done[i][0][0], cands[i]), step.m)
 
         best_s = closed_form(lo)
         for i in range(lo + 1, len(cands)):
@@ -357,8 +356,7 @@ def _interleaved_s(part: StagePartition, times: list[float], p: int, m: int) -> 
     alone can pile the larger chunks onto one device; Megatron-LM's even split (extra
     layers to the first chunks, one per device) keeps the devices even."""
     t = [sum(times[lo:hi]) for lo, hi in zip(part.bounds, part.bounds[1:], strict=False)]
-    work = [sum(t[d::p]) for d in range(p)]
-    return m * max(work) + (p - 1) * max(t)
+    return pipeline_time(t, m, p)
 
 
 @memoize(maxsize=4096, name="training.balanced_split")
@@ -453,9 +451,9 @@ def estimate(
     params: TrainingParams | None = None,
 ) -> SimResult:
     """`simulate` without the event simulation: the same stage split and the closed-form
-    pipeline time ``sum_g t_g + (m-1) max_g t_g`` (``m max_d W_d + (p-1) max_g t_g``
-    interleaved, W_d = a device's work) plus transfers and the tail. Exact for uniform
-    stages without transfers; `plan_training` ranks with it."""
+    pipeline time `pipeline_time` (``sum_g t_g + (m-1) max_g t_g``; ``m max_d W_d +
+    (p-1) max_g t_g`` interleaved, W_d = a device's work) plus transfers and the tail.
+    Exact for uniform stages without transfers; `plan_training` ranks with it."""
     cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params)
     step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
     par, m = step.par, step.m
@@ -480,12 +478,7 @@ def estimate(
         t_stage.append(t)
         for k, x in segs:
             kinds[k] = kinds.get(k, 0.0) + x * m / p
-    if v == 1:
-        pipe = sum(t_stage) + (m - 1) * max(t_stage)
-    else:
-        work = [sum(t_stage[c * p + d] for c in range(v)) for d in range(p)]
-        pipe = m * max(work) + (p - 1) * max(t_stage)
-    pipe += 2 * (S - 1) * step.p2p_s
+    pipe = pipeline_time(t_stage, m, p) + 2 * (S - 1) * step.p2p_s
     tail = 0.0
     tails: dict[float, list] = {}
     for d in range(p):

@@ -15,11 +15,12 @@ the step model's own `StepModel.device_memory`) and ``sum l_g = L``: the smalles
 with ``sum_g min(lmax_g, floor((T - e_g) / t_i)) >= L`` by bisection, then the surplus
 taken from the slowest stages. A pool twice as fast per layer gets about twice the layers.
 
-The step is the closed-form 1F1B time ``sum T_g + (m - 1) max T_g`` plus the transfers and
-the slowest stage's tail (gradient reduction in its pool, optimizer), as `estimate` does;
-the search ranks with it; `pipeline_timeline` then simulates the best few event by event
-(`simulate_schedule`, every transfer at the slowest boundary's time: the simulator takes one
-transfer time) and `plan_hetero` ranks those by their simulated step, as `plan_training` does.
+The step is the closed-form 1F1B time (`pipeline_time`: ``sum T_g + (m - 1) max T_g``)
+plus the transfers and the slowest stage's tail (gradient reduction in its pool,
+optimizer), as `estimate` does; the search ranks with it; `pipeline_timeline` then
+simulates the best few event by event (`simulate_schedule`, every transfer at the slowest
+boundary's time: the simulator takes one transfer time) and `plan_hetero` ranks those by
+their simulated step, as `plan_training` does.
 
 With ``offload`` the optimizer states live in host memory (`terms.offload`, ``optimizer``):
 a stage's memory drops them, its tail's ``optimizer`` segment becomes the host update with
@@ -40,7 +41,7 @@ from ..memory import MemoryBreakdown
 from ..offload import optimizer_offload_s
 from ..params import TrainingParams
 from ..pipeline.partition import StagePartition
-from ..pipeline.schedule import build_schedule, peak_in_flight
+from ..pipeline.schedule import build_schedule, peak_in_flight, pipeline_time
 from ..pipeline.timeline import Timeline, simulate_schedule
 from ..step_model.model import StepModel
 from ..step_model.terms import zero
@@ -285,7 +286,7 @@ def _finish(pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, l
         if k not in mems or mem.total > mems[k].total:
             mems[k] = mem
     p2p = _boundary_p2p(pools, stage_step, stage_pool)
-    step_time = sum(stage_s) + (m - 1) * max(stage_s) + 2 * sum(p2p) + max(tails)
+    step_time = pipeline_time(stage_s, m) + 2 * sum(p2p) + max(tails)
     return PipelineArrangement(
         order=order, dp=dp, tps=tps, pps=pps, configs=tuple(s.par for s in steps),
         partition=part, stage_pool=stage_pool, stage_s=tuple(stage_s), tail_s=tuple(tails),

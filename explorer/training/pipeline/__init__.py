@@ -4,12 +4,19 @@ bubble explained (a public front door: the pipeline views import from here)."""
 from ..errors import PartitionError
 from .bubble import BUBBLE_STEPS, BubbleBreakdown, bubble_breakdown, microbatch_size_for
 from .partition import StagePartition, partition_layers, uniform_partition
-from .schedule import Schedule, Step, bubble_fraction, build_schedule, peak_in_flight
+from .schedule import (
+    Schedule,
+    Step,
+    bubble_fraction,
+    build_schedule,
+    peak_in_flight,
+    pipeline_time,
+)
 from .timeline import EVENT_KINDS, Timeline, TimelineEvent, simulate_schedule
 
 __all__ = [
     "PartitionError", "StagePartition", "partition_layers", "uniform_partition",
-    "Schedule", "Step", "bubble_fraction", "build_schedule", "peak_in_flight",
+    "Schedule", "Step", "bubble_fraction", "pipeline_time", "build_schedule", "peak_in_flight",
     "Timeline", "TimelineEvent", "EVENT_KINDS", "simulate_schedule",
     "BubbleBreakdown", "bubble_breakdown", "microbatch_size_for", "BUBBLE_STEPS",
 ]  # fmt: skip

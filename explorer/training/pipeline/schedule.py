@@ -8,6 +8,7 @@ chunk per device, stage = device).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -24,6 +25,7 @@ __all__ = [
     "one_f_one_b",
     "interleaved_1f1b",
     "bubble_fraction",
+    "pipeline_time",
     "peak_in_flight",
 ]
 
@@ -208,6 +210,37 @@ def bubble_fraction(kind: ScheduleKind, pp: int, microbatches: int, chunks: int 
     """
     bubble = (pp - 1) / (chunks if kind == "interleaved_1f1b" else 1)
     return bubble / (microbatches + bubble)
+
+
+def pipeline_time(stage_s: Sequence[float], microbatches: int, pp: int | None = None) -> float:
+    """Closed-form pipeline time of one step from each stage's seconds per microbatch
+    (forward + backward), transfers and tail left out: the one formula `estimate`, the
+    hetero pipeline and the straggler's rebalance rank with.
+
+    One chunk per device (GPipe, 1F1B; ``pp`` None or ``len(stage_s)``)::
+
+        sum_g t_g + (m - 1) max_g t_g
+
+        |-- t_0 --|---- t_1 ----|-- t_2 --|                  one microbatch, every stage
+                                |---- t_1 ----|---- t_1 ----|  m - 1 more, slowest pace
+
+    Interleaved (``pp`` devices, stage ``g`` is chunk ``g // pp`` on device ``g % pp``,
+    ``W_d`` the work of device ``d``: the sum of its chunks)::
+
+        m max_d W_d + (p - 1) max_g t_g
+
+    The two agree for uniform stages (``m t + (p-1) t``); the bubble is `bubble_fraction`'s.
+
+    >>> pipeline_time([1.0, 2.0, 1.0], microbatches=4)
+    10.0
+    >>> pipeline_time([1.0, 1.0, 1.0, 2.0], microbatches=4, pp=2)
+    14.0
+    """
+    t = list(stage_s)
+    if pp is None or pp == len(t):
+        return sum(t) + (microbatches - 1) * max(t)
+    work = [sum(t[d::pp]) for d in range(pp)]
+    return microbatches * max(work) + (pp - 1) * max(t)
 
 
 def peak_in_flight(

@@ -9,9 +9,9 @@ stages, 1 elsewhere), with ``l_g`` at most the layers stage ``g`` can hold in me
 
 The step is the old plan's under the event (`replan._slowed_step`: its compute seconds
 divided by the speed) with the compute scaled by ``F(new) / F(old)``, ``F = sum_g T_g +
-(m - 1) max_g T_g`` the closed-form 1F1B pipeline time of the two splits with the slow
-stages slowed (``m`` microbatches per replica). The same split gives the keep step back.
-Only 1F1B and GPipe plans (one chunk per device) are rebalanced this way.
+(m - 1) max_g T_g`` the closed-form 1F1B pipeline time (`pipeline_time`) of the two
+splits with the slow stages slowed (``m`` microbatches per replica). The same split gives
+the keep step back. Only 1F1B and GPipe plans (one chunk per device) are rebalanced this way.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..hetero.pipeline import _bounds, _layer_s, _most_layers, split_layers
 from ..pipeline.partition import StagePartition
-from ..pipeline.schedule import peak_in_flight
+from ..pipeline.schedule import peak_in_flight, pipeline_time
 from ..step_model.model import StepModel
 
 __all__ = ["LayerSplit", "rebalance_layers"]
@@ -64,8 +64,7 @@ def rebalance_layers(step: StepModel, partition: StagePartition, slow: frozenset
         return "the other stages cannot hold more layers in memory"
 
     def pipeline_s(layers: list[int]) -> float:
-        t = [layers[g] * per[g] + ext[g] for g in range(S)]
-        return sum(t) + (step.m - 1) * max(t)
+        return pipeline_time([layers[g] * per[g] + ext[g] for g in range(S)], step.m)
 
     before, after = pipeline_s(old), pipeline_s(new)
     if after >= before:
