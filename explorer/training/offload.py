@@ -37,6 +37,7 @@ from ..hardware import Cluster
 from ..hardware.errors import HardwareError
 from ..hardware.host import HostLink, host_link
 from .errors import OffloadError
+from .memory import MemoryBreakdown
 from .params import TrainingParams
 from .simulate import SimResult
 from .step_model.kernels import optimizer_step_s
@@ -44,7 +45,7 @@ from .step_model.model import exposed_s
 
 __all__ = [
     "OffloadKind", "OFFLOAD_KINDS", "OffloadParams", "OffloadTerms", "offload_terms",
-    "apply_offload", "optimizer_offload_s", "offload_link",
+    "apply_offload", "offloaded_memory", "optimizer_offload_s", "offload_link",
 ]  # fmt: skip
 
 OffloadKind = Literal["none", "optimizer", "optimizer+params"]
@@ -135,6 +136,38 @@ class OffloadTerms:
         )
 
 
+def _parameters_kept(mem: MemoryBreakdown, kind: OffloadKind, tparams: TrainingParams,
+                     layers: int) -> float:  # fmt: skip
+    """Weight bytes left on the device: all of them, or with ``optimizer+params`` a buffer
+    of ``zero3_prefetch_layers`` of the stage's ``layers`` layers."""
+    if kind != "optimizer+params":
+        return mem.parameters
+    return mem.parameters * min(1.0, tparams.zero3_prefetch_layers / max(layers, 1))
+
+
+def offloaded_memory(
+    mem: MemoryBreakdown, kind: OffloadKind, tparams: TrainingParams, layers: int = 1
+) -> MemoryBreakdown:
+    """A device's memory with what ``kind`` keeps in host memory taken off: the optimizer
+    states, and with ``optimizer+params`` the weights beyond a prefetch buffer of
+    ``zero3_prefetch_layers`` of the stage's ``layers`` layers; the fragmentation of the
+    bytes gone goes too (``allowances.fragmentation_fraction``). `apply_offload` and the
+    pipeline across pools (`explorer.training.hetero.pipeline`) both use it.
+
+    >>> from explorer.training.memory import MemoryBreakdown
+    >>> mem = MemoryBreakdown(parameters=2.0, optimizer_states=12.0, fragmentation=1.0)
+    >>> offloaded_memory(mem, "optimizer", TrainingParams()).optimizer_states
+    0.0
+    """
+    params = _parameters_kept(mem, kind, tparams, layers)
+    gone = mem.optimizer_states + (mem.parameters - params)
+    frag = tparams.allowances.fragmentation_fraction
+    return dataclasses.replace(
+        mem, optimizer_states=0.0, parameters=params,
+        fragmentation=max(0.0, mem.fragmentation - frag * gone),
+    )  # fmt: skip
+
+
 def optimizer_offload_s(
     opt_params: float, backward_window_s: float, link: HostLink, tparams: TrainingParams,
     oparams: OffloadParams | None = None,
@@ -180,12 +213,10 @@ def offload_terms(
     )
     device_opt = optimizer_step_s(opt_params, cluster.chip, tparams)  # the step it replaces
     host = mem.optimizer_states
-    saved = mem.optimizer_states
+    layers = max(sim.partition.layer_counts())
+    saved = mem.optimizer_states + mem.parameters - _parameters_kept(mem, kind, tparams, layers)
     stream = 0.0
     if kind == "optimizer+params":
-        layers = max(sim.partition.layer_counts()) or 1
-        buffer = mem.parameters * min(1.0, tparams.zero3_prefetch_layers / layers)
-        saved += mem.parameters - buffer
         host += mem.parameters
         stream = 2 * m * (link.latency_s + mem.parameters / bw)
         compute = kinds.get("compute-forward", 0.0) + kinds.get("compute-backward", 0.0)
@@ -207,18 +238,10 @@ def apply_offload(
     ``host-optimizer`` replace ``optimizer``), FLOP/s and MFU rescaled, no timeline (the
     event simulation did not include the host)."""
     terms = offload_terms(sim, kind, cluster, tparams, oparams)
-    frag = tparams.allowances.fragmentation_fraction
+    layers = max(sim.partition.layer_counts())
 
     def moved(mem):
-        params = mem.parameters
-        if kind == "optimizer+params":
-            layers = max(sim.partition.layer_counts()) or 1
-            params = mem.parameters * min(1.0, tparams.zero3_prefetch_layers / layers)
-        gone = mem.optimizer_states + (mem.parameters - params)
-        return dataclasses.replace(
-            mem, optimizer_states=0.0, parameters=params,
-            fragmentation=max(0.0, mem.fragmentation - frag * gone),
-        )  # fmt: skip
+        return offloaded_memory(mem, kind, tparams, layers)
 
     step = sim.step_time_s + terms.added_s
     scale = sim.step_time_s / step

@@ -30,7 +30,7 @@ its PCIe copies (the gradient copy behind the stage's last backward).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from explorer.hardware.host import HostLink, host_link
 
@@ -38,7 +38,7 @@ from ...models import ModelConfig
 from ..config import ParallelConfig
 from ..errors import OffloadError, ParallelConfigError
 from ..memory import MemoryBreakdown
-from ..offload import optimizer_offload_s
+from ..offload import offloaded_memory, optimizer_offload_s
 from ..params import TrainingParams
 from ..pipeline.partition import StagePartition
 from ..pipeline.schedule import build_schedule, peak_in_flight, pipeline_time
@@ -150,15 +150,9 @@ def _probe(L: int, S: int, g: int, n: int) -> StagePartition:
 
 def _memory(step: StepModel, part: StagePartition, g: int, flight: int, offload: bool):
     """Stage ``g``'s device memory; with ``offload`` its optimizer states (and their share of
-    fragmentation) are in host memory."""
+    fragmentation) are in host memory (`offload.offloaded_memory`)."""
     mem = step.device_memory(part, g, None, step.stage_act(part, g, None) * flight)
-    if not offload:
-        return mem
-    frag = step.tparams.allowances.fragmentation_fraction
-    return replace(
-        mem, optimizer_states=0.0,
-        fragmentation=max(0.0, mem.fragmentation - frag * mem.optimizer_states),
-    )  # fmt: skip
+    return offloaded_memory(mem, "optimizer", step.tparams) if offload else mem
 
 
 def _tail(step: StepModel, part: StagePartition, g: int, offload: bool, link: HostLink | None):
