@@ -26,7 +26,7 @@ import numbers
 from dataclasses import dataclass
 
 from ..checks import is_int
-from ..hardware import Cluster
+from ..hardware import Cluster, bytes_sent_per_device
 from .datacenters import GradientSync, gradient_sync
 from .errors import TrainingError
 
@@ -120,7 +120,9 @@ def local_sgd(
     exposure = min(exposed / sync.hierarchical_s, 1.0) if sync.hierarchical_s > 0 else 0.0
     base = sim.step_time_s - exposed  # the step without its gradient sync
     every = sync.inside_s + sync.wan_s
-    wan_bytes = 2 * sync.size_bytes / sync.dp_inside * (sync.datacenters - 1) / sync.datacenters
+    # the all-reduce across datacenters of each device's 1/dp_inside shard
+    shard = sync.size_bytes / sync.dp_inside
+    wan_bytes = bytes_sent_per_device("all-reduce", shard, sync.datacenters)
     rows = []
     for k in sorted(set(hs)):
         comm = sync.inside_s + sync.wan_s / k

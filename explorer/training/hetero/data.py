@@ -11,11 +11,13 @@ degrees that divide them.
 The gradients are then all-reduced across pools (hierarchically: each pool's own plan
 already reduces inside the pool; the pools then exchange the reduced gradient). That
 exchange crosses the slowest link (`pools.cross_pool_link`), spread over the chips of the
-smallest pool, as a ring over the pools::
+smallest pool: each of its chips runs a ring all-reduce over the ``P`` pools of its
+``1/chips_min`` share of the gradient (`explorer.hardware.ring_time`, at the link's
+bandwidth times ``bandwidth_efficiency``)::
 
     t = 2 (P - 1) latency + 2 (P - 1) / P * params * gradient_bytes / (chips_min * bw * eff)
 
-(a ring all-reduce: a reduce-scatter and an all-gather of ``P - 1`` steps each).
+(a reduce-scatter and an all-gather of ``P - 1`` steps each).
 
 With identical pools this is the homogeneous plan with a hierarchical gradient reduction
 (ZeRO or the all-reduce inside each pool, on its fast links; one exchange across), which
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...hardware import ring_time
 from ...models import ModelConfig
 from ..errors import TrainingPlanError
 from ..params import TrainingParams
@@ -97,14 +100,13 @@ def cross_pool_allreduce_s(
     cfg: ModelConfig, pools: tuple[Pool, ...], tparams: TrainingParams
 ) -> float:
     """Seconds of the gradient exchange between pools (formula in the module docstring)."""
-    P = len(pools)
-    if P == 1:
+    if len(pools) == 1:
         return 0.0
     link = cross_pool_link(pools)
     grad = cfg.num_params() * tparams.state.gradient_bytes
-    chips = min(p.chips for p in pools)
+    share = grad / min(p.chips for p in pools)
     bw = link.bandwidth_bytes_per_s * tparams.cost.bandwidth_efficiency
-    return 2 * (P - 1) * link.latency_s + 2 * (P - 1) / P * grad / (chips * bw)
+    return ring_time("all-reduce", share, len(pools), bw, link.latency_s)
 
 
 def _evaluate(cfg, pools, batches, seq, tparams, space, sync_s, offload) -> DataArrangement | str:
