@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from ...checks import is_int
 from ...models import ModelConfig, load
 from ..config import ParallelConfig
 from ..errors import PoolError, TrainingPlanError
@@ -428,7 +429,7 @@ def _describe(arr, pools) -> str:
 
 
 def _check(cfg, gb, seq, tparams, modes) -> None:
-    if isinstance(gb, bool) or not isinstance(gb, int) or gb < 1:
+    if not is_int(gb, minimum=1):
         raise TrainingPlanError(f"global_batch={gb!r}; expected an int >= 1")
     check_seq(seq)
     if not isinstance(tparams, TrainingParams):
@@ -514,11 +515,7 @@ def compare_hetero(
     True
     """
     pools = check_pools(pools)
-    if (
-        isinstance(reference, bool)
-        or not isinstance(reference, int)
-        or not 0 <= reference < len(pools)
-    ):
+    if not is_int(reference, minimum=0, maximum=len(pools) - 1):
         raise PoolError(f"reference={reference!r}; expected a pool index 0..{len(pools) - 1}")
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     hetero = plan_hetero(cfg, pools, global_batch, seq, params)

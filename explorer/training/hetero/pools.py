@@ -14,12 +14,12 @@ which then stands for its outermost level. `cross_pool_link` gives the link.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ...checks import is_int, is_number
 from ...hardware import Cluster, load, names, resolve
 from ...hardware.errors import HardwareError
 from ..errors import PoolError
@@ -63,7 +63,7 @@ class Pool:
             ) from None
         object.__setattr__(self, "cluster", cluster)
         c = self.chips
-        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+        if not is_int(c, minimum=1):
             raise PoolError(
                 f"Pool({cluster.name!r}, chips={c!r}): a pool needs an int >= 1 chips; "
                 "leave a pool with no chips out of the list"
@@ -78,8 +78,7 @@ class Pool:
         if price is None:
             price = getattr(cluster, "price_per_chip_hour", None)
             object.__setattr__(self, "price_per_chip_hour", price)
-        elif (isinstance(price, bool) or not isinstance(price, int | float)
-              or not math.isfinite(price) or price < 0):  # fmt: skip
+        elif not is_number(price, minimum=0):
             raise PoolError(
                 f"Pool({cluster.name!r}): price_per_chip_hour={price!r}; expected a finite "
                 "number >= 0 (price of one chip for one hour) or None"
@@ -87,9 +86,9 @@ class Pool:
         u = self.uplink
         if u is not None and not (
             isinstance(u, CrossPoolLink)
-            and all(isinstance(x, int | float) and math.isfinite(x) for x in u[:2])
-            and u.bandwidth_bytes_per_s > 0 and u.latency_s >= 0
-        ):  # fmt: skip
+            and is_number(u.bandwidth_bytes_per_s, above=0)
+            and is_number(u.latency_s, minimum=0)
+        ):
             raise PoolError(
                 f"Pool({cluster.name!r}): uplink={u!r}; expected CrossPoolLink(bandwidth "
                 "bytes/s > 0, latency s >= 0, source) or None"

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ...checks import is_int
 from ..errors import ParallelConfigError, TrainingError
 from .schedule import bubble_fraction, build_schedule
 from .timeline import Timeline, simulate_schedule
@@ -179,7 +180,7 @@ def microbatch_size_for(global_batch: int, dp: int, microbatches: int) -> int:
     explorer.training.errors.ParallelConfigError: 5 microbatches: the global batch 1536 / (dp 8 x 5) = 38.4 sequences is not a whole microbatch; choose a count that divides 192: 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 192
     """  # noqa: E501
     for name, value in (("global_batch", global_batch), ("dp", dp), ("microbatches", microbatches)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value, minimum=1):
             raise ParallelConfigError(f"{name}={value!r}; expected an int >= 1")
     per_replica, rest = divmod(global_batch, dp)
     if rest:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ...checks import is_int
 from ..config import SCHEDULES, ScheduleKind
 from ..errors import ParallelConfigError
 from .timeline import simulate_schedule
@@ -257,5 +258,5 @@ def peak_in_flight(
 
 def _check(pp: int, microbatches: int) -> None:
     for name, v in (("pp", pp), ("microbatches", microbatches)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v, minimum=1):
             raise ParallelConfigError(f"{name}={v!r}; expected an int >= 1")

@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Callable
 
+from ...checks import is_int, is_number
 from ...hardware import Cluster, resolve
 from ...models import ModelConfig, load
 from ...search.errors import SearchError
@@ -189,8 +190,7 @@ def plan_homogeneous(
 
 
 def _check_time_limit(time_limit_s: object) -> None:
-    if (isinstance(time_limit_s, bool) or not isinstance(time_limit_s, int | float)
-            or not math.isfinite(time_limit_s) or time_limit_s <= 0):  # fmt: skip
+    if not is_number(time_limit_s, above=0):
         raise TrainingPlanError(
             f"time_limit_s={time_limit_s!r}: expected a finite number of seconds > 0 "
             f"(default {DEFAULT_TIME_LIMIT_S:g})"
@@ -202,7 +202,7 @@ def _check_inputs(
     tparams: TrainingParams, space: SearchSpace, top_k: int, simulate_top: int,
 ) -> None:  # fmt: skip
     for name, v in (("top_k", top_k), ("simulate_top", simulate_top)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        if not is_int(v, minimum=1):
             raise TrainingPlanError(
                 f"{name}={v!r}; expected an int >= 1 (the plan keeps at least the best one)"
             )
@@ -214,7 +214,7 @@ def _check_inputs(
         check_seq(seq)
     except ParallelConfigError as e:
         raise TrainingPlanError(str(e)) from None
-    if isinstance(devices, bool) or not isinstance(devices, int) or devices < 1:
+    if not is_int(devices, minimum=1):
         raise TrainingPlanError(f"devices={devices!r}; expected an int >= 1")
     if devices > cluster.capacity:
         raise TrainingPlanError(
@@ -222,7 +222,7 @@ def _check_inputs(
             f"({cluster.max_nodes} nodes x {cluster.chips_per_node}); use at most "
             f"{cluster.capacity} or a larger cluster profile"
         )
-    if isinstance(gb, bool) or not isinstance(gb, int) or gb < 1:
+    if not is_int(gb, minimum=1):
         raise TrainingPlanError(f"global_batch={gb!r}; expected an int >= 1")
     if cfg.arch == "mlp":
         raise TrainingPlanError(

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from ...checks import is_int
 from ...hardware import Cluster, resolve
 from ...models import ModelConfig, load
 from ..config import ParallelConfig
@@ -118,7 +119,7 @@ def scaling_curve(
     if mode not in get_args(ScalingMode):
         raise TrainingError(f"mode={mode!r}; expected 'weak' or 'strong'")
     counts = sorted(set(device_counts))
-    if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+    if not counts or not all(is_int(n, minimum=1) for n in counts):
         raise TrainingError(f"device_counts={device_counts!r}; expected positive ints")
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     cluster = resolve(hardware)

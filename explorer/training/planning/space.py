@@ -12,6 +12,7 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from ...checks import is_int
 from ...hardware import Cluster
 from ...models import ModelConfig
 from ..config import (
@@ -110,9 +111,7 @@ class SearchSpace:
 
 def _positive_ints(values: object) -> bool:
     return (
-        isinstance(values, tuple)
-        and len(values) > 0
-        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values)
+        isinstance(values, tuple) and len(values) > 0 and all(is_int(v, minimum=1) for v in values)
     )
 
 

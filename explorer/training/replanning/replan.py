@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...checks import is_int, is_number
 from ...hardware import Cluster, resolve
 from ...models import load
 from ...search.errors import SearchError
@@ -95,10 +95,9 @@ class Straggler:
     speed: float = 0.6
 
     def __post_init__(self) -> None:
-        if isinstance(self.node, bool) or not isinstance(self.node, numbers.Integral):
+        if not is_int(self.node, minimum=0, numpy=True):
             raise ReplanError(f"Straggler.node={self.node!r}; expected a node id (int >= 0)")
-        ok = isinstance(self.speed, numbers.Real) and not isinstance(self.speed, bool)
-        if not ok or not 0 < self.speed <= 1:
+        if not is_number(self.speed, above=0, maximum=1, numpy=True):
             raise ReplanError(
                 f"Straggler.speed={self.speed!r}; expected a fraction of full speed in (0, 1]"
             )
@@ -111,8 +110,7 @@ class MemoryCap:
     bytes: float
 
     def __post_init__(self) -> None:
-        ok = isinstance(self.bytes, numbers.Real) and not isinstance(self.bytes, bool)
-        if not ok or not math.isfinite(self.bytes) or self.bytes <= 0:
+        if not is_number(self.bytes, above=0, numpy=True):
             raise ReplanError(f"MemoryCap.bytes={self.bytes!r}; expected a positive number")
 
 
@@ -374,7 +372,7 @@ class _Context:
 def _node_ids(ctx: _Context, nodes: tuple[int, ...]) -> tuple[int, ...]:
     per = ctx.cluster.chips_per_node
     have = -(-ctx.plan.devices // per)
-    bad = [n for n in nodes if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n < have]
+    bad = [n for n in nodes if not is_int(n, minimum=0, maximum=have - 1)]
     if bad:
         raise ReplanError(
             f"node {bad[0]!r} is not a node of the job: it runs on nodes 0..{have - 1} "
@@ -597,5 +595,5 @@ def _break_even_text(steps: float, required: bool = False) -> str:
 
 
 def _positive_int(name: str, v: object) -> None:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+    if not is_int(v, minimum=1, numpy=True):
         raise ReplanError(f"{name}={v!r}; expected an int >= 1")
