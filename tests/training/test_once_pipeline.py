@@ -6,6 +6,9 @@ them.
   ``m max_d W_d + (p-1) max_g t_g``): `explorer.training.pipeline.pipeline_time`, read by
   `estimate`, `simulate`'s recompute walk and interleaved split choice, the hetero
   pipeline's step and the straggler's layer rebalance.
+- the tensor-parallel candidates (divisors of the heads that fit in a node):
+  `explorer.training.planning.space.tp_candidates`, read by the one-cluster structures,
+  the least-memory search behind "fits nowhere" and the hetero pipeline's pools.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import pytest
 
 import explorer as ex
 from explorer.hardware import resolve
-from explorer.models import load
+from explorer.models import load, names
 from explorer.training import TrainingParams
 from explorer.training.hetero.pipeline import evaluate_pipeline
+from explorer.training.planning.space import SearchSpace, structures, tp_candidates
 from explorer.training.replanning.layers import rebalance_layers
 from explorer.training.step_model.model import StepModel
 
@@ -82,3 +86,38 @@ def test_straggler_layer_rebalance_ratio_is_pinned():
     assert s.new_layers == (7, 3, 8, 6)
     assert s.ratio == pytest.approx(0.7020190178861057, rel=EXACT)
     assert rebalance_layers(step, est.partition, frozenset({1}), 0.9).ratio == 1.0
+
+
+# ----- tensor-parallel candidates ---------------------------------------------------------
+# Per zoo model, the tp degrees searched on 8-chip nodes: the divisors of the attention
+# heads up to a node (captured before the merge from the three copies, which agreed).
+TP_ON_8 = {
+    "bert-base": (1, 2, 3, 4, 6), "bert-large": (1, 2, 4, 8), "bloom-176b": (1, 2, 4, 7, 8),
+    "gpt2": (1, 2, 3, 4, 6), "gpt2-medium": (1, 2, 4, 8), "gpt2-xl": (1, 5),
+    "gpt3-1.3b": (1, 2, 4, 8), "gpt3-125m": (1, 2, 3, 4, 6), "gpt3-13b": (1, 2, 4, 5, 8),
+    "gpt3-175b": (1, 2, 3, 4, 6, 8), "gpt3-6.7b": (1, 2, 4, 8), "llama2-13b": (1, 2, 4, 5, 8),
+    "llama2-70b": (1, 2, 4, 8), "llama2-7b": (1, 2, 4, 8), "llama3-405b": (1, 2, 4, 8),
+    "llama3-70b": (1, 2, 4, 8), "llama3-8b": (1, 2, 4, 8), "megatron-1.7b": (1, 2, 3, 4, 6, 8),
+    "megatron-1008b": (1, 2, 4, 5, 8), "megatron-145.6b": (1, 2, 3, 4, 6, 8),
+    "megatron-18.4b": (1, 2, 3, 4, 6, 8), "megatron-3.6b": (1, 2, 4, 8),
+    "megatron-310.1b": (1, 2, 4, 8), "megatron-39.1b": (1, 2, 4, 8),
+    "megatron-529.6b": (1, 2, 4, 8), "megatron-7.5b": (1, 2, 4, 8),
+    "megatron-76.1b": (1, 2, 4, 5, 8), "mixtral-8x7b": (1, 2, 4, 8), "mlp-small": (),
+    "pangu-alpha-13b": (1, 2, 4, 5, 8), "pangu-alpha-2.6b": (1, 2, 4, 8),
+    "pangu-alpha-200b": (1, 2, 4, 8),
+}  # fmt: skip
+
+
+def test_tp_candidates_per_zoo_model_are_pinned():
+    assert set(TP_ON_8) == set(names())
+    for name, want in TP_ON_8.items():
+        cfg = load(name)
+        assert tuple(tp_candidates(cfg, chips_per_node=8)) == want, name
+        # devices: only the degrees that divide them (a hetero pool's chips per replica)
+        assert tuple(tp_candidates(cfg, 8, devices=12)) == tuple(t for t in want if 12 % t == 0)
+
+
+def test_structures_use_the_tp_candidates():
+    cluster = resolve("a100-80g")
+    st, _ = structures(load("bloom-176b"), 56, cluster, 56, 2048, SearchSpace())
+    assert sorted({tp for tp, _, _, _ in st}) == [1, 2, 4, 7, 8]

@@ -35,7 +35,7 @@ from ..pipeline.partition import StagePartition
 from ..pipeline.timeline import Timeline
 from ..planning.homogeneous import plan_homogeneous
 from ..planning.result import TrainingPlan
-from ..planning.space import SearchSpace, divisors
+from ..planning.space import SearchSpace, divisors, tp_candidates
 from ..simulate import check_seq
 from .data import DataArrangement, plan_data
 from .pipeline import PipelineArrangement, evaluate_pipeline, pipeline_timeline
@@ -288,10 +288,7 @@ def _pipeline_search(
             per_pool = []
             for i in order:
                 c = pools[i]
-                per_pool.append([
-                    t for t in divisors(cfg.num_heads)
-                    if t <= c.cluster.chips_per_node and (c.chips // dp) % t == 0
-                ])  # fmt: skip
+                per_pool.append(tp_candidates(cfg, c.cluster.chips_per_node, c.chips // dp))
             for tps in itertools.product(*per_pool):
                 S = sum(pools[i].chips // (dp * t) for i, t in zip(order, tps, strict=True))
                 if S > cfg.num_layers:

@@ -49,7 +49,7 @@ from . import space as search_space
 from .offload import offload_fallback
 from .ranking import candidate, normalize, rank
 from .result import TrainingPlan
-from .space import SearchSpace, configurations, divisors
+from .space import SearchSpace, configurations, divisors, tp_candidates
 
 __all__ = ["plan_homogeneous", "ProgressFn", "DEFAULT_TIME_LIMIT_S"]
 
@@ -236,7 +236,7 @@ def _min_memory(
     """The least memory per device of any configuration on ``devices`` (batch ignored:
     one microbatch of one sequence per pipeline stage), and that configuration."""
     best: tuple[float, ParallelConfig | None] = (math.inf, None)
-    tps = [t for t in divisors(cfg.num_heads) if t <= cluster.chips_per_node and devices % t == 0]
+    tps = tp_candidates(cfg, cluster.chips_per_node, devices)
     for tp, cp in itertools.product(tps, cps):
         if devices % (tp * cp):
             continue

@@ -27,7 +27,7 @@ from ..errors import TrainingPlanError
 from ..step_model.terms import cp as cp_terms
 from ..step_model.terms import zero as zero_terms
 
-__all__ = ["SearchSpace", "structures", "configurations", "divisors"]
+__all__ = ["SearchSpace", "structures", "configurations", "divisors", "tp_candidates"]
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,30 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def tp_candidates(cfg: ModelConfig, chips_per_node: int, devices: int | None = None) -> list[int]:
+    """The tensor-parallel degrees worth searching for ``cfg``: the divisors of its attention
+    heads (each rank keeps whole heads) that fit in one node (its collectives run in every
+    layer's forward and backward and need the node's links; Megatron-LM keeps tp within a
+    node) and, with ``devices``, divide them (a pool's chips per replica).
+    The one-cluster structures, the least-memory search behind "fits nowhere" and the hetero
+    pipeline's pools all ask here.
+
+    >>> from explorer.models import load
+    >>> tp_candidates(load("gpt3-175b"), chips_per_node=8), tp_candidates(load("gpt2"), 8, 8)
+    ([1, 2, 3, 4, 6, 8], [1, 2, 4])
+    """
+    return [
+        t for t in divisors(cfg.num_heads)
+        if t <= chips_per_node and (devices is None or devices % t == 0)
+    ]  # fmt: skip
+
+
 def structures(
     cfg: ModelConfig, devices: int, cluster: Cluster, gb: int, seq: int, space: SearchSpace
 ):
     """(tp, pp, dp, cp) valid for the model, devices, batch and sequence; and why others
     fail."""
-    tps = space.tp or [t for t in divisors(cfg.num_heads) if t <= cluster.chips_per_node]
+    tps = space.tp or tp_candidates(cfg, cluster.chips_per_node, devices)
     cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
     out, reasons = [], []
     for tp, cp in itertools.product(tps, cps):
