@@ -16,6 +16,7 @@ from explorer.hardware.collectives import (
     Link,
     bytes_sent_per_device,
     hierarchical_time,
+    ring_latency,
     ring_time,
     tree_time,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "load_file",
     "names",
     "resolve",
+    "ring_latency",
     "ring_time",
     "tree_time",
 ]

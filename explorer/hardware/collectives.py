@@ -32,6 +32,7 @@ __all__ = [
     "Link",
     "bytes_sent_per_device",
     "hierarchical_time",
+    "ring_latency",
     "ring_time",
     "tree_time",
 ]
@@ -110,10 +111,72 @@ def bytes_sent_per_device(kind: CollectiveKind | str, size_bytes: float, n: int)
     return _RING_FACTOR[kind] * size_bytes * (n - 1) / n
 
 
+def ring_latency(
+    kind: CollectiveKind | str,
+    n: int,
+    latency: float,
+    per_node: int | None = None,
+    inter_latency: float | None = None,
+) -> float:
+    """Seconds of latency of a ring collective over ``n`` devices (0 when ``n == 1``).
+
+    A ring all-reduce takes ``2(n-1)`` steps, all-gather, reduce-scatter and all-to-all
+    ``n-1``, send/recv one. Two forms of one model:
+
+    - ``per_node=None``: every step pays ``latency``, the alpha-beta ring on one link
+      (``steps * latency``). `ring_time` and so `Mesh.collective_time` use it with the
+      highest latency of the levels the ring crosses: the mesh prices a ring on any stack of
+      levels by its slowest one, and the operator-sharding search's costs
+      (``bench/search.py``, ``bench/sharding.py``) are that coarser form. The two forms
+      differ only for rings holding several members per node and crossing nodes, and there
+      by the latency term alone, which the large collectives the search and the step model's
+      tp and dp rings price barely feel (bandwidth dominates).
+    - ``per_node`` given: NCCL's ring model (``src/graph/tuning.cc``, ``ncclTopoTuneModel``:
+      ``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat`` with ``nInterSteps =
+      k (nNodes - 1)``): the ``n`` members sit ``per_node`` to a node on ``ceil(n /
+      per_node)`` nodes; ``k (nodes - 1)`` steps cross a node boundary at ``inter_latency``
+      and the others stay inside a node at ``latency``. The step model's ZeRO-3 collectives
+      use it (many small per-tensor gathers, where the latency is most of the time;
+      `explorer.training.step_model.terms.zero.ring_latency_s`). With ``per_node=1`` (or
+      all members on one node) it is the one-link form.
+
+    >>> ring_latency("all-gather", 32, 5e-6) * 1e6  # 31 steps on one link
+    155.0
+    >>> round(ring_latency("all-gather", 32, 5e-6, per_node=8, inter_latency=10e-6) * 1e6, 1)
+    170.0
+    """
+    kind = CollectiveKind.parse(kind)
+    positive_int(n, "group size n", error=HardwareError, numpy=True)
+    nonnegative_number(latency, "latency", error=HardwareError, fix="give seconds", numpy=True)
+    if per_node is not None:
+        positive_int(per_node, "per_node", error=HardwareError, numpy=True)
+        if inter_latency is None:
+            raise HardwareError("ring_latency: per_node given without inter_latency; give both")
+        nonnegative_number(inter_latency, "inter_latency", error=HardwareError, numpy=True)
+    return _ring_latency(kind, n, latency, per_node, inter_latency)
+
+
+def _ring_latency(
+    kind: CollectiveKind, n: int, latency: float, per_node: int | None, inter_latency
+) -> float:
+    """`ring_latency` on checked arguments (ring_time's inner loop checks once)."""
+    if n == 1:
+        return 0.0
+    if kind is CollectiveKind.SEND_RECV:
+        return latency
+    k = _RING_FACTOR[kind]
+    steps = k * (n - 1)
+    if per_node is None:
+        return steps * latency
+    inter_steps = k * (-(-n // per_node) - 1)
+    return (steps - inter_steps) * latency + inter_steps * inter_latency
+
+
 def ring_time(
     kind: CollectiveKind | str, size_bytes: float, n: int, bandwidth: float, latency: float
 ) -> float:
-    """Seconds for a ring collective over ``n`` devices on one link (0 when ``n == 1``).
+    """Seconds for a ring collective over ``n`` devices on one link (0 when ``n == 1``): its
+    steps' latency (`ring_latency` on one link) plus its bytes at ``bandwidth``.
 
     - all-reduce: ``2(n-1) alpha + 2(n-1)/n * S/B``
     - all-gather, reduce-scatter, all-to-all: ``(n-1) alpha + (n-1)/n * S/B``
@@ -130,8 +193,8 @@ def ring_time(
         return 0.0
     if kind is CollectiveKind.SEND_RECV:
         return latency + size_bytes / bandwidth
-    steps = _RING_FACTOR[kind] * (n - 1)
-    return steps * latency + bytes_sent_per_device(kind, size_bytes, n) / bandwidth
+    alpha = _ring_latency(kind, n, latency, None, None)
+    return alpha + bytes_sent_per_device(kind, size_bytes, n) / bandwidth
 
 
 def tree_time(

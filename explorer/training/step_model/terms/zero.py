@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from ....hardware import ring_latency
 from ...memory import StateBytes
 from ..view import StepView
 from . import recompute
@@ -76,13 +77,12 @@ def optimizer_params(params: float, dp: int, zero: int) -> float:
 
 
 def ring_latency_s(s: StepView) -> float:
-    """Latency of one ring all-gather or reduce-scatter over the ZeRO group, NCCL's ring
-    model (``src/graph/tuning.cc``: ``(nsteps - nInterSteps) * intraLat + nInterSteps *
-    interLat``, ``nInterSteps = nNodes - 1``): the ``n - 1`` steps' data passes each hop
-    once, the group's members inside a node (``chips_per_node / tp`` consecutive ones: the
-    group's axes dp, ep, cp sit just outside tp; at most ``n``) joined by the intra-node
-    link, the ``nodes - 1`` node boundaries by the inter-node one; latencies from the
-    hardware profile.
+    """Latency of one ring all-gather or reduce-scatter over the ZeRO group: NCCL's ring
+    model, `explorer.hardware.ring_latency` with ``per_node`` given (the ``n - 1`` steps'
+    data passes each hop once; the ``nodes - 1`` node boundaries at the inter-node latency,
+    the other hops at the intra-node one). The group's members inside a node are
+    ``chips_per_node / tp`` consecutive ones (its axes dp, ep, cp sit just outside tp; at
+    most ``n``); latencies from the hardware profile.
 
     >>> import explorer as ex
     >>> from explorer.training.step_model.model import StepModel
@@ -92,12 +92,11 @@ def ring_latency_s(s: StepView) -> float:
     170.0
     """
     n = s.par.weight_replicas
-    if n == 1:
-        return 0.0
     cl = s.cluster
     per_node = max(1, min(n, cl.chips_per_node // s.par.tp))
-    inter = -(-n // per_node) - 1
-    return (n - 1 - inter) * cl.latency("intra") + inter * cl.latency("inter")
+    return ring_latency(
+        "all-gather", n, cl.latency("intra"), per_node=per_node, inter_latency=cl.latency("inter")
+    )
 
 
 #: Weights Megatron-LM keeps as one tensor (fused QKV, fused SwiGLU gate and up): one
