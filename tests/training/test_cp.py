@@ -14,6 +14,7 @@ from explorer.training import (
     activation_bytes_per_layer,
     estimate,
 )
+from explorer.training.step_model.kernels import _flash_shape, attention_s
 from explorer.training.step_model.model import StepModel
 from explorer.training.step_model.terms import cp as cp_terms
 
@@ -129,23 +130,32 @@ def test_all_gather_is_exposed_and_a_hidden_ring_costs_no_time():
     assert ag.cp_bwd_s == pytest.approx(ag.mesh.collective_time("reduce-scatter", size, "cp") / bw)
     ring = _step("llama3-8b", par.replace(cp_kv_exchange="ring"), 16, 32768)
     # at 32K positions a chunk's attention outlasts sending the next chunk's K, V
-    chunk_attention = cp_terms.attention_forward_s(ring) / 4
+    chunk_attention = cp_terms.attention_core_s(ring)[0] / 4
     send = ring.mesh.collective_time("send/recv", cp_terms.kv_bytes(ring), "cp") / bw
     assert send < chunk_attention
     assert (ring.cp_fwd_s, ring.cp_bwd_s) == (0.0, 0.0)
     assert ring.cp_fwd_bytes == 3 * cp_terms.kv_bytes(ring)
 
 
-def test_ring_overlap_with_a_fused_attention_kernel_uses_the_core_flops():
-    # a fused (flash) attention kernel leaves the core's separate time 0; the ring then
-    # overlaps with the core's causal FLOPs at the compute efficiency
-    step = _step("llama3-8b", ex.ParallelConfig(tp=2, cp=4, cp_kv_exchange="ring"), 4, 32768)
-    layer = dataclasses.replace(step.costs.layer, recompute_selective_s=0.0)
-    step.costs = dataclasses.replace(step.costs, layer=layer)
-    cfg = step.cfg  # 32 heads of 128
-    flops = 4 * 128 * 32 * (32768**2 / 2) / (4 * 2)
-    peak = step.cluster.chip.peak_flops(cfg.dtype) * step.tparams.cost.compute_efficiency
-    assert cp_terms.attention_forward_s(step) == pytest.approx(flops / peak)
+def test_ring_overlap_with_a_fused_attention_kernel_is_that_kernel():
+    # with flash attention the ring hides behind the fused kernel the layer's own time
+    # holds (kernels.attention_s: causal blocks at flash_attention_efficiency), the
+    # device's 1/cp share of it, 1/cp of that per ring step
+    cfg, p = ex.models.load("llama3-8b"), ex.training.TrainingParams(flash_attention=True)
+    par = ex.ParallelConfig(tp=2, cp=4, cp_kv_exchange="ring")
+    step = StepModel(cfg, par, ex.hardware.load(HW), 4, 32768, p)
+    assert step.costs.layer.recompute_selective_s == 0.0  # no separate core kernels
+    ops, chip = step.costs.layer.kernels, step.cluster.chip
+    flops, nbytes, seq, causal, dtype = _flash_shape(ops)
+    assert (seq, causal) == (32768, True)
+    fwd = attention_s(flops, nbytes, seq, True, False, chip, p, dtype)
+    bwd = attention_s(flops, nbytes, seq, True, True, chip, p, dtype)
+    assert cp_terms.attention_core_s(step) == pytest.approx((fwd / 4, bwd / 4), rel=1e-12)
+    # that kernel is part of the layer's forward: without flash the core's own kernels
+    no_flash = StepModel(cfg, par, ex.hardware.load(HW), 4, 32768, ex.training.TrainingParams())
+    core = no_flash.costs.layer.recompute_selective_s
+    back = core * no_flash.tparams.cost.backward_compute_ratio
+    assert cp_terms.attention_core_s(no_flash) == (core, back)
 
 
 def test_gradients_are_reduced_over_dp_times_cp():

@@ -51,6 +51,8 @@ __all__ = [
     "gemm_s",
     "memory_s",
     "attention_s",
+    "flash_attention_s",
+    "fused_attention",
     "optimizer_step_s",
     "part_times",
     "timed_costs",
@@ -241,13 +243,31 @@ def attention_s(
     return max(compute, nbytes / _bandwidth(chip, p)) + p.kernel_overhead_s
 
 
+def fused_attention(ops: tuple[OpShape, ...], p: TrainingParams) -> bool:
+    """Whether a part's attention core runs as one fused kernel (`flash_attention_s`):
+    ``flash_attention`` on, the shape kernel model, and a core with its GEMMs."""
+    shaped = p.kernel_model == "shape"
+    return shaped and p.flash_attention and any(o.core and o.kind == "gemm" for o in ops)
+
+
+def flash_attention_s(
+    ops: tuple[OpShape, ...], backward: bool, chip: Chip, p: TrainingParams
+) -> float:  # fmt: skip
+    """Seconds of the fused attention kernel (`attention_s`) of a part's attention core
+    (``ops``: the part's `OpShape` list, whose core ops the kernel replaces), forward or
+    backward. `part_times` adds it to the part's time; the ring context-parallel exchange
+    hides behind it (`terms.cp.attention_core_s`)."""
+    flops, nbytes, seq, causal, dtype = _flash_shape(ops)
+    return attention_s(flops, nbytes, seq, causal, backward, chip, p, dtype)
+
+
 # --- a part --------------------------------------------------------------------------------
 def part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartTimes:
     """Forward and backward kernel seconds of one part (`OpShape` list) for one
     microbatch, the attention core's forward, and the kernels launched."""
     fwd = bwd = core_f = 0.0
     nf = nb = 0
-    flash = p.flash_attention and any(o.core and o.kind == "gemm" for o in ops)
+    flash = fused_attention(ops, p)
     for o in ops:
         if o.kind == "view" or (flash and o.core):
             continue
@@ -268,9 +288,8 @@ def part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartT
         if o.core:
             core_f += f
     if flash:
-        flops, nbytes, seq, causal, dtype = _flash_shape(ops)
-        fwd += attention_s(flops, nbytes, seq, causal, False, chip, p, dtype)
-        bwd += attention_s(flops, nbytes, seq, causal, True, chip, p, dtype)
+        fwd += flash_attention_s(ops, False, chip, p)
+        bwd += flash_attention_s(ops, True, chip, p)
         nf, nb = nf + 1, nb + 1
     return PartTimes(fwd, bwd, core_f, nf, nb)
 

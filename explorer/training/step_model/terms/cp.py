@@ -45,6 +45,7 @@ from ....models import ModelConfig
 from ...config import ParallelConfig
 from ...errors import ContextParallelError
 from ..costs import PartCost, StageCosts
+from ..kernels import flash_attention_s, fused_attention
 from ..view import StepView
 
 __all__ = [
@@ -55,7 +56,7 @@ __all__ = [
     "split_costs",
     "kv_bytes",
     "exchange",
-    "attention_forward_s",
+    "attention_core_s",
     "stage_s",
     "comm_bytes",
     "needs_cp",
@@ -151,10 +152,10 @@ def exchange(s: StepView) -> tuple[float, float, float, float]:
             bwd += fwd
             sent_b += sent_f
         return fwd, bwd, sent_f, sent_b
-    # ring: cp - 1 steps; step k sends the chunk held while attending to it
+    # ring: cp - 1 steps; step k sends the chunk held while attending to it, and every
+    # step is 1/cp of the device's attention (`attention_core_s`)
     steps = par.cp - 1
-    core_f = attention_forward_s(s) / par.cp  # one chunk's attention forward
-    core_b = core_f * s.tparams.cost.backward_compute_ratio
+    core_f, core_b = (t / par.cp for t in attention_core_s(s))
     send_f = s.collective_s("send/recv", kv, AXIS) / bw_eff
     send_b = s.collective_s("send/recv", 2 * kv, AXIS) / bw_eff
     fwd = steps * max(0.0, send_f - core_f)
@@ -174,20 +175,29 @@ def transient_bytes(s: StepView) -> float:
     return par.cp * kv_bytes(s) * (2 if s.tparams.cp_kv_regather else 1)
 
 
-def attention_forward_s(s: StepView) -> float:
-    """Seconds of one device's attention core forward, per layer and microbatch: the step
-    model's core time (``recompute_selective_s``), or, when a fused kernel leaves that 0
-    (flash attention), the core's causal FLOPs at ``compute_efficiency`` of peak:
-    ``4 d`` FLOPs per (query, key) pair and head (QK^T and PV), half the ``s^2`` pairs
-    under the causal mask, this device's ``1 / (cp tp)`` of them."""
-    t = s.costs.layer.recompute_selective_s
-    if t > 0:
-        return t
-    cfg, par = s.cfg, s.par
-    pairs = s.seq * s.seq / 2  # causal
-    flops = 4 * cfg.dim_head * cfg.num_heads * pairs * par.microbatch_size / (par.cp * par.tp)
-    peak = s.cluster.chip.peak_flops(cfg.dtype) * s.tparams.cost.compute_efficiency
-    return flops / peak
+def attention_core_s(s: StepView) -> tuple[float, float]:
+    """(forward, backward) seconds of one device's attention core per layer and microbatch:
+    what the ring exchange hides behind, priced as the layer's own time prices it.
+
+    - A fused (flash) kernel (`kernels.fused_attention`): `kernels.flash_attention_s` of
+      the whole sequence's core divided by ``cp``, the share `split_costs` gives the
+      device. Per ring step: with the zig-zag chunks (rank ``i`` holds chunks ``i`` and
+      ``2 cp - 1 - i`` of ``seq / (2 cp)`` positions) every one of the ``cp`` steps runs
+      half of its ``(seq / cp)^2`` block of (query, key) pairs: with another rank's K, V
+      two of the four chunk pairs, unmasked; with its own, the two diagonal pairs under
+      the causal mask and one unmasked. So each step is ``1 / cp`` of the device's kernel,
+      whose causal fraction ``(n_b + 1) / (2 n_b)`` over the sequence's flash blocks
+      applies to every step alike.
+    - Otherwise the core's separate kernels (``recompute_selective_s``, already the
+      device's share) and ``backward_compute_ratio`` times that for the backward.
+    """
+    layer, tp_ = s.costs.layer, s.tparams
+    if fused_attention(layer.kernels, tp_):
+        chip = s.cluster.chip
+        fwd, bwd = (flash_attention_s(layer.kernels, b, chip, tp_) for b in (False, True))
+        return fwd / s.par.cp, bwd / s.par.cp
+    core = layer.recompute_selective_s
+    return core, core * tp_.cost.backward_compute_ratio
 
 
 def stage_s(s: StepView, n_layers: int, n_full: int | None) -> tuple[float, float]:
