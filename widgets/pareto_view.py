@@ -20,6 +20,7 @@ import ipywidgets as ipw
 import traitlets as tl
 
 import explorer as ex
+from explorer.checks import is_int
 from explorer.training import OBJECTIVE_LABELS, ParallelConfig, ParetoFront, TrainingPlan
 
 from .base import View, replace_figure
@@ -128,7 +129,7 @@ class ParetoView(View):
         """Choose point ``index`` of ``plan.pareto.points`` (front first, then dominated):
         mark it, simulate it and publish it as the selection's ``training`` plan."""
         points = self.front.points
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(points):
+        if not is_int(index, minimum=0, maximum=len(points) - 1):
             raise ViewError(
                 f"pick({index!r}): expected a point index 0..{len(points) - 1} of the front's "
                 f"{len(points)} points (front first, then dominated)"

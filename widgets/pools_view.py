@@ -14,6 +14,7 @@ from typing import Any
 
 import ipywidgets as ipw
 
+from explorer.checks import is_int
 from explorer.training import HeteroPlan
 
 from .base import View, replace_figure
@@ -77,11 +78,7 @@ class PoolsView(View):
                 "select_pool is for a data-parallel plan; this one is one pipeline across the "
                 "pools (select_stage(g) outlines a stage)"
             )
-        if (
-            isinstance(pool, bool)
-            or not isinstance(pool, int)
-            or not 0 <= pool < len(self.plan.pools)
-        ):
+        if not is_int(pool, minimum=0, maximum=len(self.plan.pools) - 1):
             raise ViewError(f"pool={pool!r}; expected an index 0..{len(self.plan.pools) - 1}")
         self.pool = pool
         self.controls["pool"].value = pool
@@ -90,8 +87,7 @@ class PoolsView(View):
     def select_stage(self, stage: int | None) -> None:
         """Pipeline mode: outline stage ``stage``'s steps (None clears)."""
         n = self.plan.partition.stages if self.plan.partition is not None else 0
-        if stage is not None and (isinstance(stage, bool) or not isinstance(stage, int)
-                                  or not 0 <= stage < n):  # fmt: skip
+        if stage is not None and not is_int(stage, minimum=0, maximum=n - 1):
             raise ViewError(f"stage={stage!r}; expected a pipeline stage 0..{n - 1} or None")
         self.stage = stage
         replace_figure(self.figure, self._gantt())
