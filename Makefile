@@ -1,34 +1,49 @@
 # Parallel Explorer: two commands.
-#   make explore   create .venv, install everything, open JupyterLab on notebooks/
-#   make test      install what the tests need, run ruff and the whole test suite
+#   make explore    create .venv, install everything, open JupyterLab on notebooks/
+#   make test       install what the tests need, run ruff and the whole test suite
+# and the inner loop:
+#   make test-fast  unit and property tests only (no browser, no notebooks, no slow files)
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Test processes (pytest-xdist). The browser tests stay together on one of them
+# (tests/conftest.py groups them), so a module keeps one JupyterLab and one Chromium.
+WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
 
-.PHONY: explore test bench clean
+.PHONY: explore test test-fast bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# What each command installed, redone when pyproject.toml changes.
+$(VENV)/.installed-explore: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[notebook,jax,torch,hf]'
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch,hf]'
+	touch $@
+
 # scripts/explore.py: --allow-root for root, --no-browser without a display, prints the URL.
 # Extra Jupyter options: make explore JUPYTER_ARGS="--ServerApp.ip=0.0.0.0"
-explore: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[notebook,jax,torch,hf]'
+explore: $(VENV)/.installed-explore
 	$(BIN)/python scripts/explore.py notebooks $(JUPYTER_ARGS)
 
-test: $(BIN)/python /usr/bin/chromium
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch,hf]'
+test: $(VENV)/.installed-test /usr/bin/chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest
+	$(PYTEST)
+
+test-fast: $(VENV)/.installed-test
+	$(PYTEST) -m "not browser and not notebook and not slow"
 
 # The browser test drives Debian's Chromium (Playwright's own browser download is not used).
 /usr/bin/chromium:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
-bench: $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch,hf]'
+bench: $(VENV)/.installed-test
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:

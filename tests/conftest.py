@@ -12,11 +12,18 @@ tests one by one. Paths are relative to the repository root, with ``/``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 ROOT = Path(__file__).parents[1]
+
+# No per-example deadline (hypothesis' default is 200 ms): on a loaded 2-core machine a slow
+# example is not a bug, and the deadline made such runs flaky. HYPOTHESIS_PROFILE picks another.
+settings.register_profile("explorer", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "explorer"))
 
 TIERS: dict[str, tuple[str, ...]] = {
     "browser": ("tests/browser/",),
@@ -32,6 +39,14 @@ def tier_of(path: Path) -> tuple[str, ...]:
     except ValueError:  # outside the repository (pytester's inner sessions)
         return ()
     return tuple(tier for tier, prefixes in TIERS.items() if rel.startswith(prefixes))
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """Conftests hold fixtures, not doctests. ``--doctest-modules`` would import each of them as
+    a module named ``conftest``, which clashes with the one imported for another folder."""
+    if collection_path.name == "conftest.py":
+        return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
