@@ -2,9 +2,10 @@
 over the WAN.
 
 **Placement.** On one datacenter the step model numbers devices over the mesh
-``(pp, dp, ep, cp, tp)`` (tp innermost, inside a node). For a job spanning several
-datacenters (a cluster whose outermost level is the WAN, `explorer.hardware.wan`) the
-data-parallel axis goes outermost instead,
+``(pp, dp, ep, cp, tp)`` (tp innermost, inside a node; ``dp`` is ``dp // ep``;
+Megatron-Core's default order, `explorer.training.step_model.placement`, which holds it).
+For a job spanning several datacenters (a cluster whose outermost level is the WAN,
+`explorer.hardware.wan`) the data-parallel axis goes outermost instead,
 ``(dp, pp, ep, cp, tp)``: when ``dp`` is a multiple of the datacenter count, every
 tensor-, pipeline- and context-parallel group lies inside one datacenter and only the
 data-parallel rings cross the WAN (once a step, not once a microbatch). `plan_training`

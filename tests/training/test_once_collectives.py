@@ -23,6 +23,7 @@ from explorer.training.local_sgd import local_sgd
 from explorer.training.pipeline.partition import uniform_partition
 from explorer.training.replanning.migration import JobLayout
 from explorer.training.step_model.model import StepModel
+from explorer.training.step_model.placement import mesh_order, stage_ranks
 from explorer.training.step_model.terms.zero import ring_latency_s
 
 REL = 1e-12
@@ -162,3 +163,19 @@ def test_job_layout_ranks_pinned(par, dp_outermost, ranks) -> None:
     layout = JobLayout(par, uniform_partition(4, par.pp), tuple(range(par.devices)),
                        (1.0,) * 6, dp_outermost)  # fmt: skip
     assert layout.ranks().tolist() == ranks
+
+
+@pytest.mark.parametrize("par, dp_outermost, ranks", RANKS, ids=str)
+def test_stage_ranks_are_the_step_models_mesh_groups(par, dp_outermost, ranks) -> None:
+    """Migration's rank grid and the step model's mesh are one placement: the tp groups and
+    the replica groups (dp, ep, cp) of `stage_ranks` are the mesh's groups along those axes."""
+    grid = stage_ranks(par, dp_outermost)
+    assert grid.tolist() == ranks
+    mesh = Mesh(mesh_order(par, dp_outermost))
+    assert sorted(tuple(row) for row in grid.reshape(-1, par.tp).tolist()) == list(
+        mesh.groups(("tp",))
+    )
+    replicas = grid.transpose(0, 2, 1).reshape(-1, par.dp * par.cp)
+    assert sorted(tuple(sorted(row)) for row in replicas.tolist()) == list(
+        mesh.groups(("dp", "ep", "cp"))
+    )

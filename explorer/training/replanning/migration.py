@@ -53,6 +53,7 @@ from ..config import ParallelConfig
 from ..errors import MigrationError
 from ..memory import StateBytes
 from ..pipeline.partition import StagePartition
+from ..step_model.placement import stage_ranks
 
 __all__ = ["Migration", "JobLayout", "plan_migration"]
 
@@ -62,8 +63,9 @@ class JobLayout:
     """Where a job's states sit: its configuration, stage split and physical devices.
 
     ``devices[rank]`` is the physical device id of job rank ``rank``; ranks run over the
-    mesh ``(pp, dp, cp, tp)`` row-major (tp innermost), as the step model places them, or
-    ``(dp, pp, cp, tp)`` with ``dp_outermost`` (across datacenters, `datacenters.mesh_axes`).
+    step model's mesh ``(pp, dp/ep, ep, cp, tp)`` row-major (tp innermost), or
+    ``(dp/ep, pp, ep, cp, tp)`` with ``dp_outermost`` (a job across datacenters): the order
+    of `explorer.training.step_model.placement`, which `ranks` reads.
     ``part_params`` are the whole parameters of each part (embedding, layers..., head).
     """
 
@@ -101,12 +103,9 @@ class JobLayout:
         return tuple(out)
 
     def ranks(self) -> np.ndarray:
-        """Physical ids as an array ``[pp, replicas, tp]``."""
-        c = self.config
+        """Physical ids as an array ``[pp, replicas, tp]`` (`placement.stage_ranks`)."""
         ids = np.asarray(self.devices, dtype=np.int64)
-        if self.dp_outermost:  # (dp, pp, ep-and-cp, tp) -> (pp, replicas, tp)
-            ids = ids.reshape(c.dp // c.ep, c.pp, c.ep * c.cp, c.tp).transpose(1, 0, 2, 3)
-        return ids.reshape(c.pp, self.replicas, c.tp)
+        return ids[stage_ranks(self.config, self.dp_outermost)]
 
 
 @dataclass(frozen=True)
