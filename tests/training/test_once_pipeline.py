@@ -9,6 +9,9 @@ them.
 - the tensor-parallel candidates (divisors of the heads that fit in a node):
   `explorer.training.planning.space.tp_candidates`, read by the one-cluster structures,
   the least-memory search behind "fits nowhere" and the hetero pipeline's pools.
+- the recompute ladder (none -> selective -> per_layer -> full) and its walk:
+  `explorer.training.planning.space.RECOMPUTE_LADDER` and `cheapest_recompute`, read by
+  `plan_training`'s search, the re-planning screen and the hetero pipeline search.
 """
 
 from __future__ import annotations
@@ -18,10 +21,17 @@ import pytest
 import explorer as ex
 from explorer.hardware import resolve
 from explorer.models import load, names
-from explorer.training import TrainingParams
+from explorer.training import ParallelConfigError, TrainingParams
 from explorer.training.hetero.pipeline import evaluate_pipeline
-from explorer.training.planning.space import SearchSpace, structures, tp_candidates
+from explorer.training.planning.space import (
+    RECOMPUTE_LADDER,
+    SearchSpace,
+    cheapest_recompute,
+    structures,
+    tp_candidates,
+)
 from explorer.training.replanning.layers import rebalance_layers
+from explorer.training.replanning.screen import screen
 from explorer.training.step_model.model import StepModel
 
 P = ex.ParallelConfig
@@ -121,3 +131,62 @@ def test_structures_use_the_tp_candidates():
     cluster = resolve("a100-80g")
     st, _ = structures(load("bloom-176b"), 56, cluster, 56, 2048, SearchSpace())
     assert sorted({tp for tp, _, _, _ in st}) == [1, 2, 4, 7, 8]
+
+
+# ----- the cheapest recomputation that fits -----------------------------------------------
+def test_plan_training_recompute_ladder_is_pinned():
+    space = SearchSpace(tp=(2, 4), microbatch_sizes=(1, 2), schedules=("1f1b",))
+    plan = ex.plan_training("gpt3-13b", devices=8, hardware="a100-40g", global_batch=32,
+                            seq=2048, space=space)  # fmt: skip
+    assert str(plan.config) == "dp4 x tp2 x pp1 +sp, mb2, 1f1b, zero3, recompute per_layer(7)"
+    assert plan.sim.step_time_s == pytest.approx(4.925534973171167, rel=EXACT)
+    assert plan.searched == 40  # estimates: each rung walked until one fits
+
+
+def test_replan_screen_recompute_ladder_is_pinned():
+    found, tried = screen(load("gpt3-13b"), [8], resolve("a100-40g"), 32, 2048,
+                          SearchSpace(microbatch_sizes=(1, 2)), TrainingParams())  # fmt: skip
+    got = [(str(s.config), s.step_time_s) for s in found]
+    want = [
+        ("dp4 x tp2 x pp1 +sp, mb1, 1f1b, zero3, recompute per_layer(0)", 5.0281583631323485),
+        ("dp8 x tp1 x pp1, mb1, 1f1b, zero3, recompute per_layer(10)", 5.169605598089461),
+        ("dp2 x tp2 x pp2 +sp, mb1, 1f1b, zero2, recompute per_layer(0)", 5.201719024407907),
+        ("dp2 x tp4 x pp1 +sp, mb1, 1f1b, zero1, recompute none", 5.272647062499837),
+        ("dp1 x tp4 x pp2 +sp, mb1, 1f1b, zero0, recompute none", 5.504065557736621),
+        ("dp4 x tp1 x pp2, mb1, 1f1b, zero3, recompute per_layer(5)", 5.809286290496284),
+        ("dp1 x tp8 x pp1 +sp, mb1, 1f1b, zero0, recompute none", 6.7995041053107),
+    ]
+    assert [c for c, _ in got] == [c for c, _ in want]
+    for (_, a), (_, b) in zip(got, want, strict=True):
+        assert a == pytest.approx(b, rel=EXACT)
+    assert [t.estimated for t in tried] == [7]
+
+
+def test_hetero_pipeline_recompute_ladder_is_pinned():
+    plan = ex.plan_hetero("gpt3-6.7b", [ex.Pool("a100-40g", 4), ex.Pool("a100-80g", 4)], 32,
+                          2048, modes=("pipeline",))  # fmt: skip
+    assert plan.searched == 135  # arrangements evaluated: each rung until one fits
+    assert plan.step_time_s == pytest.approx(2.594056046269743, rel=EXACT)
+    assert plan.estimate_s == pytest.approx(2.5996701940546765, rel=EXACT)
+    assert str(plan.partition) == "embed+17 | 15+head"
+
+
+def test_the_ladder_is_walked_cheapest_first():
+    seen = []
+
+    def evaluate(policy):
+        seen.append(policy)
+        return {"none": 90, "selective": 70, "per_layer": 60, "full": 50}[policy]
+
+    tried = cheapest_recompute(("full", "per_layer", "none", "selective"), evaluate,
+                               fits=lambda gib: gib <= 70)  # fmt: skip
+    assert seen == ["none", "selective"] and tried == [("none", 90), ("selective", 70)]
+    assert RECOMPUTE_LADDER == ("none", "selective", "per_layer", "full")
+    # a rung that is not valid (None) is skipped; an error in stop_on ends the walk
+    assert cheapest_recompute(RECOMPUTE_LADDER, lambda p: None if p == "none" else 1,
+                              fits=lambda r: True) == [("selective", 1)]  # fmt: skip
+
+    def invalid(policy):
+        raise ParallelConfigError("not valid")
+
+    assert cheapest_recompute(RECOMPUTE_LADDER, invalid, bool, stop_on=(ParallelConfigError,)) == []

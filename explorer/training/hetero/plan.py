@@ -23,6 +23,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal, get_args
 
 from ...checks import is_int
@@ -35,7 +36,13 @@ from ..pipeline.partition import StagePartition
 from ..pipeline.timeline import Timeline
 from ..planning.homogeneous import plan_homogeneous
 from ..planning.result import TrainingPlan
-from ..planning.space import SearchSpace, divisors, tp_candidates
+from ..planning.space import (
+    RECOMPUTE_LADDER,
+    SearchSpace,
+    cheapest_recompute,
+    divisors,
+    tp_candidates,
+)
 from ..simulate import check_seq
 from .data import DataArrangement, plan_data
 from .pipeline import PipelineArrangement, evaluate_pipeline, pipeline_timeline
@@ -53,7 +60,8 @@ _GIB = 2**30
 SIMULATE_TOP = 3
 #: microbatch sizes and recomputation ladder the pipeline arrangement searches.
 PIPELINE_MICROBATCH_SIZES = (1, 2, 4, 8)
-PIPELINE_RECOMPUTE = ("none", "selective", "full")
+#: (the ladder without ``per_layer``: the hetero split prices whole-stage policies only)
+PIPELINE_RECOMPUTE = tuple(r for r in RECOMPUTE_LADDER if r != "per_layer")
 
 
 @dataclass(frozen=True)
@@ -296,16 +304,15 @@ def _pipeline_search(
                 for mbs in PIPELINE_MICROBATCH_SIZES:
                     if gb % (dp * mbs):
                         continue
-                    rungs = [(r, False) for r in PIPELINE_RECOMPUTE]
-                    rungs += [(r, True) for r in PIPELINE_RECOMPUTE] if offload else []
-                    for rec, off in rungs:
-                        searched += 1
-                        arr = evaluate_pipeline(
-                            cfg, pools, order, dp, tps, mbs, rec, gb, seq, tparams, off
-                        )
-                        if arr is not None and arr.fits:
-                            found.append(arr)
-                            break  # the cheapest recomputation that fits
+                    for off in (False, True) if offload else (False,):
+                        at = partial(evaluate_pipeline, cfg, pools, order, dp, tps, mbs,
+                                     gb=gb, seq=seq, tparams=tparams, offload=off)  # fmt: skip
+                        tried = cheapest_recompute(PIPELINE_RECOMPUTE, at, fits=lambda a: a.fits)
+                        if tried and tried[-1][1].fits:  # the cheapest recomputation that fits
+                            searched += PIPELINE_RECOMPUTE.index(tried[-1][0]) + 1
+                            found.append(tried[-1][1])
+                            break
+                        searched += len(PIPELINE_RECOMPUTE)
     found.sort(key=lambda a: a.step_time_s)
     return found, searched
 

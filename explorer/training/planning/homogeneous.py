@@ -10,9 +10,10 @@ parallelism, expert parallelism (MoE), context parallelism with its key/value ex
 
 Two rules keep the space small without losing the optimum of this cost model:
 
-- recomputation: time grows none < selective < per-layer < full while memory shrinks,
-  so per structure and ZeRO stage we take ``none`` if it fits, else ``per_layer`` with the
-  fewest fully recomputed layers that fit (0 layers is ``selective``, all is ``full``);
+- recomputation: time grows none < selective < per-layer < full while memory shrinks
+  (`space.RECOMPUTE_LADDER`), so per structure and ZeRO stage we take ``none`` if it fits,
+  else ``per_layer`` with the fewest fully recomputed layers that fit (0 layers is
+  ``selective``, all is ``full``; `space.cheapest_recompute` walks the ladder);
 - context parallelism is searched only for long sequences: cp = 2, 4, 8, ... while each
   device keeps at least ``SearchSpace.cp_min_positions`` positions (default 8192, the
   sequence Llama 3 pretrained at without CP) and ``2 cp`` divides the sequence; below
@@ -49,7 +50,7 @@ from . import space as search_space
 from .offload import offload_fallback
 from .ranking import candidate, normalize, rank
 from .result import TrainingPlan
-from .space import SearchSpace, configurations, divisors, tp_candidates
+from .space import SearchSpace, cheapest_recompute, configurations, divisors, tp_candidates
 
 __all__ = ["plan_homogeneous", "ProgressFn", "DEFAULT_TIME_LIMIT_S"]
 
@@ -112,16 +113,15 @@ def plan_homogeneous(
             )
             break
         for base in configurations(cfg, tp, pp, dp, cp, global_batch, space):
-            for rec in space.recompute:
-                try:
-                    r = estimate(
-                        cfg, base.replace(recompute=rec), cluster, global_batch, seq, tparams
-                    )
-                except (ParallelConfigError, SearchError):  # SearchError: no layer fits the cap
-                    break
-                results.append(r)
-                if r.fits:
-                    break  # the ladder: the cheapest recompute policy that fits
+            tried = cheapest_recompute(  # the ladder: the cheapest policy that fits
+                space.recompute,
+                lambda rec, base=base: estimate(
+                    cfg, base.replace(recompute=rec), cluster, global_batch, seq, tparams
+                ),
+                fits=lambda r: r.fits,
+                stop_on=(ParallelConfigError, SearchError),  # SearchError: no layer fits the cap
+            )
+            results += [r for _, r in tried]
     searched = len(results)
     if not results:
         raise TrainingPlanError(

@@ -3,14 +3,17 @@
 ``structures`` lists the (tp, pp, dp, cp) factorisations valid for a model, a device count,
 a batch and a sequence (with why the others are not); ``configurations`` the
 ParallelConfigs of one structure before the recompute ladder (the rules that keep the space
-small are in `explorer.training.plan`'s docstring).
+small are in `explorer.training.plan`'s docstring); ``cheapest_recompute`` walks that
+ladder; ``tp_candidates`` the tensor-parallel degrees.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ...checks import is_int
 from ...hardware import Cluster
@@ -21,13 +24,24 @@ from ..config import (
     SCHEDULES,
     ZERO_STAGES,
     ParallelConfig,
+    RecomputePolicy,
     ScheduleKind,
 )
 from ..errors import TrainingPlanError
 from ..step_model.terms import cp as cp_terms
 from ..step_model.terms import zero as zero_terms
 
-__all__ = ["SearchSpace", "structures", "configurations", "divisors", "tp_candidates"]
+__all__ = [
+    "SearchSpace", "structures", "configurations", "divisors", "tp_candidates",
+    "RECOMPUTE_LADDER", "cheapest_recompute",
+]  # fmt: skip
+
+R = TypeVar("R")
+
+#: Recomputation policies cheapest first: step time grows none < selective < per_layer <
+#: full while activation memory shrinks (``per_layer`` with 0 fully recomputed layers is
+#: ``selective``, with all of them ``full``).
+RECOMPUTE_LADDER: tuple[RecomputePolicy, ...] = ("none", "selective", "per_layer", "full")
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,34 @@ def _positive_ints(values: object) -> bool:
 
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def cheapest_recompute(
+    policies: Iterable[RecomputePolicy], evaluate: Callable[[RecomputePolicy], R | None],
+    fits: Callable[[R], bool], stop_on: tuple[type[Exception], ...] = (),
+) -> list[tuple[RecomputePolicy, R]]:  # fmt: skip
+    """Walk ``policies`` up `RECOMPUTE_LADDER` (cheapest first, whatever order they are
+    given in) until one fits: the ``(policy, result)`` pairs evaluated, in order; the last
+    one fits, or none does. ``evaluate(policy)`` returns None for a rung that is not valid
+    (the walk goes on to the next); an error among ``stop_on`` ends the walk (the
+    configuration is invalid whatever the rung). `plan_training`'s search, the re-planning
+    screen and the hetero pipeline search walk it.
+
+    >>> cheapest_recompute(("full", "none"), {"none": 90, "full": 50}.get, lambda gib: gib <= 80)
+    [('none', 90), ('full', 50)]
+    """
+    tried: list[tuple[RecomputePolicy, R]] = []
+    for policy in sorted(policies, key=RECOMPUTE_LADDER.index):
+        try:
+            r = evaluate(policy)
+        except stop_on:
+            break
+        if r is None:
+            continue
+        tried.append((policy, r))
+        if fits(r):
+            break
+    return tried
 
 
 def tp_candidates(cfg: ModelConfig, chips_per_node: int, devices: int | None = None) -> list[int]:

@@ -29,7 +29,13 @@ from ...search.errors import SearchError
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError
 from ..params import TrainingParams
-from ..planning.space import SearchSpace, configurations, structures
+from ..planning.space import (
+    RECOMPUTE_LADDER,
+    SearchSpace,
+    cheapest_recompute,
+    configurations,
+    structures,
+)
 from ..simulate import estimate
 from ..step_model.terms.zero import stages_worth_searching
 
@@ -136,21 +142,24 @@ def _representative(cfg, structure, cluster, gb, seq, narrow, tparams):
     fits)."""
     tp, pp, dp, cp = structure
     zeros = sorted(stages_worth_searching(narrow.zero, dp * cp), key=lambda z: (z != 1, -z))
-    best, first = None, narrow.recompute[0]
+    best, first = None, min(narrow.recompute, key=RECOMPUTE_LADDER.index)
     for zero in zeros:
         plain = False  # a configuration of this stage fits without recomputation
         for base in configurations(cfg, tp, pp, dp, cp, gb, narrow):
             if base.zero != zero:
                 continue
-            for rec in narrow.recompute:
-                try:
-                    r = estimate(cfg, base.replace(recompute=rec), cluster, gb, seq, tparams)
-                except (ParallelConfigError, SearchError):  # SearchError: no layer fits the cap
-                    break
-                if r.fits:
-                    best = r if best is None or r.step_time_s < best.step_time_s else best
-                    plain = plain or rec == first
-                    break
+            tried = cheapest_recompute(
+                narrow.recompute,
+                lambda rec, base=base: estimate(
+                    cfg, base.replace(recompute=rec), cluster, gb, seq, tparams
+                ),
+                fits=lambda r: r.fits,
+                stop_on=(ParallelConfigError, SearchError),  # SearchError: no layer fits the cap
+            )
+            if tried and tried[-1][1].fits:
+                rec, r = tried[-1]
+                best = r if best is None or r.step_time_s < best.step_time_s else best
+                plain = plain or rec == first
         if plain:
             break
     return best
