@@ -14,10 +14,7 @@ from ...memo import memoize
 from ...models import ModelConfig
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError
-from ..memory import (
-    MemoryBreakdown,
-    reduce_buffer_bytes,
-)
+from ..memory import MemoryBreakdown
 from ..params import TrainingParams
 from ..pipeline.partition import StagePartition
 from .costs import StageCosts
@@ -151,8 +148,8 @@ class StepModel:
         device holding ``params`` parameters; ``grad_overlap_fraction`` of the reduction
         runs behind the last microbatch's backward, at most ``backward_window_s`` of it
         (`device_backward_s`)."""
-        par, tp_ = self.par, self.tparams
-        local = zero.optimizer_params(params, par.weight_replicas, par.zero)
+        tp_ = self.tparams
+        local = zero.updated_params(self, params)
         opt_s = optimizer_step_s(local, self.cluster.chip, tp_)
         grads = exposed_s(dp.tail_s(self, params), backward_window_s, tp_.grad_overlap_fraction)
         return [
@@ -188,7 +185,7 @@ class StepModel:
         par, tp_ = self.par, self.tparams
         chunks = [c * par.pp + d for c in range(par.virtual_stages)]
         params = sum(self.stage_params(part, g) for g in chunks)
-        w, gr, opt = zero.model_state_bytes(params, par.weight_replicas, par.zero, tp_.state)
+        w, gr, opt = zero.state_bytes(self, params)
         act = live_act + (self.head_act() if any(part.has_head(g) for g in chunks) else 0.0)
         act += cp.transient_bytes(self)  # the layer in flight's gathered K, V (dK, dV)
         work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
@@ -207,18 +204,14 @@ class StepModel:
 
     def reduce_buffer(self, part: StagePartition | None, chunks: list[int]) -> float:
         """Unsharded gradients a ZeRO-2/3 device holds until their reduce-scatter
-        (`memory.reduce_buffer_bytes`): its largest part (a layer, the embedding or the
-        head; every part when ``part`` is None) up to ``zero_reduce_bucket_params``."""
+        (`zero.reduce_buffer`): its largest part (a layer, the embedding or the head;
+        every part when ``part`` is None) up to ``zero_reduce_bucket_params``."""
         units = [self.layer_params]
         if part is None or any(part.has_embed(g) for g in chunks):
             units.append(self.embed_params)
         if part is None or any(part.has_head(g) for g in chunks):
             units.append(self.head_params)
-        tp_ = self.tparams
-        return reduce_buffer_bytes(
-            max(units), tp_.zero_reduce_bucket_params, tp_.state.gradient_bytes,
-            self.par.zero, self.par.weight_replicas,
-        )  # fmt: skip
+        return zero.reduce_buffer(self, max(units))
 
     def flops(self) -> tuple[float, float]:
         """(model FLOPs, hardware FLOPs with recomputation) of one step, whole job."""

@@ -52,6 +52,7 @@ __all__ = [
     "AXIS",
     "validate",
     "local_seq",
+    "device_share",
     "kv_hidden",
     "split_costs",
     "kv_bytes",
@@ -101,14 +102,20 @@ def kv_hidden(cfg: ModelConfig, tp: int) -> int:
     return max(cfg.kv_heads, tp) * cfg.dim_head
 
 
+def device_share(seconds: float, cp: int) -> float:
+    """One device's share of a whole-sequence time: ``1 / cp`` of it (its positions'
+    matmuls and collectives, and with the balanced chunks ``1 / cp`` of the attention)."""
+    return seconds / cp
+
+
 def _split(p: PartCost, cp: int) -> PartCost:
     return replace(
         p,
-        forward_s=p.forward_s / cp,
-        backward_s=p.backward_s / cp,
-        tp_forward_s=p.tp_forward_s / cp,
-        tp_backward_s=p.tp_backward_s / cp,
-        recompute_selective_s=p.recompute_selective_s / cp,
+        forward_s=device_share(p.forward_s, cp),
+        backward_s=device_share(p.backward_s, cp),
+        tp_forward_s=device_share(p.tp_forward_s, cp),
+        tp_backward_s=device_share(p.tp_backward_s, cp),
+        recompute_selective_s=device_share(p.recompute_selective_s, cp),
     )
 
 
@@ -195,7 +202,7 @@ def attention_core_s(s: StepView) -> tuple[float, float]:
     if fused_attention(layer.kernels, tp_):
         chip = s.cluster.chip
         fwd, bwd = (flash_attention_s(layer.kernels, b, chip, tp_) for b in (False, True))
-        return fwd / s.par.cp, bwd / s.par.cp
+        return device_share(fwd, s.par.cp), device_share(bwd, s.par.cp)
     core = layer.recompute_selective_s
     return core, core * tp_.cost.backward_compute_ratio
 

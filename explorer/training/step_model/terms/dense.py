@@ -197,8 +197,8 @@ def ep_kernels(costs: StageCosts, cfg: ModelConfig, par: ParallelConfig, chip: C
     if ops == layer.kernels:
         return costs
     before, after = part_times(layer.kernels, chip, p), part_times(ops, chip, p)
-    fwd = (after.forward_s - before.forward_s) / par.cp
-    bwd = (after.backward_s - before.backward_s) / par.cp
+    fwd = cp.device_share(after.forward_s - before.forward_s, par.cp)
+    bwd = cp.device_share(after.backward_s - before.backward_s, par.cp)
     layer = replace(layer, forward_s=layer.forward_s + fwd, backward_s=layer.backward_s + bwd,
                     kernels=ops)  # fmt: skip
     return replace(costs, layer=layer)

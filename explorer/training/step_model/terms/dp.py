@@ -26,23 +26,22 @@ def microbatch_s(s: StepView, params: float, n_layers: int) -> float:
     """Seconds of the reduction after each microbatch's backward (ZeRO 2/3: ``params``
     parameters of ``n_layers`` layers), else 0. ZeRO-3's is priced as its gathers
     (`zero.reduce_scatter_s`)."""
-    if not zero.gradients_per_microbatch(s.par.zero) or s.par.weight_replicas == 1:
+    if not zero.gradients_per_microbatch(s) or s.par.weight_replicas == 1:
         return 0.0
-    if s.par.zero >= 3:
+    if zero.shards_weights(s):
         return zero.reduce_scatter_s(s, params, n_layers) * (1 - s.tparams.cost.grad_comm_overlap)
-    return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
+    return grad_sync_s(s, zero.gradient_collective(s), params)
 
 
 def tail_s(s: StepView, params: float) -> float:
     """Seconds of the reduction after the last microbatch (ZeRO 0/1), else 0."""
-    if s.par.weight_replicas == 1 or zero.gradients_per_microbatch(s.par.zero):
+    if s.par.weight_replicas == 1 or zero.gradients_per_microbatch(s):
         return 0.0
-    return grad_sync_s(s, zero.gradient_collective(s.par.zero), params)
+    return grad_sync_s(s, zero.gradient_collective(s), params)
 
 
 def comm_bytes(s: StepView, params: float) -> float:
     """Bytes a device holding ``params`` parameters sends per step for gradients."""
-    z = s.par.zero
     grad = params * s.tparams.state.gradient_bytes
-    sent = s.mesh.collective_bytes(zero.gradient_collective(z), grad, zero.AXES)
-    return sent * s.m if zero.gradients_per_microbatch(z) else sent
+    sent = s.mesh.collective_bytes(zero.gradient_collective(s), grad, zero.AXES)
+    return sent * s.m if zero.gradients_per_microbatch(s) else sent

@@ -18,16 +18,20 @@ from __future__ import annotations
 import math
 
 from ....hardware import ring_latency
-from ...memory import StateBytes
+from ...memory import StateBytes, reduce_buffer_bytes
 from ..view import StepView
 from . import recompute
 
 __all__ = [
     "AXES",
     "model_state_bytes",
+    "state_bytes",
     "gradient_collective",
     "gradients_per_microbatch",
+    "shards_weights",
     "optimizer_params",
+    "updated_params",
+    "reduce_buffer",
     "gather_s",
     "reduce_scatter_s",
     "ring_latency_s",
@@ -59,21 +63,49 @@ def model_state_bytes(
     return weights, grads, opt
 
 
-def gradient_collective(zero: int) -> str:
+def state_bytes(s: StepView, params: float) -> tuple[float, float, float]:
+    """`model_state_bytes` of ``params`` parameters on a device of ``s`` (its weight
+    replicas, ZeRO stage and `StateBytes`)."""
+    par = s.par
+    return model_state_bytes(params, par.weight_replicas, par.zero, s.tparams.state)
+
+
+def gradient_collective(s: StepView) -> str:
     """The gradient reduction: all-reduce without ZeRO, reduce-scatter with it (each device
     updates its 1/dp shard)."""
-    return "all-reduce" if zero == 0 else "reduce-scatter"
+    return "all-reduce" if s.par.zero == 0 else "reduce-scatter"
 
 
-def gradients_per_microbatch(zero: int) -> bool:
+def gradients_per_microbatch(s: StepView) -> bool:
     """ZeRO 2/3 keep only a 1/dp shard of the gradients, so every microbatch's backward
     reduce-scatters its gradients (no accumulation in a full buffer)."""
-    return zero >= 2
+    return s.par.zero >= 2
+
+
+def shards_weights(s: StepView) -> bool:
+    """ZeRO-3 shards the weights: gathered before each forward and backward, the gradients
+    reduce-scattered layer by layer like them (`reduce_scatter_s`)."""
+    return s.par.zero >= 3
 
 
 def optimizer_params(params: float, dp: int, zero: int) -> float:
     """Parameters a device updates in the optimizer step (its shard with ZeRO >= 1)."""
     return params / (dp if zero >= 1 else 1)
+
+
+def updated_params(s: StepView, params: float) -> float:
+    """`optimizer_params` of a device of ``s`` holding ``params`` parameters."""
+    return optimizer_params(params, s.par.weight_replicas, s.par.zero)
+
+
+def reduce_buffer(s: StepView, unit_params: float) -> float:
+    """`memory.reduce_buffer_bytes` of a device of ``s`` whose largest reduce unit holds
+    ``unit_params`` parameters (``zero_reduce_bucket_params`` at most)."""
+    tp_, par = s.tparams, s.par
+    return reduce_buffer_bytes(
+        unit_params, tp_.zero_reduce_bucket_params, tp_.state.gradient_bytes, par.zero,
+        par.weight_replicas,
+    )  # fmt: skip
 
 
 def ring_latency_s(s: StepView) -> float:
