@@ -11,9 +11,10 @@ tensor-parallel collectives + recomputation, one microbatch) on pool ``i`` and `
 embedding/head on the first/last stage, stage ``g`` gets ``l_g`` layers minimising the
 slowest ``T_g = l_g t_i + e_g`` subject to ``l_g <= lmax_g`` (the most layers whose weights,
 optimizer states and in-flight activations fit the pool's memory on that stage, found with
-the step model's own `StepModel.device_memory`) and ``sum l_g = L``: the smallest ``T``
-with ``sum_g min(lmax_g, floor((T - e_g) / t_i)) >= L`` by bisection, then the surplus
-taken from the slowest stages. A pool twice as fast per layer gets about twice the layers.
+the step model's own `StepModel.device_memory`) and ``sum l_g = L``, then the least
+``sum_g T_g``: `pipeline.partition.split_layers`, the one exact splitter (``t_i``, ``e_g``
+and ``lmax_g`` read off the step model by `step_model.split`). A pool twice as fast per
+layer gets about twice the layers.
 
 The step is the closed-form 1F1B time (`pipeline_time`: ``sum T_g + (m - 1) max T_g``)
 plus the transfers and the slowest stage's tail (gradient reduction in its pool,
@@ -29,7 +30,6 @@ its PCIe copies (the gradient copy behind the stage's last backward).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from explorer.hardware.host import HostLink, host_link
@@ -40,16 +40,15 @@ from ..errors import OffloadError, ParallelConfigError
 from ..memory import MemoryBreakdown
 from ..offload import offloaded_memory, optimizer_offload_s
 from ..params import TrainingParams
-from ..pipeline.partition import StagePartition
+from ..pipeline.partition import StagePartition, split_layers
 from ..pipeline.schedule import build_schedule, peak_in_flight, pipeline_time
 from ..pipeline.timeline import Timeline, simulate_schedule
 from ..step_model.model import StepModel
+from ..step_model.split import layer_seconds, most_layers, stage_memory
 from ..step_model.terms import zero
 from .pools import Pool, cross_pool_link
 
 __all__ = ["PipelineArrangement", "evaluate_pipeline", "pipeline_timeline", "split_layers"]
-
-_BISECT_STEPS = 60  # halvings of the stage-time bracket: far below a nanosecond
 
 
 @dataclass(frozen=True)
@@ -89,69 +88,10 @@ class PipelineArrangement:
         return all(m.total <= c for m, c in zip(self.memory, self.caps, strict=True))
 
 
-def split_layers(
-    num_layers: int, per_layer_s: list[float], extra_s: list[float], most: list[int]
-) -> list[int] | None:
-    """Layers per stage minimising ``max_g l_g per_layer_s[g] + extra_s[g]`` with
-    ``1 <= l_g <= most[g]`` and ``sum l_g = num_layers``; None when ``sum most < L``.
-
-    >>> split_layers(9, [1.0, 2.0], [0.0, 0.0], [9, 9])
-    [6, 3]
-    """
-    S = len(per_layer_s)
-    if sum(most) < num_layers or min(most) < 1 or num_layers < S:
-        return None
-
-    def counts(T: float) -> list[int]:
-        return [
-            max(0, min(most[g], math.floor((T - extra_s[g]) / per_layer_s[g] * (1 + 1e-12))))
-            for g in range(S)
-        ]
-
-    lo = max(per_layer_s[g] + extra_s[g] for g in range(S))
-    hi = max(most[g] * per_layer_s[g] + extra_s[g] for g in range(S))
-    if sum(counts(lo)) < num_layers:
-        for _ in range(_BISECT_STEPS):
-            mid = (lo + hi) / 2
-            if sum(counts(mid)) >= num_layers:
-                hi = mid
-            else:
-                lo = mid
-        T = hi
-    else:
-        T = lo
-    ls = [max(1, x) for x in counts(T)]
-    while sum(ls) > num_layers:  # take the surplus from the slowest stages
-        g = max(
-            (g for g in range(S) if ls[g] > 1), key=lambda g: ls[g] * per_layer_s[g] + extra_s[g]
-        )
-        ls[g] -= 1
-    return ls
-
-
-def _bounds(layers: list[int], L: int) -> StagePartition:
-    bounds, at = [0], 1
-    for n in layers:
-        at += n
-        bounds.append(at)
-    bounds[-1] = L + 2
-    return StagePartition(tuple(bounds), L)
-
-
-def _probe(L: int, S: int, g: int, n: int) -> StagePartition:
-    """A split where stage ``g`` holds ``n`` layers (the others share the rest, >= 1 each)."""
-    rest = L - n
-    others = [1] * (S - 1)
-    if others:
-        others[-1] += rest - (S - 1)
-    layers = others[:g] + [n] + others[g:]
-    return _bounds(layers, L)
-
-
 def _memory(step: StepModel, part: StagePartition, g: int, flight: int, offload: bool):
     """Stage ``g``'s device memory; with ``offload`` its optimizer states (and their share of
     fragmentation) are in host memory (`offload.offloaded_memory`)."""
-    mem = step.device_memory(part, g, None, step.stage_act(part, g, None) * flight)
+    mem = stage_memory(step, part, g, flight)
     return offloaded_memory(mem, "optimizer", step.tparams) if offload else mem
 
 
@@ -170,43 +110,10 @@ def _tail(step: StepModel, part: StagePartition, g: int, offload: bool, link: Ho
 
 
 def _most_layers(step: StepModel, L: int, S: int, g: int, flight: int, offload: bool) -> int:
-    """The most layers stage ``g`` holds within the device's memory cap (0: not even one)."""
-
-    def need(n: int) -> float:
-        return _memory(step, _probe(L, S, g, n), g, flight, offload).total
-
-    hi = L - (S - 1)
-    cap = step.cap
-    first = need(1)
-    if first > cap:
-        return 0
-    if hi == 1:
-        return 1
-    # memory is close to affine in the layers held: start at the affine guess, then walk to
-    # the exact boundary (two or three evaluations instead of a bisection's log2 L)
-    slope = need(2) - first
-    n = hi if slope <= 0 else max(1, min(hi, 1 + math.floor((cap - first) / slope)))
-    while n > 1 and need(n) > cap:
-        n -= 1
-    while n < hi and need(n + 1) <= cap:
-        n += 1
-    return n
-
-
-def _stage_time(step: StepModel, part: StagePartition, g: int) -> float:
-    f, b = step.stage_segments(part, g, None)
-    return sum(x for _, x in f) + sum(x for _, x in b)
-
-
-def _layer_s(step: StepModel) -> tuple[float, float, float]:
-    """(one layer, the embedding, the head): seconds of one microbatch's forward and
-    backward (tensor-parallel collectives and recomputation included), read off the step
-    model as differences of probe stages (needs ``L > S``)."""
-    L, S = step.cfg.num_layers, step.par.pp
-    one = _stage_time(step, _probe(L, S, 0, 1), 0)
-    layer = _stage_time(step, _probe(L, S, 0, 2), 0) - one
-    head = _stage_time(step, _probe(L, S, S - 1, 1), S - 1) - layer
-    return layer, one - layer, head
+    """`most_layers` of stage ``g``, its optimizer states in host memory with ``offload``."""
+    if not offload:
+        return most_layers(step, L, S, g, flight)
+    return most_layers(step, L, S, g, flight, lambda *a: _memory(*a, offload=True))
 
 
 def evaluate_pipeline(
@@ -244,7 +151,7 @@ def evaluate_pipeline(
             pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m, offload
         )
     per_layer, extra, most = [], [], []
-    times = {id(s): _layer_s(s) for s in steps}
+    times = {id(s): layer_seconds(s) for s in steps}
     for g, s in enumerate(stage_step):
         layer, emb, head = times[id(s)]
         per_layer.append(layer)
@@ -260,8 +167,7 @@ def evaluate_pipeline(
 
 def _finish(pools, order, dp, tps, pps, steps, stage_step, stage_pool, flight, layers, m, offload):
     """The arrangement of a chosen split: stage times, tails, memory, the closed-form step."""
-    L = steps[0].cfg.num_layers
-    part = _bounds(layers, L)
+    part = StagePartition.from_layers(layers)
     links = _host_links(pools) if offload else {}
     if links is None:
         return None

@@ -1,7 +1,21 @@
 """Split the model's parts (embedding, layers, head) into contiguous pipeline stages.
 
-`partition_layers` is a dynamic programme over the parts' times: it minimises the slowest
-stage subject to each stage's memory cap (``static + in_flight * activations <= cap``).
+Every way of cutting layers into stages is `partition_layers`, a dynamic programme over the
+parts' times (the same on every stage, or per stage: stages on different pools or on a slow
+node) with a fixed time per stage and each stage's memory cap (``static + in_flight *
+activations <= cap``). It minimises the slowest stage, then, among splits as slow, the sum
+of the stage times (the other term of the 1F1B step ``sum_g T_g + (m - 1) max_g T_g``,
+`pipeline_time`), then the slowest stage before each cut. `split_layers` is its form with
+one time per layer per stage and a most-layers cap per stage (the pools' and the
+straggler's split).
+
+Tie-break. With one time per part on every stage the sum is the same for every split, so
+the split is the one whose earlier stages are lightest: 1F1B's stage ``g`` keeps ``p - g``
+microbatches in flight, so the work goes where the fewest activations wait. The embedding
+and head are parts with their own time, so the bottleneck alone already leaves the first
+and last stages fewer layers when they are slow, Megatron-Core's convention for uneven
+splits (``--account-for-embedding/loss-in-pipeline-split``, `export.megatron_split`);
+within a tie the later stages take more, the last included.
 """
 
 from __future__ import annotations
@@ -13,7 +27,13 @@ import numpy as np
 
 from ..errors import PartitionError
 
-__all__ = ["StagePartition", "PartitionError", "partition_layers", "uniform_partition"]
+__all__ = [
+    "StagePartition", "PartitionError", "partition_layers", "split_layers", "uniform_partition",
+]  # fmt: skip
+
+# Two sums of stage times closer than this (relative) are one sum: the sums of one set of
+# part times over different splits differ by rounding alone.
+_SAME_SUM = 1e-9
 
 
 @dataclass(frozen=True)
@@ -28,6 +48,21 @@ class StagePartition:
     bounds: tuple[int, ...]
     num_layers: int
     shapes: tuple[tuple[int, bool, bool], ...] = field(init=False, repr=False, compare=False)
+
+    @classmethod
+    def from_layers(cls, layers: Sequence[int]) -> StagePartition:
+        """The split with ``layers[g]`` layers on stage ``g`` (embedding first, head last).
+
+        >>> print(StagePartition.from_layers([3, 4, 1]))
+        embed+3 | 4 | 1+head
+        """
+        bounds, at = [0], 1
+        for n in layers:
+            at += n
+            bounds.append(at)
+        num_layers = sum(layers)
+        bounds[-1] = num_layers + 2
+        return cls(tuple(bounds), num_layers)
 
     def __post_init__(self) -> None:
         end = self.num_layers + 2
@@ -93,18 +128,22 @@ def uniform_partition(num_layers: int, stages: int) -> StagePartition:
 
 
 def partition_layers(
-    times: Sequence[float], static_bytes: Sequence[float], activation_bytes: Sequence[float],
-    in_flight: Sequence[float], caps: Sequence[float], end_stages_alone: bool = False,
+    times: Sequence[float] | Sequence[Sequence[float]], static_bytes: Sequence[float],
+    activation_bytes: Sequence[float], in_flight: Sequence[float], caps: Sequence[float],
+    end_stages_alone: bool = False, extra_s: Sequence[float] | None = None,
 ) -> StagePartition:  # fmt: skip
-    """The contiguous split of the parts minimising the slowest stage's time.
+    """The contiguous split of the parts minimising the slowest stage's time, then the sum
+    of the stage times (module docstring: the tie-break).
 
     Args:
         times: seconds per part (forward + backward of one microbatch), in model order
-            ``[embed, layers..., head]``.
+            ``[embed, layers..., head]``; or one such list per stage (the part's time on
+            the devices of that stage).
         static_bytes: per part, memory that does not depend on microbatches in flight.
         activation_bytes: per part, activation memory per microbatch in flight.
         in_flight: per stage, microbatches in flight at its peak (from the schedule).
         caps: per stage, the bytes it may use.
+        extra_s: per stage, seconds it spends whatever parts it holds (default none).
 
     Every stage gets at least one layer; with ``end_stages_alone`` the first stage may
     hold the embedding alone and the last the head alone (Llama 3's interleaved layout,
@@ -114,9 +153,20 @@ def partition_layers(
     >>> p = partition_layers([1, 4, 4, 4, 4, 3], [0] * 6, [0] * 6, [1, 1], [1, 1])
     >>> print(p)
     embed+2 | 2+head
+
+    Per stage, a second stage twice as fast per layer takes twice the layers:
+
+    >>> print(partition_layers([[0, 2, 2, 2, 2, 2, 2, 0], [0, 1, 1, 1, 1, 1, 1, 0]],
+    ...                        [0] * 8, [0] * 8, [1, 1], [1, 1]))
+    embed+2 | 4+head
     """
-    n = len(times)
     stages = len(caps)
+    per_stage = np.asarray(times, dtype=float)
+    alike = per_stage.ndim == 1 and extra_s is None  # every split has the same sum
+    if per_stage.ndim == 1:
+        per_stage = np.broadcast_to(per_stage, (stages, per_stage.size))
+    n = per_stage.shape[1]
+    extra = np.zeros(stages) if extra_s is None else np.asarray(extra_s, dtype=float)
     layers = n - 2
     most = layers + 2 if end_stages_alone else layers
     if stages > most:
@@ -124,7 +174,7 @@ def partition_layers(
             f"{stages} pipeline stages for {layers} layers leaves a stage without layers; "
             f"use pp * virtual_stages <= {most}"
         )
-    T = np.concatenate([[0.0], np.cumsum(times)])
+    T = np.concatenate([np.zeros((stages, 1)), np.cumsum(per_stage, axis=1)], axis=1)
     M = np.concatenate([[0.0], np.cumsum(static_bytes)])
     A = np.concatenate([[0.0], np.cumsum(activation_bytes)])
     idx = np.arange(n + 1)
@@ -133,16 +183,24 @@ def partition_layers(
     ok = J > I
     if not end_stages_alone:
         ok &= ~((I == 0) & (J == 1)) & ~((I == n - 1) & (J == n))
-    seg_t = T[J] - T[I]
     seg_m = M[J] - M[I]
     seg_a = A[J] - A[I]
+
+    # pass 1: the smallest slowest stage
     best = np.full(n + 1, np.inf)
     best[0] = 0.0
     choice = np.zeros((stages + 1, n + 1), dtype=np.int64)
     worst_excess = np.inf
+    kept = []  # per stage: (its seconds for every [i, j), where it fits), for pass 2
+    shared = T[0][J] - T[0][I] if alike else None  # one set of part times: every stage's
     for k in range(1, stages + 1):
         need = seg_m + in_flight[k - 1] * seg_a
         feasible = ok & (need <= caps[k - 1])
+        if alike:
+            seg_t = shared
+        else:
+            seg_t = T[k - 1][J] - T[k - 1][I] + extra[k - 1]
+            kept.append((seg_t, feasible))
         cand = np.maximum(best[:, None], seg_t)
         cand = np.where(feasible, cand, np.inf)
         if not np.isfinite(cand).any():
@@ -152,13 +210,62 @@ def partition_layers(
         choice[k] = cand.argmin(axis=0)
         best = cand.min(axis=0)
     if not np.isfinite(best[n]) or np.isfinite(worst_excess):
-        extra = f" (stage {k - 1} is over by at least {worst_excess / 2**30:.2f} GiB)"
+        extra_msg = f" (stage {k - 1} is over by at least {worst_excess / 2**30:.2f} GiB)"
         raise PartitionError(
             f"no split of {layers} layers into {stages} stages fits the memory caps"
-            f"{extra if np.isfinite(worst_excess) else ''}; use more pipeline stages, "
+            f"{extra_msg if np.isfinite(worst_excess) else ''}; use more pipeline stages, "
             "recomputation, a higher ZeRO stage or a smaller microbatch"
         )
+    if not alike:
+        choice = _least_sum(kept, best[n], n)
     bounds = [n]
     for k in range(stages, 0, -1):
         bounds.append(int(choice[k][bounds[-1]]))
     return StagePartition(tuple(reversed(bounds)), layers)
+
+
+def _least_sum(kept, bottleneck: float, n: int) -> np.ndarray:
+    """Pass 2 of `partition_layers`: with every stage at most ``bottleneck``, the least sum
+    of stage times, then the least slowest stage before the cut, then the earliest cut (the
+    order pass 1 breaks its ties in). Lexicographic (sum, max) is monotone under adding a
+    stage, so the programme is exact."""
+    bound = bottleneck + _SAME_SUM * abs(bottleneck)
+    total = np.full(n + 1, np.inf)
+    total[0] = 0.0
+    slowest = total.copy()
+    choice = np.zeros((len(kept) + 1, n + 1), dtype=np.int64)
+    cols = np.arange(n + 1)
+    for k, (t, fits) in enumerate(kept, start=1):
+        feasible = fits & (t <= bound)
+        s = np.where(feasible, total[:, None] + t, np.inf)
+        least = s.min(axis=0)
+        near = feasible & (s <= least + _SAME_SUM * np.abs(least))
+        m = np.where(near, np.maximum(slowest[:, None], t), np.inf)
+        choice[k] = m.argmin(axis=0)
+        total = s[choice[k], cols]
+        slowest = m.min(axis=0)
+    return choice
+
+
+def split_layers(
+    num_layers: int, per_layer_s: Sequence[float], extra_s: Sequence[float],
+    most: Sequence[int],
+) -> list[int] | None:  # fmt: skip
+    """Layers per stage minimising ``max_g l_g per_layer_s[g] + extra_s[g]``, then the sum
+    (`partition_layers`), with ``1 <= l_g <= most[g]`` and ``sum l_g = num_layers``; None
+    when no such split exists. The pools' split (stage ``g``'s pool prices its layers) and
+    the straggler's (the slow node's stages price them slower).
+
+    >>> split_layers(9, [1.0, 2.0], [0.0, 0.0], [9, 9])
+    [6, 3]
+    """
+    S = len(per_layer_s)
+    if sum(most) < num_layers or min(most) < 1 or num_layers < S:
+        return None
+    times = [[0.0] + [t] * num_layers + [0.0] for t in per_layer_s]
+    held = [0] + [1] * num_layers + [0]  # a stage's "bytes": the layers it holds
+    try:
+        part = partition_layers(times, held, [0] * len(held), [1] * S, most, extra_s=extra_s)
+    except PartitionError:
+        return None
+    return list(part.layer_counts())

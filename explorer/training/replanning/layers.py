@@ -1,11 +1,12 @@
 """A straggler rebalanced by layers: fewer layers on the pipeline stages its node holds.
 
 When the slow node holds some (not all) pipeline stages, moving layers off those stages to
-the others shortens the slowest stage. The split is `hetero_pipeline.split_layers`' (the
+the others shortens the slowest stage. The split is `pipeline.partition.split_layers`' (the
 one that sizes stages to each pool's speed): stage ``g`` takes ``l_g`` layers minimising the
-slowest ``T_g = (l_g t + e_g) / s_g`` (``t`` one layer's forward + backward, ``e_g`` the
-embedding/head on the first/last stage, ``s_g`` the stage's speed: the straggler's on its
-stages, 1 elsewhere), with ``l_g`` at most the layers stage ``g`` can hold in memory.
+slowest ``T_g = (l_g t + e_g) / s_g``, then ``sum_g T_g`` (``t`` one layer's forward +
+backward, ``e_g`` the embedding/head on the first/last stage, ``s_g`` the stage's speed: the
+straggler's on its stages, 1 elsewhere), with ``l_g`` at most the layers stage ``g`` can
+hold in memory (``t``, ``e_g`` and that most: `step_model.split`).
 
 The step is the old plan's under the event (`replan._slowed_step`: its compute seconds
 divided by the speed) with the compute scaled by ``F(new) / F(old)``, ``F = sum_g T_g +
@@ -18,10 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hetero.pipeline import _bounds, _layer_s, _most_layers, split_layers
-from ..pipeline.partition import StagePartition
+from ..pipeline.partition import StagePartition, split_layers
 from ..pipeline.schedule import peak_in_flight, pipeline_time
 from ..step_model.model import StepModel
+from ..step_model.split import layer_seconds, most_layers
 
 __all__ = ["LayerSplit", "rebalance_layers"]
 
@@ -51,13 +52,13 @@ def rebalance_layers(step: StepModel, partition: StagePartition, slow: frozenset
         return "every pipeline stage has a device on the slow node"
     if L <= S:
         return "one layer per stage: none to move"
-    layer, emb, head = _layer_s(step)
+    layer, emb, head = layer_seconds(step)
     speeds = [speed if g in slow else 1.0 for g in range(S)]
     extra = [(emb if g == 0 else 0.0) + (head if g == S - 1 else 0.0) for g in range(S)]
     per = [layer / speeds[g] for g in range(S)]
     ext = [extra[g] / speeds[g] for g in range(S)]
     flight = [peak_in_flight(c.schedule, S, step.m, g) for g in range(S)]
-    most = [_most_layers(step, L, S, g, flight[g], False) for g in range(S)]
+    most = [most_layers(step, L, S, g, flight[g]) for g in range(S)]
     old = list(partition.layer_counts())
     new = split_layers(L, per, ext, [max(m, o) for m, o in zip(most, old, strict=True)])
     if new is None:
@@ -70,4 +71,4 @@ def rebalance_layers(step: StepModel, partition: StagePartition, slow: frozenset
     if after >= before:
         new = old
     ratio = min(1.0, after / before)
-    return LayerSplit(_bounds(new, L), ratio, tuple(old), tuple(new))
+    return LayerSplit(StagePartition.from_layers(new), ratio, tuple(old), tuple(new))
