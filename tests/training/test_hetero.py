@@ -14,8 +14,8 @@ import explorer as ex
 from explorer.hardware import load
 from explorer.training import PoolError, TrainingParams
 from explorer.training.hetero.data import batch_shares, cross_pool_allreduce_s
-from explorer.training.hetero.pipeline import split_layers
 from explorer.training.hetero.pools import CrossPoolLink, check_pools, cross_pool_link
+from explorer.training.pipeline.partition import split_layers
 
 
 def _twice_as_fast(name: str = "a100-80g"):

@@ -48,7 +48,7 @@ from ..step_model.split import layer_seconds, most_layers, stage_memory
 from ..step_model.terms import zero
 from .pools import Pool, cross_pool_link
 
-__all__ = ["PipelineArrangement", "evaluate_pipeline", "pipeline_timeline", "split_layers"]
+__all__ = ["PipelineArrangement", "evaluate_pipeline", "pipeline_timeline"]
 
 
 @dataclass(frozen=True)
