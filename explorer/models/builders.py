@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..checks import is_int
 from ..ir import DType, Graph, GraphBuilder
 from . import config_layers
 from .config import ModelConfig, ModelConfigError
@@ -25,9 +26,9 @@ def build(cfg: ModelConfig, batch: int = 1, seq: int | None = None) -> Graph:
         raise ModelConfigError(
             f"build expects a ModelConfig (from explorer.models.load), got {type(cfg).__name__}"
         )
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch <= 0:
+    if not is_int(batch, minimum=1):
         raise ModelConfigError(f"batch={batch!r}; expected an int > 0")
-    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or seq <= 0):
+    if seq is not None and not is_int(seq, minimum=1):
         raise ModelConfigError(f"seq={seq!r}; expected an int > 0 (or None for the default)")
     if cfg.arch == "mlp":
         return _build_mlp(cfg, batch, seq)

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
+from ..checks import is_int
 from ..ir import DType, Graph, GraphBuilder
 from ..ir.ops_moe import moe_capacity
 from .config import ModelConfigError
@@ -206,7 +207,7 @@ def moe_spec_of(m: Any, capacity_factor: float | None = None) -> MoESpec:
     if cls not in MOE_CLASSES:
         raise ModelConfigError(f"no MoE leaf for {cls}; handled: {', '.join(MOE_CLASSES)}")
     gate = m.gate
-    if not isinstance(gate.top_k, int) or isinstance(gate.top_k, bool) or gate.top_k < 1:
+    if not is_int(gate.top_k, minimum=1):
         raise ModelConfigError(
             f"{cls} picks top_k={gate.top_k!r} experts per token: the config's "
             "num_experts_per_tok must be a positive integer (transformers' default "
@@ -354,7 +355,7 @@ def build_deepseek(spec: DeepSeekSpec, batch: int = 1, seq: int = 128,
     ``[batch, seq, qk_rope_head_dim]``.
     """
     for name, val in (("batch", batch), ("seq", seq)):
-        if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
+        if not is_int(val, minimum=1):
             raise ModelConfigError(f"{name}={val!r}; expected an int > 0")
     b = GraphBuilder("deepseek", dtype=DType.parse(dtype))
     e = BuilderEmitter(b)
