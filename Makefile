@@ -6,10 +6,10 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Test processes (pytest-xdist). The browser tests stay together on one of them
-# (tests/conftest.py groups them), so a module keeps one JupyterLab and one Chromium.
+# Test processes (pytest-xdist). A file runs in order on one of them, and the browser tests
+# all on one (tests/conftest.py: pytest_xdist_make_scheduler), one Chromium at a time.
 WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist loadgroup
+PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: explore test test-fast bench clean
 

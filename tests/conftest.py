@@ -2,8 +2,8 @@
 
 - ``browser``: ``tests/browser/`` (JupyterLab + Chromium, and ``make explore``'s launch);
 - ``notebook``: ``tests/test_notebooks.py`` (each notebook run top to bottom by nbclient);
-- ``slow``: the files under ``TIERS["slow"]`` below (each takes tens of seconds: real engines, whole-zoo
-  sweeps), named here with the reason.
+- ``slow``: the files under ``TIERS["slow"]`` below (tens of seconds each: real engines,
+  whole-zoo sweeps), each with its measured time.
 
 ``make test`` runs every tier; ``make test-fast`` (the inner loop) runs
 ``-m "not browser and not notebook and not slow"``. Add a file there rather than marking
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 from hypothesis import settings
 
 ROOT = Path(__file__).parents[1]
@@ -28,28 +27,73 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "explorer"))
 TIERS: dict[str, tuple[str, ...]] = {
     "browser": ("tests/browser/",),
     "notebook": ("tests/test_notebooks.py",),
-    "slow": (),
+    # Measured with -n 2 on a loaded 2-core machine (seconds of test time per file): real
+    # torch / transformers models traced at full or tiny size, JAX and torchrun in
+    # subprocesses, numba compiling kernels, fuzzing sweeps and the tiled-optimum search.
+    "slow": (
+        "tests/models/test_hf_architectures.py",  # 490 s, 67 tests: every architecture
+        "tests/models/test_spmd_architectures_a.py",  # 96 s
+        "tests/models/test_spmd_architectures_b.py",  # 166 s
+        "tests/models/test_data_path_ops.py",  # 63 s
+        "tests/models/test_traced_vs_built.py",  # 49 s
+        "tests/models/test_repeat_layers.py",  # 38 s
+        "tests/models/test_mask_index_ops.py",  # 28 s
+        "tests/models/test_repeat_ops.py",  # 27 s
+        "tests/models/test_published_sizes.py",  # 18 s
+        "tests/models/test_from_torch.py",  # 18 s
+        "tests/sharding/test_traced_moe_mla.py",  # 19 s
+        "tests/export/test_jax.py",  # 142 s: 8 forced host devices in a subprocess
+        "tests/export/test_dtensor.py",  # 102 s: torchrun
+        "tests/export/test_torch_model_agrees.py",  # ~8 GB of memory
+        "tests/compiler/test_codegen.py",  # 82 s: numba
+        "tests/compiler/test_codegen_background.py",  # 34 s: numba
+        "tests/search/test_repeats.py",  # 85 s
+        "tests/fuzz/",  # 115 s
+    ),
 }
 
 
 def tier_of(path: Path) -> tuple[str, ...]:
-    """The tiers a test file belongs to, from its path."""
+    """The tiers a test file or folder belongs to, from its path."""
     try:
         rel = path.resolve().relative_to(ROOT).as_posix()
     except ValueError:  # outside the repository (pytester's inner sessions)
         return ()
+    if path.is_dir():
+        rel += "/"
     return tuple(tier for tier, prefixes in TIERS.items() if rel.startswith(prefixes))
 
 
+def _deselected(config, tiers: tuple[str, ...]) -> bool:
+    """True when ``-m`` names tiers only (``not browser and not slow``) and deselects a file of
+    these tiers: then the file need not even be imported (torch, jax, transformers, ...)."""
+    expr = config.option.markexpr
+    if not expr or not tiers:
+        return False
+    words = set(expr.replace("(", " ").replace(")", " ").split()) - {"and", "or", "not"}
+    if not words or not words <= set(TIERS):
+        return False
+    try:  # pytest's own -m parser; private, so any surprise keeps the file
+        from _pytest.mark.expression import Expression
+
+        return not Expression.compile(expr).evaluate(lambda name, **_kw: name in tiers)
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def pytest_ignore_collect(collection_path: Path, config):
-    """Conftests hold fixtures, not doctests. ``--doctest-modules`` would import each of them as
-    a module named ``conftest``, which clashes with the one imported for another folder."""
+    # Conftests hold fixtures, not doctests. ``--doctest-modules`` would import each of them as
+    # a module named ``conftest``, which clashes with the one imported for another folder.
     if collection_path.name == "conftest.py":
+        return True
+    # `make test-fast`: the files of a deselected tier are not collected at all.
+    if _deselected(config, tier_of(collection_path)):
         return True
     return None
 
 
 def pytest_collection_modifyitems(config, items):
+    """Mark each test with its file's tiers."""
     cache: dict[Path, tuple[str, ...]] = {}
     for item in items:
         path = Path(item.path)
@@ -57,5 +101,21 @@ def pytest_collection_modifyitems(config, items):
             cache[path] = tier_of(path)
         for tier in cache[path]:
             item.add_marker(tier)
-            if tier == "browser":  # one worker runs a browser module: one lab, one Chromium
-                item.add_marker(pytest.mark.xdist_group("browser"))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``make test`` runs ``-n 2 --dist loadfile``: a file's tests run in order on one worker, as
+    without xdist (module fixtures built once; tests that build on the state an earlier test
+    left keep it). Here the whole ``tests/browser/`` folder counts as one file, so two
+    Chromiums never share the two cores. (xdist's ``loadgroup`` does not group under pytest 9:
+    it renames ``item._nodeid``, which pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrBrowserScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/browser/" if path.startswith("tests/browser/") else path
+
+    return FileOrBrowserScheduling(config, log)
