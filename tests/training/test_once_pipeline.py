@@ -1,4 +1,4 @@
-"""Pipeline and planning knowledge written once (issue 23, item 2): each merged formula's
+"""Pipeline and planning knowledge written once, so that two copies cannot drift: each merged formula's
 numbers, captured as literals before the copies were merged, so the one definition keeps
 them.
 

@@ -1,4 +1,4 @@
-"""Every way of cutting layers into pipeline stages is one splitter (issue 23, item 2):
+"""Every way of cutting layers into pipeline stages is one splitter, so that two cannot disagree:
 `explorer.training.pipeline.partition.partition_layers`, a dynamic programme over part
 times that may differ per stage, with a fixed time and a memory (or layer-count) cap per
 stage. It minimises the slowest stage, then the sum of the stage times, then the slowest
