@@ -1,6 +1,7 @@
 """The step model's formulas written once, so that two copies cannot drift: exposed
-communication, the device optimizer step, the device memory with optimizer states on the host, the causal attention the ring context-parallel exchange
-hides behind. Each merge keeps the numbers below, captured before it, to 1e-12."""
+communication, the device optimizer step, the device memory with optimizer states on the
+host, the causal attention the ring context-parallel exchange hides behind. Each merge keeps
+the numbers below, captured before it, to 1e-12."""
 
 from __future__ import annotations
 
