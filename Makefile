@@ -6,11 +6,11 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# make test runs pytest in one process: on this 2-core, 24 GiB machine two xdist workers made
-# the whole suite slower (19 min 46 s against about 13 min serial: torch, transformers and JAX
-# loaded twice beside JupyterLab, its kernels and Chromium left the machine reclaiming memory)
-# and the browser tests flaky (anywidget models failing to start under the load). The inner
-# loop has none of those and runs on WORKERS processes (pytest-xdist), a file per process.
+# make test runs pytest in one process: on a clean clone of this 2-core, 24 GiB machine two
+# xdist workers took 19 min 46 s of pytest but a browser test failed under the load (anywidget
+# models failing to start beside torch, JAX and transformers on the other worker); one process
+# took 29 min 29 s, green. The inner loop has no browser and runs on WORKERS processes
+# (pytest-xdist), a file per process.
 WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 PYTEST_FAST := $(PYTEST) -n $(WORKERS) --dist loadfile
