@@ -4,23 +4,15 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from .interpreter import Walkable
 from .node import Node
 
 __all__ = ["format_graph", "format_node", "format_flops", "format_bytes", "Printable"]
 
 
-class Printable(Protocol):
-    """What the text form reads of a graph. ``Graph`` is one, and stands above this module
-    (``str(graph)`` prints itself)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def nodes(self) -> tuple[Node, ...]: ...
-
-    @property
-    def outputs(self) -> tuple[str, ...]: ...
+class Printable(Walkable, Protocol):
+    """What the text form reads of a graph: what the walk reads, and a node by name. ``Graph``
+    is one, and stands above this module (``str(graph)`` prints itself)."""
 
     def node(self, name: str) -> Node: ...
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.hardware import load
@@ -199,34 +196,6 @@ def test_one_pool_is_a_homogeneous_1f1b_search():
 def test_plan_training_pools_refuses_devices():
     with pytest.raises(ex.training.TrainingPlanError, match="leave devices and hardware out"):
         ex.plan_training("gpt2", devices=8, pools=[ex.Pool("a100-80g", 8)], global_batch=8)
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.integers(2, 4).flatmap(
-        lambda S: st.tuples(
-            st.integers(S, 12),
-            st.lists(st.floats(0.1, 5.0), min_size=S, max_size=S),
-            st.lists(st.floats(0.0, 3.0), min_size=S, max_size=S),
-            st.lists(st.integers(1, 12), min_size=S, max_size=S),
-        )
-    )
-)
-def test_split_layers_is_optimal(case):
-    """The bisection's split equals the best of every split (brute force, small cases)."""
-    L, per, extra, most = case
-    got = split_layers(L, per, extra, most)
-    best = None
-    for ls in itertools.product(*(range(1, m + 1) for m in most)):
-        if sum(ls) == L:
-            t = max(n * p + e for n, p, e in zip(ls, per, extra, strict=True))
-            best = t if best is None else min(best, t)
-    if best is None:
-        assert got is None
-        return
-    assert sum(got) == L and all(1 <= n <= m for n, m in zip(got, most, strict=True))
-    t = max(n * p + e for n, p, e in zip(got, per, extra, strict=True))
-    assert t == pytest.approx(best, rel=1e-9)
 
 
 def test_pipeline_across_pools_offloads_the_optimizer_when_asked():
