@@ -42,12 +42,17 @@ CATALOG = (
     "a100-80g",
     "ascend-910",
     "ascend-910b",
+    "ascend-910c",
+    "b200",
     "dgx-a100-superpod",
     "dgx-h100-2dc",
     "dgx-h100-superpod",
+    "gb200-nvl72",
     "h100-sxm",
     "h200",
+    "mi300x",
     "tpu-v4",
+    "tpu-v5p",
     "v100-32g",
 )
 
@@ -445,9 +450,18 @@ def test_link_overrides() -> None:
         Mesh({"dp": 2, "tp": 8}, hardware="a100-80g", links={"dp": "nvlink"})
 
 
-def test_mesh_too_big_for_cluster() -> None:
-    with pytest.raises(MeshError, match=r"has 64 devices but toy holds at most 32 .*shrink"):
-        Mesh({"dp": 8, "tp": 8}, hardware=toy_cluster(chips_per_node=8, max_nodes=4))
+def test_mesh_larger_than_its_cluster_extends_it() -> None:
+    """A profile's size is not a ceiling: the mesh's cluster grows (Cluster.extended), and
+    says so; a cluster with no link between nodes cannot grow and the mesh is refused."""
+    mesh = Mesh({"dp": 8, "tp": 8}, hardware=toy_cluster(chips_per_node=8, max_nodes=4))
+    assert (mesh.hardware.max_nodes, mesh.hardware.extended_from) == (8, 4)
+    assert str(mesh).endswith("on toy (extended from 4 to 8 nodes over its outermost level "
+                              "'inter-node')")  # fmt: skip
+    node = toy_cluster(chips_per_node=8, max_nodes=1)
+    one_level = dataclasses.replace(node, link_levels=node.levels)  # the node level alone
+    with pytest.raises(MeshError, match=r"has 64 devices but toy holds at most 8 .*cannot be "
+                                        r"extended.*shrink"):  # fmt: skip
+        Mesh({"dp": 8, "tp": 8}, hardware=one_level)
 
 
 @pytest.mark.parametrize(

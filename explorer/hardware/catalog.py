@@ -45,6 +45,15 @@ grouping ``chips_per_node`` chips and the one above it) or given, and must then 
 Every level names its ``source``; a figure that is not in the cited document says
 "assumption" there.
 
+``chips_per_node`` is a host's chips (what one OS image drives, what a failure removes); a
+fast domain larger than a node is a level above it like any other (``gb200-nvl72.json``:
+compute trays of 4 GPUs in a 72-GPU NVLink rack). ``max_nodes`` is the size of the system
+the profile describes (a reference architecture, a pod), not a ceiling on a job: a job on
+more chips gets the profile `Cluster.extended`, its outermost level repeated. A profile
+whose outermost level is a bounded domain (an NVLink rack, a TPU pod, a supernode) therefore
+lists the network that joins such domains as a level of its own (``tpu-v5p.json``: two pods
+over the data-center network), so that this network is the level that repeats.
+
 Memory capacity is usually given in GiB because vendors' "80GB" parts hold 80 GiB
 (nvidia-smi reports 81920 MiB for an A100 80GB); bandwidths are decimal GB/s as on spec sheets.
 """

@@ -3,13 +3,14 @@ leaf switch, spine, ...); the two-level intra-/inter-node profile is the default
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from explorer.checks import nonnegative_number, positive_int, positive_number
+from explorer.checks import is_int, nonnegative_number, positive_int, positive_number
 from explorer.hardware.chip import Chip
 from explorer.hardware.errors import HardwareError
 from explorer.hardware.levels import AxisLink, Level, axis_link, check_levels
@@ -36,7 +37,8 @@ class Cluster:
         inter_node_bandwidth_bytes_per_s: per-chip unidirectional inter-node bandwidth
             (node NIC bandwidth divided by chips_per_node).
         inter_node_latency_s: per-step latency (alpha) of an inter-node transfer.
-        max_nodes: the most nodes a plan may use.
+        max_nodes: the nodes the profile describes (a reference architecture's size, a
+            pod). Not a ceiling on a job: `extended` grows the cluster for a larger one.
         source: where the numbers come from (spec sheets, papers).
         link_levels: the cluster's `Level` stack, innermost first, when it has more than the
             two default levels (a spine, an oversubscription ratio, NICs shared by chips).
@@ -46,6 +48,8 @@ class Cluster:
             levels must agree with the intra/inter fields: ``intra_node_*`` are the figures
             of the level grouping ``chips_per_node`` chips, ``inter_node_*`` those of the
             level above it.
+        extended_from: the profile's own ``max_nodes`` when this cluster is that profile
+            grown by `extended` for a larger job, else None.
 
     `levels` is the resolved stack (given or derived); `axis_bandwidth` prices a mesh axis
     on it (slowest level crossed, links shared by concurrent rings).
@@ -65,6 +69,7 @@ class Cluster:
     max_nodes: int
     source: str = ""
     link_levels: tuple[Level, ...] = ()
+    extended_from: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -83,6 +88,9 @@ class Cluster:
                 f"Cluster {self.name!r}: link_levels={self.link_levels!r} is not a tuple of "
                 "Level; give a tuple, innermost level first, or () for the two-level default"
             )
+        if self.extended_from is not None:
+            positive_int(self.extended_from, f"Cluster {self.name!r}: extended_from",
+                         error=HardwareError)  # fmt: skip
         given = tuple(self.link_levels)
         object.__setattr__(self, "link_levels", given)
         levels = check_levels(self.levels, self.name, self.capacity)
@@ -106,6 +114,56 @@ class Cluster:
     def capacity(self) -> int:
         """Total chips: ``chips_per_node * max_nodes``."""
         return self.chips_per_node * self.max_nodes
+
+    @property
+    def extension(self) -> str:
+        """How this cluster grew past its profile (`extended`), or ``""`` when it did not.
+
+        >>> from explorer.hardware import load
+        >>> load("h100-sxm").extended(16384).extension
+        "extended from 1024 to 2048 nodes over its outermost level 'inter-node'"
+        """
+        if self.extended_from is None:
+            return ""
+        return (
+            f"extended from {self.extended_from} to {self.max_nodes} nodes over its "
+            f"outermost level {self.levels[-1].name!r}"
+        )
+
+    def extended(self, devices: int) -> Cluster:
+        """This cluster when it holds ``devices`` chips; else the same profile grown to
+        ``ceil(devices / chips_per_node)`` nodes.
+
+        A profile describes a building block (a reference architecture, a pod), not the
+        largest job on it: Llama 3 405B trained on 16,384 H100s, twice the ``h100-sxm``
+        profile. The outermost level repeats: the nodes beyond ``max_nodes`` join over its
+        links, with the same per-chip bandwidth, latency, rails and oversubscription (an
+        assumption written into `source` and the level's source), and its groups grow to
+        hold them all (a whole multiple of the level below). The result says so:
+        `extended_from` and `extension`, and ``str()``. `plan_training`, `simulate`,
+        `Mesh` and `Pool` call it, so a job is never refused for its size alone.
+
+        A profile whose outermost level is a bounded domain (an NVLink domain, a TPU pod,
+        a supernode) lists the network that joins such domains as a level of its own, so
+        that this is the level that repeats.
+
+        Raises:
+            HardwareError: ``devices`` is not an int >= 1, or the cluster has no level
+                between nodes to repeat (its outermost level is a node).
+
+        >>> from explorer.hardware import load
+        >>> big = load("dgx-h100-superpod").extended(4096)
+        >>> big.max_nodes, [(lv.name, lv.group_size) for lv in big.levels]
+        (512, [('nvlink', 8), ('ib-leaf', 256), ('ib-spine', 4096)])
+        """
+        if not is_int(devices, minimum=1):
+            raise HardwareError(
+                f"Cluster {self.name!r}: extended(devices={devices!r}); expected an int >= 1 "
+                "(the chips in the job)"
+            )
+        if devices <= self.capacity:
+            return self
+        return _extend(self, -(-devices // self.chips_per_node))
 
     @property
     def price_per_chip_hour(self) -> float | None:
@@ -178,11 +236,50 @@ class Cluster:
         )
 
     def __str__(self) -> str:
+        grown = f"; {self.extension}" if self.extension else ""
         return (
             f"{self.name}: {self.max_nodes} x {self.chips_per_node} x {self.chip.name} "
             f"(intra {self.intra_node_bandwidth_bytes_per_s / 1e9:g} GB/s, "
-            f"inter {self.inter_node_bandwidth_bytes_per_s / 1e9:g} GB/s per chip)"
+            f"inter {self.inter_node_bandwidth_bytes_per_s / 1e9:g} GB/s per chip{grown})"
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _extend(cluster: Cluster, nodes: int) -> Cluster:
+    """`Cluster.extended` to ``nodes`` nodes (cached: a search builds many meshes on one
+    extended cluster, and equal inputs give the equal cluster)."""
+    levels = cluster.levels
+    top = levels[-1]
+    if cluster.link_levels and top.group_size <= cluster.chips_per_node:
+        raise HardwareError(
+            f"Cluster {cluster.name!r} holds {cluster.capacity} chips and cannot grow to "
+            f"{nodes} nodes: its outermost level {top.name!r} is a node ({top.group_size} "
+            "chips), with no link between nodes to repeat; use at most "
+            f"{cluster.capacity} chips or a profile with an inter-node level"
+        )
+    base = cluster.max_nodes if cluster.extended_from is None else cluster.extended_from
+    over = top.name if cluster.link_levels else "inter-node"  # the two-level stack's name
+    assumption = (
+        f"extended from {base} to {nodes} nodes (assumption: the nodes beyond the profile's "
+        f"{base} join over level {over!r} with its per-chip bandwidth, latency, rails "
+        "and oversubscription)"
+    )
+    changes: dict[str, object] = {}
+    if cluster.link_levels:
+        below = levels[-2].group_size
+        size = max(top.group_size, -(-nodes * cluster.chips_per_node // below) * below)
+        if size != top.group_size:
+            grown = dataclasses.replace(top, group_size=size, source=_note(top.source, assumption))
+            changes["link_levels"] = levels[:-1] + (grown,)
+    # a two-level profile derives its inter-node level from max_nodes
+    return dataclasses.replace(
+        cluster, max_nodes=nodes, extended_from=base,
+        source=_note(cluster.source, assumption), **changes,
+    )  # fmt: skip
+
+
+def _note(source: str, note: str) -> str:
+    return f"{source} | {note}" if source else note
 
 
 @functools.lru_cache(maxsize=1024)

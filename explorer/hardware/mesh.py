@@ -22,7 +22,7 @@ from explorer.hardware.collectives import (
     ring_time,
     tree_time,
 )
-from explorer.hardware.errors import MeshError
+from explorer.hardware.errors import HardwareError, MeshError
 from explorer.hardware.levels import AxisLink
 
 __all__ = ["MAX_DEVICES", "REST_OF_NODE", "Mesh"]
@@ -51,7 +51,9 @@ class Mesh:
     Args:
         axes: ``{"dp": 4, "tp": 8}`` or ``(("dp", 4), ("tp", 8))``; order is kept.
         hardware: a profile name (``"a100-80g"``), a `Cluster`, or None for a purely logical
-            mesh (link, bandwidth and time queries then raise).
+            mesh (link, bandwidth and time queries then raise). A mesh larger than the
+            profile gets it `Cluster.extended` (its outermost level repeats); ``hardware``
+            is then the extended cluster, and ``str(mesh)`` says so.
         links: per-axis overrides, ``{"dp": "intra"}``; axes not named keep their default.
 
     >>> mesh = Mesh({"dp": 4, "tp": 8}, hardware="a100-80g")
@@ -81,11 +83,17 @@ class Mesh:
                 "(the device ids take 8 bytes each)"
             )
         if cluster is not None and size > cluster.capacity:
-            raise MeshError(
-                f"mesh {_describe(pairs)} has {size} devices but {cluster.name} holds at most "
-                f"{cluster.capacity} ({cluster.max_nodes} nodes x {cluster.chips_per_node} chips); "
-                f"shrink an axis or use a larger cluster profile"
-            )
+            # the profile's size is not a ceiling: its outermost level repeats
+            # (Cluster.extended); mesh.hardware then says it was extended
+            try:
+                cluster = cluster.extended(size)
+            except HardwareError as e:
+                raise MeshError(
+                    f"mesh {_describe(pairs)} has {size} devices but {cluster.name} holds at "
+                    f"most {cluster.capacity} ({cluster.max_nodes} nodes x "
+                    f"{cluster.chips_per_node} chips) and cannot be extended ({e}); shrink an "
+                    "axis or use a profile with an inter-node level"
+                ) from None
         placed = _place(pairs, cluster, _check_links(pairs, links))
         object.__setattr__(self, "axes", pairs)
         object.__setattr__(self, "hardware", cluster)
@@ -369,6 +377,8 @@ class Mesh:
             for name, size in self.axes
         ]
         where = f" on {self.hardware.name}" if self.hardware is not None else ""
+        if self.hardware is not None and self.hardware.extension:
+            where += f" ({self.hardware.extension})"
         return f"Mesh({', '.join(parts)}){where}"
 
     def __repr__(self) -> str:

@@ -55,10 +55,13 @@ def test_sequence_not_split_into_2cp_chunks_is_a_named_error():
     assert issubclass(cp_terms.ContextParallelError, ex.ExplorerError)
 
 
-def test_devices_dp_tp_pp_cp_over_the_cluster_is_a_named_error():
-    par = ex.ParallelConfig(dp=64, tp=8, pp=2, cp=16)  # 16,384 devices on a 8,192-chip profile
-    with pytest.raises(ex.training.ParallelConfigError, match="16384 devices"):
-        estimate("llama3-8b", par, "h100-sxm", 64, 8192)
+def test_devices_dp_tp_pp_cp_over_the_profile_extend_it():
+    """dp x tp x pp x cp counts every device: 16,384 on the 8,192-chip h100-sxm profile
+    extends it (Cluster.extended) to the cluster a hand-built 2,048-node profile is."""
+    par = ex.ParallelConfig(dp=64, tp=8, pp=2, cp=16)
+    by_hand = dataclasses.replace(ex.hardware.load("h100-sxm"), max_nodes=2048)
+    grown, built = (estimate("llama3-8b", par, hw, 64, 8192) for hw in ("h100-sxm", by_hand))
+    assert grown.step_time_s == built.step_time_s and grown.memory == built.memory
 
 
 # ----- memory --------------------------------------------------------------------------------

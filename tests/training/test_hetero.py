@@ -27,6 +27,12 @@ def _twice_as_fast(name: str = "a100-80g"):
     return dataclasses.replace(c, name=f"{name}-x2", chip=chip)
 
 
+def _node_only():
+    """One a100-80g node whose only link level is the node's NVLink (no way to grow)."""
+    node = dataclasses.replace(load("a100-80g"), max_nodes=1)
+    return dataclasses.replace(node, link_levels=node.levels)
+
+
 @pytest.fixture(scope="module")
 def small_head():
     # a small vocabulary: the embedding and head weigh little next to the layers, so the
@@ -161,7 +167,8 @@ def test_batch_shares():
             "unknown hardware 'h100-80g'.*Its chip is in .*'h100-sxm' \\(NVIDIA H100 SXM5 80GB\\)",
         ),
         (lambda: ex.Pool("a100-80g", 0), "chips=0.*leave a pool with no chips out"),
-        (lambda: ex.Pool("a100-80g", 10**6), "holds 8192 chips"),
+        # a pool larger than its profile extends it; one with no link between nodes cannot
+        (lambda: ex.Pool(_node_only(), 16), "chips=16.*cannot grow to 2 nodes"),
         (lambda: ex.Pool("a100-80g", 8, price_per_chip_hour=-1), "price_per_chip_hour=-1"),
         (lambda: check_pools([ex.Pool("a100-80g", 8), ex.Pool("a100-80g", 8)]), "name="),
         (lambda: check_pools([]), "non-empty list of Pool"),

@@ -34,7 +34,8 @@ class Pool:
     Args:
         hardware: a profile name from ``datasets/hardware`` (``"h100-sxm"``, ``"a100-80g"``,
             ``"ascend-910b"``, ...) or a `Cluster`.
-        chips: how many of its chips the job uses (at most the profile's capacity).
+        chips: how many of its chips the job uses; more than the profile holds extends it
+            (`Cluster.extended`).
         price_per_chip_hour: price of one chip for one hour (any currency, the same for
             every pool of a job); None: the profile's ``price_per_chip_hour`` when it has
             one, else unknown (then a plan has no cost).
@@ -61,19 +62,17 @@ class Pool:
                 f"Pool(hardware={self.hardware!r}): {e}.{_chip_hint(self.hardware)} Use a "
                 "profile name from explorer.hardware.names() or a Cluster"
             ) from None
-        object.__setattr__(self, "cluster", cluster)
         c = self.chips
         if not is_int(c, minimum=1):
             raise PoolError(
                 f"Pool({cluster.name!r}, chips={c!r}): a pool needs an int >= 1 chips; "
                 "leave a pool with no chips out of the list"
             )
-        if c > cluster.capacity:
-            raise PoolError(
-                f"Pool({cluster.name!r}, chips={c}): {cluster.name} holds {cluster.capacity} "
-                f"chips ({cluster.max_nodes} nodes x {cluster.chips_per_node}); use at most "
-                f"{cluster.capacity} or a larger cluster profile"
-            )
+        try:  # a pool larger than its profile extends it (Cluster.extended)
+            cluster = cluster.extended(c)
+        except HardwareError as e:
+            raise PoolError(f"Pool({cluster.name!r}, chips={c}): {e}") from None
+        object.__setattr__(self, "cluster", cluster)
         price = self.price_per_chip_hour
         if price is None:
             price = getattr(cluster, "price_per_chip_hour", None)

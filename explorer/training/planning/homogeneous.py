@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 
 from ...checks import is_int, is_number
-from ...hardware import Cluster, resolve
+from ...hardware import Cluster, HardwareError, resolve
 from ...models import ModelConfig, load
 from ...search.errors import SearchError
 from ..config import ParallelConfig
@@ -85,7 +85,9 @@ def plan_homogeneous(
     seq = cfg.max_seq_len if seq is None else seq
     tparams = params or TrainingParams()
     space = space or SearchSpace()
-    _check_inputs(cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top)
+    cluster = _check_inputs(
+        cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top
+    )
     _check_time_limit(time_limit_s)
     if objectives is not None:
         objectives = _pareto.check_objectives(
@@ -200,7 +202,13 @@ def _check_time_limit(time_limit_s: object) -> None:
 def _check_inputs(
     cfg: ModelConfig, devices: int, cluster: Cluster, gb: int, seq: int,
     tparams: TrainingParams, space: SearchSpace, top_k: int, simulate_top: int,
-) -> None:  # fmt: skip
+) -> Cluster:  # fmt: skip
+    """Check the arguments; return the cluster to plan on: ``cluster`` itself, or, for a job
+    larger than the profile, the profile `Cluster.extended` to ``devices`` chips (its
+    outermost level repeats). A profile's size is a building block, not a ceiling (Llama 3
+    405B trained on 16,384 H100s, twice ``h100-sxm``): growing it is what a user who asks
+    for more devices means, where an extra ``cluster_size=`` argument would only restate
+    ``devices``. The extended cluster says so (`Cluster.extension`, ``str()``)."""
     for name, v in (("top_k", top_k), ("simulate_top", simulate_top)):
         if not is_int(v, minimum=1):
             raise TrainingPlanError(
@@ -216,18 +224,17 @@ def _check_inputs(
         raise TrainingPlanError(str(e)) from None
     if not is_int(devices, minimum=1):
         raise TrainingPlanError(f"devices={devices!r}; expected an int >= 1")
-    if devices > cluster.capacity:
-        raise TrainingPlanError(
-            f"devices={devices} exceeds the {cluster.capacity} chips of {cluster.name} "
-            f"({cluster.max_nodes} nodes x {cluster.chips_per_node}); use at most "
-            f"{cluster.capacity} or a larger cluster profile"
-        )
+    try:
+        cluster = cluster.extended(devices)
+    except HardwareError as e:
+        raise TrainingPlanError(f"devices={devices}: {e}") from None
     if not is_int(gb, minimum=1):
         raise TrainingPlanError(f"global_batch={gb!r}; expected an int >= 1")
     if cfg.arch == "mlp":
         raise TrainingPlanError(
             f"model {cfg.name!r} is an MLP; plan_training models transformer training"
         )
+    return cluster
 
 
 def _min_memory(
@@ -277,7 +284,8 @@ def _no_fit(cfg, devices, cluster, gb, seq, tparams, results, cps=(1,)) -> Train
     where = (
         f"the smallest device count that would fit is {need}"
         if need
-        else f"not even the whole {cluster.name} ({cluster.capacity} devices) would fit"
+        else f"no device count up to {cluster.capacity} (all of {cluster.name}) would fit; a "
+        "larger devices= extends the profile (Cluster.extended)"
     )
     return TrainingPlanError(
         f"{cfg.name!r} fits no configuration on {devices} x {cluster.name}: the minimum "

@@ -8,7 +8,7 @@ import math
 
 from explorer.hardware.wan import collective_time as dc_collective_time
 
-from ...hardware import Cluster, Mesh
+from ...hardware import Cluster, HardwareError, Mesh
 from ...ir import DType
 from ...memo import memoize
 from ...models import ModelConfig
@@ -39,6 +39,7 @@ class StepModel:
     def __init__(
         self, cfg, par: ParallelConfig, cluster: Cluster, gb: int, seq: int, tp_: TrainingParams
     ):
+        cluster = _sized(cluster, par)
         self.cfg, self.par, self.cluster, self.seq, self.tparams = cfg, par, cluster, seq, tp_
         _validate(cfg, par, cluster, seq)
         self.m = par.microbatches(gb)
@@ -259,13 +260,17 @@ def _collective_s(mesh: Mesh, kind: str, size: float, axes: tuple[str, ...]) -> 
     return dc_collective_time(mesh, kind, size, axes)
 
 
+def _sized(cluster: Cluster, par: ParallelConfig) -> Cluster:
+    """``cluster``, `Cluster.extended` when the configuration needs more devices than the
+    profile holds (a profile's size is not a ceiling on a job)."""
+    try:
+        return cluster.extended(par.devices)
+    except HardwareError as e:
+        raise ParallelConfigError(f"{par} needs {par.devices} devices: {e}") from None
+
+
 def _validate(cfg: ModelConfig, par: ParallelConfig, cluster: Cluster, seq: int) -> None:
     cp.validate(par, seq)
-    if par.devices > cluster.capacity:
-        raise ParallelConfigError(
-            f"{par} needs {par.devices} devices but {cluster.name} holds {cluster.capacity}; "
-            "use fewer devices or a larger cluster profile"
-        )
     if cfg.arch == "mlp":
         raise ParallelConfigError(
             f"model {cfg.name!r} is an MLP; the training simulator models transformers"
