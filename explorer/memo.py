@@ -36,6 +36,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _REGISTRY: weakref.WeakSet[Memo] = weakref.WeakSet()
 _REGISTRY_LOCK = threading.Lock()
+_MISSING = object()
 
 
 class Memo(Generic[V]):
@@ -63,17 +64,20 @@ class Memo(Generic[V]):
 
     def get(self, key: Hashable, compute: Callable[[], V]) -> V:
         """The value stored under ``key``, computed by ``compute()`` on a miss."""
+        # keys are tuples of frozen dataclasses (meshes, layouts) whose hash is recomputed on
+        # every dict operation, so a hit and a miss each touch the dict twice, not more
         with self._lock:
-            if key in self._data:
+            value = self._data.get(key, _MISSING)
+            if value is not _MISSING:
                 self._data.move_to_end(key)
                 self._hits += 1
-                return self._data[key]
+                return value
             self._misses += 1
         value = compute()
         with self._lock:
-            if key in self._data:  # another thread stored it meanwhile: keep the first
-                return self._data[key]
-            self._data[key] = value
+            first = self._data.setdefault(key, value)
+            if first is not value:  # another thread stored it meanwhile: keep the first
+                return first
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
         return value

@@ -302,42 +302,67 @@ def edge_terms(et: EdgeTable, p: CostParams, ku=slice(None), kv=slice(None)):
 def _pair_arrays(src, dst, ttype, used, follower, mesh: Mesh):
     """Per (source strategy, destination strategy): the redistribution steps' time, bytes
     and kind, and the gradient all-reduce; ``ok`` marks the pairs a follower may take.
-    Shared between models (read-only arrays); the key is every input."""
-    plans = {}
+    Shared between models (read-only arrays); the key is every input.
+
+    Many strategies share a layout, so the redistributions are found once per pair of
+    distinct layouts (indexed, not hashed, in the loops: a table holds up to ~10^4 pairs)."""
+    us, vs = list(dict.fromkeys(src)), list(dict.fromkeys(dst))
+    ui = {a: i for i, a in enumerate(us)}
+    vi = {b: j for j, b in enumerate(vs)}
+    si, dj = [ui[a] for a in src], [vi[b] for b in dst]
     ok = None
     if follower:
         ok = np.array([[a == b for b in dst] for a in src], dtype=bool)
         for j in range(len(dst)):  # a required layout no source strategy has: price it
             if not ok[:, j].any():
                 ok[:, j] = True
-        pairs = {(src[i], dst[j]) for i, j in zip(*np.nonzero(ok), strict=True)}
+        want = np.zeros((len(us), len(vs)), dtype=bool)
+        for i, j in zip(*np.nonzero(ok), strict=True):
+            want[si[i], dj[j]] = True
     else:
-        pairs = {(a, b) for a in set(src) for b in set(dst)}
-    for a, b in pairs:
-        if a == b:
-            plans[a, b] = ()
-        elif not (set(b.partial) - set(a.partial)):
-            # one Dijkstra from ``a`` serves every target (redistribute's own search)
-            best = _shortest_from(a, ttype, mesh, frozenset(b.partial))
-            plans[a, b] = tuple(m.collective for m in best[b] if m.collective is not None)
-        else:
-            plans[a, b] = redistribute(a, b, ttype, mesh).steps  # raises: explains why
-    steps = max((len(p) for p in plans.values()), default=0)
+        want = np.ones((len(us), len(vs)), dtype=bool)
+    # plans[p][q]: the collectives turning us[p] into vs[q] (None: not priced)
+    plans: list[list[tuple | None]] = [[None] * len(vs) for _ in us]
+    for p, a in enumerate(us):
+        kept_a = set(a.partial)
+        froms: dict[tuple[str, ...], dict] = {}  # one Dijkstra from ``a`` per kept axes
+        for q in np.flatnonzero(want[p]):
+            b = vs[q]
+            if a == b:
+                plans[p][q] = ()
+            elif not (set(b.partial) - kept_a):
+                # one Dijkstra from ``a`` serves every target (redistribute's own search)
+                best = froms.get(b.partial)
+                if best is None:
+                    best = froms[b.partial] = _shortest_from(a, ttype, mesh, frozenset(b.partial))
+                plans[p][q] = tuple(m.collective for m in best[b] if m.collective is not None)
+            else:
+                plans[p][q] = redistribute(a, b, ttype, mesh).steps  # raises: explains why
+    steps = max((len(c) for row in plans for c in row if c is not None), default=0)
     ku, kv = len(src), len(dst)
-    t, nb = np.zeros((ku, kv, steps)), np.zeros((ku, kv, steps))
-    kd = -np.ones((ku, kv, steps), dtype=int)
-    gt, gb = np.zeros((ku, kv)), np.zeros((ku, kv))
-    for i, a in enumerate(src):
-        for j, b in enumerate(dst):
-            if (a, b) not in plans:
-                continue
-            for s, c in enumerate(plans[a, b]):
-                t[i, j, s], nb[i, j, s], kd[i, j, s] = (
+    # the distinct pairs' steps as arrays, then gathered per strategy pair
+    ut, unb = np.zeros((len(us), len(vs), steps)), np.zeros((len(us), len(vs), steps))
+    ukd = -np.ones((len(us), len(vs), steps), dtype=int)
+    for p, row in enumerate(plans):
+        for q, cs in enumerate(row):
+            for s, c in enumerate(cs or ()):
+                ut[p, q, s], unb[p, q, s], ukd[p, q, s] = (
                     c.time_s,
                     c.bytes_per_device,
                     _KIND_INDEX[c.kind],
                 )
-            if used:
+    priced = np.array([[c is not None for c in row] for row in plans], dtype=bool).reshape(
+        len(us), len(vs)
+    )
+    rows, cols = np.ix_(si, dj)
+    t, nb, kd = ut[rows, cols], unb[rows, cols], ukd[rows, cols]
+    gt, gb = np.zeros((ku, kv)), np.zeros((ku, kv))
+    if used:
+        has = priced[rows, cols]
+        for i, a in enumerate(src):
+            for j in range(kv):
+                if not has[i, j]:
+                    continue
                 axes = tuple(x for x in mesh.axis_names if x in used[j] and x not in a.axes)
                 if axes:
                     size = float(np.prod(a.local_shape(ttype.shape, mesh))) * ttype.dtype.itemsize

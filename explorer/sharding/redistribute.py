@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import threading
 from dataclasses import dataclass
 
 from ..hardware import CollectiveKind, Mesh
@@ -154,30 +155,70 @@ def _shortest_from(
     target with the same kept partial axes). Entries are ordered by (time, bytes, steps,
     text), so ties break deterministically and each target gets the path an early-stopping
     search to it would return."""
+    moves = _moves(ttype, mesh, keep)
     count = itertools.count()
-    # a path is a linked list (parent path, move): pushing is O(1), not a tuple copy
-    heap = [(0.0, 0.0, 0, "", next(count), src, None)]
-    best: dict[Layout, tuple[Move, ...]] = {}
+    # a path is a linked list (parent path, move): pushing is O(1), not a tuple copy; the
+    # search walks layout numbers, so its inner loop hashes ints, not layouts
+    heap = [(0.0, 0.0, 0, "", next(count), moves.number(src), None)]
+    best: dict[int, tuple | None] = {}
     while heap:
-        time, nbytes, nsteps, text, _, lay, path = heapq.heappop(heap)
-        if lay in best:
+        time, nbytes, nsteps, text, _, u, path = heapq.heappop(heap)
+        if u in best:
             continue
-        best[lay] = path
-        for mv, key in _moves(lay, ttype, mesh, keep):
-            if mv.after in best:
+        best[u] = path
+        for mv, key, v, dt, db in moves.out(u):
+            if v in best:
                 continue
-            c = mv.collective
-            t = time + (c.time_s if c else 0.0)
-            b = nbytes + (c.bytes_per_device if c else 0.0)
-            heapq.heappush(heap, (t, b, nsteps + 1, text + " " + key, next(count),
-                                  mv.after, (path, mv)))  # fmt: skip
-    for lay, path in best.items():
-        moves = []
+            heapq.heappush(heap, (time + dt, nbytes + db, nsteps + 1, text + " " + key,
+                                  next(count), v, (path, mv)))  # fmt: skip
+    out: dict[Layout, tuple[Move, ...]] = {}
+    for u, path in best.items():
+        steps = []
         while path is not None:
             path, mv = path
-            moves.append(mv)
-        best[lay] = tuple(reversed(moves))
-    return best
+            steps.append(mv)
+        out[moves.layouts[u]] = tuple(reversed(steps))
+    return out
+
+
+class _MoveGraph:
+    """The moves out of each layout of one tensor type on one mesh (with the partial axes
+    ``keep`` never reduced), generated the first time a search reaches the layout.
+
+    Layouts are numbered in the order they are first met; ``out(u)`` lists the moves out of
+    layout ``u`` as ``(move, text, target number, seconds, bytes)``."""
+
+    def __init__(self, ttype: TensorType, mesh: Mesh, keep: frozenset[str]) -> None:
+        self.ttype, self.mesh, self.keep = ttype, mesh, keep
+        self.layouts: list[Layout] = []
+        self._numbers: dict[Layout, int] = {}
+        self._out: list[tuple | None] = []
+        self._lock = threading.Lock()
+
+    def number(self, lay: Layout) -> int:
+        u = self._numbers.get(lay)
+        if u is None:
+            with self._lock:
+                u = self._numbers.get(lay)
+                if u is None:
+                    u = len(self.layouts)
+                    self.layouts.append(lay)
+                    self._out.append(None)
+                    self._numbers[lay] = u
+        return u
+
+    def out(self, u: int) -> tuple:
+        edges = self._out[u]
+        if edges is None:
+            lay = self.layouts[u]
+            edges = tuple(
+                (mv, _key(mv), self.number(mv.after),
+                 mv.collective.time_s if mv.collective else 0.0,
+                 mv.collective.bytes_per_device if mv.collective else 0.0)
+                for mv in _gen_moves(lay, self.ttype, self.mesh, self.keep)
+            )  # fmt: skip
+            self._out[u] = edges  # another thread may store an equal tuple: either serves
+        return edges
 
 
 def _key(mv: Move) -> str:
@@ -197,11 +238,9 @@ def _with_dim(dims, dim: int, axes: tuple[str, ...]):
     return dims[:dim] + (axes,) + dims[dim + 1 :]
 
 
-@memoize(maxsize=65536, name="sharding.redistribute.moves")
-def _moves(
-    lay: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]
-) -> tuple[tuple[Move, str], ...]:
-    return tuple((mv, _key(mv)) for mv in _gen_moves(lay, ttype, mesh, keep))
+@memoize(maxsize=1024, name="sharding.redistribute.moves")
+def _moves(ttype: TensorType, mesh: Mesh, keep: frozenset[str]) -> _MoveGraph:
+    return _MoveGraph(ttype, mesh, keep)
 
 
 def _gen_moves(lay: Layout, ttype: TensorType, mesh: Mesh, keep: frozenset[str]):
