@@ -203,10 +203,9 @@ def test_a_malformed_file_is_refused():
 
 
 def test_runs_round_trip_with_a_model_config_and_a_grown_cluster():
-    from dataclasses import replace
-
     cfg = ex.models.load("gpt2").replace(num_layers=2)
-    hw = replace(ex.hardware.load("a100-80g"), max_nodes=4096)
+    hw = ex.hardware.load("a100-80g").extended(4096 * 8)  # grown past the profile
+    assert hw.extended_from is not None
     run = ex.MeasuredRun(cfg, P(dp=2), hw, 16, 512, 0.1, memory_bytes=2e9, source="log")
     assert ex.MeasuredRun.from_dict(run.as_dict()) == run
     named = ex.MeasuredRun("gpt2", P(dp=2), "a100-80g", 16, 512, 0.1)

@@ -18,7 +18,7 @@ fills them with the planner's choice within the row's layout, under the default
 from __future__ import annotations
 
 import csv
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from functools import cached_property
 
 from ...checks import is_int, is_number
@@ -144,8 +144,9 @@ class MeasuredRun:
             config = ParallelConfig(**d["config"])
             hw = d["hardware"]
             nodes = d.get("hardware_max_nodes")
-            if nodes is not None and nodes != resolve(hw).max_nodes:
-                hw = replace(resolve(hw), max_nodes=nodes)
+            if nodes is not None and nodes > resolve(hw).max_nodes:
+                base = resolve(hw)
+                hw = base.extended(nodes * base.chips_per_node)
             model = d["model"]
             if d.get("model_config") is not None:
                 fields_ = {k: tuple(v) if isinstance(v, list) else v
@@ -196,10 +197,10 @@ def load_measured_rows(name: str) -> tuple[dict[str, str], ...]:
 
 
 def cluster_with_devices(hardware: str | Cluster, devices: int) -> str | Cluster:
-    """``hardware`` itself when it holds ``devices`` chips; else the same profile with
-    enough nodes (a published run on more chips than the catalog's profile lists)."""
+    """``hardware`` itself when it holds ``devices`` chips; else the same profile grown
+    to enough nodes (`Cluster.extended`: a published run on more chips than the catalog's
+    profile lists)."""
     cluster = resolve(hardware)
-    nodes = -(-devices // cluster.chips_per_node)
-    if nodes <= cluster.max_nodes:
+    if devices <= cluster.capacity:
         return hardware
-    return replace(cluster, max_nodes=nodes)
+    return cluster.extended(devices)
