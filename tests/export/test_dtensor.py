@@ -74,22 +74,45 @@ def test_graph_without_config_is_refused():
         to_dtensor(g, {}, ex.Mesh({"tp": 4}), batch=4, seq=8)
 
 
-@pytest.mark.parametrize("shape, sp", [({"tp": 4}, False), ({"dp": 2, "tp": 2}, True)],
-                         ids=["megatron-tp4", "sequence-parallel-dp2-tp2"])  # fmt: skip
-def test_torchrun_matches_unsharded(tmp_path, shape, sp):
+CASES = {
+    "megatron-tp4": ({"tp": 4}, False),
+    "sequence-parallel-dp2-tp2": ({"dp": 2, "tp": 2}, True),
+}
+
+
+@pytest.fixture(scope="module")
+def torchrun(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict[str, dict]]:
+    """Both plans run by one torchrun launch (4 gloo processes): starting the processes and
+    importing torch in each costs most of a launch, so the cases share one."""
     pytest.importorskip("torch", reason="the torch extra is not installed: pip install .[torch]")
-    plan = _plan(shape, sp)
-    spec, out = plan.write(tmp_path / "plan.json"), tmp_path / "result.json"
+    tmp = tmp_path_factory.mktemp("dtensor")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+           "-m", "explorer.export.dtensor_launch"]  # fmt: skip
+    for name, (shape, sp) in CASES.items():
+        spec = _plan(shape, sp).write(tmp / f"{name}.json")
+        cmd += ["--spec", str(spec), "--out", str(tmp / f"{name}.result.json")]
     env = {**os.environ, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}  # fmt: skip
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
-           "-m", "explorer.export.dtensor_launch", "--spec", str(spec), "--out", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, cwd=ROOT)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    results = {name: json.loads(out.read_text()) for name in CASES
+               if (out := tmp / f"{name}.result.json").exists()}  # fmt: skip
+    return proc, results
+
+
+def test_torchrun_launch_exits_cleanly(torchrun):
+    proc, results = torchrun
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    assert set(results) == set(CASES)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_torchrun_matches_unsharded(torchrun, name):
+    proc, results = torchrun
+    assert name in results, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = results[name]
     assert result["ok"] and result["world_size"] == 4, result
     counts = result["comm_counts"]
-    if sp:  # DTensor gathers per module: q, k and v each gather the norm's output
+    if CASES[name][1]:  # DTensor gathers per module: q, k and v each gather the norm's output
         assert counts == {"all_gather_into_tensor": 9, "reduce_scatter_tensor": 4}
     else:  # two all-reduces per layer, as planned
         assert counts == {"all_reduce": 4}
