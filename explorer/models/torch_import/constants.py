@@ -248,9 +248,11 @@ def list_picks_as_slices() -> Iterator[None]:
     the calling thread only."""
     from torch.overrides import TorchFunctionMode
 
+    getitem = _getitem()  # every torch call of the trace passes here: looked up once
+
     class _Mode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
-            if func is _getitem() and len(args) == 2:
+            if func is getitem and len(args) == 2:
                 index = _as_slices(args[0], args[1])
                 if index is not None:
                     args = (args[0], index)
