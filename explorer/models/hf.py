@@ -14,6 +14,7 @@ import dataclasses
 import threading
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ..checks import is_int
@@ -76,11 +77,11 @@ def from_hf(
     if reuse_layers:
         short = _short_config(config)
         if short is not None:
-            small, total = short
+            small, total, prefix = short
             g = from_hf(small, batch=batch, seq=seq, dtype=dtype,
                         attn_implementation=attn_implementation, leaves=leaves, name=name,
                         labels=labels, reuse_layers=False)  # fmt: skip
-            full = repeat_layer(g, _LAYER_PREFIX, total)
+            full = repeat_layer(g, prefix, total)
             if full is not None:
                 return full
     model, cfg, where = hf_model(config, dtype=dtype, attn_implementation=attn_implementation)
@@ -144,19 +145,24 @@ def _grouped_mm_fallback():
 
 
 #: Model types whose decoder layers are all the same module computing the same thing
-#: (given the per-layer fields checked in `_short_config`), under ``model.layers.``.
-REPEATABLE = frozenset({
-    "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
-    "starcoder2", "olmo2", "stablelm", "cohere", "deepseek_v2", "deepseek_v3", "gemma",
+#: (given the per-layer fields checked in `_short_config`) -> the path of their layers.
+REPEATABLE: Mapping[str, str] = MappingProxyType({
+    **dict.fromkeys((
+        "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
+        "starcoder2", "olmo2", "stablelm", "cohere", "deepseek_v2", "deepseek_v3", "gemma",
+        "phi", "phimoe",
+    ), "model.layers."),
+    "gpt_neox": "gpt_neox.layers.", "gptj": "transformer.h.", "falcon": "transformer.h.",
+    "mpt": "transformer.blocks.",
 })  # fmt: skip
-_LAYER_PREFIX = "model.layers."
 #: Layers traced before copying: the first distinct ones plus two to compare.
 _TRACED_ALIKE = 2
 
 
-def _short_config(config: Any) -> tuple[dict[str, Any], int] | None:
-    """(the config with only the first few layers, the full layer count), or None when the
-    layers may differ (per-layer types, MoE steps) or the config is not a plain dict/file."""
+def _short_config(config: Any) -> tuple[dict[str, Any], int, str] | None:
+    """(the config with only the first few layers, the full layer count, the layers' path),
+    or None when the layers may differ (per-layer types, MoE steps) or the config is not a
+    plain dict/file."""
     try:
         import transformers
     except ImportError:
@@ -171,8 +177,16 @@ def _short_config(config: Any) -> tuple[dict[str, Any], int] | None:
         except TorchImportError:
             return None
         raw = cfg.to_dict()
-    total = raw.get("num_hidden_layers")
-    if raw.get("model_type") not in REPEATABLE or not isinstance(total, int):
+    mtype = raw.get("model_type")
+    if mtype not in REPEATABLE or mtype not in transformers.CONFIG_MAPPING:
+        return None
+    # the layer count under the config's own name (GPT-J's n_layer, MPT's n_layers) and/or
+    # the standard one, which transformers maps to it (and which wins when both are given)
+    own = getattr(transformers.CONFIG_MAPPING[mtype], "attribute_map", {}).get(
+        "num_hidden_layers", "num_hidden_layers")  # fmt: skip
+    fields = [f for f in ("num_hidden_layers", own) if f in raw]
+    total = raw[fields[0]] if fields else None
+    if not is_int(total, minimum=1):
         return None
     first = raw.get("first_k_dense_replace") or 0
     if not isinstance(first, int) or raw.get("mlp_only_layers") or (
@@ -185,10 +199,10 @@ def _short_config(config: Any) -> tuple[dict[str, Any], int] | None:
     keep = first + _TRACED_ALIKE + 1
     if total <= keep + 1:
         return None
-    small = {**raw, "num_hidden_layers": keep}
+    small = {**raw, **dict.fromkeys(fields, keep)}
     if isinstance(types, list):
         small["layer_types"] = types[:keep]
-    return small, total
+    return small, total, REPEATABLE[mtype]
 
 
 def hf_model(

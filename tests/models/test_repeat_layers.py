@@ -16,9 +16,13 @@ def _nodes(graph):
     return {(n.name, n.op, n.inputs, n.type, n.attrs, n.scope) for n in graph.nodes}
 
 
-@pytest.mark.parametrize("model_type", ["llama", "deepseek_v3", "qwen2_moe"])
+# the layers' path: model.layers. (the first five), gpt_neox.layers., transformer.h. (GPT-J
+# and Falcon), transformer.blocks. (MPT); GPT-J's and MPT's own layer-count fields
+@pytest.mark.parametrize("model_type", ["llama", "deepseek_v3", "qwen2_moe", "phi", "phimoe",
+                                        "gpt_neox", "gptj", "falcon", "mpt"])  # fmt: skip
 def test_copied_layers_equal_the_full_trace(model_type):
-    raw = {**tiny(model_type), "num_hidden_layers": 6}
+    raw = tiny(model_type)
+    raw.update({k: 6 for k in ("num_hidden_layers", "n_layer", "n_layers") if k in raw})
     if raw.get("layer_types"):
         raw["layer_types"] = raw["layer_types"][:1] * 6
     copied = from_hf(raw, batch=2, seq=8, dtype="fp32")
