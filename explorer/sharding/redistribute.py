@@ -157,27 +157,34 @@ def _shortest_from(
     search to it would return."""
     moves = _moves(ttype, mesh, keep)
     count = itertools.count()
-    # a path is a linked list (parent path, move): pushing is O(1), not a tuple copy; the
-    # search walks layout numbers, so its inner loop hashes ints, not layouts
-    heap = [(0.0, 0.0, 0, "", next(count), moves.number(src), None)]
-    best: dict[int, tuple | None] = {}
+    # The search walks layout numbers, so its inner loop hashes ints, not layouts; an entry
+    # names the layout it came from and the move. An entry no better than one already
+    # queued for its layout is not queued: the earlier one (equal or smaller, and counted
+    # first) would be popped before it, so no result changes.
+    start = moves.number(src)
+    heap = [((0.0, 0.0, 0, ""), next(count), start, -1, None)]
+    queued: dict[int, tuple] = {start: heap[0][0]}
+    came: dict[int, tuple[int, Move | None]] = {}  # settled layout -> (from, move)
     while heap:
-        time, nbytes, nsteps, text, _, u, path = heapq.heappop(heap)
-        if u in best:
+        (time, nbytes, nsteps, text), _, u, parent, move = heapq.heappop(heap)
+        if u in came:
             continue
-        best[u] = path
+        came[u] = (parent, move)
         for mv, key, v, dt, db in moves.out(u):
-            if v in best:
+            if v in came:
                 continue
-            heapq.heappush(heap, (time + dt, nbytes + db, nsteps + 1, text + " " + key,
-                                  next(count), v, (path, mv)))  # fmt: skip
+            order = (time + dt, nbytes + db, nsteps + 1, text + " " + key)
+            seen = queued.get(v)
+            if seen is not None and seen <= order:
+                continue
+            queued[v] = order
+            heapq.heappush(heap, (order, next(count), v, u, mv))
+    # a layout settles after the one it came from: paths extend in settling order
+    paths: dict[int, tuple[Move, ...]] = {}
     out: dict[Layout, tuple[Move, ...]] = {}
-    for u, path in best.items():
-        steps = []
-        while path is not None:
-            path, mv = path
-            steps.append(mv)
-        out[moves.layouts[u]] = tuple(reversed(steps))
+    for u, (parent, move) in came.items():
+        paths[u] = () if move is None else paths[parent] + (move,)
+        out[moves.layouts[u]] = paths[u]
     return out
 
 
