@@ -20,6 +20,7 @@ dataset's runs used beyond their layout: a fused attention kernel, a framework's
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from ...errors import ExplorerError
@@ -346,16 +347,22 @@ def _int(row: dict[str, str], key: str, default: int | None = None) -> int | Non
 
 
 def published_runs(
-    name: str, skip_unsupported: bool = True, skipped: list[str] | None = None
-) -> tuple[MeasuredRun, ...]:
+    name: str, skip_unsupported: bool = True, skipped: list[str] | None = None,
+    where: Callable[[dict[str, str]], bool] | None = None,
+) -> tuple[MeasuredRun, ...]:  # fmt: skip
     """The rows of a measured-format table as `MeasuredRun` values.
 
     Rows the step model cannot take (``cp`` > 1 without context parallelism, or open
     fields for which the planner finds no configuration that fits in memory) are skipped
     when ``skip_unsupported`` (with the reason appended to ``skipped``), else raise.
+    ``where`` keeps only the rows it returns true for, given their raw text fields, before
+    any row is planned (a row with open fields costs a planner search):
+    ``where=lambda row: row["zero"] == "3"``.
     """
     out = []
     for row in load_measured_rows(name):
+        if where is not None and not where(row):
+            continue
         cp = _int(row, "cp", 1)
         what = f"{name}: {row['model']} on {row['gpus']} GPUs, seq {row['seq']}"
         if cp > 1 and not _supports_cp():
