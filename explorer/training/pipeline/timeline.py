@@ -9,6 +9,8 @@ step and the bubble can be read off the data.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, get_args
@@ -47,6 +49,8 @@ class StepOrder(Protocol):
 
 
 Segments = Sequence[tuple[str, float]]
+#: The order of a timeline's events: device, start, then stream (compute before comm).
+_ORDER = operator.itemgetter(0, 2, 7)
 Durations = float | Sequence[float | Segments]
 
 
@@ -96,7 +100,7 @@ class Timeline:
         out = dict.fromkeys(EVENT_KINDS, 0.0)
         for e in self.events:
             if device is None or e.device == device:
-                out[e.kind] += e.duration_s
+                out[e.kind] += e.end_s - e.start_s  # duration_s, without a property call
         return out
 
     def bubble_fraction(self) -> float:
@@ -164,6 +168,9 @@ def simulate_schedule(
     ptr, free = [0] * p, [0.0] * p
     events: list[TimelineEvent] = []
     add = events.append
+    # the named tuple's own constructor is a Python function; a step makes ~10^5 events,
+    # so they are built from their eight fields in order (defaults spelled out)
+    event = functools.partial(tuple.__new__, TimelineEvent)
     remaining = sum(len(o) for o in schedule.order)
     while remaining:
         progressed = False
@@ -183,15 +190,15 @@ def simulate_schedule(
                     break
                 start = max(free[d], dep + hop)
                 if start > free[d]:
-                    add(TimelineEvent(d, "idle", free[d], start))
+                    add(event((d, "idle", free[d], start, -1, -1, -1, "compute")))
                 t = start
                 for kind, dur in (fwd if forward else bwd)[g]:
-                    add(TimelineEvent(d, kind, t, t + dur, g, st.chunk, mb))  # type: ignore
+                    add(event((d, kind, t, t + dur, g, st.chunk, mb, "compute")))
                     t += dur
                 (done_f if forward else done_b)[g, mb] = t
                 sends = (g < S - 1) if forward else (g > 0)
                 if sends and p > 1 and p2p_s > 0:
-                    add(TimelineEvent(d, "pp-comm", t, t + p2p_s, g, st.chunk, mb, "comm"))
+                    add(event((d, "pp-comm", t, t + p2p_s, g, st.chunk, mb, "comm")))
                 free[d] = t
                 ptr[d] += 1
                 remaining -= 1
@@ -205,12 +212,12 @@ def simulate_schedule(
         t = free[d]
         for kind, dur in tails[d]:
             if dur > 0:
-                add(TimelineEvent(d, kind, t, t + dur))  # type: ignore[arg-type]
+                add(event((d, kind, t, t + dur, -1, -1, -1, "compute")))
                 t += dur
         free[d] = t
     step = max(free) if free else 0.0
     for d in range(p):
         if free[d] < step:
-            add(TimelineEvent(d, "idle", free[d], step))
-    events.sort(key=lambda e: (e.device, e.start_s, e.stream))  # tuples of plain values
+            add(event((d, "idle", free[d], step, -1, -1, -1, "compute")))
+    events.sort(key=_ORDER)  # (device, start_s, stream): tuples of plain values
     return Timeline(p, step, tuple(events))
