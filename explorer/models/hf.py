@@ -58,9 +58,11 @@ def from_hf(
         name: the graph's name (default: ``_name_or_path``, the folder, or the model type).
         labels: also feed ``labels`` (the token ids) so that the model's own loss is traced,
             as in a training step (language models only).
-        reuse_layers: for model types whose decoder layers are all alike (`REPEATABLE`),
-            trace the first few layers and copy the last one for the rest (`repeat_layer`
-            checks the two last traced layers are equal, else the whole model is traced).
+        reuse_layers: for model types whose decoder layers are all alike, or alike in a
+            repeating pattern of layer types (`REPEATABLE`), trace the first few layers and
+            copy the last one (the last period of the pattern) for the rest (`repeat_layer`
+            checks the last traced layers equal those before them, else the whole model
+            is traced).
 
     Raises:
         TorchImportError: transformers is missing (install the ``hf`` extra), the config is
@@ -77,11 +79,11 @@ def from_hf(
     if reuse_layers:
         short = _short_config(config)
         if short is not None:
-            small, total, prefix = short
+            small, total, prefix, period = short
             g = from_hf(small, batch=batch, seq=seq, dtype=dtype,
                         attn_implementation=attn_implementation, leaves=leaves, name=name,
                         labels=labels, reuse_layers=False)  # fmt: skip
-            full = repeat_layer(g, prefix, total)
+            full = repeat_layer(g, prefix, total, period)
             if full is not None:
                 return full
     model, cfg, where = hf_model(config, dtype=dtype, attn_implementation=attn_implementation)
@@ -144,25 +146,29 @@ def _grouped_mm_fallback():
                 moe._can_use_grouped_mm = saved
 
 
-#: Model types whose decoder layers are all the same module computing the same thing
-#: (given the per-layer fields checked in `_short_config`) -> the path of their layers.
+#: Model types whose decoder layers are all the same module computing the same thing, or
+#: the same things in the repeating pattern of their ``layer_types`` (Gemma 2 and 3's local
+#: and global attention), given the per-layer fields checked in `_short_config` -> the path
+#: of their layers.
 REPEATABLE: Mapping[str, str] = MappingProxyType({
     **dict.fromkeys((
         "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi3",
         "starcoder2", "olmo2", "stablelm", "cohere", "deepseek_v2", "deepseek_v3", "gemma",
-        "phi", "phimoe",
+        "phi", "phimoe", "gemma2", "gemma3_text",
     ), "model.layers."),
     "gpt_neox": "gpt_neox.layers.", "gptj": "transformer.h.", "falcon": "transformer.h.",
     "mpt": "transformer.blocks.",
 })  # fmt: skip
-#: Layers traced before copying: the first distinct ones plus two to compare.
+#: Layers traced before copying: the first distinct ones (DeepSeek's dense layers), one
+#: more, and this many periods of the layer types to compare.
 _TRACED_ALIKE = 2
 
 
-def _short_config(config: Any) -> tuple[dict[str, Any], int, str] | None:
-    """(the config with only the first few layers, the full layer count, the layers' path),
-    or None when the layers may differ (per-layer types, MoE steps) or the config is not a
-    plain dict/file."""
+def _short_config(config: Any) -> tuple[dict[str, Any], int, str, int] | None:
+    """(the config with only the first few layers, the full layer count, the layers' path,
+    the period of their types), or None when the layers may differ (MoE steps, layer types
+    without a pattern that repeats within the layers) or the config is not a plain dict or
+    file."""
     try:
         import transformers
     except ImportError:
@@ -194,15 +200,20 @@ def _short_config(config: Any) -> tuple[dict[str, Any], int, str] | None:
     ):  # fmt: skip
         return None
     types = raw.get("layer_types")
-    if isinstance(types, list) and len(set(types)) > 1:
-        return None
-    keep = first + _TRACED_ALIKE + 1
+    period = 1
+    if isinstance(types, list):
+        if len(types) != total:
+            return None
+        rest = types[first:]  # the layer types' shortest repeating pattern after those
+        period = next((p for p in range(1, len(rest) + 1)
+                       if all(t == rest[i % p] for i, t in enumerate(rest))), 1)  # fmt: skip
+    keep = first + 1 + _TRACED_ALIKE * period
     if total <= keep + 1:
         return None
     small = {**raw, **dict.fromkeys(fields, keep)}
     if isinstance(types, list):
         small["layer_types"] = types[:keep]
-    return small, total, REPEATABLE[mtype]
+    return small, total, REPEATABLE[mtype], period
 
 
 def hf_model(

@@ -1,12 +1,15 @@
-"""Copy a traced layer: a model of L identical layers traced with a few of them.
+"""Copy traced layers: a model of L layers, alike or alike in a repeating pattern, traced
+with a few of them.
 
 torch.export spends most of a big model's import tracing layer after identical layer
 (Llama-3-70B: 80 of them). `repeat_layer` takes a graph traced with the first ``K``
-layers, checks that the last two traced layers are the same computation (ops, types,
-attributes and wiring, names aside), and appends copies of the last one, renamed
-``layers.K`` ... ``layers.L-1`` with their own parameters, before the head. Any doubt (a
-layer that reads another layer's values, two values leaving a layer, unequal layers) gives
-None, and the caller traces the whole model instead.
+layers, checks that each of the last ``period`` traced layers is the same computation as
+the layer ``period`` before it (ops, types, attributes and wiring, names aside), and
+appends copies of those last ``period`` layers in turn (``period`` 1: the last layer;
+Gemma 2's local/global alternation: 2), renamed ``layers.K`` ... ``layers.L-1`` with
+their own parameters, before the head. Any doubt (a layer that reads another layer's
+values, two values leaving a layer, unequal layers) gives None, and the caller traces the
+whole model instead.
 """
 
 from __future__ import annotations
@@ -63,38 +66,51 @@ def _fingerprint(graph: Graph, prefix: str, layer: int, wiring) -> tuple[Any, ..
     return tuple(out)
 
 
-def repeat_layer(graph: TracedGraph, prefix: str, total: int) -> TracedGraph | None:
+def repeat_layer(
+    graph: TracedGraph, prefix: str, total: int, period: int = 1
+) -> TracedGraph | None:
     """``graph`` (traced with layers ``0..K-1`` under ``prefix``, e.g. ``"model.layers."``)
-    with layers ``K..total-1`` appended as renamed copies of layer ``K-1``; None when the
-    last two traced layers differ or are not wired as a chain."""
+    with layers ``K..total-1`` appended, layer ``j`` a renamed copy of the traced layer
+    ``K - period + (j - K) % period``; None when one of the last ``period`` traced layers
+    differs from the layer ``period`` before it, or the layers are not wired as a chain."""
     layers = sorted({k for n in graph.nodes if (k := _layer_of(n.scope, prefix)) is not None})
-    if len(layers) < 2 or layers != list(range(len(layers))) or total <= len(layers):
+    k = len(layers)
+    if period < 1 or k < 2 * period or layers != list(range(k)) or total <= k:
         return None
-    t = layers[-1]
-    last, before = _wiring(graph, prefix, t), _wiring(graph, prefix, t - 1)
-    if last is None or before is None:
+    wiring = {j: _wiring(graph, prefix, j) for j in range(k - 2 * period, k)}
+    if any(w is None for w in wiring.values()):
         return None
-    if _fingerprint(graph, prefix, t, last) != _fingerprint(graph, prefix, t - 1, before):
-        return None
-    nodes_t, entry, exit_ = last
-    in_t = {n.name for n in nodes_t}
-    sources = [n for n in nodes_t if n.is_source]
-    if any(c not in in_t for p in sources for c in graph.consumers(p.name)):
-        return None  # a weight of the layer is shared with something else
-    end = max(graph.position(n.name) for n in nodes_t)
+    last = range(k - period, k)
+    for j in last:
+        if _fingerprint(graph, prefix, j, wiring[j]) != _fingerprint(
+            graph, prefix, j - period, wiring[j - period]
+        ):
+            return None
+    for j in last:
+        nodes_j = wiring[j][0]
+        in_j = {n.name for n in nodes_j}
+        if any(c not in in_j for p in nodes_j if p.is_source for c in graph.consumers(p.name)):
+            return None  # a weight of the layer is shared with something else
+    end = max(graph.position(n.name) for j in last for n in wiring[j][0])
     head = list(graph.nodes[: end + 1])
     tail = list(graph.nodes[end + 1 :])
-    prev_out = exit_
-    for j in range(t + 1, total):
-        names = {n.name: _rename(n.name, prefix, t, j) for n in nodes_t}
+    exit_ = prev_out = wiring[k - 1][2]
+    for j in range(k, total):
+        src = k - period + (j - k) % period
+        nodes_s, entry, exit_s = wiring[src]
+        names = {n.name: _rename(n.name, prefix, src, j) for n in nodes_s}
         names[entry] = prev_out
-        for n in nodes_t:  # sources (weights, buffers) come first in graph order
-            head.append(replace(n, name=names[n.name], scope=_rename(n.scope, prefix, t, j),
+        for n in nodes_s:  # sources (weights, buffers) come first in graph order
+            head.append(replace(n, name=names[n.name], scope=_rename(n.scope, prefix, src, j),
                                 inputs=tuple(names.get(a, a) for a in n.inputs)))  # fmt: skip
-        prev_out = names[exit_]
+        prev_out = names[exit_s]
     tail = [replace(n, inputs=tuple(prev_out if a == exit_ else a for a in n.inputs))
             for n in tail]  # fmt: skip
     outputs = tuple(prev_out if o == exit_ else o for o in graph.outputs)
-    note = f"layers {t + 1}..{total - 1} are copies of the traced layer {prefix}{t}"
+    if period == 1:
+        note = f"layers {k}..{total - 1} are copies of the traced layer {prefix}{k - 1}"
+    else:
+        note = (f"layers {k}..{total - 1} are copies of the traced layers "
+                f"{prefix}{k - period}..{k - 1}, in turn")  # fmt: skip
     report = replace(graph.report, notes=graph.report.notes + (note,))
     return TracedGraph(tuple(head + tail), outputs, graph.name, report=report)
