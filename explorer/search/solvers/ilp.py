@@ -7,8 +7,6 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from ..errors import SearchError
 from ..problem import Problem
@@ -54,6 +52,12 @@ def solve_ilp(
     ``k`` above ``ILP_TOP_K_LIMIT`` raises ``SearchError``.
     """
     check_top_k(k)
+    # scipy.optimize takes longer to import than the rest of explorer (~1 s of CPU): it is
+    # imported by the first ILP, not by every process that imports explorer (the torchrun
+    # ranks and JAX checks of an export, the CLI) and never solves one
+    import scipy.sparse as sp
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
     deadline = time.monotonic() + time_limit_s
     eps = p.eps
     off: dict[int, int] = {}
