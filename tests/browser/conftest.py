@@ -1,10 +1,10 @@
 """The browser tier: real JupyterLab + Chromium (marked ``browser`` by ``tests/conftest.py``;
 deselect with ``-m "not browser"``).
 
-One JupyterLab server and one Chromium per test module (see ``lab.py``); a start failure
-fails the test with its reason, it never skips. ``page_log`` and ``screenshot`` come from
-``pagelog.py``: a failing test carries its page's console log, and a screenshot that only
-documents never fails a test.
+One JupyterLab server and one Chromium for the whole session (see ``lab.py``); each test opens
+its own browser context. A start failure fails the test with its reason, it never skips.
+``page_log`` and ``screenshot`` come from ``pagelog.py``: a failing test carries its page's
+console log, and a screenshot that only documents never fails a test.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from lab import LabError, chromium, jupyterlab
 from pagelog import page_log, pytest_runtest_makereport  # noqa: F401  (fixture and hook)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab(tmp_path_factory) -> Iterator[dict]:
     try:
         with jupyterlab(tmp_path_factory.mktemp("lab")) as info:
@@ -25,7 +25,7 @@ def lab(tmp_path_factory) -> Iterator[dict]:
         pytest.fail(str(e), pytrace=False)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser() -> Iterator:
     try:
         with chromium() as b:

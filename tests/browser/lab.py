@@ -247,44 +247,138 @@ SIDEWAYS = f"""() => {{
 }}"""
 
 
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+# Installed in every page before it loads (``context.add_init_script``): anywidget models whose
+# front end gave up starting (anywidget rejects a model whose module has not loaded and
+# initialized within 2 s; from then on the model drops every message from the kernel).
+WATCH_ANYWIDGET = """
+window.__anywidgetFailures = 0;
+window.addEventListener('unhandledrejection', (e) => {
+  if (String(e.reason).includes('[anywidget] Failed to initialize model'))
+    window.__anywidgetFailures += 1;
+});
+"""
+ANYWIDGET_FAILURES = "() => window.__anywidgetFailures || 0"
+
+# The notebook's ipywidgets manager has attached to its kernel and restored (the comm target is
+# registered and its first comm_info round trip is done): a Run All before that point races
+# the manager's own start. The manager is reached through the renderer factory it registers.
+WIDGETS_READY = f"""() => {{
+  const w = {NB};
+  if (!w || !w.content || !w.sessionContext.session) return false;
+  const rm = w.content.rendermime, mime = '{WIDGET_MIME}';
+  if (rm.preferredMimeType({{[mime]: {{}}}}, 'any') !== mime) return false;
+  if (!w.__widgetManager) {{
+    const r = rm.createRenderer(mime);
+    r._manager.promise.then(m => {{ w.__widgetManager = m; r.dispose(); }});
+    return false;
+  }}
+  const m = w.__widgetManager;
+  return m.restoredStatus && m.kernel === w.sessionContext.session.kernel;
+}}"""
+
+# Run All finished: no cell queued or running, the kernel idle, and every code cell numbered
+# (or a cell failed, which stops the run: its error output tells why).
+RUN_DONE = f"""() => {{
+  const w = {NB};
+  const prompts = ({PROMPTS})();
+  if (prompts.some(p => p.includes('*')) || w.sessionContext.session.kernel.status !== 'idle')
+    return false;
+  if (prompts.every(p => /^\\[\\d+\\]:?$/.test(p))) return true;
+  return ({OUTPUT_ERRORS})().length > 0;
+}}"""
+
+# Every output of every code cell, as nbformat dicts (stream text, text/plain, widget views).
+OUTPUTS = f"""() => {{
+  const out = [];
+  for (const cell of {NB}.content.model.cells) {{
+    if (cell.type === 'code') out.push(...cell.outputs.toJSON());
+  }}
+  return out;
+}}"""
+
+# Code run in the notebook's kernel from the page (not a cell: nothing is added to the notebook
+# and the execution count does not move); returns its status and the text it printed.
+EXECUTE = f"""async (code) => {{
+  const kernel = {NB}.sessionContext.session.kernel;
+  const future = kernel.requestExecute({{code, silent: false, store_history: false}});
+  let text = '';
+  const errors = [];
+  future.onIOPub = (msg) => {{
+    const t = msg.header.msg_type;
+    if (t === 'stream') text += msg.content.text;
+    else if (t === 'error') errors.push(msg.content.ename + ': ' + msg.content.evalue);
+  }};
+  const reply = await future.done;
+  return {{status: reply.content.status, text, errors}};
+}}"""
+
+# The plotly figures the page must draw: each FigureWidget (a model holding _widget_data)
+# inside the widget views the notebook's outputs hold, counted once per place it is shown.
+EXPECTED_PLOTS = f"""async () => {{
+  const w = {NB};
+  const m = w.__widgetManager;
+  const ids = [];
+  for (const cell of w.content.model.cells) {{
+    if (cell.type !== 'code') continue;
+    for (const o of cell.outputs.toJSON())
+      if (o.data && o.data['{WIDGET_MIME}']) ids.push(o.data['{WIDGET_MIME}'].model_id);
+  }}
+  const count = (model) => {{
+    if (!model || !model.attributes) return 0;
+    if ('_widget_data' in model.attributes) return 1;
+    return (model.get('children') || []).reduce((n, k) => n + count(k), 0);
+  }};
+  let n = 0;
+  for (const id of ids) n += count(await m.get_model(id));
+  return n;
+}}"""
+
+
 def open_notebook(page, lab: dict, name: str, timeout_s: float = 60.0) -> None:
+    """Open ``name`` in a fresh JupyterLab page; return once its kernel is idle and its
+    widget manager is ready."""
     page.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
     page.wait_for_function(KERNEL_READY, timeout=timeout_s * 1000)
+    page.wait_for_function(WIDGETS_READY, timeout=timeout_s * 1000)
 
 
 def run_all(page, timeout_s: float) -> float:
-    """Run every cell; wait until every prompt holds a number. Returns the seconds taken."""
+    """Run every cell (JupyterLab's Run All); wait until the run is over. Returns the seconds
+    taken."""
     t0 = time.monotonic()
-    for _ in range(2):  # the command can race the kernel start: queue again once
-        page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-        try:
-            page.wait_for_function(
-                f"() => ({PROMPTS})().some(p => p.includes('*') || /\\d/.test(p))",
-                timeout=5_000,
-            )  # fmt: skip
-            break
-        except Exception:  # noqa: BLE001  (Playwright's TimeoutError: queue again)
-            continue
-    else:
-        raise LabError("notebook:run-all-cells queued no cell twice in a row")
-    page.wait_for_function(
-        f"() => ({PROMPTS})().every(p => /^\\[\\d+\\]:?$/.test(p))", timeout=timeout_s * 1000
-    )
+    enabled = page.evaluate(
+        "() => { const c = window.jupyterapp.commands, id = 'notebook:run-all-cells';"
+        "  if (!c.isEnabled(id)) return false; c.execute(id); return true; }"
+    )  # fmt: skip
+    if not enabled:
+        raise LabError("notebook:run-all-cells is not enabled on the open notebook")
+    page.wait_for_function(f"() => ({PROMPTS})().some(p => p.includes('*') || /\\d/.test(p))",
+                           timeout=30_000)  # fmt: skip
+    page.wait_for_function(RUN_DONE, timeout=timeout_s * 1000)
     return time.monotonic() - t0
 
 
-def wait_for_plots(page, timeout_s: float = 60.0) -> list[dict]:
-    """Wait until every visible plot has a trace with data and, when autosized, is drawn at
-    the width of its element (or the timeout); return them."""
-    try:
-        page.wait_for_function(
-            f"() => {{ const p = ({PLOTS})(); return p.length > 0 && "
-            "p.filter(x => x.visible).every(x => x.with_data > 0 && "
-            "(!x.autosize || Math.abs(x.drawn_width - x.width) <= 2)); }",
-            timeout=timeout_s * 1000,
-        )  # fmt: skip
-    except Exception:  # noqa: BLE001  (the caller asserts on what is there)
-        pass
+def execute(page, code: str) -> dict:
+    """Run ``code`` in the open notebook's kernel (see ``EXECUTE``)."""
+    return page.evaluate(EXECUTE, code)
+
+
+def wait_for_plots(page, expected: int, timeout_s: float = 60.0) -> list[dict]:
+    """Wait until the page holds ``expected`` plots and every visible one has a trace with
+    data and, when autosized, is drawn at the width of its element; return them. With no plot
+    expected there is nothing to wait for; on a timeout the caller asserts on what is there."""
+    if expected > 0:
+        try:
+            page.wait_for_function(
+                f"(n) => {{ const p = ({PLOTS})(); return p.length >= n && "
+                "p.filter(x => x.visible).every(x => x.with_data > 0 && "
+                "(!x.autosize || Math.abs(x.drawn_width - x.width) <= 2)); }",
+                arg=expected, timeout=timeout_s * 1000, polling=100,
+            )  # fmt: skip
+        except Exception:  # noqa: BLE001  (Playwright's TimeoutError: the caller asserts)
+            pass
     return page.evaluate(PLOTS)
 
 
