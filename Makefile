@@ -6,14 +6,10 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# make test runs pytest in one process: on a clean clone of this 2-core, 24 GiB machine two
-# xdist workers took 19 min 46 s of pytest but a browser test failed under the load (anywidget
-# models failing to start beside torch, JAX and transformers on the other worker); one process
-# took 29 min 29 s, green. The inner loop has no browser and runs on WORKERS processes
-# (pytest-xdist), a file per process.
+# make test and make test-fast run on WORKERS pytest-xdist processes, a file's tests together
+# on one (tests/browser/ counts as one file) and the longest files first (tests/conftest.py).
 WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest
-PYTEST_FAST := $(PYTEST) -n $(WORKERS) --dist loadfile
+PYTEST := $(BIN)/python -m pytest -n $(WORKERS) --dist loadfile
 
 .PHONY: explore test test-fast bench clean
 
@@ -41,7 +37,7 @@ test: $(VENV)/.installed-test /usr/bin/chromium
 	$(PYTEST)
 
 test-fast: $(VENV)/.installed-test
-	$(PYTEST_FAST) -m "not browser and not notebook and not slow"
+	$(PYTEST) -m "not browser and not slow"
 
 # The browser test drives Debian's Chromium (Playwright's own browser download is not used).
 /usr/bin/chromium:

@@ -1,12 +1,14 @@
 """Test tiers by where a test lives, so nobody has to remember a marker.
 
 - ``browser``: ``tests/browser/`` (JupyterLab + Chromium, and ``make explore``'s launch);
-- ``notebook``: ``tests/test_notebooks.py`` (each notebook run top to bottom by nbclient);
 - ``slow``: the files under ``TIERS["slow"]`` below (tens of seconds each: real engines,
   whole-zoo sweeps), each with its measured time.
 
+Each notebook runs once, in the browser tier (``tests/browser/test_notebooks_in_browser.py``
+checks its outputs, widgets and claims); ``tests/test_notebooks.py`` holds its static checks.
+
 ``make test`` runs every tier; ``make test-fast`` (the inner loop) runs
-``-m "not browser and not notebook and not slow"``. Add a file there rather than marking
+``-m "not browser and not slow"``. Add a file there rather than marking
 tests one by one. Paths are relative to the repository root, with ``/``.
 """
 
@@ -26,7 +28,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "explorer"))
 
 TIERS: dict[str, tuple[str, ...]] = {
     "browser": ("tests/browser/",),
-    "notebook": ("tests/test_notebooks.py",),
     # Measured with -n 2 on a loaded 2-core machine (seconds of test time per file): real
     # torch / transformers models traced at full or tiny size, JAX and torchrun in
     # subprocesses, numba compiling kernels, fuzzing sweeps and the tiled-optimum search.
@@ -96,15 +97,36 @@ def pytest_ignore_collect(collection_path: Path, config):
     return None
 
 
+def start_rank(path: Path) -> int:
+    """Where a file's tests start in a run: the browser folder first, then the slow files in
+    the order `TIERS` lists them (longest first), then everything else in collection order.
+    Under xdist the longest pieces of work start first, so no worker is left with a long file
+    at the end while the other idles."""
+    try:
+        rel = path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return len(TIERS["slow"]) + 1
+    if rel.startswith(TIERS["browser"]):
+        return 0
+    for i, prefix in enumerate(TIERS["slow"]):
+        if rel.startswith(prefix):
+            return 1 + i
+    return len(TIERS["slow"]) + 1
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its file's tiers."""
+    """Mark each test with its file's tiers; order files by `start_rank` (a stable sort:
+    tests keep their order within a file)."""
     cache: dict[Path, tuple[str, ...]] = {}
+    rank: dict[Path, int] = {}
     for item in items:
         path = Path(item.path)
         if path not in cache:
             cache[path] = tier_of(path)
+            rank[path] = start_rank(path)
         for tier in cache[path]:
             item.add_marker(tier)
+    items.sort(key=lambda item: rank[Path(item.path)])
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -116,6 +138,9 @@ def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadScopeScheduling
+
+    # Hand out files in collection order (`start_rank`), not xdist's "most tests first".
+    config.option.loadscopereorder = False
 
     class FileOrBrowserScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
