@@ -85,8 +85,9 @@ def main(out_path: str) -> None:
     layer = layer_graph(TINY, batch=2, seq=8)
     for name, sp in (("megatron_layer", False), ("sequence_parallel_layer", True)):
         prog = to_jax(layer, megatron_assignment(layer, MESH, sequence_parallel=sp), MESH)
-        results[name] = {"errors": _errors(prog), "forward": _cmp(prog.compare()),
-                         "gradients": _cmp(prog.compare_gradients())}  # fmt: skip
+        results[name] = {"errors": _errors(prog), "forward": _cmp(prog.compare())}
+        if not sp:  # the tests check Megatron's gradient reductions (a compile of ~3 s)
+            results[name]["gradients"] = _cmp(prog.compare_gradients())
     dp_layer = layer_graph(TINY, batch=8, seq=8)
     prog = to_jax(dp_layer, _data_parallel(dp_layer, MESH), MESH)
     results["data_parallel_layer"] = {"errors": _errors(prog), "forward": _cmp(prog.compare()),
