@@ -85,9 +85,9 @@ def from_torch(
     was_training = module.training
     module.eval()
     try:
-        with (leaves_patched(module, handlers, builtin_leaf if fuse else None),
-              list_picks_as_slices()):  # fmt: skip
-            ep, used, why = _export(module, args, kw, tracer)
+        with leaves_patched(module, handlers, builtin_leaf if fuse else None):
+            with list_picks_as_slices():  # the module's code runs here only, not in _convert
+                ep, used, why = _export(module, args, kw, tracer)
             report_notes = [why] if why else []
             graph = _convert(module, ep, used, name or type(module).__name__, report_notes,
                              float_casts, fuse)  # fmt: skip
