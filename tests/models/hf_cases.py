@@ -1,12 +1,23 @@
 """Tiny Hugging Face configs for the import tests: every model type at small widths.
 
 ``tiny(model_type)`` is the transformers default config of that type with the sizes below
-(2 layers, hidden 64, ...); ``model_for(config)`` instantiates it the way ``from_hf`` does.
+(2 layers, hidden 64, ...). ``traced(model_type)`` is ``from_hf`` of it at ``BATCH`` x
+``SEQ`` and ``meta_model(model_type)`` the meta-device transformers model ``from_hf``
+builds for it: each made once per process and shared by every test that asks (graphs
+are immutable values; the models are only read).
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any
+
+# pytest imports this module as ``models.hf_cases`` for tests/models (tests/ on sys.path);
+# tests elsewhere import it as ``tests.models.hf_cases``. One module under both names, so
+# that they share the traces cached below instead of each tracing its own.
+for _name in ("models.hf_cases", "tests.models.hf_cases"):
+    sys.modules.setdefault(_name, sys.modules[__name__])
 
 #: Model types the tests trace (at least 30 architectures).
 MODEL_TYPES = (
@@ -81,6 +92,26 @@ def tiny(model_type: str) -> dict[str, Any]:
         out["layer_types"] = out["layer_types"][: out.get("num_hidden_layers", 2)]
     out["model_type"] = model_type
     return out
+
+
+@functools.cache
+def traced(model_type: str, dtype: str | None = "fp32") -> Any:
+    """``from_hf(tiny(model_type), batch=BATCH, seq=SEQ, dtype=dtype)``, traced once per
+    process. A test that monkeypatches the importer calls ``from_hf`` itself: what it
+    traces must neither come from nor go into this cache."""
+    from explorer.models import from_hf
+
+    return from_hf(tiny(model_type), batch=BATCH, seq=SEQ, dtype=dtype)
+
+
+@functools.cache
+def meta_model(model_type: str) -> tuple[Any, Any]:
+    """(the fp32 meta-device transformers model of ``tiny(model_type)``, its config), as
+    ``from_hf`` builds it (`hf_model`), built once per process."""
+    from explorer.models.hf import hf_model
+
+    model, cfg, _ = hf_model(tiny(model_type), dtype="fp32")
+    return model, cfg
 
 
 def example_inputs(model_type: str, config: Any, batch: int = BATCH, seq: int = SEQ):

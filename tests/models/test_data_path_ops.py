@@ -16,7 +16,8 @@ import explorer as ex  # noqa: E402
 from explorer.models import from_hf, from_torch  # noqa: E402
 from explorer.sharding import reference  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny  # noqa: E402
+from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny, traced  # noqa: E402
+from .spmd_cases import case  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -74,19 +75,18 @@ def test_still_opaque_and_why():
     tests/models/test_mask_index_ops.py), PhiMoE's sparsemixer routing is
     ``moe_router(router="sparsemixer")`` (tests/models/test_phimoe.py)."""
     for mt in ("falcon", "gemma2", "gemma3_text", "phimoe"):
-        g = from_hf(tiny(mt), batch=BATCH, seq=SEQ)
+        g = traced(mt, dtype=None)
         assert g.report.exact and not g.report.opaque, f"{mt}: {g.report}"
 
 
 def test_falcon_head_picks_are_slices_with_real_weights():
-    m = causal_lm("falcon")
-    ids = torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) % m.config.vocab_size
-    g = from_torch(m, (ids,), kwargs={"use_cache": False})
+    """`spmd_cases.case`: the tiny Falcon with seeded weights (``causal_lm``'s), traced
+    with ``from_torch`` from real token ids, shared with the SPMD tests."""
+    c = case("falcon")
+    g = c.graph
     assert g.report.exact, str(g.report)
-    with torch.no_grad():
-        want = m(ids, use_cache=False).logits.numpy()
-    got = reference(g, feeds_of(g, m, ids))[g.outputs[0]]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    got = reference(g, c.feeds)[g.outputs[0]]
+    np.testing.assert_allclose(got, c.want, rtol=1e-4, atol=1e-5)
 
 
 def test_masks_past_the_size_limit_stay_traced(monkeypatch):
@@ -94,9 +94,9 @@ def test_masks_past_the_size_limit_stay_traced(monkeypatch):
     computed at trace time: its ops stay in the graph, costed as traced."""
     from explorer.models.torch_import import constants
 
-    small = from_hf(tiny("llama"), batch=BATCH, seq=SEQ)
+    small = traced("llama", dtype=None)
     monkeypatch.setattr(constants, "MAX_CONSTANT_BYTES", 16)
-    kept = from_hf(tiny("llama"), batch=BATCH, seq=SEQ)
+    kept = from_hf(tiny("llama"), batch=BATCH, seq=SEQ)  # patched: not `traced`
     assert sum(n.op == "causal_mask" for n in small.ops) == 2
     assert not any(n.op == "causal_mask" for n in kept.ops)
     assert any(n.op == "where" for n in kept.ops) and len(kept) > len(small)

@@ -22,7 +22,15 @@ from explorer.ir import OpGroup  # noqa: E402
 from explorer.models import from_hf  # noqa: E402
 from explorer.models.hf import hf_model  # noqa: E402
 
-from .hf_cases import BATCH, MODEL_TYPES, SEQ, example_inputs, tiny  # noqa: E402
+from .hf_cases import (  # noqa: E402
+    BATCH,
+    MODEL_TYPES,
+    SEQ,
+    example_inputs,
+    meta_model,
+    tiny,
+    traced,
+)
 
 
 def contraction_flops(graph) -> int:
@@ -31,11 +39,12 @@ def contraction_flops(graph) -> int:
     )
 
 
-def oracle_flops(model_type: str, raw: dict) -> int:
+def oracle_flops(model_type: str) -> int:
     """FlopCounterMode of a real forward, eager attention and eager experts."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    model, cfg, _ = hf_model(raw, dtype="fp32")
+    raw = tiny(model_type)
+    model, cfg = meta_model(model_type)
     cfg = type(cfg).from_dict({k: v for k, v in raw.items() if k != "model_type"})
     cfg._experts_implementation = "eager"
     torch.manual_seed(0)
@@ -52,11 +61,10 @@ def test_at_least_30_architectures():
 
 @pytest.mark.parametrize("model_type", MODEL_TYPES)
 def test_tiny_params_and_matmul_flops_equal_torch(model_type):
-    raw = tiny(model_type)
-    graph = from_hf(raw, batch=BATCH, seq=SEQ, dtype="fp32")
-    model, _, _ = hf_model(raw, dtype="fp32")
+    graph = traced(model_type)
+    model, _ = meta_model(model_type)
     assert graph.num_params() == sum(p.numel() for p in model.parameters())
-    assert contraction_flops(graph) == oracle_flops(model_type, raw)
+    assert contraction_flops(graph) == oracle_flops(model_type)
     assert graph.report is graph.meta["import_report"]
 
 
@@ -86,7 +94,7 @@ def test_unset_expert_count_is_named():
 
 
 def test_dense_llama_has_no_opaque_op_on_the_data_path():
-    graph = from_hf(tiny("llama"), batch=BATCH, seq=SEQ)
+    graph = traced("llama", dtype=None)
     assert graph.report.exact, str(graph.report)
     assert {o.static for o in graph.report.opaque} <= {True}
     # RMSNorm modules are recognised by their code and emitted as one op each
@@ -95,7 +103,7 @@ def test_dense_llama_has_no_opaque_op_on_the_data_path():
 
 def test_moe_blocks_are_first_class_ops():
     """Mixtral's MoE blocks go through the leaf handlers (`explorer.models.hf_leaves`)."""
-    graph = from_hf(tiny("mixtral"), batch=BATCH, seq=SEQ)
+    graph = traced("mixtral", dtype=None)
     assert graph.report.exact, str(graph.report)
     assert [p for p, h in graph.report.leaves if h == "moe"] == [
         "model.layers.0.mlp",
@@ -109,7 +117,7 @@ def test_unmapped_routing_ops_are_listed_not_dropped(monkeypatch):
     from explorer.models.torch_import import LEAF_HANDLERS
 
     monkeypatch.delitem(LEAF_HANDLERS, "PhimoeSparseMoeBlock")
-    graph = from_hf(tiny("phimoe"), batch=BATCH, seq=SEQ)
+    graph = from_hf(tiny("phimoe"), batch=BATCH, seq=SEQ)  # not `traced`: the importer is patched
     data_path = {o.target for o in graph.report.opaque if not o.static}
     assert "aten.sort.default" in data_path and not graph.report.exact
     for o in graph.report.opaque:

@@ -24,14 +24,15 @@ transformers = pytest.importorskip("transformers")
 
 import explorer as ex  # noqa: E402
 from explorer.compiler.trace_stack import apply  # noqa: E402
-from explorer.models import from_hf, from_torch  # noqa: E402
+from explorer.models import from_torch  # noqa: E402
 from explorer.models.torch_import.constants import (  # noqa: E402
     list_picks_as_slices,
     sliding_window,
 )
 from explorer.sharding import assign, reference  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny  # noqa: E402
+from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny, traced  # noqa: E402
+from .spmd_cases import case, example_inputs  # noqa: E402
 
 WINDOWED = ("gemma2", "gemma3_text")
 TYPES = (*WINDOWED, "falcon")
@@ -55,18 +56,21 @@ def _windows(graph) -> list[int | None]:
 
 @pytest.fixture(scope="module")
 def real():
-    """model type -> (model with random weights, ids, torch's logits)."""
+    """model type -> (model with random weights, ids, torch's logits, the graph traced from
+    them with ``from_torch``): `spmd_cases.case`, shared with the SPMD tests. Its model is
+    ``causal_lm(mt)`` (the same seeded weights; eager experts, which these models lack),
+    its ids ``_ids``."""
     out = {}
     for mt in TYPES:
-        m = causal_lm(mt)
-        ids = _ids(m.config.vocab_size)
-        out[mt] = (m, ids, _logits(m, ids))
+        c = case(mt)
+        (ids,), _ = example_inputs(mt, c.model.config)
+        out[mt] = (c.model, ids, c.want, c.graph)
     return out
 
 
 @pytest.fixture(scope="module")
 def on_meta():
-    return {mt: from_hf(tiny(mt), batch=BATCH, seq=SEQ, dtype="fp32") for mt in TYPES}
+    return {mt: traced(mt) for mt in TYPES}
 
 
 @pytest.mark.parametrize("mt", TYPES)
@@ -96,8 +100,7 @@ def test_falcon_head_picks_are_slices_on_the_meta_device(on_meta):
 
 @pytest.mark.parametrize("mt", TYPES)
 def test_traced_from_real_weights_equals_torch(mt, real):
-    m, ids, want = real[mt]
-    g = from_torch(m, (ids,), kwargs={"use_cache": False})
+    m, ids, want, g = real[mt]
     assert g.report.exact and not g.report.opaque, str(g.report)
     got = reference(g, feeds_of(g, m, ids))[g.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
@@ -107,7 +110,7 @@ def test_traced_from_real_weights_equals_torch(mt, real):
 def test_meta_traced_graph_runs_with_real_weights(mt, real, on_meta):
     """The graph traced without any values (meta device) computes torch's logits once fed
     the weights: the masks and picks recovered at trace time are the right ones."""
-    m, ids, want = real[mt]
+    m, ids, want, _ = real[mt]
     g = on_meta[mt]
     got = reference(g, feeds_of(g, m, ids))[g.outputs[0]]
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
@@ -118,7 +121,7 @@ def test_the_window_bites(mt, real):
     """With a window as long as the sequence the logits of the queries past the window
     differ (so the equality above checks the window); the first ``window`` queries see
     the same keys either way and agree."""
-    m, ids, want = real[mt]
+    m, ids, want, _ = real[mt]
     wide = causal_lm(mt, sliding_window=SEQ)
     other = _logits(wide, ids)
     w = m.config.sliding_window
@@ -140,7 +143,7 @@ def test_gemma2_sharded_on_8_devices_equals_unsharded(real, on_meta):
     """The searched plan (all replicated: this model is tiny), and a plan that splits every
     attention mask's queries on dp and keys on tp (each device masks its block of the
     global band), equal the unsharded run and torch."""
-    m, ids, want = real["gemma2"]
+    m, ids, want, _ = real["gemma2"]
     g = on_meta["gemma2"]
     feeds = feeds_of(g, m, ids)
     mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware=ex.hardware.load("a100-80g"))

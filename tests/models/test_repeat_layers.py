@@ -41,7 +41,9 @@ def _copied_equals_full(raw: dict, note: str) -> None:
 @pytest.mark.parametrize("model_type", ["llama", "deepseek_v3", "qwen2_moe", "phi", "phimoe",
                                         "gpt_neox", "gptj", "falcon", "mpt"])  # fmt: skip
 def test_copied_layers_equal_the_full_trace(model_type):
-    _copied_equals_full(_layers(model_type, 6), "are copies of the traced layer ")
+    # the fewest layers with two copies: 3 traced (DeepSeek-V3: 4, its first layer dense)
+    n = 6 if model_type == "deepseek_v3" else 5
+    _copied_equals_full(_layers(model_type, n), "are copies of the traced layer ")
 
 
 def test_alternating_layers_are_copied_in_turn():

@@ -27,9 +27,10 @@ from explorer.sharding import assign, node_strategies, reference, verify
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from explorer.models import from_hf, from_torch  # noqa: E402
+from explorer.models import from_torch  # noqa: E402
 
-from .hf_cases import BATCH, SEQ, causal_lm, feeds_of, tiny  # noqa: E402
+from .hf_cases import traced  # noqa: E402
+from .spmd_cases import case  # noqa: E402
 
 MESH = ex.Mesh({"dp": 2, "tp": 4}, hardware=ex.hardware.load("a100-80g"))
 #: repeat ops each tiny model traces to (2 layers; GPT-J's table repeat(1, 1, 1) is a
@@ -51,25 +52,18 @@ def _repeat_ops(g) -> Counter:
 
 @pytest.mark.parametrize("model_type", sorted(EXPECTED))
 def test_meta_device_trace_has_no_opaque_op(model_type):
-    g = from_hf(tiny(model_type), batch=BATCH, seq=SEQ, dtype="fp32")
+    g = traced(model_type)
     assert g.report.exact and not g.report.opaque, str(g.report)
     assert "opaque" not in {n.op for n in g.ops}
     assert _repeat_ops(g) == EXPECTED[model_type]
 
 
-_TRACED: dict[str, tuple] = {}
-
-
 def _traced(model_type: str):
-    """(graph, feeds, torch logits) of the tiny model from seeded random weights."""
-    if model_type not in _TRACED:
-        m = causal_lm(model_type)
-        ids = (torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) * 7 + 3) % m.config.vocab_size
-        g = from_torch(m, (ids,), kwargs={"use_cache": False})
-        with torch.no_grad():
-            want = m(ids, use_cache=False).logits.numpy()
-        _TRACED[model_type] = (g, feeds_of(g, m, ids), want)
-    return _TRACED[model_type]
+    """(graph, feeds, torch logits) of the tiny model from seeded random weights, traced
+    with ``from_torch`` from real token ids: `spmd_cases.case`, shared with the SPMD
+    tests (its model is ``hf_cases.causal_lm``'s)."""
+    c = case(model_type)
+    return c.graph, c.feeds, c.want
 
 
 @pytest.mark.parametrize("model_type", sorted(EXPECTED))

@@ -19,12 +19,14 @@ eager experts, traced with ``from_torch`` from real inputs (`spmd_cases.case`), 
 3. every distinct op of the graph, alone, verifies under every strategy its rule
    enumerates on that mesh, fed the values the model gives it;
 4. the searched and Megatron-style plans verify on a dp2 x tp2 x sp2 mesh too;
-5. traced on the meta device from shapes (as `from_hf` does), the graph is the one
-   verified, node for node.
+5. traced on the meta device from shapes, the graph is the one verified, node for node:
+   traced by `from_hf` itself for the causal LMs (`hf_cases.traced`), from the verified
+   model's class and config for BERT, RoBERTa, T5 and ViT (from_hf would build another
+   head for them: a decoder BERT, T5Model, ViTModel).
 
 BLOOM's alibi ``repeat``, Cohere's rotary ``repeat_interleave`` and Falcon's head picks
-are opaque only on the meta device: traced from real weights their inputs are known
-buffers and fold at trace time, so these graphs run.
+trace to first-class ops on the meta device too (tests/models/test_repeat_ops.py and
+test_mask_index_ops.py), so 5 holds for them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from explorer.sharding import assign, node_strategies, reference, verify
 pytest.importorskip("torch", reason="the torch extra is not installed")
 pytest.importorskip("transformers", reason="the hf extra is not installed")
 
+from .hf_cases import traced  # noqa: E402
 from .spmd_cases import (  # noqa: E402
     MESH,
     SHARD_ATOL,
@@ -123,20 +126,25 @@ def test_meta_device_trace_is_the_verified_graph(arch):
     """Traced on the meta device from input shapes, as `from_hf` plans a model, each
     architecture gives the graph verified above from real weights, node for node (names,
     ops, inputs, types, attributes): BLOOM's alibi, Cohere's rotary table and Falcon's head
-    picks included, so what the planner shards is what ran sharded here."""
+    picks included, so what the planner shards is what ran sharded here. The causal LMs'
+    graph is `from_hf`'s own (shared with the import tests); the others are traced from
+    the verified model's class, which from_hf does not pick for them."""
     import torch
 
     c = case(arch)
-    with torch.device("meta"):
-        meta = auto_class(arch).from_config(c.model.config, attn_implementation="eager")
-    args, kwargs = example_inputs(arch, c.model.config)
+    if auto_class(arch).__name__ == "AutoModelForCausalLM":
+        g = traced(arch)
+    else:
+        with torch.device("meta"):
+            meta = auto_class(arch).from_config(c.model.config, attn_implementation="eager")
+        args, kwargs = example_inputs(arch, c.model.config)
 
-    def shape(v):
-        return tuple(v.shape) if isinstance(v, torch.Tensor) else v
+        def shape(v):
+            return tuple(v.shape) if isinstance(v, torch.Tensor) else v
 
-    g = ex.models.from_torch(meta, tuple(shape(a) for a in args),
-                             kwargs={k: shape(v) for k, v in kwargs.items()},
-                             input_dtype="fp32" if arch == "vit" else "int64")  # fmt: skip
+        g = ex.models.from_torch(meta, tuple(shape(a) for a in args),
+                                 kwargs={k: shape(v) for k, v in kwargs.items()},
+                                 input_dtype="fp32" if arch == "vit" else "int64")  # fmt: skip
     assert g.report.exact, str(g.report)
     assert _nodes(g) == _nodes(c.graph)
 

@@ -31,19 +31,12 @@ ROOFLINE_MESH = ex.Mesh({"dp": 2, "tp": 4}, hardware=ex.hardware.load("h100-sxm"
 WITHIN = 1.01  # the claim: recursive programming <= 1.01 x the optimum on these graphs
 
 
-def traced(model_type: str) -> ex.ir.Graph:
-    from tests.models.hf_cases import tiny
-
-    return ex.models.from_hf(tiny(model_type), batch=2, seq=8, dtype="fp32")
-
-
-_GRAPHS: dict[str, ex.ir.Graph] = {}
-
-
 def graph(model_type: str) -> ex.ir.Graph:
-    if model_type not in _GRAPHS:
-        _GRAPHS[model_type] = traced(model_type)
-    return _GRAPHS[model_type]
+    """The tiny ``model_type`` traced at batch 2 x 8 tokens in fp32 (`hf_cases.traced`:
+    once per process, shared with the import tests)."""
+    from tests.models.hf_cases import traced
+
+    return traced(model_type)
 
 
 def data_parallel_plan(g: ex.ir.Graph, mesh: ex.Mesh) -> ex.ShardingPlan:
