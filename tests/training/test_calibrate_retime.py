@@ -236,7 +236,7 @@ def test_bounds_outside_the_valid_values_are_refused_naming_them(name, bounds, b
 
 @pytest.mark.parametrize("config, why", [
     (P(tp=5), "does not divide"),
-    (P(dp=4096, tp=8), "devices"),
+    (P(dp=2, pp=24), "exceeds the 12 layers"),  # more chips than the profile grow it instead
 ])  # fmt: skip
 def test_a_run_the_model_cannot_take_is_named_before_the_fit(config, why, monkeypatch):
     bad = ex.MeasuredRun("gpt2", config, "a100-80g", config.dp * 2, 512, 1.0)
