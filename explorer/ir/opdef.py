@@ -11,12 +11,23 @@ from typing import Any
 
 import numpy as np
 
+from ..memo import Memo
 from . import signature as sigmod
 from .dtype import DType
 from .errors import IRError
 from .tensor_type import TensorType
 
 __all__ = ["OpGroup", "OpDef", "register", "get", "names", "REGISTRY", "ELEMENTWISE"]
+
+# (id of the op, input types, typed attributes) -> (the op, signature, output type)
+_INFERRED: Memo[tuple[Any, str, TensorType]] = Memo("ir.inferred", maxsize=65536)
+
+
+def _typed(v: Any) -> Any:
+    """An attribute value with its type (and its items' types), for a memo key."""
+    if isinstance(v, tuple | list):
+        return type(v), tuple(_typed(x) for x in v)
+    return type(v), v
 
 
 class OpGroup(Enum):
@@ -97,7 +108,23 @@ class OpDef:
         return sigmod.expand(self.template, in_types)
 
     def infer(self, in_types: InTypes, attrs: Attrs) -> tuple[str, TensorType]:
-        """Check the inputs and return (signature, output type)."""
+        """Check the inputs and return (signature, output type).
+
+        Remembered per op, input types and attributes (their types too: ``2`` and ``2.0``
+        are other keys), as the layers of a model repeat the same ops on the same types and
+        a graph infers each node twice (builder, then ``Graph``); errors are not remembered.
+        """
+        try:
+            key = (id(self), in_types, tuple((k, _typed(v)) for k, v in sorted(attrs.items())))
+            hash(key)
+        except TypeError:  # an unhashable attribute (an array): inferred every time
+            return self._infer(in_types, attrs)
+        op, sig, out = _INFERRED.get(key, lambda: (self, *self._infer(in_types, attrs)))
+        if op is not self:  # the id of an op since freed (re-registered): not this op's entry
+            return self._infer(in_types, attrs)
+        return sig, out
+
+    def _infer(self, in_types: InTypes, attrs: Attrs) -> tuple[str, TensorType]:
         sig = self.signature(in_types, attrs)
         sizes = sigmod.letter_sizes(sig, in_types)
         if self.shape_rule is not None:
