@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pagelog import PageLog
+
 ROOT = Path(__file__).parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
@@ -336,12 +338,80 @@ EXPECTED_PLOTS = f"""async () => {{
 }}"""
 
 
-def open_notebook(page, lab: dict, name: str, timeout_s: float = 60.0) -> None:
-    """Open ``name`` in a fresh JupyterLab page; return once its kernel is idle and its
-    widget manager is ready."""
-    page.goto(f"{lab['base']}/lab/tree/{name}?reset&token={lab['token']}")
-    page.wait_for_function(KERNEL_READY, timeout=timeout_s * 1000)
-    page.wait_for_function(WIDGETS_READY, timeout=timeout_s * 1000)
+class LabPage:
+    """One Chromium page holding JupyterLab, in which notebooks are opened one at a time:
+    JupyterLab starts once (seconds of plugin start-up per page otherwise). Opening a notebook
+    closes the one open before and shuts its kernel down. A page that crashed or was closed is
+    replaced by a fresh one at the next ``open``.
+
+    ``log`` holds the page's console from its first line (a line marks each notebook opened);
+    ``anywidget_failures()`` counts those of the notebook open now (see ``WATCH_ANYWIDGET``).
+    """
+
+    def __init__(self, browser, lab: dict) -> None:
+        self.browser, self.lab = browser, lab
+        self.context = self.page = None
+        self.log = PageLog()
+        self.current: str | None = None
+        self._failures_before = 0
+
+    def _start(self) -> None:
+        if self.context is not None:
+            self.context.close()
+        self.context = self.browser.new_context(viewport=VIEWPORT)
+        self.context.add_init_script(WATCH_ANYWIDGET)
+        self.page = self.log.watch(self.context.new_page())
+        self.page.set_default_timeout(30_000)
+        self.page.goto(f"{self.lab['base']}/lab?reset&token={self.lab['token']}")
+        self.page.wait_for_function("() => !!window.jupyterapp", timeout=60_000)
+        self.page.evaluate("() => window.jupyterapp.restored")
+        self.current = None
+
+    def open(self, name: str, timeout_s: float = 60.0):
+        """Open notebook ``name`` (a path under the server's root); return the page once its
+        kernel is idle and its widget manager is ready."""
+        if self.page is None or self.page.is_closed() or self.log.crashed:
+            self.log.crashed = False
+            self._start()
+        self.close_current()
+        self.log.lines.append(f"--- {name} opened ---")
+        self.page.evaluate(
+            "(path) => { window.jupyterapp.commands.execute("
+            "'docmanager:open', {path, factory: 'Notebook'}); }", name,
+        )  # fmt: skip
+        self.page.wait_for_function(f"(p) => !!{NB} && !!{NB}.context && {NB}.context.path === p",
+                                    arg=name, timeout=timeout_s * 1000)  # fmt: skip
+        self.page.wait_for_function(KERNEL_READY, timeout=timeout_s * 1000)
+        self.page.wait_for_function(WIDGETS_READY, timeout=timeout_s * 1000)
+        self.current = name
+        self._failures_before = self.page.evaluate(ANYWIDGET_FAILURES)
+        return self.page
+
+    def anywidget_failures(self) -> int:
+        return self.page.evaluate(ANYWIDGET_FAILURES) - self._failures_before
+
+    def close_current(self) -> None:
+        """Close the notebook open now (its outputs are not saved) and shut its kernel down."""
+        if self.current is None:
+            return
+        self.current = None
+        self.page.evaluate(
+            f"""async () => {{
+              const w = {NB};
+              if (!w || !w.sessionContext) return;
+              await w.sessionContext.shutdown();
+              w.dispose();
+            }}"""
+        )  # fmt: skip
+
+    def close(self) -> None:
+        if self.context is not None:
+            try:
+                self.close_current()
+            except Exception:  # noqa: BLE001  (a crashed page: the server stops its kernels)
+                pass
+            self.context.close()
+            self.context = self.page = None
 
 
 def run_all(page, timeout_s: float) -> float:

@@ -31,13 +31,18 @@ class PageLog:
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.crashed = False
 
     def watch(self, page):
         """Collect what ``page`` says from now on; returns the page."""
         page.on("console", lambda m: self.lines.append(f"console.{m.type}: {m.text}"))
         page.on("pageerror", lambda e: self.lines.append(f"pageerror: {e}"))
-        page.on("crash", lambda _p: self.lines.append("crash: the page's renderer crashed"))
+        page.on("crash", self._crash)
         return page
+
+    def _crash(self, _page) -> None:
+        self.crashed = True
+        self.lines.append("crash: the page's renderer crashed")
 
     def text(self, limit: int = MAX_LINES) -> str:
         if not self.lines:

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pytest
 from lab import (
-    ANYWIDGET_FAILURES,
     ARTIFACTS,
     CLIPPED,
     EXPECTED_PLOTS,
@@ -45,21 +44,18 @@ from lab import (
     PROMPTS,
     SIDEWAYS,
     VIEWPORT,
-    WATCH_ANYWIDGET,
     execute,
     misfit_plots,
-    open_notebook,
     run_all,
     wait_for_plots,
 )
 from notebook_claims import CLAIMS, check_claims, check_outputs, shown_by_probe
-from pagelog import PageLog, screenshot
+from pagelog import screenshot
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOKS = sorted(p.name for p in (Path(__file__).parents[2] / "notebooks").glob("*.ipynb"))
 TOUR = "01_tour.ipynb"
-KEEP_OPEN = {TOUR}  # notebooks whose page later tests act on
 RUN_ALL_TIMEOUT_S = 300.0
 TIMINGS: dict[str, dict[str, float]] = {}  # notebook -> seconds to open it, to Run All
 
@@ -77,86 +73,64 @@ TAB = ".jp-OutputArea-output .lm-TabBar-tab"
 
 @dataclass
 class Run:
-    """One notebook opened in its own browser context and run once."""
+    """One notebook opened in the session's JupyterLab page and run once."""
 
     name: str
-    context: object = None
     page: object = None
     timings: dict = field(default_factory=dict)
-    log: PageLog = field(default_factory=PageLog)  # the page's console from its first line
     failure: BaseException | None = None  # the run itself (open, Run All) failed
 
 
 class Runs:
-    """The runs of this module: each notebook runs once; the page of a notebook in
-    ``KEEP_OPEN`` stays open for the tests that act on it after its own test."""
+    """Each notebook runs once. Its page stays as the run left it until another notebook is
+    opened, so the tests that act on a notebook after its own test (the tour's, ordered right
+    after it by ``conftest.py``) use its run; one that finds its notebook closed (a test
+    selected alone) runs it."""
 
-    def __init__(self, lab: dict, browser) -> None:
-        self.lab, self.browser = lab, browser
+    def __init__(self, lab_page) -> None:
+        self.lab_page = lab_page
         self.runs: dict[str, Run] = {}
 
     def get(self, name: str, page_log) -> Run:
+        page_log.lines = self.lab_page.log.lines  # the failure report shows the page's log
         run = self.runs.get(name)
-        if run is None:
+        if run is None or (run.failure is None and self.lab_page.current != name):
             run = self.runs[name] = self._run(name)
-        page_log.lines = run.log.lines  # the test's failure report shows the page's whole log
         if run.failure is not None:
             raise run.failure
         return run
 
     def _run(self, name: str) -> Run:
         run = Run(name)
-        run.context = self.browser.new_context(viewport=VIEWPORT)
-        run.context.add_init_script(WATCH_ANYWIDGET)
-        run.page = run.log.watch(run.context.new_page())
-        run.page.set_default_timeout(30_000)
         t0 = time.monotonic()
         try:
-            open_notebook(run.page, self.lab, name)
-            run.timings["page_to_idle_kernel_s"] = round(time.monotonic() - t0, 1)
+            run.page = self.lab_page.open(name)
+            run.timings["open_s"] = round(time.monotonic() - t0, 1)
             run.timings["run_all_s"] = round(run_all(run.page, RUN_ALL_TIMEOUT_S), 1)
-        except Exception as e:  # noqa: BLE001  (kept: a later test on this page fails with it)
+        except Exception as e:  # noqa: BLE001  (kept: a later test on this run fails with it)
             run.failure = e
         return run
 
-    def done(self, name: str) -> None:
-        """The notebook's own test is over: close its page unless a later test needs it."""
-        if name not in KEEP_OPEN:
-            self.close(name)
-
-    def close(self, name: str) -> None:
-        run = self.runs.get(name)
-        if run is None or run.context is None:
-            return
-        try:  # stop the kernel now rather than with the server (memory)
-            run.page.evaluate(f"() => {NB}.sessionContext.shutdown()")
-        except Exception:  # noqa: BLE001  (a crashed page: the server stops it at the end)
-            pass
-        run.context.close()
-        run.context = None
-
 
 @pytest.fixture(scope="module")
-def runs(lab, browser):
-    r = Runs(lab, browser)
-    yield r
-    for name in list(r.runs):
-        r.close(name)
+def runs(lab_page):
+    yield Runs(lab_page)
+    lab_page.close_current()
 
 
 def _watched(page_log, runs: Runs, name: str) -> Run:
-    """The run of ``name``; its page's console is in the test's failure report."""
+    """The run of ``name``; the page's console is in the test's failure report."""
     try:
         return runs.get(name, page_log)
     except Exception as e:  # noqa: BLE001
         pytest.fail(f"{name} did not run in the browser: {type(e).__name__}: {e}", pytrace=False)
 
 
-def _anywidget_note(page) -> str:
+def _anywidget_note(lab_page) -> str:
     """Why a plot may be stale, for a failure message: anywidget models that never started."""
-    n = page.evaluate(ANYWIDGET_FAILURES)
-    return (f"\n({n} anywidget models of this page failed to start: their module did not load "
-            "within anywidget's 2 s, and such a model drops every update from the kernel)"
+    n = lab_page.anywidget_failures()
+    return (f"\n({n} anywidget models of this notebook failed to start: their module did not "
+            "load within anywidget's 2 s, and such a model drops every update from the kernel)"
             if n else "")  # fmt: skip
 
 
@@ -198,7 +172,7 @@ def test_notebook_in_the_browser(runs, name, page_log):
         # What the page draws: every figure of the displayed views.
         expected = page.evaluate(EXPECTED_PLOTS)
         plots = wait_for_plots(page, expected)
-        why = _anywidget_note(page)
+        why = _anywidget_note(runs.lab_page)
         assert len(plots) >= expected, (
             f"{name}: the views hold {expected} figures, the page drew {len(plots)}: {plots}{why}"
         )
@@ -213,7 +187,7 @@ def test_notebook_in_the_browser(runs, name, page_log):
         tabs = page.evaluate(TABS)
         for tab in tabs:
             in_tab = _show_tab(page, tab["i"])
-            why = _anywidget_note(page)
+            why = _anywidget_note(runs.lab_page)
             empty = _empty_plots(in_tab)
             assert not empty, f"{name}, tab {tab['label']!r}: plots without data: {empty}{why}"
             narrow = misfit_plots(in_tab)
@@ -239,11 +213,9 @@ def test_notebook_in_the_browser(runs, name, page_log):
             screenshot(page, ARTIFACTS / f"{stem}-{k}.png")
         passed = True
     finally:
-        run = runs.runs.get(name)
-        if not passed and run is not None and run.context is not None:
-            screenshot(run.page, ARTIFACTS / f"{stem}-last.png")
+        if not passed and runs.lab_page.current == name:
+            screenshot(runs.lab_page.page, ARTIFACTS / f"{stem}-last.png")
         (ARTIFACTS / "browser_notebooks.json").write_text(json.dumps(TIMINGS, indent=2))
-        runs.done(name)
 
 
 # --- the tour, used ------------------------------------------------------------------------
@@ -415,7 +387,7 @@ demo.figure._data_objs = ()
 demo"""
 
 
-def test_a_plot_the_page_drew_empty_is_repaired(lab, browser, page_log):
+def test_a_plot_the_page_drew_empty_is_repaired(lab, lab_page, page_log):
     """The page reports a plot drawn without data and the view re-sends it (widgets/fit.py)."""
     import nbformat
 
@@ -423,15 +395,15 @@ def test_a_plot_the_page_drew_empty_is_repaired(lab, browser, page_log):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}  # fmt: skip
     nbformat.write(nb, lab["root"] / "repair_check.ipynb")
-    context = browser.new_context(viewport=VIEWPORT)
-    page = page_log.watch(context.new_page())
+    page_log.lines = lab_page.log.lines
     try:
-        open_notebook(page, lab, "repair_check.ipynb")
+        page = lab_page.open("repair_check.ipynb")
+        repairs = "() => window.__explorerRepairs || 0"
+        before = page.evaluate(repairs)  # the page is shared: count this notebook's
         run_all(page, 120)
         assert not page.evaluate(OUTPUT_ERRORS)
         plots = wait_for_plots(page, 1, 30)
         assert len(plots) == 1 and plots[0]["with_data"] == 1, plots
-        assert page.evaluate("() => window.__explorerRepairs") == 1
+        assert page.evaluate(repairs) - before == 1
     finally:
-        page.evaluate(f"() => {NB}.sessionContext.shutdown()")
-        context.close()
+        lab_page.close_current()

@@ -11,17 +11,13 @@ from __future__ import annotations
 
 import pytest
 from lab import (
-    ANYWIDGET_FAILURES,
     ARTIFACTS,
     CLIPPED,
     EXPECTED_PLOTS,
     NB,
     OUTPUT_ERRORS,
     SIDEWAYS,
-    VIEWPORT,
-    WATCH_ANYWIDGET,
     misfit_plots,
-    open_notebook,
     run_all,
     wait_for_plots,
 )
@@ -108,7 +104,7 @@ LONELY = f"""() => {{
 }}"""
 
 
-def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser, page_log):
+def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, lab_page, page_log):
     import nbformat
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -116,12 +112,9 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser, page_lo
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}  # fmt: skip
     nbformat.write(nb, lab["root"] / "pareto_check.ipynb")
-    context = browser.new_context(viewport=VIEWPORT)
-    context.add_init_script(WATCH_ANYWIDGET)
-    page = page_log.watch(context.new_page())
-    page.set_default_timeout(30_000)
+    page_log.lines = lab_page.log.lines
     try:
-        open_notebook(page, lab, "pareto_check.ipynb")
+        page = lab_page.open("pareto_check.ipynb")
         run_all(page, 180)
         assert not page.evaluate(OUTPUT_ERRORS)
         expected = page.evaluate(EXPECTED_PLOTS)
@@ -129,7 +122,7 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser, page_lo
         plots = wait_for_plots(page, expected)
         # anywidget models that never started (their module did not load within 2 s) drop
         # every update from the kernel: named when the plots are wrong
-        why = {"anywidget models that failed to start": page.evaluate(ANYWIDGET_FAILURES)}
+        why = {"anywidget models that failed to start": lab_page.anywidget_failures()}
         assert len(plots) >= 2 and all(p["with_data"] > 0 for p in plots), (plots, why)
         assert not misfit_plots(plots), (plots, why)
         assert not page.evaluate(CLIPPED), page.evaluate(CLIPPED)
@@ -180,5 +173,4 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, browser, page_lo
         screenshot(page, ARTIFACTS / "pareto_view_after_click.png")
         assert not page.evaluate(OUTPUT_ERRORS)
     finally:
-        page.evaluate(f"() => {NB}.sessionContext.shutdown()")
-        context.close()
+        lab_page.close_current()
