@@ -39,11 +39,13 @@ def contraction_flops(graph) -> int:
     )
 
 
-def oracle_flops(model_type: str) -> int:
-    """FlopCounterMode of a real forward, eager attention and eager experts."""
+def oracle_flops(model_type: str, raw: dict | None = None) -> int:
+    """FlopCounterMode of a real forward, eager attention and eager experts.
+
+    ``raw`` is the config dict to build (``tiny(model_type)`` when not given)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    raw = tiny(model_type)
+    raw = tiny(model_type) if raw is None else raw
     model, cfg = meta_model(model_type)
     cfg = type(cfg).from_dict({k: v for k, v in raw.items() if k != "model_type"})
     cfg._experts_implementation = "eager"
