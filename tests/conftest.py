@@ -52,6 +52,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/export/test_torch_model_agrees.py",  # ~8 GB of memory
         "tests/compiler/test_codegen.py",  # 82 s: numba
         "tests/compiler/test_codegen_background.py",  # 34 s: numba
+        "tests/compiler/test_kernel_accuracy.py",  # 18 s: numba
         "tests/search/test_repeats.py",  # 85 s
         "tests/fuzz/",  # 115 s
     ),
