@@ -59,6 +59,7 @@ class Memo(Generic[V]):
         self._lock = threading.Lock()
         self._hits = 0
         self._misses = 0
+        self._evicted = 0
         with _REGISTRY_LOCK:
             _REGISTRY.add(self)
 
@@ -80,12 +81,43 @@ class Memo(Generic[V]):
                 return first
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
+                self._evicted += 1
         return value
+
+    def peek(self, key: Hashable, default: Any = None) -> Any:
+        """The value under ``key`` (marked recently used), or ``default``; counts nothing."""
+        with self._lock:
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
+                return default
+            self._data.move_to_end(key)
+            return value
+
+    def put(self, key: Hashable, value: V) -> list[tuple[Hashable, V]]:
+        """Store ``value`` under ``key``; return the entries evicted to make room (least
+        recently used first), so that a caller can drop what refers to them."""
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            out = []
+            while len(self._data) > self.maxsize:
+                out.append(self._data.popitem(last=False))
+                self._evicted += 1
+            return out
+
+    def values(self) -> list[V]:
+        with self._lock:
+            return list(self._data.values())
+
+    @property
+    def evicted(self) -> int:
+        """Entries dropped to keep within ``maxsize`` since the last ``clear()``."""
+        return self._evicted
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
-            self._hits = self._misses = 0
+            self._hits = self._misses = self._evicted = 0
 
     def stats(self) -> tuple[int, int]:
         """``(hits, misses)`` since the last ``clear()``."""
@@ -98,7 +130,8 @@ class Memo(Generic[V]):
         return key in self._data
 
     def __repr__(self) -> str:
-        return f"Memo({self.name!r}, maxsize={self.maxsize}, size={len(self)})"
+        return (f"Memo({self.name!r}, maxsize={self.maxsize}, size={len(self)}, "
+                f"evicted={self._evicted})")  # fmt: skip
 
 
 def memoize(maxsize: int, name: str | None = None) -> Callable[[F], F]:

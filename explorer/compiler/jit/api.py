@@ -38,7 +38,9 @@ from typing import Any, Literal
 import numpy as np
 
 from ... import trace as _trace
+from ...checks import is_int, positive_int
 from ...ir import Graph, TensorType
+from ...memo import Memo
 from ..errors import (
     CompilerArgumentError,
     CompilerError,
@@ -65,6 +67,9 @@ Syntax = Literal["strict", "lax"]
 Capture = Literal["ast", "trace"]
 Dynamic = Mapping[str, Mapping[int, str]]
 Bucket = Literal["none", "pow2"]
+# compilations one jit function keeps (the least recently used go first): without dynamic=,
+# each new input shape compiles once, and 1,500 shapes kept 1,500 entries (+48 MB)
+DEFAULT_CACHE_SIZE = 64
 MAX_RECAPTURES = 4  # compilations one call may trigger before its sizes are fixed
 
 
@@ -116,13 +121,38 @@ def _unflatten(tree: Any, it, sizes: dict[int, int]) -> Any:
     return kind(_unflatten(t, it, sizes) for t in sub)
 
 
+def _check_dynamic(dynamic: dict, sig: inspect.Signature, fn: Callable) -> None:
+    """``dynamic`` names parameters of ``fn``, each with ``{axis: symbol}`` (an int axis, a
+    str symbol); a name ``fn`` does not take was silently ignored before."""
+    params = sig.parameters
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    name_of = getattr(fn, "__name__", repr(fn))
+    for name, axes in dynamic.items():
+        if name not in params and not var_kw:
+            raise CompilerArgumentError(
+                f"dynamic names {name!r}, which {name_of}() does not take; its parameters are "
+                f"{', '.join(params) or 'none'}"
+            )
+        if not isinstance(axes, Mapping) or not axes:
+            raise CompilerArgumentError(
+                f"dynamic[{name!r}]={axes!r}; expected {{axis: symbol}}, e.g. {{0: 'B'}}"
+            )
+        for axis, sym in axes.items():
+            if not is_int(axis, numpy=True) or not isinstance(sym, str) or not sym.isidentifier():
+                raise CompilerArgumentError(
+                    f"dynamic[{name!r}] has {axis!r}: {sym!r}; expected an int axis and a "
+                    "symbol name such as 'B'"
+                )
+
+
 class JitFunction:
     """A compiled function. Call it like the original; inspect with ``graph(*args)``,
     ``steps(*args)``, ``cache`` and ``lower(*args)``."""
 
     def __init__(self, fn: Callable, *, level: Level = "O2", syntax: Syntax = "strict",
                  capture: Capture = "ast", dynamic: Dynamic | None = None,
-                 backend: Backend = "numpy", bucket: Bucket = "none") -> None:  # fmt: skip
+                 backend: Backend = "numpy", bucket: Bucket = "none",
+                 cache_size: int = DEFAULT_CACHE_SIZE) -> None:  # fmt: skip
         if level not in ("O0", "O1", "O2"):
             raise CompilerArgumentError(f"level={level!r}; expected 'O0', 'O1' or 'O2'")
         if backend not in BACKENDS:
@@ -147,10 +177,14 @@ class JitFunction:
             dict(dynamic or {}),
         )
         self.sig = inspect.signature(fn)
+        _check_dynamic(self.dynamic, self.sig, fn)
+        positive_int(cache_size, "jit cache_size", error=CompilerArgumentError)
         params = tuple(self.sig.parameters.values())
         plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in params)
         self._plain = tuple(p.name for p in params) if plain else None  # fast _bind
-        self.cache: dict[tuple, CacheEntry] = {}
+        # compiled entries, least recently used evicted past cache_size (shown in repr)
+        self.cache: Memo[CacheEntry] = Memo(f"jit.{getattr(fn, '__qualname__', fn)}",
+                                            cache_size)  # fmt: skip
         # signature key -> the keys of its compiled variants (symbolic first, then the ones
         # with dims fixed after a shape guard failed); keys whose capture is per size
         self._variants: dict[tuple, list[tuple]] = {}
@@ -170,7 +204,8 @@ class JitFunction:
 
     def __repr__(self) -> str:
         return (f"jit({self.fn.__qualname__}, level={self.level!r}, syntax={self.syntax!r}, "
-                f"capture={self.capture!r}, cached={len(self.cache)})")  # fmt: skip
+                f"capture={self.capture!r}, cached={len(self.cache)}, "
+                f"evicted={self.cache.evicted})")  # fmt: skip
 
     # --- signature ------------------------------------------------------------------------
     def _bind(self, owner: tuple, args, kwargs) -> inspect.BoundArguments:
@@ -269,7 +304,7 @@ class JitFunction:
         variants = self._variants.get(key, [])
         failed: list[tuple[CacheEntry, Any]] = []
         for k in variants:
-            entry = self.cache[k]
+            entry = self.cache.peek(k)
             if any(sizes.get(s) != v for s, v in entry.fixed.items()):
                 continue
             g = entry.failed_guard(sizes)
@@ -309,7 +344,7 @@ class JitFunction:
         primes = {k: v for k, v in (primes or {}).items() if k not in fixed}
         full = _full_key(key, fixed, moduli, primes)
         if full in self.cache and all_fixed:
-            return self.cache[full]
+            return self.cache.peek(full)
         try:
             failed: ShapeError | None = None
             try:
@@ -371,11 +406,22 @@ class JitFunction:
         return sorted({s for axes in self.dynamic.values() for s in axes.values()})
 
     def _store(self, entry: CacheEntry, reason: str, base: tuple) -> CacheEntry:
-        self.cache[entry.key] = entry
+        evicted = self.cache.put(entry.key, entry)
         variants = self._variants.setdefault(base, [])
         if entry.key not in variants:
             variants.append(entry.key)
         rec = _trace.active()
+        for old, _ in evicted:  # the entries a full cache dropped: their variants go too
+            for b, ks in list(self._variants.items()):
+                if old in ks:
+                    ks.remove(old)
+                    if not ks:
+                        del self._variants[b]
+                        self._all_fixed.pop(b, None)
+            if rec is not None:
+                rec.note("note", "cache full", f"{self.fn.__name__}(): the least recently used "
+                         f"of {self.cache.maxsize} compilations evicted "
+                         f"({self.cache.evicted} so far); jit(cache_size=) keeps more")  # fmt: skip
         if rec is not None:
             kind = "compile" if self._last_key is None else "recompile"
             rec.note(kind, self.fn.__name__, reason, dur_us=entry.compile_ms * 1e3)
@@ -503,7 +549,8 @@ def _diff(old: tuple | None, new: tuple) -> str:
 
 def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "strict",
         capture: Capture = "ast", dynamic: Dynamic | None = None,
-        backend: Backend = "numpy", bucket: Bucket = "none"):  # fmt: skip
+        backend: Backend = "numpy", bucket: Bucket = "none",
+        cache_size: int = DEFAULT_CACHE_SIZE):  # fmt: skip
     """Compile ``fn`` (decorator, with or without arguments).
 
     Args:
@@ -533,6 +580,8 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
             (``codegen.wait_compiled()`` waits for them; ``EXPLORER_NUMBA_COMPILE=sync``
             compiles them during the first call instead). ``"numpy"`` runs numpy/numexpr
             kernels only.
+        cache_size: compilations kept (default 64); past it the least recently used is
+            evicted (``repr`` and ``cache.evicted`` count them; a trace notes each).
 
     Tensors read from module scope or closures (not passed as arguments) are baked into the
     graph as constants and *guarded on identity*: rebinding such a name (``W = new``) makes
@@ -545,9 +594,10 @@ def jit(fn: Callable | None = None, *, level: Level = "O2", syntax: Syntax = "st
     """
     if fn is None:
         return lambda f: JitFunction(f, level=level, syntax=syntax, capture=capture,
-                                     dynamic=dynamic, backend=backend, bucket=bucket)  # fmt: skip
+                                     dynamic=dynamic, backend=backend, bucket=bucket,
+                                     cache_size=cache_size)  # fmt: skip
     return JitFunction(fn, level=level, syntax=syntax, capture=capture, dynamic=dynamic,
-                       backend=backend, bucket=bucket)  # fmt: skip
+                       backend=backend, bucket=bucket, cache_size=cache_size)  # fmt: skip
 
 
 def capture(fn: Callable, *args: Any, level: Level = "O0", **kwargs: Any) -> Graph:
