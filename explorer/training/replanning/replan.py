@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...checks import is_int, is_number
-from ...hardware import Cluster, resolve
+from ...hardware import Cluster, HardwareError, resolve
 from ...models import load
 from ...search.errors import SearchError
 from ..errors import MigrationError, ParallelConfigError, ReplanError, TrainingPlanError
@@ -79,8 +79,16 @@ class NodeLoss:
 
     def __post_init__(self) -> None:
         _positive_int("NodeLoss.k", self.k)
+        object.__setattr__(self, "k", int(self.k))
         if self.nodes is not None:
-            object.__setattr__(self, "nodes", tuple(self.nodes))
+            if not isinstance(self.nodes, tuple | list) or not all(
+                is_int(n, minimum=0, numpy=True) for n in self.nodes
+            ):
+                raise ReplanError(
+                    f"NodeLoss.nodes={self.nodes!r}; expected a tuple of node ids (ints >= 0)"
+                )
+            # plain ints: numpy ids compare and hash like them, and print as ids
+            object.__setattr__(self, "nodes", tuple(int(n) for n in self.nodes))
             if len(self.nodes) != self.k or len(set(self.nodes)) != self.k:
                 raise ReplanError(
                     f"NodeLoss(k={self.k}, nodes={self.nodes}): name k distinct node ids"
@@ -101,6 +109,8 @@ class Straggler:
             raise ReplanError(
                 f"Straggler.speed={self.speed!r}; expected a fraction of full speed in (0, 1]"
             )
+        object.__setattr__(self, "node", int(self.node))
+        object.__setattr__(self, "speed", float(self.speed))
 
 
 @dataclass(frozen=True)
@@ -112,6 +122,7 @@ class MemoryCap:
     def __post_init__(self) -> None:
         if not is_number(self.bytes, above=0, numpy=True):
             raise ReplanError(f"MemoryCap.bytes={self.bytes!r}; expected a positive number")
+        object.__setattr__(self, "bytes", float(self.bytes))
 
 
 @dataclass(frozen=True)
@@ -122,6 +133,7 @@ class NewGlobalBatch:
 
     def __post_init__(self) -> None:
         _positive_int("NewGlobalBatch.n", self.n)
+        object.__setattr__(self, "n", int(self.n))
 
 
 Event = NodeLoss | Straggler | MemoryCap | NewGlobalBatch
@@ -287,7 +299,7 @@ def replan(
     _positive_int("candidates", candidates)
     _positive_int("finalists", finalists)
     tparams = params or TrainingParams()
-    cluster = resolve(hardware or plan.hardware)
+    cluster = _same_chip(plan, hardware)
     ctx = _Context(plan, cluster, tparams, space or SearchSpace(), finalists)
     if isinstance(event, NodeLoss):
         options, keep = _node_loss(ctx, event, candidates), math.inf
@@ -515,6 +527,13 @@ def _slowed_step(sim: SimResult, m_replica: int, m: int, speed: float) -> float:
 
 def _memory_cap(ctx: _Context, ev: MemoryCap) -> tuple[list[ReplanOption], float]:
     sim = ctx.plan.sim
+    chip = ctx.cluster.chip
+    if ev.bytes > chip.memory_bytes:
+        raise ReplanError(
+            f"MemoryCap(bytes={ev.bytes:.4g}) is above the {chip.memory_bytes / 2**30:.0f} GiB "
+            f"of one {chip.name}: a memory cap lowers what a device may use, it cannot add "
+            f"memory; pass at most {chip.memory_bytes} bytes"
+        )
     keep = sim.step_time_s if sim.memory.total <= ev.bytes else math.inf
     tparams = ctx.tparams.replace(cost=ctx.tparams.cost.replace(device_memory_cap_bytes=ev.bytes))
     options = [ctx.option("replan", new, keep) for new in _same_devices(ctx, tparams=tparams)]
@@ -592,6 +611,27 @@ def _break_even_text(steps: float, required: bool = False) -> str:
     if math.isinf(steps):
         return "never (not faster than keeping the plan)"
     return f"{steps:.1f} steps"
+
+
+def _same_chip(plan: TrainingPlan, hardware: str | Cluster | None) -> Cluster:
+    """The plan's cluster, or ``hardware`` when it has the plan's chip (a topology the catalog
+    lacks); another chip is refused: a re-plan reacts to an event on the job's own chips."""
+    if hardware is None:
+        return resolve(plan.hardware)
+    cluster = resolve(hardware)
+    if isinstance(hardware, Cluster) and cluster.name == plan.hardware:
+        return cluster  # the plan's own cluster, given back
+    try:
+        own = resolve(plan.hardware)
+    except HardwareError:  # a cluster outside the catalog: ``hardware`` is that cluster
+        return cluster
+    if cluster.chip != own.chip:
+        raise ReplanError(
+            f"replan: hardware={getattr(hardware, 'name', hardware)!r} has {cluster.chip.name} "
+            f"chips, the plan ran on {own.chip.name} ({plan.hardware}); a re-plan keeps the "
+            "job's chips. To move the job, plan it anew: plan_training(..., hardware=...)"
+        )
+    return cluster
 
 
 def _positive_int(name: str, v: object) -> None:
