@@ -24,6 +24,7 @@ from .training import (
     Pool,
     SearchSpace,
     SimResult,
+    Stack,
     Straggler,
     TrainingError,
     TrainingParams,
@@ -36,6 +37,7 @@ from .training import (
     replan,
     scaling_curve,
     simulate,
+    stacks,
 )
 
 __version__ = "0.1.0"
@@ -45,7 +47,7 @@ __all__ = [
     "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
     "compiler", "trace", "export", "jit", "tensor", "Tensor", "grad", "F", "nn",
     "ParallelConfig", "simulate", "estimate", "SimResult", "plan_training", "TrainingPlan",
-    "SearchSpace", "TrainingParams", "TrainingError", "scaling_curve",
+    "SearchSpace", "TrainingParams", "TrainingError", "scaling_curve", "stacks", "Stack",
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
     "Pool", "plan_hetero", "compare_hetero",
     "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch",

@@ -48,6 +48,7 @@ CATALOG = (
     "dgx-h100-2dc",
     "dgx-h100-superpod",
     "gb200-nvl72",
+    "h100-hbm2e-96g",
     "h100-sxm",
     "h200",
     "mi300x",

@@ -12,7 +12,10 @@ File schema (units in field names; GB = 1e9 bytes, GiB = 2**30 bytes)::
         "memory_gib": 80,                      # or "memory_gb" (exactly one of the two)
         "memory_bandwidth_gb_per_s": 2039,
         "price_usd_per_chip_hour": 1.99,       # optional, with "price_source" (a citation
-        "price_source": "assumption: ..."      # or "assumption: ..." saying how it was chosen)
+        "price_source": "assumption: ...",     # or "assumption: ..." saying how it was chosen)
+        "matmul_efficiency": 0.8,              # optional: GEMM ceiling, fraction of peak;
+        "attention_efficiency": 0.6,           # fused attention's; both with
+        "efficiency_source": "..."             # (default: chip.EFFICIENCY_FACTS)
       },
       "cluster": {
         "chips_per_node": 8,
@@ -84,7 +87,8 @@ _GIB = 2**30
 _TOP_FIELDS = {"name", "source", "notes", "chip", "cluster"}
 _CHIP_FIELDS = {
     "name", "peak_tflops", "memory_gib", "memory_gb", "memory_bandwidth_gb_per_s",
-    "price_usd_per_chip_hour", "price_source",
+    "price_usd_per_chip_hour", "price_source", "matmul_efficiency", "attention_efficiency",
+    "efficiency_source",
 }  # fmt: skip
 _CLUSTER_FIELDS = {
     "chips_per_node",
@@ -248,6 +252,7 @@ def _parse(data: Any, where: str) -> Cluster:
             9,
         ),
         **_price(reader, chip_data),
+        **_efficiencies(reader, chip_data),
     )
     per_dir = "a positive number (GB/s per chip, one direction)"
     latency = "a non-negative number (microseconds per step)"
@@ -296,6 +301,24 @@ def _price(reader: _Reader, chip_data: dict[str, Any]) -> dict[str, Any]:
         "a non-empty string citing the price, or 'assumption: ...' saying how it was chosen",
     )  # fmt: skip
     return {"price_per_chip_hour": price, "price_source": source}
+
+
+def _efficiencies(reader: _Reader, chip_data: dict[str, Any]) -> dict[str, Any]:
+    """The optional GEMM ceiling and fused-attention efficiency (fractions of the dense
+    peak) with their ``efficiency_source``; absent: the chip's `EFFICIENCY_FACTS` entry."""
+    out: dict[str, Any] = {}
+    for key in ("matmul_efficiency", "attention_efficiency"):
+        if key in chip_data:
+            v = reader.number(chip_data, f"chip.{key}", "a fraction of the dense peak in (0, 1]")
+            if v > 1:
+                reader.fail(f"chip.{key}", f"is {v!r}", "a fraction of the dense peak in (0, 1]")
+            out[key] = v
+    if out or "efficiency_source" in chip_data:
+        out["efficiency_source"] = reader.text(
+            chip_data, "chip.efficiency_source",
+            "a non-empty string citing the efficiencies, or 'assumption: ...'",
+        )  # fmt: skip
+    return out
 
 
 def _parse_levels(reader: _Reader, data: Any) -> tuple[Level, ...]:

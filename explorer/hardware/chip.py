@@ -10,7 +10,7 @@ from typing import Literal
 from explorer.checks import is_int, is_number, positive_int, positive_number
 from explorer.hardware.errors import HardwareError
 
-__all__ = ["DTYPES", "Chip", "DTypeName", "KERNEL_FACTS"]
+__all__ = ["DTYPES", "Chip", "DTypeName", "KERNEL_FACTS", "EFFICIENCY_FACTS", "DEFAULT_EFFICIENCY"]
 
 DTypeName = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 # Canonical order used to store and print peak rates, widest first.
@@ -35,9 +35,48 @@ KERNEL_FACTS: dict[str, tuple[int, tuple[tuple[int, int], ...]]] = {
     "NVIDIA A100 SXM4 80GB": (108, _CUBLAS_TILES),
     "NVIDIA A100 SXM4 40GB": (108, _CUBLAS_TILES),
     "NVIDIA H100 SXM5 80GB": (132, _CUBLAS_TILES),
+    "NVIDIA H100 SXM5 96GB HBM2e": (132, _CUBLAS_TILES),
     "NVIDIA H200 SXM 141GB": (132, _CUBLAS_TILES),
     "NVIDIA Tesla V100 SXM2 32GB": (80, _CUBLAS_TILES),
 }
+
+# Chip name -> (GEMM ceiling, fused-attention efficiency, source): the fractions of the
+# chip's dense peak that a full wave of the largest GEMM tiles, and a fused (flash)
+# attention kernel forward and backward together, reach in current libraries. The training
+# step model uses them where its TrainingParams knobs are None (the stacks of
+# explorer.training.stacks leave them None; TrainingParams() keeps the 2021 values).
+_FA2 = (
+    "FlashAttention-2 reaches 50-73% of A100 peak forward and up to 72% forward+backward "
+    "(Dao 2023, arXiv:2307.08691, section 4.1)"
+)
+_FA3 = (
+    "FlashAttention-3 reaches 75% of H100 BF16 peak forward, its backward 1.5-1.75x "
+    "FlashAttention-2's (Shah et al. 2024, arXiv:2407.08608); forward and backward "
+    "together (backward 2.5x the FLOPs) about 0.55 (assumption within it)"
+)
+EFFICIENCY_FACTS: dict[str, tuple[float, float, str]] = {
+    "NVIDIA A100 SXM4 80GB": (0.8, 0.6, f"{_FA2}; GEMM: assumption, cuBLAS BF16 on large "
+                             "shapes (to be fitted on the fit rows of datasets/published)"),
+    "NVIDIA A100 SXM4 40GB": (0.8, 0.6, f"{_FA2}; GEMM: as the A100 80GB (same GA100 chip)"),
+    "NVIDIA H100 SXM5 80GB": (0.75, 0.55, f"{_FA3}; GEMM: assumption, cuBLAS BF16 on large "
+                             "shapes at the 700 W limit"),
+    "NVIDIA H100 SXM5 96GB HBM2e": (0.7, 0.55, f"{_FA3}; GEMM: assumption, below the 700 W "
+                                   "H100's (Grand Teton's 500 W power limit lowers clocks)"),
+    "NVIDIA H200 SXM 141GB": (0.75, 0.55, f"{_FA3}; GEMM: as the H100 SXM (same GH100 chip)"),
+    "NVIDIA B200 SXM 180GB": (0.75, 0.55, "assumption: the H100's fractions (cuDNN and "
+                             "FlashAttention on Blackwell; no published fraction)"),
+    "NVIDIA GB200 Blackwell GPU 186GB": (0.75, 0.55, "assumption: the H100's fractions"),
+    "AMD Instinct MI300X 192GB": (0.6, 0.4, "assumption: hipBLASLt and CK flash attention "
+                                 "reach a smaller share of the larger MI300X peak"),
+    "Google TPU v4": (0.75, 0.5, "assumption (XLA GEMMs; Pallas flash attention)"),
+    "Google TPU v5p": (0.75, 0.5, "assumption (XLA GEMMs; Pallas splash attention)"),
+    "Huawei Ascend 910": (0.6, 0.4, "assumption (CANN GEMMs and fused attention)"),
+    "Huawei Ascend 910B": (0.6, 0.4, "assumption (CANN GEMMs and FlashAttentionScore)"),
+    "Huawei Ascend 910C": (0.6, 0.4, "assumption (CANN GEMMs and FlashAttentionScore)"),
+    "NVIDIA Tesla V100 SXM2 32GB": (0.75, 0.4, "assumption (no FlashAttention-2 on Volta)"),
+}  # fmt: skip
+#: A chip without an `EFFICIENCY_FACTS` entry nor its own figures.
+DEFAULT_EFFICIENCY = (0.7, 0.5, "assumption: chip not in EFFICIENCY_FACTS")
 _TERA = 1e12
 _GIB = 2**30
 _GIGA = 1e9
@@ -64,6 +103,11 @@ class Chip:
             price); None: unknown (plans then have no cost objective).
         price_source: where the price comes from, or "assumption: ..." saying how it was
             chosen; required with a price.
+        matmul_efficiency: the fraction of the dense peak a full wave of the largest GEMM
+            tiles reaches (the training step model's GEMM ceiling where its knob is None);
+            ``attention_efficiency``: a fused attention kernel's forward and backward.
+            Filled from `EFFICIENCY_FACTS` (else `DEFAULT_EFFICIENCY`) when not given;
+            ``efficiency_source`` says where they come from.
 
     >>> chip = Chip("toy", {"bf16": 1e12}, memory_bytes=2**30, memory_bandwidth_bytes_per_s=1e11)
     >>> chip.peak_flops("bf16")
@@ -78,6 +122,9 @@ class Chip:
     matmul_tile_shapes: tuple[tuple[int, int], ...] = ()
     price_per_chip_hour: float | None = None
     price_source: str = ""
+    matmul_efficiency: float | None = None
+    attention_efficiency: float | None = None
+    efficiency_source: str = ""
 
     def __post_init__(self) -> None:
         pairs = _normalize_peaks(self.name, self.peak_flops_per_s)
@@ -88,6 +135,7 @@ class Chip:
                 object.__setattr__(self, "compute_units", facts[0])
             if not self.matmul_tile_shapes:
                 object.__setattr__(self, "matmul_tile_shapes", facts[1])
+        _fill_efficiencies(self)
         _check_kernel_facts(self)
         _check_price(self)
         if not isinstance(self.name, str) or not self.name:
@@ -194,3 +242,26 @@ def _check_kernel_facts(chip: Chip) -> None:
             f"Chip {chip.name!r}: matmul_tile_shapes={tiles!r}; expected a tuple of (rows, "
             "columns) int pairs >= 1, e.g. ((256, 128), (128, 128)), or () when unknown"
         )
+
+
+def _fill_efficiencies(chip: Chip) -> None:
+    """Fill ``matmul_efficiency`` / ``attention_efficiency`` left None from
+    `EFFICIENCY_FACTS` (else `DEFAULT_EFFICIENCY`), then check both are in (0, 1]."""
+    known = isinstance(chip.name, str) and chip.name in EFFICIENCY_FACTS
+    mm, att, src = EFFICIENCY_FACTS[chip.name] if known else DEFAULT_EFFICIENCY
+    given = []
+    for name, value in (("matmul_efficiency", mm), ("attention_efficiency", att)):
+        if getattr(chip, name) is None:
+            object.__setattr__(chip, name, value)
+        else:
+            given.append(name)
+    if not chip.efficiency_source:
+        note = f"{', '.join(given)} given; " if given else ""
+        object.__setattr__(chip, "efficiency_source", note + src)
+    for name in ("matmul_efficiency", "attention_efficiency"):
+        v = getattr(chip, name)
+        if not is_number(v, above=0, maximum=1):
+            raise HardwareError(
+                f"Chip {chip.name!r}: {name}={v!r}; expected a fraction of the dense peak in "
+                "(0, 1], or None for the EFFICIENCY_FACTS figure"
+            )

@@ -193,6 +193,14 @@ class ModelConfig:
                 f"{where}: capacity_factor={self.capacity_factor!r}; expected a finite number > 0 "
                 "(1.0 = exactly the average tokens per expert)"
             )
+        if self.dtype == "fp8":
+            raise ModelConfigError(
+                f"{where}: field 'dtype' is 'fp8'; FP8 is a training choice, not a model "
+                "dtype (FP8 training runs the GEMMs in FP8 and keeps weights, norms, softmax "
+                "and activations in BF16): keep dtype='bf16' and pass "
+                "TrainingParams(precision='fp8') (or stacks.params(name, precision='fp8')) "
+                "to simulate / plan_training"
+            )
         if self.dtype not in _FLOAT_DTYPES:
             raise ModelConfigError(
                 f"{where}: field 'dtype' is {self.dtype!r}; expected one of "

@@ -2,7 +2,8 @@
 model, simulate(), plan_training(), scaling curves and the published runs they are checked on.
 
 The rooms, lowest first: ``errors``, ``memory``, ``params`` (`TrainingParams`), ``config``,
-``pipeline/``, ``step_model/`` (one configuration, costed; ``terms/`` per parallelism),
+``stacks`` (training frameworks' presets of `TrainingParams`), ``pipeline/``,
+``step_model/`` (one configuration, costed; ``terms/`` per parallelism),
 ``simulate``, ``offload``, ``planning/`` (the one-cluster search and its results),
 ``hetero/`` (pools of different chips), ``plan`` (`plan_training`: the dispatch),
 ``replanning/``, ``calibration/``, ``datacenters``, ``local_sgd``. Floor: above
@@ -18,6 +19,7 @@ below are private.
 True
 """
 
+from . import stacks
 from .calibration.fit import Calibration, CalibrationRow, calibrate
 from .calibration.knobs import float_fields
 from .calibration.measured import MeasuredRun
@@ -87,13 +89,14 @@ from .replanning.replan import (
     replan,
 )
 from .simulate import PartitionChoice, SimResult, estimate, simulate
+from .stacks import Stack
 from .step_model.terms.zero import model_state_bytes
 
 __all__ = [
     # plan and simulate: the entry points and what they take
     "plan_training", "simulate", "estimate", "scaling_curve", "ParallelConfig", "ZERO_STAGES",
     "TrainingParams", "CALIBRATED_COST", "SearchSpace", "StateBytes", "ActivationTerms",
-    "MemoryAllowances",
+    "MemoryAllowances", "stacks", "Stack",
     # results and errors
     "SimResult", "PartitionChoice", "MemoryBreakdown", "TrainingPlan", "Candidate",
     "ScalingCurve", "ScalingPoint", "OBJECTIVES", "OBJECTIVE_LABELS", "ParetoFront",

@@ -16,18 +16,29 @@ from ..search.planner import METHODS, Method
 from .errors import TrainingParamsError
 from .memory import ActivationTerms, MemoryAllowances, StateBytes, check_nonnegative
 
-__all__ = ["TrainingParams", "CALIBRATED_COST", "knob", "check_knobs", "knob_table"]
+__all__ = [
+    "TrainingParams", "CALIBRATED_COST", "PRECISIONS", "knob", "check_knobs", "knob_table",
+    "AUTO_KNOBS",
+]  # fmt: skip
+
+#: ``TrainingParams.precision``: the GEMMs' number format (a training choice, not a model
+#: dtype: FP8 training keeps weights, norms, softmax and activations in BF16).
+PRECISIONS = ("bf16", "fp8")
 
 
 # --- the knobs (fields of TrainingParams) ---------------------------------------------------
 def knob(
-    default: float, unit: str, low: float, high: float, source: str, low_open: bool = False
-) -> Any:
+    default: float | None, unit: str, low: float, high: float, source: str,
+    low_open: bool = False, auto: str = "",
+) -> Any:  # fmt: skip
     """A float field of `TrainingParams`: its unit, its range ``[low, high]`` (``(low,
     high]`` with ``low_open``) and where its default comes from (a citation or the word
     "assumption"), kept in the field's metadata for `check_knobs`, `knob_table` and the
-    calibration."""
-    meta = {"unit": unit, "range": (low, high), "low_open": low_open, "source": source}
+    calibration. ``auto`` names what a None value stands for (e.g. ``"chip.matmul_efficiency"``:
+    the chip's own figure); a knob without ``auto`` must be a number."""
+    meta = {
+        "unit": unit, "range": (low, high), "low_open": low_open, "source": source, "auto": auto,
+    }  # fmt: skip
     return field(default=default, metadata=meta)
 
 
@@ -39,11 +50,15 @@ def check_knobs(owner: object) -> None:
         if "range" not in f.metadata:
             continue
         v, (lo, hi), lo_open = getattr(owner, f.name), f.metadata["range"], f.metadata["low_open"]
+        if v is None and f.metadata.get("auto"):
+            continue  # None: the figure named by ``auto`` (the chip's, the state's)
         if not is_number(v, minimum=lo, maximum=hi, above=lo if lo_open else None, numpy=True):
             where = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+            auto = f.metadata.get("auto")
+            also = f", or None for {auto}" if auto else ""
             raise TrainingParamsError(
                 f"{cls}.{f.name}={v!r}; expected a finite number in {where} "
-                f"({f.metadata['unit']}); default {f.default!r}"
+                f"({f.metadata['unit']}){also}; default {f.default!r}"
             )
 
 
@@ -58,8 +73,10 @@ def knob_table(owner: object) -> str:
     for f in fields(owner):  # type: ignore[arg-type]
         if "range" in f.metadata:
             lo, hi = f.metadata["range"]
+            v = getattr(owner, f.name)
+            shown = f"auto ({f.metadata['auto']})" if v is None else repr(v)
             rows.append(
-                f"{f.name} | {getattr(owner, f.name)!r} | {f.metadata['unit']} | "
+                f"{f.name} | {shown} | {f.metadata['unit']} | "
                 f"{lo:g}..{hi:g} | {f.metadata['source']}"
             )
     return "\n".join(rows)
@@ -119,6 +136,24 @@ class TrainingParams:
             all-gather per layer and microbatch. False (default, an assumption: Llama 3
             does not say): the gathered K, V are kept for the backward, as autograd keeps a
             plain all-gather's output that the attention reads.
+        precision: ``bf16`` or ``fp8``: with ``fp8`` the layers' GEMMs (projections, MLP,
+            experts) run at the chip's FP8 peak with their inputs cast to FP8
+            (``fp8_cast_bytes_per_element``); weights, norms, softmax, attention, the
+            embedding and the output head stay BF16 (TransformerEngine's and torchao's
+            Float8 training: Micikevicius et al. 2022, "FP8 Formats for Deep Learning").
+        selective_recompute: what ``recompute="selective"`` recomputes: ``attention``,
+            the attention core (Korthikanti et al. 2022; nothing more with a fused kernel,
+            which recomputes its scores anyway), or ``op``: torchtitan's op-level policy,
+            which keeps ``op_recompute_saved_fraction`` of the layer's matmul outputs and
+            recomputes the rest of the layer's forward (its memory between no and full
+            recomputation by the same fraction).
+        zero3_gather_granularity: ``tensor``: ZeRO-3 gathers and reduce-scatters one
+            weight tensor at a time (DeepSpeed; ``zero3_collectives_per_tensor`` each);
+            ``block``: one flat all-gather and one reduce-scatter per wrapped layer
+            (PyTorch FSDP1 FlatParameter per wrapped module, FSDP2 fully_shard per block).
+        fp8_weight_gather: with ``precision="fp8"`` and ZeRO-3, the weights are all-gathered
+            in FP8 (1 byte a parameter: torchtitan's enable_fsdp_float8_all_gather,
+            Megatron-Core's fp8_param_gather).
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
@@ -143,7 +178,19 @@ class TrainingParams:
     zero3_collectives_per_tensor  1          ZeRO-3 collectives per gathered weight tensor
     zero3_persistence_threshold   elements   ZeRO-3 keeps smaller tensors whole on every device
     zero_reduce_bucket_params     params     ZeRO-2/3 unsharded gradients held until reduced
+    tp_comm_overlap_fraction      fraction   of tensor-parallel collectives hidden (TP overlap)
+    param_gather_overlap_fraction fraction   of the ZeRO-1/2 weight all-gather hidden
+    p2p_overlap_fraction          fraction   of pipeline sends hidden behind compute
+    fp8_cast_bytes_per_element    bytes      moved per FP8 GEMM input element (the cast)
+    grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
+    op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
     ============================  =========  ===============================================
+
+    ``matmul_efficiency_cap``, ``flash_attention_efficiency`` and
+    ``grad_reduce_bytes_per_param`` may be None: the chip's own figure
+    (``Chip.matmul_efficiency``, ``Chip.attention_efficiency``) or the gradients' dtype
+    (`AUTO_KNOBS`; `resolved` fills them). The stacks of `explorer.training.stacks` leave
+    them None; ``TrainingParams()`` holds the 2021 values (the ``megatron-lm-2021`` stack).
     """
 
     cost: CostParams = field(default_factory=lambda: CALIBRATED_COST)
@@ -159,10 +206,11 @@ class TrainingParams:
     kernel_model: Literal["shape", "flat"] = "shape"
     flash_attention: bool = False
     cp_kv_regather: bool = False
-    matmul_efficiency_cap: float = knob(
-        0.65, "fraction of peak FLOP/s", 0.0, 1.0, low_open=True,
+    matmul_efficiency_cap: float | None = knob(
+        0.65, "fraction of peak FLOP/s", 0.0, 1.0, low_open=True, auto="chip.matmul_efficiency",
         source="assumption, set once so that Narayanan et al. 2021 Table 1 stays within 5% "
-        "(bench/training.py)")  # fmt: skip
+        "(bench/training.py); None: the chip's own GEMM ceiling (Chip.matmul_efficiency, "
+        "with its source)")  # fmt: skip
     tile_reuse_exponent: float = knob(
         0.5, "dimensionless", 0.0, 4.0,
         source="assumption; smaller cuBLAS tiles are less efficient (NVIDIA Matrix "
@@ -179,9 +227,11 @@ class TrainingParams:
     memory_bound_backward_ratio: float = knob(
         2.0, "backward bytes / forward bytes", 0.0, 10.0,
         source="assumption (CostParams.backward_compute_ratio's default)")  # fmt: skip
-    flash_attention_efficiency: float = knob(
+    flash_attention_efficiency: float | None = knob(
         0.6, "fraction of peak FLOP/s", 0.0, 1.0, low_open=True,
-        source="Dao 2023, FlashAttention-2: 50-73% of A100 peak (assumption within it)")  # fmt: skip
+        auto="chip.attention_efficiency",
+        source="Dao 2023, FlashAttention-2: 50-73% of A100 peak (assumption within it); None: "
+        "the chip's own fused-attention efficiency (Chip.attention_efficiency)")  # fmt: skip
     flash_backward_flops_ratio: float = knob(
         2.5, "backward FLOPs / forward FLOPs", 0.0, 10.0,
         source="Dao 2023, FlashAttention-2: 5 matmuls backward (scores recomputed) to 2 "
@@ -236,6 +286,48 @@ class TrainingParams:
         "configuration docs); PyTorch FSDP reduce-scatters one wrapped module (a layer) at a "
         "time: a ZeRO-2/3 device holds min(layer, bucket) unsharded gradients "
         "(memory.reduce_buffer_bytes)")  # fmt: skip
+    tp_comm_overlap_fraction: float = knob(
+        0.0, "fraction of the tensor-parallel collectives", 0.0, 1.0,
+        source="Megatron-LM 2021 waits for each tensor-parallel all-reduce (0). Megatron-Core's "
+        "--tp-comm-overlap (Transformer Engine userbuffers: all-gather and reduce-scatter "
+        "split and pipelined with the GEMMs) and torchtitan's async TP "
+        "(enable_async_tensor_parallel, torch.compile's micro-pipelined collective matmuls) "
+        "hide them behind the layer's own GEMMs; the hidden share is capped by the stage's "
+        "compute (model.exposed_s)")  # fmt: skip
+    param_gather_overlap_fraction: float = knob(
+        0.0, "fraction of the ZeRO-1/2 weight all-gather", 0.0, 1.0,
+        source="Megatron-LM 2021 all-gathers the updated weights after the step (0). "
+        "Megatron-Core's --overlap-param-gather (DistributedDataParallelConfig."
+        "overlap_param_gather) runs each bucket's all-gather behind the next step's forward; "
+        "hidden at most behind one microbatch's forward of the device")  # fmt: skip
+    p2p_overlap_fraction: float = knob(
+        0.0, "fraction of a pipeline send/receive", 0.0, 1.0,
+        source="Megatron-LM 2021 blocks on the stage-to-stage transfers (0). Megatron-Core's "
+        "overlap_p2p_comm (on for interleaved schedules in Megatron-Bridge's "
+        "CommOverlapConfig) posts them asynchronously behind the next chunk's compute")  # fmt: skip
+    fp8_cast_bytes_per_element: float = knob(
+        3.0, "bytes moved per FP8 GEMM input element", 0.0, 16.0,
+        source="TransformerEngine / torchao: each FP8 GEMM's activation input (forward) and "
+        "output gradient (backward) is cast from BF16 with a scale: read 2 bytes, write 1 "
+        "(3; current scaling adds an amax pass, 2 more); weights are cast once per step "
+        "(TE caches the FP8 weight over the microbatches), not counted; assumption: the cast "
+        "runs as its own memory-bound pass at hbm_efficiency")  # fmt: skip
+    grad_reduce_bytes_per_param: float | None = knob(
+        None, "bytes per parameter in the gradient reduction", 0.5, 8.0,
+        auto="state.gradient_bytes",
+        source="None: the gradients are reduced in their own dtype (StateBytes.gradient_bytes, "
+        "2 for BF16). torchtitan's FSDP2 default reduces in FP32 (mixed_precision_reduce = "
+        "'float32': 4); Megatron-Core's grad_reduce_in_fp32 likewise")  # fmt: skip
+    op_recompute_saved_fraction: float = knob(
+        0.5, "fraction of a layer's matmul outputs kept", 0.0, 1.0,
+        source="torchtitan's op-level selective checkpointing (selective_ac_option = 'op', "
+        "torchtitan/models/llama3/infra/parallelize.py _apply_ac_to_transformer_block) saves "
+        "every second matmul output (and the attention outputs) and recomputes the rest: "
+        "0.5")  # fmt: skip
+    precision: Literal["bf16", "fp8"] = "bf16"
+    selective_recompute: Literal["attention", "op"] = "attention"
+    zero3_gather_granularity: Literal["tensor", "block"] = "tensor"
+    fp8_weight_gather: bool = False
 
     def __post_init__(self) -> None:
         kinds = (
@@ -256,7 +348,26 @@ class TrainingParams:
                 f"TrainingParams.kernel_model={self.kernel_model!r}; expected 'shape' "
                 "(kernel time by shape) or 'flat' (one fraction of peak)"
             )
-        for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather"):
+        if self.precision not in PRECISIONS:
+            raise TrainingParamsError(
+                f"TrainingParams.precision={self.precision!r}; expected 'bf16' (every GEMM in "
+                "BF16) or 'fp8' (the layers' GEMMs in FP8, weights, norms, softmax and "
+                "activations in BF16)"
+            )
+        if self.selective_recompute not in ("attention", "op"):
+            raise TrainingParamsError(
+                f"TrainingParams.selective_recompute={self.selective_recompute!r}; expected "
+                "'attention' (Korthikanti et al. 2022: the attention core) or 'op' "
+                "(torchtitan: every second matmul output and the pointwise ops)"
+            )
+        if self.zero3_gather_granularity not in ("tensor", "block"):
+            raise TrainingParamsError(
+                f"TrainingParams.zero3_gather_granularity={self.zero3_gather_granularity!r}; "
+                "expected 'tensor' (DeepSpeed: one collective per weight tensor) or 'block' "
+                "(PyTorch FSDP: one flat all-gather and one reduce-scatter per wrapped layer)"
+            )
+        for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather",
+                     "fp8_weight_gather"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"
@@ -282,3 +393,27 @@ class TrainingParams:
 
     def replace(self, **changes) -> TrainingParams:
         return replace(self, **changes)
+
+    def resolved(self, chip) -> TrainingParams:
+        """These params with every knob left to the chip (None, ``auto="chip. ..."``)
+        filled from ``chip`` (a `explorer.hardware.Chip`): the numbers the step model uses
+        on that chip.
+
+        >>> import explorer as ex
+        >>> p = ex.training.TrainingParams(matmul_efficiency_cap=None)
+        >>> chip = ex.hardware.load("a100-80g").chip
+        >>> p.resolved(chip).matmul_efficiency_cap == chip.matmul_efficiency
+        True
+        """
+        changes = {
+            name: float(getattr(chip, path.removeprefix("chip.")))
+            for name, path in AUTO_KNOBS.items()
+            if getattr(self, name) is None and path.startswith("chip.")
+        }
+        return replace(self, **changes) if changes else self
+
+
+#: The knobs that may be None, and the figure None stands for.
+AUTO_KNOBS: dict[str, str] = {
+    f.name: f.metadata["auto"] for f in fields(TrainingParams) if f.metadata.get("auto")
+}

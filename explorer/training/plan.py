@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from ..hardware import Cluster
 from ..models import ModelConfig
+from . import stacks
 from .errors import ParetoError, TrainingPlanError
 from .hetero.plan import HeteroPlan, plan_hetero
 from .hetero.pools import Pool
@@ -17,6 +18,7 @@ from .params import TrainingParams
 from .planning.homogeneous import DEFAULT_TIME_LIMIT_S, ProgressFn, plan_homogeneous
 from .planning.result import TrainingPlan
 from .planning.space import SearchSpace
+from .stacks import Stack
 
 __all__ = ["plan_training"]
 
@@ -27,14 +29,17 @@ def plan_training(
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     objectives: tuple[str, ...] | None = None, pools: Sequence[Pool] | None = None,
-    offload: bool = False,
+    offload: bool = False, stack: str | Stack | None = None,
 ) -> TrainingPlan | HeteroPlan:  # fmt: skip
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
     Args:
         devices: chips in the job (all used: dp * tp * pp * cp == devices).
         global_batch, seq: sequences per step and their length.
-        params: the training cost model (`TrainingParams`).
+        params: the training cost model (`TrainingParams`), used as given.
+        stack: a training stack's preset instead (`explorer.training.stacks`: a name such
+            as ``"torchtitan"`` or a `Stack`); neither: the default stack
+            (``megatron-core``); both: an error naming the fix.
         space: restrict the search (`SearchSpace`), e.g. to a published configuration.
         top_k: alternatives kept in the plan; ``simulate_top``: how many of the best
             estimates are simulated event by event before the final ranking.
@@ -65,6 +70,7 @@ def plan_training(
     >>> plan.sim.fits, plan.config.devices
     (True, 8)
     """
+    params = stacks.resolve(params, stack, "plan_training")
     if pools is not None:  # a job over pools of different chips: hetero/
         if devices is not None or hardware != "a100-80g":
             raise TrainingPlanError(

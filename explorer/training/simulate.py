@@ -18,6 +18,7 @@ from ..checks import is_int
 from ..hardware import Cluster, resolve
 from ..memo import memoize
 from ..models import ModelConfig, load
+from . import stacks
 from .config import ParallelConfig
 from .errors import ParallelConfigError, PartitionError
 from .memory import MemoryBreakdown
@@ -25,6 +26,7 @@ from .params import CALIBRATED_COST, TrainingParams
 from .pipeline.partition import StagePartition, partition_layers, uniform_partition
 from .pipeline.schedule import build_schedule, peak_in_flight, pipeline_time
 from .pipeline.timeline import Timeline, simulate_schedule
+from .stacks import Stack
 from .step_model.costs import PartCost
 from .step_model.model import COMM_KINDS, StepModel
 from .step_model.terms import cp, dense, ep, recompute, zero
@@ -137,10 +139,11 @@ class SimResult:
 
 # ----- the model of one configuration -----------------------------------------------------
 def _setup(
-    cfg, parallel, hardware, seq, params
+    cfg, parallel, hardware, seq, params, stack=None, where="simulate"
 ) -> tuple[ModelConfig, Cluster, int, TrainingParams]:
     """The model, cluster, sequence length and training params of a run, checked (the
-    global batch is checked by `ParallelConfig.microbatches`)."""
+    global batch is checked by `ParallelConfig.microbatches`); the params are ``params``,
+    else ``stack``'s, else the default stack's (`stacks.resolve`)."""
     if not isinstance(parallel, ParallelConfig):
         raise ParallelConfigError(
             f"parallel={parallel!r}; expected a ParallelConfig, e.g. ParallelConfig(dp=8)"
@@ -150,7 +153,7 @@ def _setup(
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     seq = cfg.max_seq_len if seq is None else seq
     check_seq(seq)
-    return cfg, resolve(hardware), seq, params or TrainingParams()
+    return cfg, resolve(hardware), seq, stacks.resolve(params, stack, where)
 
 
 def check_seq(seq: object) -> None:
@@ -216,8 +219,13 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
 def simulate(
     cfg: ModelConfig | str, parallel: ParallelConfig, hardware: str | Cluster = "a100-80g",
     global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
+    stack: str | Stack | None = None,
 ) -> SimResult:  # fmt: skip
     """Simulate one training step of ``cfg`` under ``parallel`` on ``hardware``.
+
+    ``params``: the step model's knobs as given; ``stack``: a training stack's preset
+    (`explorer.training.stacks`, e.g. ``"torchtitan"``); neither: the default stack
+    (``megatron-core``); both: an error naming the fix.
 
     The stage split is `partition_layers` under the per-stage memory cap (the uniform
     split when nothing fits, reported with ``fits == False`` rather than raised, so a
@@ -231,7 +239,7 @@ def simulate(
     >>> r.fits, r.config.num_microbatches, r.timeline.devices
     (True, 4, 2)
     """
-    cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params)
+    cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params, stack)
     step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
     par = step.par
     schedule = build_schedule(par.schedule, par.pp, step.m, par.virtual_stages)
@@ -250,7 +258,8 @@ def simulate(
     for d in range(par.pp):
         chunks = [c * par.pp + d for c in range(par.virtual_stages)]
         params_d = sum(step.stage_params(part, g) for g in chunks)
-        tails.append(step.tail(params_d, step.device_backward_s(part, d, n_full)))
+        windows = step.device_backward_s(part, d, n_full), step.device_forward_s(part, d)
+        tails.append(step.tail(params_d, *windows))
     tl = simulate_schedule(schedule, list(fwd), list(bwd), step.p2p_s, tails)
     by_kind = {k: v / par.pp for k, v in tl.time_by_kind().items()}
     return _result(step, split, n_full, tl.step_time_s, mems, tl, by_kind)
@@ -449,12 +458,14 @@ def estimate(
     global_batch: int = 1,
     seq: int | None = None,
     params: TrainingParams | None = None,
+    stack: str | Stack | None = None,
 ) -> SimResult:
     """`simulate` without the event simulation: the same stage split and the closed-form
     pipeline time `pipeline_time` (``sum_g t_g + (m-1) max_g t_g``; ``m max_d W_d +
     (p-1) max_g t_g`` interleaved, W_d = a device's work) plus transfers and the tail.
-    Exact for uniform stages without transfers; `plan_training` ranks with it."""
-    cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params)
+    Exact for uniform stages without transfers; `plan_training` ranks with it. ``params``
+    and ``stack`` as in `simulate`."""
+    cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params, stack, "estimate")
     step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
     par, m = step.par, step.m
     flight = _in_flight(step)
@@ -484,7 +495,8 @@ def estimate(
     for d in range(p):
         params_d = sum(step.stage_params(part, c * p + d) for c in range(v))
         if params_d not in tails:
-            tails[params_d] = step.tail(params_d, step.device_backward_s(part, d, n_full))
+            windows = step.device_backward_s(part, d, n_full), step.device_forward_s(part, d)
+            tails[params_d] = step.tail(params_d, *windows)
         segs = tails[params_d]
         tail = max(tail, sum(x for _, x in segs))
         for k, x in segs:

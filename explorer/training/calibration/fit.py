@@ -41,9 +41,11 @@ from typing import Literal
 import numpy as np
 
 from ...checks import is_int
-from ..errors import CalibrationError
+from .. import stacks
+from ..errors import CalibrationError, TrainingParamsError
 from ..params import TrainingParams
 from ..simulate import estimate, simulate
+from ..stacks import Stack
 from ..step_model.stage_costs import decisions_fixed_at
 from .io import calibration_from_json, calibration_to_json
 from .knobs import (
@@ -377,12 +379,17 @@ def calibrate(
     evaluator: Evaluator = "estimate",
     max_nfev: int | None = 50,
     exact: bool = False,
+    stack: str | Stack | None = None,
 ) -> Calibration:
     """Fit the ``fit`` fields of ``params`` to ``runs`` within ``bounds``.
 
     Args:
         runs: the measured runs to fit (fit data).
-        params: the starting `TrainingParams` (default: the calibrated defaults).
+        params: the starting `TrainingParams`, used as given.
+        stack: start from a training stack's preset instead (`explorer.training.stacks`,
+            a name or a `Stack`); neither: the default stack (``megatron-core``); both: an
+            error naming the fix. The stack's knobs left to the chip (None) are filled
+            from the runs' chip when they all ran on one (so they can be fitted).
         fit: field names or paths (default: the `default_fit` knobs that move these
             runs' predictions, the most sensitive first, fewer than the runs).
         bounds: ``{name: (low, high)}``; others get `default_bounds`.
@@ -403,9 +410,15 @@ def calibrate(
     t0 = time.perf_counter()
     runs = _check_runs(runs, "runs", allow_empty=False)
     check = _check_runs(check, "check", allow_empty=True)
-    base = params if params is not None else TrainingParams()
-    if not isinstance(base, TrainingParams):
+    if params is not None and not isinstance(params, TrainingParams):
         raise CalibrationError(f"params={params!r}; expected a TrainingParams or None")
+    try:
+        base = stacks.resolve(params, stack, "calibrate")
+    except TrainingParamsError as e:
+        raise CalibrationError(str(e)) from None
+    chips = {r.cluster.chip for r in runs + check}
+    if len(chips) == 1:  # the chip's figures become numbers the fit can move
+        base = base.resolved(next(iter(chips)))
     if evaluator not in EVALUATORS:
         raise CalibrationError(f"evaluator={evaluator!r}; expected one of {EVALUATORS}")
     for name, flag in (("exact", exact), ("loo", loo)):

@@ -40,6 +40,7 @@ from ...checks import is_int, is_number
 from ...hardware import Cluster, HardwareError, resolve
 from ...models import ModelConfig, load
 from ...search.errors import SearchError
+from .. import stacks
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError, TrainingPlanError
 from ..params import TrainingParams
@@ -83,7 +84,7 @@ def plan_homogeneous(
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     cluster = resolve(hardware)
     seq = cfg.max_seq_len if seq is None else seq
-    tparams = params or TrainingParams()
+    tparams = stacks.resolve(params, None, "plan_training")
     space = space or SearchSpace()
     cluster = _check_inputs(
         cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top

@@ -53,6 +53,9 @@ __all__ = [
     "attention_s",
     "flash_attention_s",
     "fused_attention",
+    "matmul_cap",
+    "attention_efficiency",
+    "fp8_gemm_s",
     "optimizer_step_s",
     "part_times",
     "timed_costs",
@@ -87,7 +90,7 @@ class PartTimes:
 KERNEL_FIELDS = (
     "matmul_efficiency_cap", "tile_reuse_exponent", "hbm_efficiency", "kernel_overhead_s",
     "memory_bound_backward_ratio", "flash_attention", "flash_attention_efficiency",
-    "flash_backward_flops_ratio", "flash_block_tokens",
+    "flash_backward_flops_ratio", "flash_block_tokens", "precision", "fp8_cast_bytes_per_element",
 )  # fmt: skip
 
 
@@ -198,11 +201,12 @@ def gemm_s(
     """Seconds of ``C[batch, m, n] = A[batch, m, k] B[batch, k, n]``: tile and wave
     quantization on the chip's compute units (the best of its tiles), capped by the HBM
     roofline, plus the kernel overhead. Without compute units or tiles (TPU, Ascend
-    profiles) the compute time is the FLOPs at ``matmul_efficiency_cap`` of peak."""
+    profiles) the compute time is the FLOPs at ``matmul_efficiency_cap`` of peak (None:
+    the chip's ``matmul_efficiency``)."""
     flops = 2.0 * batch * m * n * k
     if flops == 0:
         return 0.0
-    rate = chip.peak_flops(dtype) * p.matmul_efficiency_cap
+    rate = chip.peak_flops(dtype) * matmul_cap(chip, p)
     nbytes = itemsize * batch * (m * k + k * n + m * n)
     tiles, units = chip.matmul_tile_shapes, chip.compute_units
     if not tiles or not units:
@@ -218,6 +222,30 @@ def gemm_s(
             eff = (_reuse((tm, tn)) / best_reuse) ** p.tile_reuse_exponent
             compute = min(compute, waves * 2.0 * tm * tn * k / (rate / units * eff))
     return max(compute, nbytes / _bandwidth(chip, p)) + p.kernel_overhead_s
+
+
+def matmul_cap(chip: Chip, p: TrainingParams) -> float:
+    """The GEMM ceiling: ``p.matmul_efficiency_cap``, or the chip's ``matmul_efficiency``
+    when the knob is None (the stacks' setting)."""
+    cap = p.matmul_efficiency_cap
+    return chip.matmul_efficiency if cap is None else cap
+
+
+def attention_efficiency(chip: Chip, p: TrainingParams) -> float:
+    """The fused attention kernel's fraction of peak: ``p.flash_attention_efficiency``, or
+    the chip's ``attention_efficiency`` when the knob is None."""
+    eff = p.flash_attention_efficiency
+    return chip.attention_efficiency if eff is None else eff
+
+
+def fp8_gemm_s(
+    batch: int, m: int, n: int, k: int, chip: Chip, p: TrainingParams, cast_elements: float
+) -> float:  # fmt: skip
+    """Seconds of one FP8 GEMM (`gemm_s` at the chip's FP8 peak, one-byte operands) plus
+    the cast of ``cast_elements`` BF16 elements to FP8 (``fp8_cast_bytes_per_element``
+    each, over HBM: TransformerEngine and torchao scale and cast each GEMM input)."""
+    cast = cast_elements * p.fp8_cast_bytes_per_element / _bandwidth(chip, p)
+    return gemm_s(batch, m, n, k, 1, chip, p, "fp8") + cast
 
 
 def _reuse(tile: tuple[int, int]) -> float:
@@ -239,7 +267,7 @@ def attention_s(
     if backward:
         flops *= p.flash_backward_flops_ratio
         nbytes *= p.memory_bound_backward_ratio
-    compute = flops / (chip.peak_flops(dtype) * p.flash_attention_efficiency)
+    compute = flops / (chip.peak_flops(dtype) * attention_efficiency(chip, p))
     return max(compute, nbytes / _bandwidth(chip, p)) + p.kernel_overhead_s
 
 
@@ -262,16 +290,30 @@ def flash_attention_s(
 
 
 # --- a part --------------------------------------------------------------------------------
-def part_times(ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams) -> PartTimes:
+def part_times(
+    ops: tuple[OpShape, ...], chip: Chip, p: TrainingParams, fp8: bool | None = None
+) -> PartTimes:  # fmt: skip
     """Forward and backward kernel seconds of one part (`OpShape` list) for one
-    microbatch, the attention core's forward, and the kernels launched."""
+    microbatch, the attention core's forward, and the kernels launched. ``fp8`` (default:
+    ``p.precision == "fp8"``): the part's GEMMs outside the attention core run in FP8
+    (`fp8_gemm_s`); the embedding and the head are timed with ``fp8=False`` (FP8 training
+    keeps the output layer in BF16)."""
     fwd = bwd = core_f = 0.0
     nf = nb = 0
     flash = fused_attention(ops, p)
+    fp8 = p.precision == "fp8" if fp8 is None else fp8
     for o in ops:
         if o.kind == "view" or (flash and o.core):
             continue
-        if o.kind == "gemm":
+        if o.kind == "gemm" and fp8 and not o.core:
+            f = fp8_gemm_s(o.batch, o.m, o.n, o.k, chip, p, o.batch * o.m * o.k)
+            b = 0.0
+            if o.grads >= 1:  # dA = dC B^T: the output gradient dC cast once for both
+                b += fp8_gemm_s(o.batch, o.m, o.k, o.n, chip, p, o.batch * o.m * o.n)
+            if o.grads >= 2:  # dB = A^T dC: both inputs already cast
+                b += fp8_gemm_s(o.batch, o.k, o.n, o.m, chip, p, 0.0)
+            kb = o.grads
+        elif o.kind == "gemm":
             f = gemm_s(o.batch, o.m, o.n, o.k, o.itemsize, chip, p, o.dtype)
             b = 0.0
             if o.grads >= 1:  # dA[m, k] = dC[m, n] B^T
@@ -333,19 +375,19 @@ _PART_TIMES: Memo[tuple] = Memo("training.part_times", maxsize=4096)
 def _timed_all(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
     return replace(
         costs,
-        layer=_timed(costs.layer, chip, p),
-        embed=_timed(costs.embed, chip, p),
-        head=_timed(costs.head, chip, p),
+        layer=_timed(costs.layer, chip, p, p.precision == "fp8"),
+        embed=_timed(costs.embed, chip, p, False),
+        head=_timed(costs.head, chip, p, False),
     )
 
 
-def _timed(part: PartCost, chip: Chip, p: TrainingParams) -> PartCost:
+def _timed(part: PartCost, chip: Chip, p: TrainingParams, fp8: bool) -> PartCost:
     # The kernels depend on the layouts alone: costs re-costed under other CostParams
     # (`stage_costs.decisions_fixed_at`) share them, and their times, by identity.
-    ops, knobs = part.kernels, tuple(getattr(p, f) for f in KERNEL_FIELDS)
-    held, t = _PART_TIMES.get((id(ops), chip, knobs), lambda: (ops, part_times(ops, chip, p)))
+    ops, knobs = part.kernels, (*(getattr(p, f) for f in KERNEL_FIELDS), fp8)
+    held, t = _PART_TIMES.get((id(ops), chip, knobs), lambda: (ops, part_times(ops, chip, p, fp8)))
     if held is not ops:  # pragma: no cover - unreachable while entries hold their kernels
-        t = part_times(ops, chip, p)
+        t = part_times(ops, chip, p, fp8)
     return replace(
         part, forward_s=t.forward_s, backward_s=t.backward_s,
         recompute_selective_s=t.core_forward_s,

@@ -13,7 +13,7 @@ from ...ir import DType
 from ...memo import memoize
 from ...models import ModelConfig
 from ..config import ParallelConfig
-from ..errors import ParallelConfigError
+from ..errors import ParallelConfigError, TrainingParamsError
 from ..memory import MemoryBreakdown
 from ..params import TrainingParams
 from ..pipeline.partition import StagePartition
@@ -42,6 +42,7 @@ class StepModel:
         cluster = _sized(cluster, par)
         self.cfg, self.par, self.cluster, self.seq, self.tparams = cfg, par, cluster, seq, tp_
         _validate(cfg, par, cluster, seq)
+        _check_precision(tp_, cluster)
         self.m = par.microbatches(gb)
         self.gb = gb
         self.seq_local = cp.local_seq(seq, par.cp)  # positions per context-parallel rank
@@ -67,6 +68,7 @@ class StepModel:
         self.embed_params = tp.split_params(self.costs.embed.params, par.tp)
         self.head_params = tp.split_params(pp.head_params(self), par.tp)
         self.p2p_s, self.p2p_bytes = pp.p2p(self)
+        self.p2p_s *= 1.0 - tp_.p2p_overlap_fraction  # sent behind the next chunk's compute
         self.ep_s, self.ep_bytes = ep.all_to_all(self)
         self.cp_fwd_s, self.cp_bwd_s, self.cp_fwd_bytes, self.cp_bwd_bytes = cp.exchange(self)
         self.dense = dense.dense_layers(self)  # MoE models' dense first layers, or None
@@ -104,6 +106,8 @@ class StepModel:
         n = part.layers(g)
         fwd, bwd = self.stage_compute_s(part, g)
         tpf, tpb = tp.stage_comm_s(self, part, g)
+        tp_frac = self.tparams.tp_comm_overlap_fraction  # TP comm overlap / async TP
+        tpf, tpb = exposed_s(tpf, fwd, tp_frac), exposed_s(tpb, bwd, tp_frac)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
         ep_s = ep.stage_s(self, dense.moe_layers_in(self, part, (g,)))
@@ -144,20 +148,29 @@ class StepModel:
             )
         return total
 
-    def tail(self, params: float, backward_window_s: float = 0.0) -> list[tuple[str, float]]:
+    def device_forward_s(self, part: StagePartition, d: int) -> float:
+        """Compute seconds of one microbatch's forward over the chunks of pipeline device
+        ``d``: what the ZeRO-1/2 weight all-gather can hide behind in the next step."""
+        chunks = range(self.par.virtual_stages)
+        return sum(self.stage_compute_s(part, c * self.par.pp + d)[0] for c in chunks)
+
+    def tail(
+        self, params: float, backward_window_s: float = 0.0, forward_window_s: float = 0.0
+    ) -> list[tuple[str, float]]:
         """Gradient reduction, optimizer step and (ZeRO 1/2) weight all-gather on a
         device holding ``params`` parameters; ``grad_overlap_fraction`` of the reduction
         runs behind the last microbatch's backward, at most ``backward_window_s`` of it
-        (`device_backward_s`)."""
+        (`device_backward_s`); ``param_gather_overlap_fraction`` of the weight all-gather
+        behind the next step's first forward, at most ``forward_window_s``
+        (`device_forward_s`)."""
         tp_ = self.tparams
         local = zero.updated_params(self, params)
         opt_s = optimizer_step_s(local, self.cluster.chip, tp_)
         grads = exposed_s(dp.tail_s(self, params), backward_window_s, tp_.grad_overlap_fraction)
-        return [
-            ("dp-comm", grads),
-            ("optimizer", opt_s),
-            ("zero-gather", zero.tail_gather_s(self, params)),
-        ]
+        gather = exposed_s(
+            zero.tail_gather_s(self, params), forward_window_s, tp_.param_gather_overlap_fraction
+        )
+        return [("dp-comm", grads), ("optimizer", opt_s), ("zero-gather", gather)]
 
     # --- memory -----------------------------------------------------------------------
     def embed_act(self) -> float:
@@ -267,6 +280,16 @@ def _sized(cluster: Cluster, par: ParallelConfig) -> Cluster:
         return cluster.extended(par.devices)
     except HardwareError as e:
         raise ParallelConfigError(f"{par} needs {par.devices} devices: {e}") from None
+
+
+def _check_precision(p: TrainingParams, cluster: Cluster) -> None:
+    """FP8 training needs a chip with an FP8 peak."""
+    if p.precision == "fp8" and "fp8" not in cluster.chip.dtypes:
+        raise TrainingParamsError(
+            f"TrainingParams.precision='fp8' on {cluster.chip.name} ({cluster.name}), which "
+            f"has no FP8 tensor cores (peaks for {', '.join(cluster.chip.dtypes)}); use "
+            "precision='bf16' on this chip, or an FP8 chip (h100-sxm, h200, b200, ...)"
+        )
 
 
 def _validate(cfg: ModelConfig, par: ParallelConfig, cluster: Cluster, seq: int) -> None:

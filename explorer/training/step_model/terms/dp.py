@@ -17,7 +17,7 @@ def grad_sync_s(s: StepView, kind: str, params: float) -> float:
     """Seconds of one ``kind`` reduction of ``params`` parameters' gradients, less the part
     hidden behind the backward (``CostParams.grad_comm_overlap``)."""
     tp_ = s.tparams
-    size = params * tp_.state.gradient_bytes
+    size = params * zero.reduced_gradient_bytes(s)
     t = s.collective_s(kind, size, zero.AXES) / tp_.cost.bandwidth_efficiency
     return t * (1 - tp_.cost.grad_comm_overlap)
 
@@ -42,6 +42,6 @@ def tail_s(s: StepView, params: float) -> float:
 
 def comm_bytes(s: StepView, params: float) -> float:
     """Bytes a device holding ``params`` parameters sends per step for gradients."""
-    grad = params * s.tparams.state.gradient_bytes
+    grad = params * zero.reduced_gradient_bytes(s)
     sent = s.mesh.collective_bytes(zero.gradient_collective(s), grad, zero.AXES)
     return sent * s.m if zero.gradients_per_microbatch(s) else sent

@@ -2,7 +2,8 @@
 time and FLOPs they add, and the working set a recomputed layer needs.
 
 Policies (`ParallelConfig.recompute`): ``none``; ``selective`` (the attention core:
-scores, softmax, context; Korthikanti et al. 2022); ``full`` (keep the layer input only);
+scores, softmax, context; Korthikanti et al. 2022; or torchtitan's op-level policy with
+``TrainingParams.selective_recompute="op"``); ``full`` (keep the layer input only);
 ``per_layer`` (``n_full`` layers per stage full, the others selective).
 """
 
@@ -18,6 +19,7 @@ __all__ = [
     "layer_act",
     "layers_act",
     "layers_s",
+    "selective_s",
     "working_set",
     "extra_flops_per_sequence",
 ]
@@ -55,6 +57,10 @@ def layer_act(s: StepView, policy: str) -> float:
     softmax or dropout mask (Dao et al. 2022), so a layer without recomputation keeps what
     a selectively recomputed one keeps."""
     cfg, par = s.cfg, s.par
+    if policy == "selective" and s.tparams.selective_recompute == "op":
+        keep = s.tparams.op_recompute_saved_fraction  # torchtitan's op-level policy
+        full = layer_act(s, "full")
+        return full + keep * (layer_act(s, "none") - full)
     if policy == "none" and s.tparams.flash_attention:
         policy = "selective"
     return activation_bytes_per_layer(
@@ -77,7 +83,17 @@ def layers_s(s: StepView, n_layers: int, n_full: int | None) -> float:
     selective one."""
     _, sel, full = layer_policies(s.par.recompute, n_layers, n_full)
     L = s.costs.layer
-    return full * (L.forward_s + L.tp_forward_s) + sel * L.recompute_selective_s
+    return full * (L.forward_s + L.tp_forward_s) + sel * selective_s(s)
+
+
+def selective_s(s: StepView) -> float:
+    """Seconds one selectively recomputed layer spends recomputing: its attention core's
+    forward, or with ``selective_recompute="op"`` the share of its forward whose outputs
+    were not kept (``1 - op_recompute_saved_fraction``)."""
+    L, tp_ = s.costs.layer, s.tparams
+    if tp_.selective_recompute == "op":
+        return (1.0 - tp_.op_recompute_saved_fraction) * L.forward_s
+    return L.recompute_selective_s
 
 
 def working_set(s: StepView, layer_counts: list[int], n_full: int | None) -> float:
@@ -99,6 +115,6 @@ def extra_flops_per_sequence(s: StepView) -> float:
     if r == "full":
         return cfg.num_layers * c.layer.flops
     if r in ("selective", "per_layer"):
-        core = c.layer.recompute_selective_s / max(c.layer.forward_s, 1e-30)
+        core = selective_s(s) / max(c.layer.forward_s, 1e-30)
         return cfg.num_layers * c.layer.flops * core  # the core's share, by time
     return 0.0

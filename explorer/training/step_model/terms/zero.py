@@ -33,6 +33,8 @@ __all__ = [
     "updated_params",
     "reduce_buffer",
     "gather_s",
+    "gathered_weight_bytes",
+    "reduced_gradient_bytes",
     "reduce_scatter_s",
     "ring_latency_s",
     "tail_gather_s",
@@ -177,9 +179,13 @@ def gathered_tensors(shapes, ep: int = 1, threshold: float = 1e5) -> int:
 
 
 def collectives_per_layer(s: StepView) -> float:
-    """ZeRO-3 collectives of one layer per gather or reduce-scatter pass: the weight
-    tensors it gathers (`gathered_tensors`) times ``zero3_collectives_per_tensor``."""
+    """ZeRO-3 collectives of one layer per gather or reduce-scatter pass: one with
+    ``zero3_gather_granularity="block"`` (PyTorch FSDP: one flat buffer per wrapped layer),
+    else the weight tensors it gathers (`gathered_tensors`) times
+    ``zero3_collectives_per_tensor`` (DeepSpeed)."""
     tp_ = s.tparams
+    if tp_.zero3_gather_granularity == "block":
+        return 1.0
     n = gathered_tensors(s.costs.layer.param_shapes, s.par.ep, tp_.zero3_persistence_threshold)
     return tp_.zero3_collectives_per_tensor * n
 
@@ -200,8 +206,26 @@ def gather_s(s: StepView, params: float, n_layers: int) -> float:
     layers') before one forward (and again before one backward) of one microbatch."""
     if s.par.zero < 3 or s.par.weight_replicas == 1:
         return 0.0
-    size = params * s.tparams.state.weight_bytes
+    size = params * gathered_weight_bytes(s)
     return _zero3_collective_s(s, "all-gather", size, n_layers)
+
+
+def gathered_weight_bytes(s: StepView) -> float:
+    """Bytes per parameter a ZeRO-3 weight all-gather moves: one with FP8 training and
+    ``fp8_weight_gather`` (torchtitan's enable_fsdp_float8_all_gather, Megatron-Core's
+    fp8_param_gather), else the weights' own (`StateBytes.weight_bytes`)."""
+    tp_ = s.tparams
+    if tp_.precision == "fp8" and tp_.fp8_weight_gather:
+        return 1.0
+    return tp_.state.weight_bytes
+
+
+def reduced_gradient_bytes(s: StepView) -> float:
+    """Bytes per parameter the gradient reduction moves: ``grad_reduce_bytes_per_param``
+    (FP32 reduction: 4), or the gradients' own dtype when it is None."""
+    tp_ = s.tparams
+    b = tp_.grad_reduce_bytes_per_param
+    return tp_.state.gradient_bytes if b is None else b
 
 
 def reduce_scatter_s(s: StepView, params: float, n_layers: int) -> float:
@@ -209,7 +233,7 @@ def reduce_scatter_s(s: StepView, params: float, n_layers: int) -> float:
     parameters (``n_layers`` layers'), priced as the gathers (`gather_s`)."""
     if s.par.zero < 3 or s.par.weight_replicas == 1:
         return 0.0
-    size = params * s.tparams.state.gradient_bytes
+    size = params * reduced_gradient_bytes(s)
     return _zero3_collective_s(s, "reduce-scatter", size, n_layers)
 
 
@@ -238,6 +262,8 @@ def gather_buffer_bytes(s: StepView) -> float:
         return 0.0
     tp_, cfg = s.tparams, s.cfg
     layers = tp_.zero3_prefetch_layers * s.layer_params
+    if tp_.zero3_gather_granularity == "block":  # FSDP: whole flat buffers, no live cap
+        return layers * tp_.state.weight_bytes
     one_matrix = min(s.layer_params, cfg.hidden_size * cfg.ffn / s.par.tp)
     return min(layers, max(tp_.zero3_max_live_params, one_matrix)) * tp_.state.weight_bytes
 
@@ -254,7 +280,7 @@ def comm_bytes(s: StepView, params: float) -> float:
         return (
             gathers
             * s.m
-            * s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
+            * s.mesh.collective_bytes("all-gather", params * gathered_weight_bytes(s), AXES)
         )
     return 0.0
 

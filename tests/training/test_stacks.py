@@ -1,0 +1,223 @@
+"""Training stacks as data (`explorer.training.stacks`) and the physics their presets need:
+fused attention with per-chip efficiencies, FSDP's per-block gathers, communication overlap,
+FP8 as a training choice (issue 24)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import explorer as ex
+from explorer.hardware import Chip
+from explorer.hardware.chip import EFFICIENCY_FACTS
+from explorer.models import ModelConfigError
+from explorer.training import TrainingParamsError, stacks
+from explorer.training.calibration.published import load_published, row_space
+from explorer.training.errors import CalibrationError
+
+GPT = "gpt3-1.3b"
+
+
+def test_presets_named_and_sourced():
+    assert stacks.names()[:3] == ("megatron-core", "nemo", "torchtitan")
+    for name in ("megatron-core", "torchtitan", "pytorch-fsdp", "deepspeed", "megatron-lm-2021"):
+        s = stacks.get(name)
+        assert s.values, name
+        for field, _ in s.values:
+            assert s.source(field).strip(), (name, field)
+        assert name in s.table()
+    assert stacks.get(stacks.get("nemo")) is stacks.get("nemo")
+
+
+def test_megatron_lm_2021_is_todays_defaults():
+    assert stacks.params("megatron-lm-2021") == ex.TrainingParams()
+    assert stacks.params("deepspeed") == ex.TrainingParams()  # today's per-tensor ZeRO-3
+
+
+def test_unknown_stack_lists_names():
+    with pytest.raises(TrainingParamsError, match="megatron-core, nemo, torchtitan"):
+        stacks.get("megatron")
+    with pytest.raises(TrainingParamsError, match="expected a Stack"):
+        ex.simulate(GPT, ex.ParallelConfig(dp=8), "a100-80g", 64, 2048, stack=3)
+
+
+def test_stack_refuses_unknown_field_and_missing_source():
+    with pytest.raises(TrainingParamsError, match="not a TrainingParams field"):
+        ex.Stack("x", "y", {"flash": True}, {"flash": "assumption"})
+    with pytest.raises(TrainingParamsError, match="has no source"):
+        ex.Stack("x", "y", {"flash_attention": True}, {})
+    with pytest.raises(TrainingParamsError, match="expected a finite number"):
+        ex.Stack("x", "y", {"hbm_efficiency": 2.0}, {"hbm_efficiency": "assumption"})
+
+
+def test_params_and_stack_together_refused():
+    par = ex.ParallelConfig(dp=8)
+    with pytest.raises(TrainingParamsError, match="give one of the two"):
+        ex.simulate(GPT, par, "a100-80g", 64, 2048, params=ex.TrainingParams(), stack="nemo")
+    with pytest.raises(TrainingParamsError, match="give one of the two"):
+        ex.plan_training(GPT, 8, "a100-80g", 64, 2048, ex.TrainingParams(), stack="nemo")
+    run = ex.MeasuredRun(GPT, par, "a100-80g", 64, 2048, 1.0)
+    with pytest.raises(CalibrationError, match="give one of the two"):
+        ex.calibrate([run], params=ex.TrainingParams(), stack="nemo", loo=False)
+
+
+def test_default_is_the_default_stack():
+    par = ex.ParallelConfig(dp=4, tp=2, microbatch_size=2)
+    default = ex.estimate(GPT, par, "h100-sxm", 64, 2048)
+    named = ex.estimate(GPT, par, "h100-sxm", 64, 2048, stack=stacks.DEFAULT_STACK)
+    assert default.step_time_s == named.step_time_s
+
+
+def test_megatron_core_is_faster_than_2021():
+    par = ex.ParallelConfig(dp=4, tp=2, microbatch_size=2)
+    core = ex.estimate(GPT, par, "h100-sxm", 64, 2048, stack="megatron-core")
+    old = ex.estimate(GPT, par, "h100-sxm", 64, 2048, stack="megatron-lm-2021")
+    plain = ex.estimate(GPT, par, "h100-sxm", 64, 2048, ex.TrainingParams())
+    assert old.step_time_s == plain.step_time_s
+    assert core.step_time_s < old.step_time_s  # fused attention, overlap, H100 GEMMs
+    assert core.memory.activations < old.memory.activations  # no s x s scores kept
+
+
+def test_dataset_stacks_name_presets():
+    assert stacks.DATASET_STACKS["megatron_2021_table1"] == "megatron-lm-2021"
+    assert stacks.DATASET_STACKS["llama3_2024_table4"] == "megatron-lm-2021"
+    for name in (*stacks.DATASET_STACKS.values(), *stacks.FRAMEWORK_STACKS.values()):
+        stacks.get(name)
+    p = stacks.row_params("torchtitan_2025_asynctp", "torchtitan", "fp8", "async_tp=true")
+    assert (p.tp_comm_overlap_fraction, p.precision) == (stacks.TP_COMM_OVERLAP_ON, "fp8")
+    assert stacks.row_params("mtnlg_2022") == ex.TrainingParams()
+    with pytest.raises(TrainingParamsError, match="no stack for dataset"):
+        stacks.row_params("nowhere")
+
+
+def test_old_table_reproduces_under_its_stack():
+    """Narayanan et al. 2021 Table 1's first row with the megatron-lm-2021 stack, as
+    bench/training.py runs it (all ten within 5% there)."""
+    run = load_published()[0]
+    plan = ex.plan_training(
+        run.model, run.gpus, run.hardware, run.global_batch, run.seq, space=row_space(run),
+        stack=stacks.DATASET_STACKS["megatron_2021_table1"], top_k=1, simulate_top=1,
+    )  # fmt: skip
+    cfg = ex.models.load(run.model)
+    flops = ex.training.megatron_flops_per_iteration(cfg, run.global_batch, run.seq)
+    tflops = flops / plan.sim.step_time_s / run.gpus / 1e12
+    assert tflops == pytest.approx(run.achieved_tflops_per_gpu, rel=0.06)
+
+
+# --- per-chip efficiencies -------------------------------------------------------------------
+def test_chip_efficiencies_filled_and_checked():
+    for name in ("a100-80g", "h100-sxm", "h100-hbm2e-96g", "h200", "b200", "mi300x", "tpu-v5p"):
+        chip = ex.hardware.load(name).chip
+        assert 0 < chip.matmul_efficiency <= 1 and 0 < chip.attention_efficiency <= 1
+        assert chip.efficiency_source
+    assert EFFICIENCY_FACTS["NVIDIA A100 SXM4 80GB"][1] == 0.6  # FlashAttention-2 on A100
+    toy = Chip("toy", {"bf16": 1e12}, 2**30, 1e11)
+    assert "assumption" in toy.efficiency_source
+    with pytest.raises(ex.hardware.HardwareError, match="matmul_efficiency=1.5"):
+        Chip("toy", {"bf16": 1e12}, 2**30, 1e11, matmul_efficiency=1.5)
+
+
+def test_grand_teton_h100_profile():
+    cl = ex.hardware.load("h100-hbm2e-96g")
+    assert cl.chip.memory_bytes == 96 * 2**30
+    assert cl.chip.memory_bandwidth_bytes_per_s == pytest.approx(2.4e12)
+    assert cl.chip.compute_units == 132
+
+
+def test_auto_knobs_use_the_chip():
+    par = ex.ParallelConfig(dp=8)
+    auto = stacks.params("megatron-core")
+    assert auto.matmul_efficiency_cap is None and auto.flash_attention_efficiency is None
+    chip = ex.hardware.load("h100-sxm").chip
+    fixed = auto.resolved(chip)
+    assert fixed.matmul_efficiency_cap == chip.matmul_efficiency
+    a = ex.estimate(GPT, par, "h100-sxm", 64, 2048, auto)
+    b = ex.estimate(GPT, par, "h100-sxm", 64, 2048, fixed)
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=1e-12)
+    assert "auto (chip.matmul_efficiency)" in ex.training.params.knob_table(auto)
+
+
+# --- FSDP's per-block gathers, overlap ---------------------------------------------------------
+def test_block_gathers_pay_one_latency_per_layer():
+    par = ex.ParallelConfig(dp=256, zero=3, microbatch_size=1)
+    base = stacks.params("megatron-lm-2021")
+    tensor = ex.estimate("llama2-7b", par, "h100-sxm", 256, 4096, base)
+    block = ex.estimate(
+        "llama2-7b", par, "h100-sxm", 256, 4096, base.replace(zero3_gather_granularity="block")
+    )
+    assert block.step_time_s < tensor.step_time_s
+    with pytest.raises(TrainingParamsError, match="zero3_gather_granularity='flat'"):
+        ex.TrainingParams(zero3_gather_granularity="flat")
+
+
+def test_tp_comm_overlap_hides_tensor_parallel_collectives():
+    par = ex.ParallelConfig(dp=1, tp=8, sp=True, microbatch_size=1)
+    off = ex.estimate(GPT, par, "h100-sxm", 8, 2048, stack="megatron-core")
+    on = ex.estimate(
+        GPT, par, "h100-sxm", 8, 2048,
+        stacks.params("megatron-core", tp_comm_overlap_fraction=stacks.TP_COMM_OVERLAP_ON),
+    )  # fmt: skip
+    nemo = ex.estimate(GPT, par, "h100-sxm", 8, 2048, stack="nemo")
+    assert on.step_time_s < off.step_time_s
+    assert nemo.step_time_s == on.step_time_s
+    assert dict(on.comm_bytes)["tp"] == dict(off.comm_bytes)["tp"]  # same bytes, hidden
+
+
+def test_param_gather_overlap_hides_zero1_gather():
+    par = ex.ParallelConfig(dp=64, zero=1, microbatch_size=1)
+    base = stacks.params("megatron-lm-2021", grad_overlap_fraction=1.0)
+    off = ex.estimate(GPT, par, "a100-80g", 64, 2048, base)
+    on = ex.estimate(GPT, par, "a100-80g", 64, 2048, base.replace(param_gather_overlap_fraction=1))
+    assert on.step_time_s < off.step_time_s
+
+
+# --- precision ---------------------------------------------------------------------------
+def test_fp8_is_a_training_choice():
+    with pytest.raises(ModelConfigError, match="precision='fp8'"):
+        dataclasses.replace(ex.models.load(GPT), dtype="fp8")
+    par = ex.ParallelConfig(dp=8, microbatch_size=2)
+    bf16 = ex.estimate(GPT, par, "h100-sxm", 64, 2048, stack="megatron-core")
+    fp8 = ex.estimate(
+        GPT, par, "h100-sxm", 64, 2048, stacks.params("megatron-core", precision="fp8")
+    )
+    assert fp8.step_time_s < bf16.step_time_s
+    assert fp8.memory.parameters == bf16.memory.parameters  # weights stay BF16
+    with pytest.raises(TrainingParamsError, match="no FP8 tensor cores"):
+        ex.estimate(GPT, par, "a100-80g", 64, 2048, stacks.params("megatron-core", precision="fp8"))
+    with pytest.raises(TrainingParamsError, match="precision='int4'"):
+        ex.TrainingParams(precision="int4")
+
+
+def test_fp8_weight_gather_halves_zero3_gather_bytes():
+    par = ex.ParallelConfig(dp=16, zero=3, microbatch_size=1)
+    p = stacks.params("torchtitan", precision="fp8")
+    plain = ex.estimate(GPT, par, "h100-sxm", 16, 2048, p)
+    fp8 = ex.estimate(GPT, par, "h100-sxm", 16, 2048, p.replace(fp8_weight_gather=True))
+    assert dict(fp8.comm_bytes)["zero"] == pytest.approx(dict(plain.comm_bytes)["zero"] / 2)
+
+
+# --- torchtitan's op-level selective checkpointing, torch.compile's fusions --------------------
+def test_op_level_selective_recompute_sits_between_none_and_full():
+    p = stacks.params("torchtitan")
+    assert p.selective_recompute == "op"
+    sims = {
+        rec: ex.estimate(GPT, ex.ParallelConfig(dp=8, recompute=rec), "h100-sxm", 16, 2048, p)
+        for rec in ("none", "selective", "full")
+    }
+    act = {k: v.memory.activations for k, v in sims.items()}
+    step = {k: v.step_time_s for k, v in sims.items()}
+    assert act["full"] < act["selective"] < act["none"]
+    assert step["none"] < step["selective"] < step["full"]
+    with pytest.raises(TrainingParamsError, match="selective_recompute='layer'"):
+        ex.TrainingParams(selective_recompute="layer")
+
+
+def test_compile_switch_fuses_pointwise_ops():
+    on = stacks.row_params("torchtitan_2024_h100", "torchtitan", "bf16", "compile=true")
+    off = stacks.row_params("torchtitan_2024_h100", "torchtitan", "bf16", "compile=false")
+    assert set(off.fused_ops) < set(on.fused_ops) == set(stacks.COMPILE_FUSED_OPS)
+    par = ex.ParallelConfig(dp=8, zero=3, microbatch_size=2)
+    fast = ex.estimate("llama3-8b", par, "h100-sxm", 16, 2048, on)
+    slow = ex.estimate("llama3-8b", par, "h100-sxm", 16, 2048, off)
+    assert fast.step_time_s < slow.step_time_s
