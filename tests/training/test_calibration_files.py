@@ -1,0 +1,75 @@
+"""Calibration files: read through the project's JSON reader (every file problem named) and
+checked on load, so that a saved file that loads also prints and predicts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import explorer as ex
+from explorer.training.calibration.fit import CalibrationRow
+from explorer.training.calibration.io import read_calibration, write_calibration
+from explorer.training.errors import CalibrationError
+from tests.training.test_calibrate import MATMUL, synthetic_runs
+
+
+@pytest.fixture(scope="module")
+def cal():
+    runs = synthetic_runs(0.03)
+    return ex.calibrate(runs[:2], fit=(MATMUL,), check=runs[3:4])
+
+
+def _load(path):
+    return read_calibration(path, ex.Calibration, CalibrationRow)
+
+
+def test_write_then_read_gives_the_same_calibration(cal, tmp_path):
+    write_calibration(cal, tmp_path / "c.json")
+    assert _load(tmp_path / "c.json") == cal
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda d: d / "missing.json", "does not exist|no such|missing"),
+    (lambda d: d, "directory"),
+    (lambda d: (d / "bin.json").write_bytes(b'{"a": "\\xff\xfe"}') and d / "bin.json", "UTF-8"),
+    (lambda d: (d / "deep.json").write_text("[" * 5000 + "]" * 5000) and d / "deep.json",
+     "nest|deep"),
+    (lambda d: 3, "not a file path"),
+])  # fmt: skip
+def test_file_problems_are_named(make, match, tmp_path):
+    with pytest.raises(CalibrationError, match=match):
+        _load(make(tmp_path))
+
+
+def test_an_unwritable_path_is_named(cal, tmp_path):
+    with pytest.raises(CalibrationError, match="cannot write"):
+        write_calibration(cal, tmp_path / "no" / "such" / "dir" / "c.json")
+
+
+def _edited(cal, edit) -> str:
+    doc = json.loads(cal.to_json())
+    edit(doc)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d.update(fit="abc"), "fit='abc'; expected a list of knob names"),
+    (lambda d: d.update(fit=["no_such_knob"]), "'no_such_knob', which is not a float knob"),
+    (lambda d: d.update(values=[float("nan")]), "values=.*finite numbers"),
+    (lambda d: d.update(start=[]), "start=.*1 finite numbers"),
+    (lambda d: d.update(bounds=[[2, 1]]), "bounds="),
+    (lambda d: d["table"][0].update(role="train"), "role 'train'; expected 'fit' or 'check'"),
+    (lambda d: d["table"][0].update(measured_s=float("nan")), r"measured_s=nan"),
+    (lambda d: d["table"][0].update(after_s=-1), r"after_s=-1"),
+    (lambda d: d.update(table={}), "table=.*list of rows"),
+])  # fmt: skip
+def test_files_that_would_fail_later_are_refused_on_load(cal, edit, match):
+    with pytest.raises(CalibrationError, match=match):
+        ex.Calibration.from_json(_edited(cal, edit))
+
+
+@pytest.mark.parametrize("text", [None, 3, "[" * 5000])
+def test_from_json_of_non_text_or_deep_text_is_named(text):
+    with pytest.raises(CalibrationError):
+        ex.Calibration.from_json(text)
