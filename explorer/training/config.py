@@ -43,8 +43,11 @@ class ParallelConfig:
         dp, tp, pp: data-, tensor- and pipeline-parallel degrees; devices = dp * tp * pp * cp.
         sp: sequence parallelism (Korthikanti et al. 2022): the activations that tensor
             parallelism leaves replicated (norms, dropout) are split over ``tp`` too.
-        ep: expert parallelism for mixture-of-experts models: experts split over ``ep``
-            of the ``dp`` replicas (``ep`` divides ``dp`` and the expert count).
+        ep: expert parallelism for mixture-of-experts models: the experts split over ``ep``
+            devices (``ep`` divides the expert count). The expert layers lay the
+            ``tp * cp * dp`` devices of a pipeline stage out on their own mesh, ``etp x ep x
+            edp`` (Megatron-Core's MoE parallel folding, Liu et al. 2025), so ``ep`` need
+            not divide ``dp``: ``etp * ep`` divides ``tp * cp * dp`` (`edp`).
         microbatch_size: sequences per microbatch on one pipeline.
         num_microbatches: microbatches per step per pipeline; None derives it from the
             global batch (``global_batch / (dp * microbatch_size)``).
@@ -67,7 +70,16 @@ class ParallelConfig:
             ``all_gather`` (Llama 3: all-gather K, V per layer forward, reduce-scatter
             dK, dV backward; exposed) or ``ring`` (cp - 1 send/recv steps, each overlapped
             with the attention of the chunk in hand).
+        etp: expert tensor parallelism: each expert's weights split over ``etp`` devices
+            (Megatron-Core's ``--expert-tensor-parallel-size``). None, the default, follows
+            ``tp`` as Megatron-Core's does; an ``etp`` equal to ``tp`` is stored as None.
 
+    An ``ep`` that divides ``dp`` with ``etp = tp`` is the unfolded layout (the experts
+    split over ``ep`` of the data-parallel replicas, `experts_folded` False); any other
+    ``ep``, ``etp`` is folded (`explorer.training.step_model.placement` places both).
+
+    >>> ParallelConfig(dp=16, tp=2, pp=8, ep=32, etp=1).edp  # Qwen3-235B on 256 GPUs
+    1
     >>> ParallelConfig(dp=8, tp=8, pp=16, schedule="interleaved_1f1b", virtual_stages=2).devices
     1024
     >>> print(ParallelConfig(dp=2, tp=4, recompute="full"))
@@ -88,6 +100,7 @@ class ParallelConfig:
     recompute_num_layers: int | None = None
     cp: int = 1
     cp_kv_exchange: KvExchange = "all_gather"
+    etp: int | None = None
 
     def __post_init__(self) -> None:
         if self.virtual_stages is None:  # Megatron-LM's usual two chunks when interleaving
@@ -97,6 +110,10 @@ class ParallelConfig:
             _check_int(k, getattr(self, k))
         if self.num_microbatches is not None:
             _check_int("num_microbatches", self.num_microbatches)
+        if self.etp is not None:
+            _check_int("etp", self.etp)
+            if self.etp == self.tp:  # Megatron-Core's default: one spelling per layout
+                object.__setattr__(self, "etp", None)
         if self.schedule not in SCHEDULES:
             raise ParallelConfigError(
                 f"ParallelConfig.schedule={self.schedule!r} is unknown; expected one of "
@@ -136,11 +153,7 @@ class ParallelConfig:
                 "cp_kv_exchange='ring' passes key/value chunks between context-parallel "
                 "ranks, but cp=1; set cp > 1 or cp_kv_exchange='all_gather'"
             )
-        if self.dp % self.ep:
-            raise ParallelConfigError(
-                f"ep={self.ep} does not divide dp={self.dp}; experts are split over data-"
-                "parallel replicas, so choose ep among the divisors of dp"
-            )
+        _check_fold(self)
         if self.recompute_num_layers is not None:
             if self.recompute != "per_layer":
                 raise ParallelConfigError(
@@ -166,6 +179,34 @@ class ParallelConfig:
         128
         """
         return self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Devices each expert's weights are split over: ``etp``, or ``tp`` when None."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def edp(self) -> int:
+        """Expert data parallelism: copies of each expert shard in a pipeline stage,
+        ``tp * cp * dp / (etp * ep)``; the experts' gradients are reduced over them.
+
+        >>> ParallelConfig(dp=8, tp=2, ep=4).edp, ParallelConfig(dp=8, tp=2, ep=4, etp=1).edp
+        (2, 4)
+        """
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    @property
+    def experts_folded(self) -> bool:
+        """Whether the expert layers need their own mesh: ``ep`` does not divide ``dp`` or
+        ``etp`` differs from ``tp``. Unfolded, the experts split over ``ep`` of the
+        data-parallel replicas and ``tp`` (the layout before folding).
+
+        >>> ParallelConfig(dp=4, ep=4).experts_folded
+        False
+        >>> ParallelConfig(dp=2, tp=2, ep=4, etp=1).experts_folded  # ep over tp x dp
+        True
+        """
+        return self.dp % self.ep != 0 or self.expert_tp != self.tp
 
     @property
     def stages(self) -> int:
@@ -218,6 +259,8 @@ class ParallelConfig:
             extra += " +sp"
         if self.ep > 1:
             extra += f" ep{self.ep}"
+        if self.etp is not None:
+            extra += f" etp{self.etp}"
         if self.cp > 1:
             ring = " ring" if self.cp_kv_exchange == "ring" else ""
             extra = f" x cp{self.cp}{ring}{extra}"
@@ -229,6 +272,30 @@ class ParallelConfig:
             f"dp{self.dp} x tp{self.tp} x pp{self.pp}{extra}, mb{self.microbatch_size}, "
             f"{sched}, zero{self.zero}, recompute {rec}"
         )
+
+
+def _check_fold(par: ParallelConfig) -> None:
+    """Raise unless the expert mesh ``etp x ep x edp`` covers the ``tp * cp * dp`` devices
+    of a pipeline stage (Megatron-Core: ``world % (etp * ep * pp) == 0``)."""
+    stage, etp, ep = par.tp * par.cp * par.dp, par.expert_tp, par.ep
+    if stage % (etp * ep) == 0:
+        return
+    where = (f"the {stage} devices of a pipeline stage (tp={par.tp} x cp={par.cp} x "
+             f"dp={par.dp})")  # fmt: skip
+    if stage % etp:
+        raise ParallelConfigError(
+            f"etp={etp} does not divide {where}; the expert layers split each expert over etp "
+            f"of them, so choose etp among the divisors of {stage}"
+        )
+    fix = f"choose ep among the divisors of {stage // etp} (with etp={etp})"
+    if stage % ep == 0:  # this ep folds with a smaller etp
+        rest = stage // ep
+        fix += f", or set etp={rest}" if rest == 1 else f", or etp among the divisors of {rest}"
+    raise ParallelConfigError(
+        f"etp x ep = {etp} x ep={ep} = {etp * ep} does not divide {where}; the expert layers "
+        f"fold etp x ep x edp over those devices (Megatron-Core's MoE parallel folding), so "
+        f"{fix}"
+    )
 
 
 def _check_int(name: str, v: object) -> None:

@@ -36,7 +36,7 @@ are used), and the head's activations (the logits only, not those of the MTP lay
 Shared experts and routed experts of ``moe_intermediate_size`` need nothing here: they are
 ops of the MoE layer the operator search costs; the shared experts' two-dimensional
 weights are dense parameters (split over tp), the routed experts' three-dimensional ones
-are ``expert_params`` (split over tp * ep, `ep.layer_params`).
+are ``expert_params`` (split over etp * ep, `ep.layer_params`).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def dense_layers(s: StepView) -> DenseLayers | None:
         tp_.search_method, tp_.fused_ops,
     )  # fmt: skip
     layer = cp.split_costs(timed_costs(whole, s.cluster.chip, tp_), par.cp).layer
-    return DenseLayers(cfg.dense_layers, layer, ep.layer_params(layer, par.tp, par.ep))
+    return DenseLayers(cfg.dense_layers, layer, ep.layer_params(layer, par.tp, par.ep, par.etp))
 
 
 def dense_in_stage(s: StepView, part: StagePartition, g: int) -> int:
@@ -117,9 +117,13 @@ def mtp_moe_layers(cfg: ModelConfig) -> int:
 
 def head_params_delta(s: StepView) -> float:
     """The head's expert weights (multi-token prediction's MoE layers) on one device: split
-    over tp * ep, not tp alone as the rest of the head."""
-    e = s.costs.head.expert_params
-    return -e / s.par.tp * (1 - 1 / s.par.ep) if e else 0.0
+    over etp * ep, not tp alone as the rest of the head."""
+    e, par = s.costs.head.expert_params, s.par
+    if not e:
+        return 0.0
+    if not par.experts_folded:
+        return -e / par.tp * (1 - 1 / par.ep)
+    return e / (par.expert_tp * par.ep) - e / par.tp
 
 
 def stage_compute(s: StepView, part: StagePartition, g: int, fwd: float, bwd: float):
@@ -183,15 +187,29 @@ def ep_kernels(costs: StageCosts, cfg: ModelConfig, par: ParallelConfig, chip: C
                p: TrainingParams) -> StageCosts:  # fmt: skip
     """``costs`` with the layer's expert GEMMs timed as one device of an ``ep`` group runs
     them (``E / ep`` experts of ``capacity * ep`` rows; the times of the other kernels
-    kept; ``costs`` are one context-parallel rank's share, so the change is too)."""
+    kept; ``costs`` are one context-parallel rank's share, so the change is too).
+
+    Folded with ``etp`` other than ``tp`` (Megatron-Core's MoE parallel folding), a device
+    holds ``1 / etp`` of each expert's inner width and sees the tokens of ``etp * ep / tp``
+    tensor-parallel groups: ``capacity * ep * etp / tp`` rows of width ``ffn / etp`` where
+    the search split ``ffn`` over tp (gate/up's N, down's K), the same FLOPs."""
     layer = costs.layer
-    if not cfg.is_moe or par.ep == 1 or p.kernel_model != "shape":
+    if not cfg.is_moe or (par.ep == 1 and not par.experts_folded) or p.kernel_model != "shape":
         return costs
+    tp, etp, ffn = par.tp, par.expert_tp, cfg.moe_ffn
 
     def local(o):
-        if o.kind == "gemm" and o.name.endswith(_EXPERT_GEMMS) and o.batch % par.ep == 0:
-            return replace(o, batch=o.batch // par.ep, m=o.m * par.ep)
-        return o
+        if not (o.kind == "gemm" and o.name.endswith(_EXPERT_GEMMS) and o.batch % par.ep == 0):
+            return o
+        out = replace(o, batch=o.batch // par.ep, m=o.m * par.ep)
+        rows, rest = divmod(out.m * etp, tp)
+        if etp == tp or rest or ffn % etp:
+            return out
+        if o.n * tp == ffn:  # column-parallel (gate, up): N is ffn / tp
+            return replace(out, m=rows, n=ffn // etp)
+        if o.k * tp == ffn:  # row-parallel (down): K is ffn / tp
+            return replace(out, m=rows, k=ffn // etp)
+        return out
 
     ops = tuple(local(o) for o in layer.kernels)
     if ops == layer.kernels:

@@ -1,31 +1,50 @@
-"""Expert parallelism (mixture of experts): experts split over ``ep`` of the data-parallel
-replicas, tokens exchanged by an all-to-all before and after each MoE layer."""
+"""Expert parallelism (mixture of experts): experts split over ``ep`` devices, tokens
+exchanged by an all-to-all before and after each MoE layer.
+
+Unfolded (``ep`` divides ``dp``, ``etp = tp``), the ``ep`` devices are data-parallel
+replicas: the all-to-all runs over the step model's ``ep`` mesh axis. Folded (Megatron-Core's
+MoE parallel folding, `ParallelConfig.experts_folded`), the expert layers have their own mesh
+``(pp, edp, ep, etp)`` over the same devices (`placement.expert_mesh`), and the all-to-all
+runs over its ``ep`` axis, on the links those ranks span.
+"""
 
 from __future__ import annotations
 
+from explorer.hardware.wan import collective_time as dc_collective_time
+
+from ....hardware import Mesh
+from ....memo import memoize
 from ..costs import PartCost
+from ..placement import expert_mesh
 from ..view import StepView
 
 __all__ = ["layer_params", "all_to_all", "stage_s", "comm_bytes"]
 
 
-def layer_params(layer: PartCost, tp: int, ep: int) -> float:
+def layer_params(layer: PartCost, tp: int, ep: int, etp: int | None = None) -> float:
     """Parameters of one layer on a device: dense weights split over tp, experts over
-    tp * ep."""
-    return (layer.params - layer.expert_params) / tp + layer.expert_params / (tp * ep)
+    ``etp * ep`` (``etp`` None: ``tp``, the unfolded layout)."""
+    etp = tp if etp is None else etp
+    return (layer.params - layer.expert_params) / tp + layer.expert_params / (etp * ep)
 
 
 def all_to_all(s: StepView) -> tuple[float, float]:
     """(seconds, bytes sent) per MoE layer and microbatch, one way (dispatch and combine:
-    two all-to-alls of the routed tokens, ``top_k * capacity_factor`` per token)."""
+    two all-to-alls of the routed tokens, ``top_k * capacity_factor`` per token). Each
+    device sends the ``1 / tp`` of its tokens it holds (Megatron-Core's dispatcher, the same
+    folded or not), over the ``ep`` axis of the experts' mesh."""
     cfg, par = s.cfg, s.par
     if not cfg.is_moe or par.ep == 1:
         return 0.0, 0.0
     tokens = par.microbatch_size * s.seq_local * cfg.experts_top_k * cfg.capacity_factor
     size = tokens * cfg.hidden_size * s.act_dtype_bytes / par.tp
     bw_eff = s.tparams.cost.bandwidth_efficiency
-    seconds = 2 * s.collective_s("all-to-all", size, ("ep",)) / bw_eff
-    return seconds, 2 * s.mesh.collective_bytes("all-to-all", size, ("ep",))
+    if not par.experts_folded:
+        seconds = 2 * s.collective_s("all-to-all", size, ("ep",)) / bw_eff
+        return seconds, 2 * s.mesh.collective_bytes("all-to-all", size, ("ep",))
+    mesh = expert_mesh(par, s.cluster)
+    seconds = 2 * _collective_s(mesh, "all-to-all", size, ("ep",)) / bw_eff
+    return seconds, 2 * mesh.collective_bytes("all-to-all", size, ("ep",))
 
 
 def stage_s(s: StepView, n_layers: int) -> float:
@@ -37,3 +56,9 @@ def stage_s(s: StepView, n_layers: int) -> float:
 def comm_bytes(s: StepView, n_layers: int) -> float:
     """Bytes a device sends per step: forward and backward of every microbatch."""
     return s.ep_bytes * 2 * n_layers * s.m if s.cfg.is_moe else 0.0
+
+
+@memoize(maxsize=100_000, name="training.expert_collective_s")
+def _collective_s(mesh: Mesh, kind: str, size: float, axes: tuple[str, ...]) -> float:
+    """Seconds of a collective on the experts' mesh (memoized as the step model's own)."""
+    return dc_collective_time(mesh, kind, size, axes)
