@@ -15,6 +15,7 @@ write text (MindSpore, launch arguments, the DTensor plan itself) still work.
 from .compare import Comparison, compare, predicted_collectives, predicted_gradient_collectives
 from .dtensor_export import DTensorPlan, ModuleStyle, to_dtensor
 from .errors import ExportError
+from .folding import EXPERT_WEIGHT_SPECS, FoldedMesh, folded_mesh
 from .hlo import HloCollective, collectives, groups_to_axes, parse_replica_groups
 from .jax_export import JAX_OPS, JaxProgram, stage_mesh, to_jax
 from .launch_args import deepspeed_args, deepspeed_config, launch_command, megatron_args
@@ -26,5 +27,6 @@ __all__ = [
     "HloCollective", "parse_replica_groups", "groups_to_axes", "compare", "Comparison",
     "predicted_collectives", "predicted_gradient_collectives", "to_dtensor", "DTensorPlan",
     "ModuleStyle", "to_mindspore", "MindSporeExport", "megatron_args", "deepspeed_config",
-    "deepspeed_args", "launch_command", "stage_mesh",
+    "deepspeed_args", "launch_command", "stage_mesh", "folded_mesh", "FoldedMesh",
+    "EXPERT_WEIGHT_SPECS",
 ]  # fmt: skip

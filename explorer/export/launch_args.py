@@ -123,6 +123,9 @@ def megatron_args(plan, *, model: ModelConfig | str | None = None,
     ``model`` adds the architecture flags; ``global_batch`` adds ``--global-batch-size``.
     ZeRO 1 is Megatron's distributed optimizer; ZeRO 2 and 3 are Megatron-FSDP's
     ``optim_grads`` and ``optim_grads_params`` sharding. Megatron has no GPipe schedule.
+    Expert layouts, folded or not, are ``--expert-model-parallel-size`` and (when ``etp``
+    differs from ``tp``) ``--expert-tensor-parallel-size``: Megatron-Core's MoE parallel
+    folding derives the expert data parallelism from them.
 
     The layer split: a TrainingPlan's own stage split (``plan.sim.partition``, even or
     uneven, 1F1B or interleaved), or with a bare ParallelConfig and ``model`` the even
@@ -145,6 +148,8 @@ def megatron_args(plan, *, model: ModelConfig | str | None = None,
         args.append("--sequence-parallel")
     if c.ep > 1:
         args += ["--expert-model-parallel-size", str(c.ep)]
+    if c.etp is not None:  # None: Megatron-Core's default, etp = tp
+        args += ["--expert-tensor-parallel-size", str(c.etp)]
     if c.cp > 1:  # Megatron-LM's names: allgather (Llama 3's exchange) or p2p (ring)
         kind = "allgather" if c.cp_kv_exchange == "all_gather" else "p2p"
         args += ["--context-parallel-size", str(c.cp), "--cp-comm-type", kind]
@@ -175,9 +180,23 @@ def megatron_args(plan, *, model: ModelConfig | str | None = None,
     return tuple(args)
 
 
+def _deepspeed_experts(c: ParallelConfig) -> None:
+    """Raise for an expert layout DeepSpeed-MoE cannot build: its expert-parallel groups are
+    carved out of the data-parallel ranks (``deepspeed/utils/groups.py``: ep divides the
+    data-parallel size) and its experts are split over the model-parallel ranks (etp = tp)."""
+    if c.experts_folded:
+        raise ExportError(
+            f"{c} folds its experts (ep={c.ep}, etp={c.expert_tp} over tp={c.tp} x cp={c.cp} x "
+            f"dp={c.dp}), which DeepSpeed-MoE cannot express: it carves ep out of the "
+            "data-parallel ranks (ep dividing dp) and splits experts over tp; use an ep that "
+            "divides dp with etp=None, or export with megatron_args (Megatron-Core folds)"
+        )
+
+
 def deepspeed_config(plan, *, global_batch: int, dtype: str = "bf16") -> dict[str, object]:
     """The DeepSpeed JSON config (batch sizes, ZeRO stage, precision, checkpointing)."""
     c = _config(plan)
+    _deepspeed_experts(c)
     m = c.microbatches(global_batch)
     if c.zero >= 2 and c.pp > 1:
         raise ExportError(
@@ -203,6 +222,7 @@ def deepspeed_config(plan, *, global_batch: int, dtype: str = "bf16") -> dict[st
 def deepspeed_args(plan, *, config_path: str = "ds_config.json") -> tuple[str, ...]:
     """Megatron-DeepSpeed arguments: the parallel degrees, ZeRO stage and the config file."""
     c = _config(plan)
+    _deepspeed_experts(c)
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
     if c.pp == 1:
         args.append("--no-pipeline-parallel")
