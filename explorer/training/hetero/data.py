@@ -89,9 +89,22 @@ def batch_shares(global_batch: int, weights: list[float], unit: int) -> tuple[in
     return tuple(g * unit for g in got)
 
 
+def _units_cap(pools: int) -> int:
+    """The most units a split uses: `MAX_UNITS`, or the power of two that gives every pool
+    one when there are more pools."""
+    return max(MAX_UNITS, 1 << (pools - 1).bit_length())
+
+
 def _unit(global_batch: int, pools: int) -> int:
-    k = 1
-    while global_batch % (2 * k) == 0 and global_batch // (2 * k) >= pools and 2 * k <= MAX_UNITS:
+    """Sequences per unit: ``global_batch / k`` for a power of two ``k`` dividing the batch,
+    at most `_units_cap` units: the largest that keeps a unit at least ``pools`` sequences
+    (large units keep data-parallel degrees that divide the shares), or, when that leaves
+    fewer units than pools, the smallest that gives every pool one (before, 320 sequences
+    over 40 pools stopped at 8 units and were refused as "fewer sequences than pools")."""
+    k, cap = 1, _units_cap(pools)
+    while global_batch % (2 * k) == 0 and 2 * k <= cap and (
+        global_batch // (2 * k) >= pools or k < pools
+    ):  # fmt: skip
         k *= 2
     return global_batch // k
 
@@ -132,8 +145,14 @@ def plan_data(
     """The fastest batch split found (None if no split plans on every pool) and why the
     splits tried failed."""
     unit = _unit(global_batch, len(pools))
-    if global_batch // unit < len(pools):
-        return None, [f"global batch {global_batch} has fewer sequences than there are pools"]
+    units = global_batch // unit
+    if units < len(pools):
+        need = 1 << (len(pools) - 1).bit_length()
+        return None, [
+            f"global batch {global_batch} splits into at most {units} equal shares of "
+            f"{unit} sequences (its largest power-of-two divisor), fewer than the "
+            f"{len(pools)} pools; a global batch divisible by {need} gives every pool one"
+        ]
     sync = cross_pool_allreduce_s(cfg, pools, tparams)
     weights = [p.chips * p.peak_flops for p in pools]
     tried: dict[tuple[int, ...], DataArrangement | str] = {}

@@ -18,7 +18,6 @@ heterogeneous plan beside the best homogeneous plan on one pool alone (bench/bey
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import time
@@ -280,6 +279,63 @@ def _orders(pools: tuple[Pool, ...]) -> list[tuple[int, ...]]:
     return list(dict.fromkeys(out))
 
 
+#: Tensor-parallel tuples (one degree per pool) the pipeline search may walk for one order
+#: and data-parallel degree; each is then timed at every microbatch size and recomputation.
+MAX_PIPELINE_STRUCTURES = 20_000
+
+
+def _tuple_counts(stages: list[list[int]], layers: int) -> list[list[int]]:
+    """``counts[i][s]``: the choices for pools ``i..`` whose stages sum to at most ``layers -
+    s`` (every pool holds at least one stage per layer it runs, so a tuple whose stages
+    outnumber the layers is never a pipeline)."""
+    n = len(stages)
+    counts = [[0] * (layers + 1) for _ in range(n + 1)]
+    counts[n] = [1] * (layers + 1)
+    for i in range(n - 1, -1, -1):
+        for used in range(layers + 1):
+            counts[i][used] = sum(counts[i + 1][used + k] for k in stages[i]
+                                  if used + k <= layers)  # fmt: skip
+    return counts
+
+
+def _check_structure_count(stages: list[list[int]], layers: int, dp: int) -> None:
+    """Count the tuples before walking them (a product over 1000 pools never ends)."""
+    n = _tuple_counts(stages, layers)[0][0]
+    if n > MAX_PIPELINE_STRUCTURES:
+        raise TrainingPlanError(
+            f"{len(stages)} pools at dp={dp} give {n:,} tensor-parallel layouts whose stages fit "
+            f"the model's {layers} layers, more than the {MAX_PIPELINE_STRUCTURES:,} the "
+            "pipeline search walks; merge pools of one chip kind, or restrict each pool's "
+            "tensor parallelism (space=SearchSpace(tp=(...)))"
+        )
+
+
+def _tp_tuples(per_pool: list, stages: list[list[int]], layers: int):
+    """The tensor-parallel tuples (one per pool) whose stages sum to at most ``layers``,
+    in product order, cut as soon as a prefix cannot fit."""
+    counts = _tuple_counts(stages, layers)
+
+    def walk(i: int, used: int, prefix: tuple):
+        if i == len(per_pool):
+            yield prefix
+            return
+        for t, k in zip(per_pool[i], stages[i], strict=True):
+            if used + k <= layers and counts[i + 1][used + k]:
+                yield from walk(i + 1, used + k, prefix + (t,))
+
+    yield from walk(0, 0, ())
+
+
+def _pools_text(pools) -> str:
+    """``8 x a + 8 x b``; past six pools, counted by hardware (a message stays readable)."""
+    if len(pools) <= 6:
+        return " + ".join(map(str, pools))
+    kinds: dict[str, int] = {}
+    for p in pools:
+        kinds[p.cluster.name] = kinds.get(p.cluster.name, 0) + p.chips
+    return f"{len(pools)} pools (" + ", ".join(f"{c} x {k}" for k, c in kinds.items()) + ")"
+
+
 def _pipeline_search(
     cfg, pools, gb, seq, tparams, offload: bool = False
 ) -> tuple[list[PipelineArrangement], int]:
@@ -297,10 +353,10 @@ def _pipeline_search(
             for i in order:
                 c = pools[i]
                 per_pool.append(tp_candidates(cfg, c.cluster.chips_per_node, c.chips // dp))
-            for tps in itertools.product(*per_pool):
-                S = sum(pools[i].chips // (dp * t) for i, t in zip(order, tps, strict=True))
-                if S > cfg.num_layers:
-                    continue
+            stages = [[pools[i].chips // (dp * t) for t in ts]
+                      for i, ts in zip(order, per_pool, strict=True)]  # fmt: skip
+            _check_structure_count(stages, cfg.num_layers, dp)
+            for tps in _tp_tuples(per_pool, stages, cfg.num_layers):
                 for mbs in PIPELINE_MICROBATCH_SIZES:
                     if gb % (dp * mbs):
                         continue
@@ -365,7 +421,12 @@ def plan_hetero(
         for a in found[:SIMULATE_TOP]:  # re-ranked by their event simulation, as plan_training
             timelines[id(a)] = pipeline_timeline(a, cfg, pools, global_batch, seq, tparams)
             candidates.append((timelines[id(a)].step_time_s, "pipeline", a))
-        if not found:
+        if not found and len(pools) > cfg.num_layers:
+            why.append(
+                f"pipeline across pools: {len(pools)} pools need at least {len(pools)} "
+                f"stages, more than {cfg.name!r}'s {cfg.num_layers} layers"
+            )
+        elif not found:
             why.append(
                 f"pipeline across pools: none of {n} arrangements fits (every stage needs a "
                 "layer within its pool's memory)"
@@ -379,7 +440,7 @@ def plan_hetero(
             why.append("data-parallel across pools: " + "; ".join(fails[:2]))
     if not candidates:
         raise TrainingPlanError(
-            f"{cfg.name!r} fits no arrangement over {' + '.join(map(str, pools))} with global "
+            f"{cfg.name!r} fits no arrangement over {_pools_text(pools)} with global "
             f"batch {global_batch}: {'; '.join(why)}. Add chips, use pools with more memory, "
             "a global batch with more divisors, or offload=True (host offload of optimizer "
             "states in each pool's replicas)"
