@@ -307,6 +307,81 @@ def _select(cx: Context, node, a):
     return cx.reshape(part, shape[:dim] + shape[dim + 1 :])
 
 
+def _spliced(cx: Context, base: Ref, part: Ref, dim: int, start: int, stop: int) -> Ref:
+    """``base`` with positions ``start:stop`` of ``dim`` replaced by ``part``: the slices
+    before and after, concatenated around it."""
+    size = cx.shape(base)[dim]
+    pieces = []
+    if start > 0:
+        pieces.append(cx.op("slice", base, axis=dim, start=0, stop=start))
+    pieces.append(part)
+    if stop < size:
+        pieces.append(cx.op("slice", base, axis=dim, start=stop, stop=size))
+    return pieces[0] if len(pieces) == 1 else cx.op("cat", *pieces, axis=dim)
+
+
+def _like(cx: Context, src: Ref, shape: tuple[int, ...], dtype: DType) -> Ref:
+    """``src`` broadcast to ``shape`` and cast to ``dtype`` (what a copy into a tensor of
+    that shape writes)."""
+    if cx.shape(src) != shape:
+        n = len(shape) - len(cx.shape(src))
+        if n > 0:
+            src = cx.reshape(src, (1,) * n + cx.shape(src))
+        grown = tuple(k for k, (s, d) in enumerate(zip(cx.shape(src), shape, strict=True))
+                      if s != d)  # fmt: skip
+        if grown:
+            src = cx.op("expand", src, shape=shape, axes=grown)
+    return cx.cast(src, dtype)
+
+
+@handler("slice_scatter")
+def _slice_scatter(cx: Context, node, a):
+    """A write through a slice (``y[:, 1:3] = v``, functionalized): the base's other
+    positions around the new part."""
+    base, src = a["self"], a["src"]
+    shape = cx.shape(base)
+    dim = a.get("dim", 0) % len(shape)
+    step = a.get("step") or 1
+    if step != 1:
+        raise Unmapped(f"a write through a strided slice (step {step}) has no IR op")
+    size = shape[dim]
+    start, end = a.get("start") or 0, a.get("end")
+    start = max(0, min(size, start + size if start < 0 else start))
+    end = size if end is None else max(0, min(size, end + size if end < 0 else end))
+    part_shape = shape[:dim] + (end - start,) + shape[dim + 1 :]
+    part = _like(cx, src, part_shape, cx.dtype(node.meta["val"].dtype))
+    return _spliced(cx, base, part, dim, start, end)
+
+
+@handler("select_scatter")
+def _select_scatter(cx: Context, node, a):
+    """A write at one index (``y[0] = v``, functionalized)."""
+    base, src = a["self"], a["src"]
+    shape = cx.shape(base)
+    dim = a["dim"] % len(shape)
+    i = a["index"] % shape[dim]
+    part_shape = shape[:dim] + (1,) + shape[dim + 1 :]
+    row = _like(cx, src, shape[:dim] + shape[dim + 1 :], cx.dtype(node.meta["val"].dtype))
+    return _spliced(cx, base, cx.reshape(row, part_shape), dim, i, i + 1)
+
+
+@handler("copy")
+def _copy(cx: Context, node, a):
+    """``copy(self, src)``: ``src`` broadcast to ``self``'s shape and dtype."""
+    return _like(cx, a["src"], cx.shape(a["self"]), cx.dtype(node.meta["val"].dtype))
+
+
+@handler("fill")
+def _fill_tensor(cx: Context, node, a):
+    """``fill(self, value)`` with a tensor value (``y[0] = t`` of a 0-d tensor)."""
+    v = a.get("value")
+    shape = tuple(int(d) for d in node.meta["val"].shape)
+    if not isinstance(v, Ref):
+        return cx.op("fill", kind="full", shape=shape, value=_number(v),
+                     dtype=cx.dtype(node.meta["val"].dtype).value)  # fmt: skip
+    return _like(cx, v, shape, cx.dtype(node.meta["val"].dtype))
+
+
 @handler("split", "split_with_sizes", "chunk", "tensor_split", "unbind")
 def _split(cx: Context, node, a):
     x = a["self"]

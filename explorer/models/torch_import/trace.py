@@ -150,7 +150,7 @@ def _export(module: Any, args: tuple, kw: dict, tracer: str) -> tuple[Any, str, 
         try:
             with _lean_fx():
                 ep = torch.export.export(module, args, kwargs=kw, strict=False)
-            return ep, "torch.export", ""
+            return _functional(ep), "torch.export", ""
         except Exception as e:  # torch raises many kinds; the fallback reports the first
             first = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     try:
@@ -163,6 +163,9 @@ def _export(module: Any, args: tuple, kw: dict, tracer: str) -> tuple[Any, str, 
             return torch.func.functional_call(module, {**p, **b}, a, kw)
 
         gm = make_fx(call, tracing_mode="fake", record_module_stack=True)(params, buffers, *args)
+        if mutating_ops(gm):  # make_fx keeps in-place writes; functionalize and trace again
+            gm = make_fx(torch.func.functionalize(call), tracing_mode="fake",
+                         record_module_stack=True)(params, buffers, *args)  # fmt: skip
     except Exception as e2:
         raise TorchImportError(
             f"cannot trace {type(module).__name__}: torch.export failed ({first[:300]}) and "
@@ -210,6 +213,29 @@ def _lean_fx() -> Iterator[None]:
             _lean_depth -= 1
             if _lean_depth == 0:
                 fx_config.do_not_emit_stack_traces, lazy._use_lazy_graph_module_flag = _lean_saved
+
+
+def mutating_ops(gm: Any) -> list[str]:
+    """The ops of ``gm`` that write into a tensor in place (their schema says so: ``mul_``,
+    ``copy_``, ``index_put_``, ...): an in-place write through a view (``y[:, 1:3] *= -1``)
+    changes a tensor that no fx edge connects to the write."""
+    out = []
+    for node in gm.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            out.append(str(node.target))
+    return out
+
+
+def _functional(ep: Any) -> Any:
+    """``ep`` with its in-place writes made functional (``torch.export``'s
+    ``run_decompositions({})``: no op decomposed, each write through a view becomes a
+    ``slice_scatter`` / ``select_scatter`` / ``index_put`` of the base), when it has any;
+    else ``ep`` itself. The converter maps the scatters onto slices and concatenations."""
+    if not mutating_ops(ep.graph_module):
+        return ep
+    with _lean_fx():
+        return ep.run_decompositions({})
 
 
 class _MakeFx:
