@@ -15,15 +15,33 @@ calibration, and how fast calibration is. Not a timed test.
    recovers each fitted parameter within 10%.
 4. Speed: calibrate on 20 runs (target 2 s); plan_training gpt3-175b on 1024 devices
    (target 5 s). Wall seconds of this run, on this machine.
+5. Today's stacks (issue 24): every file of ``datasets/published`` with the stack columns
+   (torchtitan, Megatron-Core, NeMo, Megatron-Bridge, NeMo AutoModel, MaxText; roles fixed
+   in the files before any prediction), uncalibrated, each row predicted with its stack's
+   preset (`published.measured_params`; the default TrainingParams while
+   ``explorer.training.stacks`` does not exist, said in the output). Per file and stack,
+   fit and check rows apart: n, within 10% and 20%, median and worst |error| of step time,
+   memory calls right (every published run ran) and |error| of memory where published;
+   Spearman of tokens/s per GPU within each sweep (one model on one chip, several
+   layouts); the rows skipped, each with its reason; the FLOP conventions checked against
+   the rows that publish both TFLOP/s and tokens/s. Targets on the check rows: >= 80%
+   within 10%, median |error| <= 6%, no run predicted not to fit. ``--today`` runs this
+   section alone.
+
+Cost: sections 0-4 as before; section 5 plans the open fields of ~200 rows (one
+`plan_homogeneous` each, within the row's layout, best one simulated) and predicts every
+row once with `estimate` (the closed-form pipeline time, as sections 1-2 use).
 
 Every table says which rows are fit data and which are check data.
-Writes bench/results/accuracy.json.
+Writes bench/results/accuracy.json (``--today``: only its ``today_stacks`` key is rewritten).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,15 +52,19 @@ from scipy.stats import spearmanr
 import explorer as ex
 from explorer.training import TrainingParams
 from explorer.training.calibration.fit import float_fields, predict, with_values
-from explorer.training.calibration.measured import measured_datasets
+from explorer.training.calibration.measured import load_measured_rows, measured_datasets
 from explorer.training.calibration.published import (
     DEEPSPEED_PIPELINE_OVERHEAD_S,
     FLOP_CONVENTIONS,
     RUN_FACTS,
+    STACK_NAMES,
+    flops_per_step,
+    measured_params,
     megatron_table1_runs,
     published_runs,
     row_role,
     run_params,
+    stack_params,
 )
 
 P = ex.ParallelConfig
@@ -375,7 +397,209 @@ def speed() -> dict:
             "plan_training": 5}}  # fmt: skip
 
 
+# ----- 5. today's stacks -----------------------------------------------------------------
+ROLES = ("fit", "check")
+
+
+def _stats(rows: list[dict]) -> dict:
+    """n, within 10% / 20%, median and worst |error| of step time, memory calls right,
+    median and worst |error| of memory (rows that publish it)."""
+    if not rows:
+        return {"n": 0}
+    e = np.abs([x["error"] for x in rows])
+    mem = np.abs([x["memory_error"] for x in rows if x["memory_error"] is not None])
+    return {
+        "n": len(rows), "within_10pct": int((e <= 0.10).sum()),
+        "within_20pct": int((e <= 0.20).sum()), "median_abs_error": float(np.median(e)),
+        "worst_abs_error": float(e.max()), "worst_row": rows[int(e.argmax())]["run"],
+        "memory_fits_called_right": sum(x["fits"] for x in rows),
+        "memory_rows": len(mem),
+        "memory_median_abs_error": float(np.median(mem)) if len(mem) else None,
+        "memory_worst_abs_error": float(mem.max()) if len(mem) else None,
+    }  # fmt: skip
+
+
+def _stats_line(label: str, st: dict) -> str:
+    if not st["n"]:
+        return f"   {label:44s}     0"
+    mem = (f"{st['memory_median_abs_error']:>7.1%} {st['memory_worst_abs_error']:>7.1%}"
+           if st["memory_rows"] else f"{'-':>7s} {'-':>7s}")  # fmt: skip
+    return (f"   {label:44s} {st['n']:>5d} {st['within_10pct']:>4d} {st['within_20pct']:>4d} "
+            f"{st['median_abs_error']:>7.1%} {st['worst_abs_error']:>7.1%} "
+            f"{st['memory_fits_called_right']:>3d}/{st['n']:<3d} {st['memory_rows']:>3d} {mem}")  # fmt: skip
+
+
+def _flop_conventions_checked() -> list[dict]:
+    """Rows that publish TFLOP/s and tokens/s: the source's FLOPs per token (their ratio)
+    over the closed form of the row's convention (megatron2024's where it has none)."""
+    out = []
+    for name in measured_datasets("stacks"):
+        for row in load_measured_rows(name):
+            tf, tps = row["tflops_per_gpu"].strip(), row["tokens_per_s_per_gpu"].strip()
+            if not (tf and tps and row["flops_convention"].strip()):
+                continue
+            conv = row["flops_convention"].strip()
+            try:
+                cfg = ex.models.load(row["model"])
+            except ex.ExplorerError:
+                continue
+            gb, seq = int(row["global_batch"]), int(row["seq"])
+            closed = conv if conv in ("megatron2024", "nemo2407", "nemo2403") else "megatron2024"
+            ours = flops_per_step(closed, cfg, gb, seq) / (gb * seq)
+            theirs = float(tf) * 1e12 / float(tps)
+            out.append({"dataset": name, "model": row["model"], "role": row["role"],
+                        "convention": conv, "compared_with": closed,
+                        "published_flops_per_token": theirs, "ratio": theirs / ours})  # fmt: skip
+    return out
+
+
+def today_stacks() -> dict:
+    print("5. Today's stacks (issue 24): uncalibrated, each row with its stack's preset; "
+          "roles as fixed in the files (fit: a preset value may be fitted on it; check: never)")  # fmt: skip
+    t0 = time.perf_counter()
+    skipped: list[str] = []
+    runs = {name: published_runs(name, skipped=skipped) for name in measured_datasets("stacks")}
+    load_s = time.perf_counter() - t0
+    presets = {stack: stack_params(stack)[1] for stack in STACK_NAMES}
+    print("   predicted with (explorer.training.stacks preset per stack, or the defaults):")
+    for stack, which in presets.items():
+        print(f"     {stack}: {which}")
+    rows = []
+    for name, rs in runs.items():
+        for r in rs:
+            try:
+                sim = predict(r, measured_params(r))
+            except ex.ExplorerError as e:
+                skipped.append(f"{name} ({r.role}): {r.label} on {r.hardware_name}: the step "
+                               f"model cannot predict it ({e})")  # fmt: skip
+                continue
+            err = sim.step_time_s / r.step_time_s - 1
+            mem = sim.memory.total
+            mem_err = mem / r.memory_bytes - 1 if r.memory_bytes else None
+            tokens = r.global_batch * r.seq / r.config.devices
+            rows.append({
+                "dataset": name, "stack": r.stack, "role": r.role, "run": r.label,
+                "model": r.model_name, "hardware": r.hardware_name.split("+")[0],
+                "precision": r.precision, "config": str(r.config),
+                "measured_s": r.step_time_s, "predicted_s": sim.step_time_s, "error": err,
+                "fits": bool(sim.fits), "memory_gib": mem / 2**30,
+                "memory_cap_gib": sim.memory_cap_bytes / 2**30,
+                "measured_memory_gib": r.memory_bytes / 2**30 if r.memory_bytes else None,
+                "memory_error": mem_err, "tokens_per_s_per_gpu": tokens / r.step_time_s,
+                "predicted_tokens_per_s_per_gpu": tokens / sim.step_time_s,
+                "source": r.source,
+            })  # fmt: skip
+    predict_s = time.perf_counter() - t0 - load_s
+    print(f"   rows: {len(rows)} predicted, {len(skipped)} skipped "
+          f"(reasons below); loading and planning the open fields {load_s:.0f} s, "
+          f"predicting {predict_s:.0f} s (estimate)")  # fmt: skip
+    head = (f"   {'file / stack / role':44s} {'n':>5s} {'10%':>4s} {'20%':>4s} {'median':>7s} "
+            f"{'worst':>7s} {'fits':>7s} {'mem':>3s} {'mem med':>7s} {'mem max':>7s}")  # fmt: skip
+    print(head)
+    groups: dict = defaultdict(list)
+    for x in rows:
+        groups[(x["dataset"], x["stack"], x["role"])].append(x)
+    per_group = {}
+    for (name, stack, role), xs in sorted(groups.items()):
+        st = _stats(xs)
+        per_group[f"{name} / {stack} / {role}"] = st
+        print(_stats_line(f"{name} / {stack} / {role}", st))
+    print("   per stack:")
+    per_stack = {}
+    for stack in STACK_NAMES:
+        for role in ROLES:
+            xs = [x for x in rows if x["stack"] == stack and x["role"] == role]
+            if xs:
+                per_stack[f"{stack} / {role}"] = st = _stats(xs)
+                print(_stats_line(f"{stack} / {role}", st))
+    print("   per chip:")
+    per_chip = {}
+    for hw in sorted({x["hardware"] for x in rows}):
+        for role in ROLES:
+            xs = [x for x in rows if x["hardware"] == hw and x["role"] == role]
+            if xs:
+                per_chip[f"{hw} / {role}"] = st = _stats(xs)
+                print(_stats_line(f"{hw} / {role}", st))
+    # sweeps: one model on one chip in one file, several layouts
+    sweeps: dict = defaultdict(list)
+    for x in rows:
+        sweeps[(x["dataset"], x["model"], x["hardware"], x["precision"])].append(x)
+    print("   Spearman of tokens/s per GPU within each sweep (one model, chip and precision in "
+          "one file; 3+ rows): all rows, and fit / check rows apart where 3+")  # fmt: skip
+    spearman = []
+    for (name, model, hw, prec), xs in sorted(sweeps.items()):
+        if len(xs) < 3:
+            continue
+        res = {"dataset": name, "model": model, "hardware": hw, "precision": prec,
+               "n": len(xs)}  # fmt: skip
+        for role in ("all", *ROLES):
+            ys = xs if role == "all" else [x for x in xs if x["role"] == role]
+            meas = [y["tokens_per_s_per_gpu"] for y in ys]
+            pred = [y["predicted_tokens_per_s_per_gpu"] for y in ys]
+            if len(ys) >= 3 and len(set(meas)) > 1 and len(set(pred)) > 1:
+                res[role] = float(spearmanr(meas, pred).statistic)
+            else:
+                res[role] = None
+        spearman.append(res)
+        # n/a: fewer than 3 rows, or every prediction (or measurement) the same
+        fmt = lambda v: "  n/a" if v is None else f"{v:+.2f}"  # noqa: E731
+        n_fit = sum(x["role"] == "fit" for x in xs)
+        print(f"     {name} {model} {hw} {prec}: {len(xs)} rows ({n_fit} fit, "
+              f"{len(xs) - n_fit} check): all {fmt(res['all'])}, fit {fmt(res['fit'])}, "
+              f"check {fmt(res['check'])}")  # fmt: skip
+    overall = {}
+    for role in ROLES:
+        xs = [x for x in rows if x["role"] == role]
+        st = _stats(xs)
+        st["predicted_not_to_fit"] = [x["run"] for x in xs if not x["fits"]]
+        overall[role] = st
+    c = overall["check"]
+    targets = {"check_within_10pct_share": 0.8, "check_median_abs_error": 0.06,
+               "predicted_not_to_fit": 0}  # fmt: skip
+    for role in ROLES:
+        st = overall[role]
+        if not st["n"]:
+            print(f"   overall {role} rows: none predicted")
+            continue
+        print(f"   overall {role} rows: {st['within_10pct']}/{st['n']} within 10% "
+              f"({st['within_10pct'] / st['n']:.0%}), {st['within_20pct']}/{st['n']} within "
+              f"20%, median |error| {st['median_abs_error']:.1%}, worst "
+              f"{st['worst_abs_error']:.1%} ({st['worst_row']}); predicted not to fit: "
+              f"{len(st['predicted_not_to_fit'])}")  # fmt: skip
+    if c["n"]:
+        print(f"   targets on the check rows: >= 80% within 10% "
+              f"({'met' if c['within_10pct'] >= 0.8 * c['n'] else 'not met'}), median "
+              f"|error| <= 6% ({'met' if c['median_abs_error'] <= 0.06 else 'not met'}), 0 "
+              f"predicted not to fit ({'met' if not c['predicted_not_to_fit'] else 'not met'})")  # fmt: skip
+    print(f"   skipped rows ({len(skipped)}):")
+    reasons: dict = defaultdict(int)
+    for line in skipped:
+        print(f"     {line}")
+        reasons[line.split(": ", 1)[1].split(" (")[0]] += 1
+    conv = _flop_conventions_checked()
+    print("   FLOP conventions against the rows that publish TFLOP/s and tokens/s (published "
+          "FLOPs per token / the closed form; tokens/s gives these rows' step times):")  # fmt: skip
+    by_conv: dict = defaultdict(list)
+    for x in conv:
+        by_conv[(x["convention"], x["compared_with"])].append(x["ratio"])
+    for (name, closed), ratios in sorted(by_conv.items()):
+        print(f"     {name} vs {closed}: {len(ratios)} rows, ratio {min(ratios):.3f} to "
+              f"{max(ratios):.3f} (median {np.median(ratios):.3f})")  # fmt: skip
+    print()
+    return {"predicted_with": presets, "rows": rows, "skipped": skipped,
+            "skipped_by_reason": dict(reasons), "per_file_stack_role": per_group,
+            "per_stack_role": per_stack, "per_chip_role": per_chip, "spearman": spearman,
+            "overall": overall, "targets": targets, "flop_conventions": conv,
+            "seconds": {"load_and_plan": load_s, "predict": predict_s}}  # fmt: skip
+
+
 def main() -> None:
+    if "--today" in sys.argv[1:]:
+        result = json.loads(OUT.read_text()) if OUT.is_file() else {}
+        result["today_stacks"] = today_stacks()
+        OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
+        print(f"wrote {OUT} (today_stacks)")
+        return
     t0 = time.perf_counter()
     data = datasets()
     result = {
@@ -386,6 +610,7 @@ def main() -> None:
         "out_of_sample": out_of_sample(data),
         "recovery": recovery(),
         "speed": speed(),
+        "today_stacks": today_stacks(),
     }
     result["total_s"] = time.perf_counter() - t0
     OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")

@@ -25,9 +25,26 @@ def _models_dir() -> Path:
     return datasets_dir() / "models"
 
 
-def names() -> tuple[str, ...]:
-    """Every model in the zoo, sorted."""
-    return tuple(sorted(p.stem for p in _models_dir().glob("*.json")))
+# The architectures that published training runs use (``datasets/published/*.csv``: today's
+# stacks' Llama 3.1, Nemotron, Qwen3, GPT-OSS, DeepSeek-V3 and Kimi K2 rows) live in
+# ``datasets/models/runs/``: `load` finds them by name like any zoo model, but `names()` lists
+# the curated zoo only, whose every model the golden tests pin (built graph, tensor-parallel
+# candidates, the torch export); ``names(runs=True)`` lists both.
+def _runs_dir() -> Path:
+    return _models_dir() / "runs"
+
+
+def names(runs: bool = False) -> tuple[str, ...]:
+    """Every model in the zoo, sorted; with ``runs``, also the models of the published
+    training runs (``datasets/models/runs/``).
+
+    >>> "qwen3-235b-a22b" in names(runs=True), "qwen3-235b-a22b" in names()
+    (True, False)
+    """
+    found = [p.stem for p in _models_dir().glob("*.json")]
+    if runs:
+        found += [p.stem for p in _runs_dir().glob("*.json")]
+    return tuple(sorted(found))
 
 
 def load(name: str | ModelConfig) -> ModelConfig:
@@ -57,10 +74,12 @@ def load(name: str | ModelConfig) -> ModelConfig:
         return load_file(name)
     path = _models_dir() / f"{name}.json"
     if not path.is_file():
-        close = difflib.get_close_matches(name, names(), n=4, cutoff=0.5)
+        path = _runs_dir() / f"{name}.json"
+    if not path.is_file():
+        close = difflib.get_close_matches(name, names(runs=True), n=4, cutoff=0.5)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise ModelConfigError(
-            f"unknown model {name!r}.{hint} Known models: {', '.join(names())} "
+            f"unknown model {name!r}.{hint} Known models: {', '.join(names(runs=True))} "
             "(or give a path to a model .json file)"
         )
     return load_file(path)

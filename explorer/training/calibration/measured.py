@@ -13,6 +13,13 @@ recomputation; ``model``, the simulator's model FLOPs, forward + backward). Fiel
 does not give (``microbatch_size``, ``virtual_stages``) are left empty and `published_runs`
 fills them with the planner's choice within the row's layout, under the default
 `TrainingParams`, and says so in the run's ``source``.
+
+The files of today's stacks (issue 24: torchtitan, Megatron-Core, NeMo, Megatron-Bridge,
+NeMo AutoModel, MaxText; ``datasets/published/README.md``) append `STACK_COLUMNS` after
+``note``: the row's role (``fit`` or ``check``), the stack, its precision, expert
+parallelism, the published tokens/s per GPU, MFU and peak memory, the activation
+checkpointing in the source's words and the stack's other settings. `measured_datasets`
+lists the paper tables (``"papers"``, the default), the stack files (``"stacks"``) or both.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import csv
 from dataclasses import asdict, dataclass
 from functools import cached_property
+from typing import Literal, get_args
 
 from ...checks import is_int, is_number
 from ...hardware import Cluster, resolve
@@ -30,6 +38,9 @@ from ..errors import CalibrationError
 __all__ = [
     "MeasuredRun",
     "MEASURED_COLUMNS",
+    "STACK_COLUMNS",
+    "Role",
+    "Precision",
     "measured_datasets",
     "load_measured_rows",
     "cluster_with_devices",
@@ -41,6 +52,18 @@ MEASURED_COLUMNS = (
     "microbatch_size", "schedule", "virtual_stages", "recompute", "global_batch", "seq",
     "step_time_s", "tflops_per_gpu", "flops_convention", "source", "note",
 )  # fmt: skip
+
+# The columns today's stack files append after ``note`` (datasets/published/README.md).
+STACK_COLUMNS = (
+    "role", "stack", "stack_version", "precision", "fp8_recipe", "ep",
+    "tokens_per_s_per_gpu", "mfu_percent", "memory_gib", "ac_mode", "sharding", "knobs",
+)  # fmt: skip
+
+Role = Literal["", "fit", "check"]
+ROLES: tuple[str, ...] = get_args(Role)
+Precision = Literal["bf16", "fp8"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+DatasetKind = Literal["papers", "stacks", "all"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +79,14 @@ class MeasuredRun:
         step_time_s: the measured time of one step in seconds (finite, > 0).
         memory_bytes: the measured peak memory per device, or None.
         source: where the number comes from (a paper and table, a log file).
+        dataset: the published file the run comes from (``""``: none).
+        role: ``fit`` (a value was fitted on it), ``check`` (kept for checking) or ``""``.
+        stack: the training framework that ran it (``torchtitan``, ``megatron-core``, ...).
+        precision: ``bf16`` or ``fp8`` (FP8 GEMMs, BF16 elsewhere), as the source states.
+        tokens_per_s_per_gpu, mfu_percent: as published, or None.
+        ac_mode: activation checkpointing in the source's words (``selective-op``, ...).
+        knobs: the stack's other settings as published, ``(("compile", "true"), ...)``
+            (`knobs_dict`).
 
     >>> import explorer as ex
     >>> r = ex.MeasuredRun("gpt2", ex.ParallelConfig(dp=2), "a100-80g", 16, 512, 0.2)
@@ -71,6 +102,14 @@ class MeasuredRun:
     step_time_s: float
     memory_bytes: float | None = None
     source: str = ""
+    dataset: str = ""
+    role: Role = ""
+    stack: str = ""
+    precision: Precision = "bf16"
+    tokens_per_s_per_gpu: float | None = None
+    mfu_percent: float | None = None
+    ac_mode: str = ""
+    knobs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (ModelConfig, str)):
@@ -90,8 +129,31 @@ class MeasuredRun:
         _check_positive("step_time_s", self.step_time_s, "the measured seconds per step")
         if self.memory_bytes is not None:
             _check_positive("memory_bytes", self.memory_bytes, "bytes per device, or None")
-        if not isinstance(self.source, str):
-            raise CalibrationError(f"MeasuredRun.source={self.source!r}; expected a str")
+        for name in ("source", "dataset", "stack", "ac_mode"):
+            if not isinstance(getattr(self, name), str):
+                raise CalibrationError(
+                    f"MeasuredRun.{name}={getattr(self, name)!r}; expected a str"
+                )
+        if self.role not in ROLES:
+            raise CalibrationError(
+                f"MeasuredRun.role={self.role!r}; expected 'fit', 'check' or '' (not stated)"
+            )
+        if self.precision not in PRECISIONS:
+            raise CalibrationError(
+                f"MeasuredRun.precision={self.precision!r}; expected 'bf16' or 'fp8' (FP8 "
+                "GEMMs with BF16 weights and activations)"
+            )
+        for name in ("tokens_per_s_per_gpu", "mfu_percent"):
+            if getattr(self, name) is not None:
+                _check_positive(name, getattr(self, name), "as published, or None")
+        if not isinstance(self.knobs, tuple) or not all(
+            isinstance(k, tuple) and len(k) == 2 and all(isinstance(x, str) for x in k)
+            for k in self.knobs
+        ):
+            raise CalibrationError(
+                f"MeasuredRun.knobs={self.knobs!r}; expected a tuple of (name, value) str "
+                "pairs, e.g. (('compile', 'true'),)"
+            )
         self.cfg  # noqa: B018 -- an unknown model name fails here, not in the fit
         self.cluster  # noqa: B018
         self.config.microbatches(self.global_batch)  # ParallelConfigError names the batch
@@ -117,6 +179,11 @@ class MeasuredRun:
         return self.hardware.name if isinstance(self.hardware, Cluster) else self.hardware
 
     @property
+    def knobs_dict(self) -> dict[str, str]:
+        """The stack's published settings as a dict (``{"compile": "true", ...}``)."""
+        return dict(self.knobs)
+
+    @property
     def label(self) -> str:
         """A short name for tables and plots: model and layout."""
         c = self.config
@@ -130,7 +197,11 @@ class MeasuredRun:
             "hardware": self.hardware_name, "hardware_max_nodes": self.cluster.max_nodes,
             "global_batch": self.global_batch, "seq": self.seq,
             "step_time_s": self.step_time_s, "memory_bytes": self.memory_bytes,
-            "source": self.source,
+            "source": self.source, "dataset": self.dataset, "role": self.role,
+            "stack": self.stack, "precision": self.precision,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "mfu_percent": self.mfu_percent, "ac_mode": self.ac_mode,
+            "knobs": [list(k) for k in self.knobs],
         }  # fmt: skip
         if isinstance(self.model, ModelConfig):
             out["model_config"] = asdict(self.model)
@@ -155,6 +226,11 @@ class MeasuredRun:
             return cls(
                 model, config, hw, d["global_batch"], d["seq"],
                 d["step_time_s"], d.get("memory_bytes"), d.get("source", ""),
+                dataset=d.get("dataset", ""), role=d.get("role", ""),
+                stack=d.get("stack", ""), precision=d.get("precision", "bf16"),
+                tokens_per_s_per_gpu=d.get("tokens_per_s_per_gpu"),
+                mfu_percent=d.get("mfu_percent"), ac_mode=d.get("ac_mode", ""),
+                knobs=tuple(tuple(k) for k in d.get("knobs", ())),
             )  # fmt: skip
         except (KeyError, TypeError) as e:
             raise CalibrationError(
@@ -172,28 +248,64 @@ def _check_positive(name: str, v: object, what: str) -> None:
 
 
 # ----- published runs -------------------------------------------------------------------
-def measured_datasets() -> tuple[str, ...]:
-    """Names of the published files in the measured format."""
+def measured_datasets(which: DatasetKind = "papers") -> tuple[str, ...]:
+    """Names of the published files in the measured format: ``papers`` (the 2021-2024
+    paper tables, columns `MEASURED_COLUMNS`), ``stacks`` (today's stacks, with
+    `STACK_COLUMNS` appended) or ``all``.
+
+    >>> "torchtitan_2024_perf" in measured_datasets("stacks")
+    True
+    """
+    kinds = get_args(DatasetKind)
+    if which not in kinds:
+        raise CalibrationError(
+            f"measured_datasets(which={which!r}); expected one of {', '.join(map(repr, kinds))}"
+        )
+    want = {"papers": (MEASURED_COLUMNS,), "stacks": (MEASURED_COLUMNS + STACK_COLUMNS,)}
+    want["all"] = want["papers"] + want["stacks"]
     folder = datasets_dir() / "published"
     out = []
     for p in sorted(folder.glob("*.csv")):
         with p.open(newline="") as f:
             header = next(csv.reader(f), [])
-        if tuple(header) == MEASURED_COLUMNS:
+        if tuple(header) in want[which]:
             out.append(p.stem)
     return tuple(out)
 
 
 def load_measured_rows(name: str) -> tuple[dict[str, str], ...]:
-    """The raw rows of ``datasets/published/NAME.csv`` (measured format)."""
+    """The raw rows of ``datasets/published/NAME.csv`` (measured format, with or without
+    `STACK_COLUMNS`)."""
     path = datasets_dir() / "published" / f"{name}.csv"
-    if name not in measured_datasets():
+    if name not in measured_datasets("all"):
         raise CalibrationError(
             f"no published table {name!r} in the measured format; available: "
-            f"{', '.join(measured_datasets())}"
+            f"{', '.join(measured_datasets('all'))}"
         )
-    with path.open(newline="") as f:
-        return tuple(csv.DictReader(f))
+    return read_measured_csv(path)
+
+
+def read_measured_csv(path) -> tuple[dict[str, str], ...]:
+    """The rows of one measured-format CSV file; a header that is neither format, or a row
+    with more or fewer cells than the header, raises `CalibrationError` naming the file and
+    the row (the file's line)."""
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = tuple(next(reader, ()))
+        if header not in (MEASURED_COLUMNS, MEASURED_COLUMNS + STACK_COLUMNS):
+            raise CalibrationError(
+                f"{path}: the header is not the measured format; expected the columns "
+                f"{', '.join(MEASURED_COLUMNS)} (and optionally {', '.join(STACK_COLUMNS)})"
+            )
+        rows = []
+        for cells in reader:
+            if len(cells) != len(header):
+                raise CalibrationError(
+                    f"{path}, row {reader.line_num}: {len(cells)} cells for the "
+                    f"{len(header)} columns of the header; quote a cell that holds a comma"
+                )
+            rows.append({**dict(zip(header, cells, strict=True)), "_line": str(reader.line_num)})
+        return tuple(rows)
 
 
 def cluster_with_devices(hardware: str | Cluster, devices: int) -> str | Cluster:

@@ -10,8 +10,13 @@ pick them within the row's TP, PP, schedule and recomputation.
 The calibration (`MEGATRON_PARAMS`) is one set of named efficiencies for every row, not
 a per-row fit.
 
-Also data, not code paths: `FLOP_CONVENTIONS` (how each source turned a step time into
-TFLOP/s; the CSVs' ``flops_convention`` column names one per row), `RUN_FACTS` (what a
+The other files are in the measured format (`published_runs`): the 2021-2024 paper tables,
+and today's stacks (issue 24; `STACK_COLUMNS`, parsed cell by cell in ``stack_rows``): each
+such row carries its role (fit or check), its stack (predicted with that stack's preset,
+`measured_params`) and its precision.
+
+Also data, not code paths: `FLOP_CONVENTIONS` (``flops``: how each source turned a step time
+into TFLOP/s; the CSVs' ``flops_convention`` column names one per row), `RUN_FACTS` (what a
 dataset's runs used beyond their layout: a fused attention kernel, a framework's overhead),
 `FIT_ROWS` (the rows a default or fact was fitted on; every other row is check data) and
 `EVEN_CHUNK_DATASETS`.
@@ -24,16 +29,42 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
 from ...errors import ExplorerError
-from ...models import datasets_dir, load
-from ...models.config import ModelConfig
-from ..config import ParallelConfig
-from ..errors import CalibrationError, TrainingError
+from ...hardware import HardwareError, resolve
+from ...models import ModelConfigError, datasets_dir, load
+from ..config import SCHEDULES, ParallelConfig
+from ..errors import CalibrationError, ParallelConfigError, TrainingError
 from ..params import TrainingParams
 from ..planning.homogeneous import plan_homogeneous
 from ..planning.result import TrainingPlan
 from ..planning.space import SearchSpace
-from ..simulate import estimate
-from .measured import MeasuredRun, cluster_with_devices, load_measured_rows
+from .flops import (
+    FLOP_CONVENTIONS,
+    FlopConvention,
+    flops_per_step,
+    megatron2024_flops_per_step,
+    megatron_flops_per_iteration,
+    palm_flops_per_step,
+    step_flops,
+)
+from .measured import (
+    PRECISIONS,
+    STACK_COLUMNS,
+    MeasuredRun,
+    cluster_with_devices,
+    load_measured_rows,
+)
+from .stack_rows import (
+    STACK_NAMES,
+    cell_choice,
+    cell_float,
+    cell_int,
+    parse_knobs,
+    per_layer_count,
+    precision_supported,
+    recompute_of,
+    stack_params,
+    with_precision,
+)
 
 __all__ = [
     "PublishedRun",
@@ -45,6 +76,11 @@ __all__ = [
     "FlopConvention",
     "FLOP_CONVENTIONS",
     "flops_per_step",
+    "megatron2024_flops_per_step",
+    "palm_flops_per_step",
+    "STACK_NAMES",
+    "stack_params",
+    "measured_params",
     "RunFacts",
     "RUN_FACTS",
     "run_params",
@@ -131,17 +167,6 @@ def load_published(name: str = "megatron_2021_table1") -> tuple[PublishedRun, ..
     return tuple(out)
 
 
-def megatron_flops_per_iteration(cfg: ModelConfig, batch: int, seq: int) -> float:
-    """Narayanan et al. 2021's FLOPs per iteration (with full recomputation):
-    ``96 B s l h^2 (1 + s/(6h) + V/(16 l h))``.
-
-    >>> round(megatron_flops_per_iteration(load("megatron-1.7b"), 512, 2048) / 1e15, 1)
-    15.5
-    """
-    h, l, V = cfg.hidden_size, cfg.num_layers, cfg.vocab_size
-    return 96 * batch * seq * l * h**2 * (1 + seq / (6 * h) + V / (16 * l * h))
-
-
 @dataclass(frozen=True)
 class Comparison:
     """Published vs predicted for one run."""
@@ -191,82 +216,6 @@ def compare_megatron(
         pred = flops / plan.sim.step_time_s / run.gpus / 1e12
         out.append(Comparison(run, plan, pred))
     return tuple(out)
-
-
-# ----- FLOP conventions: how each source turned a step time into TFLOP/s -----------------
-@dataclass(frozen=True)
-class FlopConvention:
-    """One way of counting a training step's FLOPs, as a published paper did.
-
-    Attributes:
-        name: the key used in the CSVs' ``flops_convention`` column.
-        formula: the count, in words and symbols (B sequences of s tokens, l layers,
-            hidden h, vocabulary V, N parameters).
-        source: where the formula is stated.
-    """
-
-    name: str
-    formula: str
-    source: str
-
-    def flops(self, cfg: ModelConfig, batch: int, seq: int) -> float:
-        """FLOPs of one step of ``batch`` sequences of ``seq`` tokens."""
-        if self.name == "megatron2021":
-            return megatron_flops_per_iteration(cfg, batch, seq)
-        if self.name == "palm":
-            return palm_flops_per_step(cfg, batch, seq)
-        raise TrainingError(
-            f"flops convention {self.name!r} has no closed form here; expected one of "
-            f"{', '.join(k for k in FLOP_CONVENTIONS if k != 'model')}"
-        )
-
-
-def palm_flops_per_step(cfg: ModelConfig, batch: int, seq: int) -> float:
-    """Model FLOPs as PaLM counts them for MFU: ``B s (6 N + 12 l h s)`` (non-causal
-    attention, no recomputation), N the parameters without the input embedding table (a
-    lookup; the untied output head is a matmul and counts).
-
-    >>> f = palm_flops_per_step(load("llama3-405b"), 2048, 8192)
-    >>> round(f / 1e19, 2)
-    4.4
-    """
-    h, l = cfg.hidden_size, cfg.num_layers
-    n = cfg.num_params() - cfg.vocab_size * h
-    return batch * seq * (6 * n + 12 * l * h * seq)
-
-
-FLOP_CONVENTIONS: dict[str, FlopConvention] = {
-    c.name: c
-    for c in (
-        FlopConvention(
-            "megatron2021",
-            "96 B s l h^2 (1 + s/(6h) + V/(16 l h)): forward, backward and one more forward "
-            "(full recomputation); non-causal attention",
-            "Narayanan et al. 2021 (SC21), section 5.1, eq. (3); Megatron-DeepSpeed's "
-            "throughput log (BLOOM) computes the same with its checkpoint factor 4",
-        ),
-        FlopConvention(
-            "palm",
-            "B s (6 N + 12 l h s): model FLOPs, no recomputation, non-causal attention",
-            "Chowdhery et al. 2022 (PaLM), appendix B (the MFU definition)",
-        ),
-        FlopConvention(
-            "model",
-            "the simulator's model FLOPs (forward + backward of every op, no recomputation)",
-            "this project (explorer.training.simulate.SimResult.tflops_per_device)",
-        ),
-    )
-}
-
-
-def flops_per_step(convention: str, cfg: ModelConfig, batch: int, seq: int) -> float:
-    """FLOPs of one step under a named `FLOP_CONVENTIONS` entry (``model`` needs the
-    simulator: `explorer.training.calibration.published` computes it)."""
-    if convention not in FLOP_CONVENTIONS:
-        raise TrainingError(
-            f"flops_convention={convention!r}; expected one of {', '.join(FLOP_CONVENTIONS)}"
-        )
-    return FLOP_CONVENTIONS[convention].flops(cfg, batch, seq)
 
 
 # ----- what a source says about the run beyond its layout ---------------------------------
@@ -353,64 +302,249 @@ def published_runs(
     """The rows of a measured-format table as `MeasuredRun` values.
 
     Rows the step model cannot take (``cp`` > 1 without context parallelism, or open
-    fields for which the planner finds no configuration that fits in memory) are skipped
-    when ``skip_unsupported`` (with the reason appended to ``skipped``), else raise.
-    ``where`` keeps only the rows it returns true for, given their raw text fields, before
-    any row is planned (a row with open fields costs a planner search):
-    ``where=lambda row: row["zero"] == "3"``.
+    fields for which the planner finds no configuration that fits in memory; in the files
+    of today's stacks also a chip or model without a profile, FP8 where `TrainingParams`
+    has no ``precision``, a layout `ParallelConfig` refuses such as ``ep`` not dividing
+    ``dp``) are skipped when ``skip_unsupported`` (with the reason appended to
+    ``skipped``), else raise. A malformed cell raises `CalibrationError` naming the file,
+    the row and the column either way. ``where`` keeps only the rows it returns true for,
+    given their raw text fields, before any row is planned (a row with open fields costs a
+    planner search): ``where=lambda row: row["zero"] == "3"``.
+
+    A stack file's row (`STACK_COLUMNS`) keeps its dataset, role, stack, precision,
+    tokens/s, MFU, activation checkpointing and knobs on the `MeasuredRun`; its step time
+    is the published one, else ``global_batch * seq / (tokens_per_s_per_gpu * gpus)``,
+    else its TFLOP/s under its ``flops_convention``; ``memory_gib`` becomes
+    ``memory_bytes``. Open fields are planned under `measured_params` (its stack's preset).
+
+    >>> runs = published_runs("torchtitan_2024_perf", where=lambda r: r["hardware"] == "a100-80g")
+    >>> runs[0].role, runs[0].stack, round(runs[0].step_time_s, 2)
+    ('check', 'torchtitan', 2.82)
     """
     out = []
     for row in load_measured_rows(name):
         if where is not None and not where(row):
             continue
-        cp = _int(row, "cp", 1)
-        what = f"{name}: {row['model']} on {row['gpus']} GPUs, seq {row['seq']}"
-        if cp > 1 and not _supports_cp():
-            if skip_unsupported:
-                if skipped is not None:
-                    skipped.append(f"{what}: needs context parallelism (cp={cp})")
-                continue
-            raise CalibrationError(
-                f"{name}: row {row['model']} on {row['gpus']} GPUs needs ParallelConfig(cp="
-                f"{cp}) and SearchSpace.cp, which this version lacks"
-            )
-        gb, seq = _int(row, "global_batch"), _int(row, "seq")
-        hw = cluster_with_devices(row["hardware"], _int(row, "gpus"))
-        cfg = load(row["model"])
-        known = dict(
-            dp=_int(row, "dp"), tp=_int(row, "tp"), pp=_int(row, "pp"),
-            sp=row["sp"].strip().lower() == "true", schedule=row["schedule"].strip() or None,
-            zero=_int(row, "zero"), recompute=row["recompute"].strip() or None,
-            microbatch_size=_int(row, "microbatch_size"),
-            virtual_stages=_int(row, "virtual_stages"),
-        )  # fmt: skip
-        if cp > 1:
-            known["cp"] = cp
-        if known["schedule"] not in (None, "interleaved_1f1b"):
-            known["virtual_stages"] = 1
-        source = row["source"]
-        missing = [k for k, v in known.items() if v is None]
-        if missing:
-            try:
-                known.update(_planned(cfg, row, known, missing, hw, gb, seq, cp))
-            except ExplorerError as e:
-                if not skip_unsupported:
-                    raise
-                if skipped is not None:
-                    skipped.append(f"{what}: the planner finds no configuration ({e})")
-                continue
-            source += f"; {', '.join(missing)} chosen by the planner (not published)"
-        config = ParallelConfig(**known)
-        step = row["step_time_s"].strip()
-        if step:
-            t = float(step)
+        if STACK_COLUMNS[0] in row:
+            run = _stack_run(name, row, skip_unsupported, skipped)
         else:
-            tflops = float(row["tflops_per_gpu"])
-            flops = _step_flops(row["flops_convention"], cfg, config, hw, gb, seq, estimate)
-            t = flops / (tflops * 1e12 * config.devices)
-            source += f"; step time from {tflops:g} TFLOP/s/GPU ({row['flops_convention']} FLOPs)"
-        out.append(MeasuredRun(cfg, config, hw, gb, seq, t, source=source))
+            run = _paper_run(name, row, skip_unsupported, skipped)
+        if run is not None:
+            out.append(run)
     return tuple(out)
+
+
+def _paper_run(name, row, skip_unsupported, skipped) -> MeasuredRun | None:
+    """One row of a paper table (`MEASURED_COLUMNS` only)."""
+    cp = _int(row, "cp", 1)
+    what = f"{name}: {row['model']} on {row['gpus']} GPUs, seq {row['seq']}"
+    if cp > 1 and not _supports_cp():
+        if skip_unsupported:
+            if skipped is not None:
+                skipped.append(f"{what}: needs context parallelism (cp={cp})")
+            return None
+        raise CalibrationError(
+            f"{name}: row {row['model']} on {row['gpus']} GPUs needs ParallelConfig(cp="
+            f"{cp}) and SearchSpace.cp, which this version lacks"
+        )
+    gb, seq = _int(row, "global_batch"), _int(row, "seq")
+    hw = cluster_with_devices(row["hardware"], _int(row, "gpus"))
+    cfg = load(row["model"])
+    known = dict(
+        dp=_int(row, "dp"), tp=_int(row, "tp"), pp=_int(row, "pp"),
+        sp=row["sp"].strip().lower() == "true", schedule=row["schedule"].strip() or None,
+        zero=_int(row, "zero"), recompute=row["recompute"].strip() or None,
+        microbatch_size=_int(row, "microbatch_size"),
+        virtual_stages=_int(row, "virtual_stages"),
+    )  # fmt: skip
+    if cp > 1:
+        known["cp"] = cp
+    if known["schedule"] not in (None, "interleaved_1f1b"):
+        known["virtual_stages"] = 1
+    source = row["source"]
+    missing = [k for k, v in known.items() if v is None]
+    if missing:
+        try:
+            params = run_params(row["dataset"])  # the dataset's facts (flash attention, ...)
+            known.update(_planned(cfg, row, known, missing, hw, gb, seq, cp, params))
+        except ExplorerError as e:
+            if not skip_unsupported:
+                raise
+            if skipped is not None:
+                skipped.append(f"{what}: the planner finds no configuration ({e})")
+            return None
+        source += f"; {', '.join(missing)} chosen by the planner (not published)"
+    config = ParallelConfig(**known)
+    step = row["step_time_s"].strip()
+    if step:
+        t = float(step)
+    else:
+        tflops = float(row["tflops_per_gpu"])
+        flops = step_flops(row["flops_convention"], cfg, config, hw, gb, seq)
+        t = flops / (tflops * 1e12 * config.devices)
+        source += f"; step time from {tflops:g} TFLOP/s/GPU ({row['flops_convention']} FLOPs)"
+    return MeasuredRun(cfg, config, hw, gb, seq, t, source=source)
+
+
+def _stack_run(name, row, skip_unsupported, skipped) -> MeasuredRun | None:
+    """One row of a stack file (`STACK_COLUMNS` appended); None when skipped."""
+    path = f"datasets/published/{name}.csv"
+    c = {k: cell_int(path, row, k) for k in (
+        "gpus", "dp", "tp", "pp", "cp", "microbatch_size", "virtual_stages", "global_batch",
+        "seq", "ep")}  # fmt: skip
+    zero = cell_int(path, row, "zero", minimum=0)
+    x = {k: cell_float(path, row, k) for k in (
+        "step_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "mfu_percent",
+        "memory_gib")}  # fmt: skip
+    role = cell_choice(path, row, "role", ("fit", "check"))
+    precision = cell_choice(path, row, "precision", PRECISIONS)
+    sp = cell_choice(path, row, "sp", ("", "true", "false"))
+    schedule = cell_choice(path, row, "schedule", ("", *SCHEDULES)) or None
+    policy, recompute_why = recompute_of(path, row)
+    stack = cell_choice(path, row, "stack", STACK_NAMES)
+    knobs = parse_knobs(path, row)
+    for k in ("gpus", "dp", "tp", "pp", "cp", "global_batch", "seq"):
+        if c[k] is None:
+            raise CalibrationError(
+                f"{path}, row {row['_line']}, column {k!r}: empty; every row gives its "
+                "GPUs, dp, tp, pp, cp, global batch and sequence length"
+            )
+    if c["dp"] * c["tp"] * c["pp"] * c["cp"] != c["gpus"]:
+        raise CalibrationError(
+            f"{path}, row {row['_line']}, column 'gpus': {c['gpus']} GPUs but dp x tp x pp x "
+            f"cp = {c['dp']} x {c['tp']} x {c['pp']} x {c['cp']}; dp is GPUs / (tp x pp x cp)"
+        )
+    if not (x["step_time_s"] or x["tokens_per_s_per_gpu"] or x["tflops_per_gpu"]):
+        raise CalibrationError(
+            f"{path}, row {row['_line']}, column 'step_time_s': no measurement; give "
+            "step_time_s, tokens_per_s_per_gpu or tflops_per_gpu"
+        )
+    gpus, gb, seq, ep = c["gpus"], c["global_batch"], c["seq"], c["ep"] or 1
+    what = (f"{name} row {row['_line']} ({role}): {row['model']} on {gpus} {row['hardware']}, "
+            f"{precision}, seq {seq}")  # fmt: skip
+
+    def skip(reason: str) -> None:
+        if not skip_unsupported:
+            raise CalibrationError(f"{what}: {reason}")
+        if skipped is not None:
+            skipped.append(f"{what}: {reason}")
+
+    try:
+        resolve(row["hardware"])
+    except HardwareError:
+        return skip(
+            f"no hardware profile {row['hardware']!r} in datasets/hardware (add one to predict "
+            "this row)"
+        )
+    try:
+        cfg = load(row["model"])
+    except ModelConfigError:
+        return skip(f"no model config {row['model']!r} (datasets/models, datasets/models/runs)")
+    if precision != "bf16" and not precision_supported():
+        return skip(
+            f"precision {precision}: TrainingParams has no precision field in this version "
+            "(FP8 GEMMs are not modelled)"
+        )
+    layout = dict(dp=c["dp"], tp=c["tp"], pp=c["pp"], cp=c["cp"], ep=ep)
+    try:
+        ParallelConfig(**layout)
+        etp_why = ""
+    except ParallelConfigError as e:
+        etp_why = _expert_tp_one(layout)
+        if not etp_why:
+            return skip(f"the layout cannot be expressed: {e}")
+    base, which = stack_params(stack, name, precision, knobs)
+    params = with_precision(run_params(name, base), precision)
+    n_full = per_layer_count(cfg.num_layers, c["pp"]) if policy == "per_layer" else None
+    known: dict[str, object] = dict(
+        dp=c["dp"], tp=c["tp"], pp=c["pp"],
+        sp=False if c["tp"] == 1 else {"true": True, "false": False}.get(sp),
+        schedule=schedule, zero=zero, recompute=policy,
+        microbatch_size=c["microbatch_size"], virtual_stages=c["virtual_stages"],
+    )  # fmt: skip
+    if schedule not in (None, "interleaved_1f1b"):
+        known["virtual_stages"] = 1
+    source = f"{row['source']}; {recompute_why}"
+    missing = [k for k, v in known.items() if v is None]
+    if c["cp"] > 1:
+        known["cp"] = c["cp"]
+    if ep > 1:
+        known["ep"] = ep
+    if etp_why:
+        known["etp"] = 1
+        source += f"; {etp_why}"
+    if n_full is not None:
+        known["recompute_num_layers"] = n_full
+    hw = cluster_with_devices(row["hardware"], gpus)
+    if missing:
+        try:
+            known.update(_planned(cfg, row, known, missing, hw, gb, seq, c["cp"], params,
+                                  pin=True))  # fmt: skip
+        except ExplorerError as e:
+            also = "; its etp 1 is not in SearchSpace, which has no etp" if etp_why else ""
+            return skip(f"the planner finds no configuration for the open fields ({e}){also}")
+        source += f"; {', '.join(missing)} chosen by the planner under {which} (not published)"
+    try:
+        config = ParallelConfig(**known)
+        config.microbatches(gb)
+    except ParallelConfigError as e:
+        return skip(f"the layout cannot be expressed: {e}")
+    if x["step_time_s"]:
+        t = x["step_time_s"]
+    elif x["tokens_per_s_per_gpu"]:
+        t = gb * seq / (x["tokens_per_s_per_gpu"] * gpus)
+        source += f"; step time from {x['tokens_per_s_per_gpu']:g} tokens/s/GPU"
+    else:
+        convention = row["flops_convention"].strip()
+        try:
+            flops = step_flops(convention, cfg, config, hw, gb, seq)
+        except TrainingError as e:
+            raise CalibrationError(
+                f"{path}, row {row['_line']}, column 'flops_convention': {e}"
+            ) from None
+        t = flops / (x["tflops_per_gpu"] * 1e12 * gpus)
+        source += f"; step time from {x['tflops_per_gpu']:g} TFLOP/s/GPU ({convention} FLOPs)"
+    if row["sharding"].strip():
+        source += f"; sharding: {row['sharding'].strip()}"
+    if row["fp8_recipe"].strip():
+        source += f"; FP8 recipe: {row['fp8_recipe'].strip()}"
+    memory = x["memory_gib"] * 2**30 if x["memory_gib"] else None
+    return MeasuredRun(
+        cfg, config, hw, gb, seq, t, memory, source, dataset=name, role=role, stack=stack,
+        precision=precision, tokens_per_s_per_gpu=x["tokens_per_s_per_gpu"],
+        mfu_percent=x["mfu_percent"], ac_mode=row["ac_mode"].strip(), knobs=knobs,
+    )  # fmt: skip
+
+
+def _expert_tp_one(layout: dict[str, int]) -> str:
+    """Why expert tensor parallelism 1 is the row's, when the layout is refused with the
+    default (``etp = tp``) and accepted with ``etp = 1``; else ``""``. Megatron-Core checks
+    ``world % (etp x ep x pp) == 0`` (MoE parallel folding), so a published layout that
+    fails it with ``etp = tp`` ran with a smaller ``etp``; 1 is the one the recipes use."""
+    if "etp" not in {f.name for f in fields(ParallelConfig)} or layout["tp"] == 1:
+        return ""
+    try:
+        ParallelConfig(**layout, etp=1)
+    except ParallelConfigError:
+        return ""
+    return (
+        f"etp 1 (not published): with etp = tp = {layout['tp']}, etp x ep does not divide a "
+        "stage's devices, which Megatron-Core refuses"
+    )
+
+
+def measured_params(run: MeasuredRun, base: TrainingParams | None = None) -> TrainingParams:
+    """The `TrainingParams` ``run`` is predicted with: ``base`` (default: for a stack row
+    the preset of its stack with its precision and knobs, `stack_params`; else
+    `TrainingParams()`) with its dataset's `RUN_FACTS` and its precision (`with_precision`)."""
+    if base is None and run.stack:
+        base = stack_params(run.stack, run.dataset, run.precision, run.knobs)[0]
+    elif base is None:
+        base = TrainingParams()
+    params = run_params(run.dataset, base) if run.dataset else base
+    if run.stack or run.precision != "bf16":
+        params = with_precision(params, run.precision)
+    return params
 
 
 def _supports_cp() -> bool:
@@ -418,9 +552,12 @@ def _supports_cp() -> bool:
     return "cp" in names
 
 
-def _planned(cfg, row, known, missing, hw, gb, seq, cp) -> dict[str, object]:
-    """The planner's values for the fields a source leaves open, within its layout."""
-    space: dict[str, object] = dict(tp=(known["tp"],), pp=(known["pp"],), sp=(known["sp"],))
+def _planned(cfg, row, known, missing, hw, gb, seq, cp, params, pin=False) -> dict[str, object]:
+    """The planner's values for the fields a source leaves open, within its layout under
+    ``params``; ``pin`` also holds the row's cp (1 included) and ep, and lets it choose
+    sequence parallelism when the source does not say."""
+    sp = (known["sp"],) if known["sp"] is not None else (True, False)
+    space: dict[str, object] = dict(tp=(known["tp"],), pp=(known["pp"],), sp=sp)
     plural = {"microbatch_size": "microbatch_sizes", "zero": "zero", "recompute": "recompute",
               "virtual_stages": "virtual_stages", "schedule": "schedules"}  # fmt: skip
     for k, key in plural.items():
@@ -431,25 +568,17 @@ def _planned(cfg, row, known, missing, hw, gb, seq, cp) -> dict[str, object]:
     if "virtual_stages" in missing and row["dataset"] in EVEN_CHUNK_DATASETS:
         L, pp = cfg.num_layers, known["pp"]  # the framework splits chunks evenly
         space["virtual_stages"] = tuple(v for v in (2, 3, 4) if L % (pp * v) == 0) or (2,)
-    if cp > 1:
+    if cp > 1 or pin:
         space["cp"] = (cp,)
         space["cp_kv_exchange"] = ("all_gather",)  # the run's config keeps the default
-    params = run_params(row["dataset"])  # the dataset's facts (flash attention, ...)
+    if pin:
+        space["ep"] = (known.get("ep", 1),)
+    # a stack row ranks by `estimate` and simulates the best one only (220 rows are planned)
     plan = plan_homogeneous(
-        cfg, _int(row, "gpus"), hw, gb, seq, params, space=SearchSpace(**space), top_k=1
-    )
+        cfg, _int(row, "gpus"), hw, gb, seq, params, space=SearchSpace(**space), top_k=1,
+        simulate_top=1 if pin else 3,
+    )  # fmt: skip
     return {k: getattr(plan.config, k) for k in missing}
-
-
-def _step_flops(convention, cfg, config, hw, gb, seq, estimate) -> float:
-    if convention in FLOP_CONVENTIONS and convention != "model":
-        return flops_per_step(convention, cfg, gb, seq)
-    if convention == "model":
-        sim = estimate(cfg, config, hw, gb, seq)  # model FLOPs do not depend on the efficiencies
-        return sim.tflops_per_device * 1e12 * sim.step_time_s * config.devices
-    raise CalibrationError(
-        f"flops_convention={convention!r}; expected one of {', '.join(FLOP_CONVENTIONS)}"
-    )
 
 
 def megatron_table1_runs() -> tuple[MeasuredRun, ...]:
