@@ -37,10 +37,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import is_number
 from ..hardware import Cluster, Mesh, resolve
 from ..hardware.wan import WAN, collective_time, datacenter_count, split_mesh
 from ..models import load
+from .errors import TrainingError
 from .params import TrainingParams
+from .planning.result import TrainingPlan
+from .simulate import SimResult
 from .step_model.model import StepModel
 from .step_model.placement import mesh_axes
 
@@ -61,10 +65,21 @@ class Placement:
         return f"{self.datacenters} datacenter(s); axes across the WAN: {across}"
 
 
+def sim_of(plan: object, who: str) -> SimResult:
+    """The `SimResult` of a `TrainingPlan`, or ``plan`` itself when it is one."""
+    if isinstance(plan, TrainingPlan):
+        return plan.sim
+    if isinstance(plan, SimResult):
+        return plan
+    raise TrainingError(
+        f"{who}: plan={plan!r}; expected a TrainingPlan (plan_training) or a SimResult (simulate)"
+    )
+
+
 def placement(plan, hardware: str | Cluster | None = None) -> Placement:
     """Where a `TrainingPlan`'s (or SimResult's) axes run: the levels each one crosses.
     ``hardware``: the plan's cluster when it is not a catalog profile."""
-    sim = getattr(plan, "sim", plan)
+    sim = sim_of(plan, "placement")
     cluster = resolve(hardware or sim.hardware)
     mesh = Mesh(mesh_axes(sim.config, cluster), hardware=cluster)
     levels = tuple((a, mesh.levels((a,))) for a in mesh.axis_names)
@@ -102,11 +117,17 @@ def gradient_sync(
     device (parameters per device x `StateBytes.gradient_bytes`). A ZeRO plan's
     reduce-scatter + all-gather moves the same bytes as this all-reduce.
     """
-    sim = getattr(plan, "sim", plan)
+    sim = sim_of(plan, "gradient_sync")
     cluster = resolve(hardware or sim.hardware)
     par = sim.config
     if size_bytes is None:
         size_bytes = _gradient_bytes(plan, cluster)
+    elif not is_number(size_bytes, minimum=0, numpy=True):
+        raise TrainingError(
+            f"gradient_sync: size_bytes={size_bytes!r}; expected a finite number of bytes >= 0 "
+            "per device, or None for the plan's gradients"
+        )
+    size_bytes = float(size_bytes)
     n_dc = datacenter_count(cluster, par.devices)
     full = Mesh(mesh_axes(par, cluster), hardware=cluster)
     flat = full.collective_time("all-reduce", size_bytes, ("dp",), algorithm="ring")
@@ -123,7 +144,7 @@ def gradient_sync(
 
 
 def _gradient_bytes(plan, cluster: Cluster) -> float:
-    sim = getattr(plan, "sim", plan)
+    sim = sim_of(plan, "gradient_sync")
     cfg = getattr(plan, "model_config", None) or load(sim.model)
     tparams = TrainingParams()
     s = StepModel(cfg, sim.config, cluster, sim.global_batch, sim.seq, tparams)

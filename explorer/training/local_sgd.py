@@ -22,12 +22,11 @@ only.
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
 from ..checks import is_int
 from ..hardware import Cluster, bytes_sent_per_device
-from .datacenters import GradientSync, gradient_sync
+from .datacenters import GradientSync, gradient_sync, sim_of
 from .errors import TrainingError
 
 __all__ = ["CAVEAT", "DILOCO_SOURCE", "LocalSGD", "LocalSGDRow", "local_sgd"]
@@ -105,7 +104,7 @@ def local_sgd(
     >>> r.rows[1].saving_s > 0 == r.rows[0].saving_s
     True
     """
-    hs = tuple(h) if not isinstance(h, numbers.Integral) else (h,)
+    hs = tuple(h) if isinstance(h, tuple | list) else (h,)
     if not hs or not all(is_int(x, minimum=1, numpy=True) for x in hs):
         raise TrainingError(f"local_sgd: h={h!r}; expected steps between syncs, ints >= 1")
     sync = gradient_sync(plan, hardware=hardware)
@@ -115,7 +114,7 @@ def local_sgd(
             "plan on a multi-datacenter cluster (explorer.hardware.wan.datacenters) with dp "
             "a multiple of the datacenter count"
         )
-    sim = getattr(plan, "sim", plan)
+    sim = sim_of(plan, "local_sgd")
     exposed = dict(sim.time_by_kind).get("dp-comm", 0.0)
     exposure = min(exposed / sync.hierarchical_s, 1.0) if sync.hierarchical_s > 0 else 0.0
     base = sim.step_time_s - exposed  # the step without its gradient sync

@@ -55,3 +55,9 @@ def test_numpy_node_ids_name_nodes_of_the_job(plan):
 def test_bad_node_ids_are_named(nodes):
     with pytest.raises(ReplanError, match="NodeLoss"):
         NodeLoss(1, nodes=nodes)
+
+
+def test_nothing_fits_under_a_tiny_cap_is_said_not_a_type_error(plan):
+    # the fallback's full search took SearchSpace's tp=None for a tuple
+    with pytest.raises(ex.ExplorerError):
+        replan(plan, MemoryCap(2**20))

@@ -164,6 +164,11 @@ class JitFunction:
             raise CompilerArgumentError(f"syntax={syntax!r}; expected 'strict' or 'lax'")
         if capture not in ("ast", "trace"):
             raise CompilerArgumentError(f"capture={capture!r}; expected 'ast' or 'trace'")
+        if dynamic is not None and not isinstance(dynamic, Mapping):
+            raise CompilerArgumentError(
+                f"dynamic={dynamic!r}; expected {{argument: {{axis: symbol}}}}, e.g. "
+                "{'x': {0: 'B'}}, or None"
+            )
         if dynamic and capture == "trace":
             raise CompilerArgumentError('symbolic dims need capture="ast" (shape-only capture)')
         if bucket not in ("none", "pow2"):

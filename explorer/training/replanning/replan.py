@@ -44,6 +44,7 @@ from ...checks import is_int, is_number
 from ...hardware import Cluster, HardwareError, resolve
 from ...models import load
 from ...search.errors import SearchError
+from .. import stacks
 from ..errors import MigrationError, ParallelConfigError, ReplanError, TrainingPlanError
 from ..params import TrainingParams
 from ..planning.homogeneous import plan_homogeneous
@@ -298,7 +299,7 @@ def replan(
     _positive_int("horizon_steps", horizon_steps)
     _positive_int("candidates", candidates)
     _positive_int("finalists", finalists)
-    tparams = params or TrainingParams()
+    tparams = stacks.resolve(params, None, "replan")  # the default stack's
     cluster = _same_chip(plan, hardware)
     ctx = _Context(plan, cluster, tparams, space or SearchSpace(), finalists)
     if isinstance(event, NodeLoss):
@@ -330,7 +331,7 @@ def job_layout(plan: TrainingPlan, devices: tuple[int, ...] | None = None,
     cfg = plan.model_config or load(plan.model)
     cluster = resolve(hardware or plan.hardware)
     s = StepModel(cfg, sim.config, cluster, sim.global_batch, sim.seq,
-                  params or TrainingParams())  # fmt: skip
+                  stacks.resolve(params, None, "replan"))  # fmt: skip
     c = s.costs
     parts = (float(c.embed.params),) + (float(c.layer.params),) * cfg.num_layers
     parts += (float(pp_terms.head_params(s)),)
@@ -567,10 +568,14 @@ def _with_old_structure(ctx: _Context, n: int, gb: int, sp: SearchSpace,
     ``ctx.space``."""
     c = ctx.plan.config
     if every_pp:
+        if sp.tp is None:  # every tp already (the fallback when nothing fit in the screen)
+            return dataclasses.replace(sp, pp=ctx.space.pp, cp=ctx.space.cp)
         tps = {*sp.tp, c.tp} if ctx.space.tp is None or c.tp in ctx.space.tp else set(sp.tp)
         return dataclasses.replace(sp, tp=tuple(sorted(tps)), pp=ctx.space.pp,
                                    cp=ctx.space.cp)  # fmt: skip
     per = c.tp * c.pp * c.cp
+    if sp.tp is None or sp.pp is None:  # every structure already
+        return sp
     if n % per or (c.tp, c.pp, n // per, c.cp) not in structures(
         ctx.cfg, n, ctx.cluster, gb, ctx.plan.seq, ctx.space
     )[0]:  # fmt: skip
