@@ -100,7 +100,8 @@ def _replan(value: dict, folder: Path):
 
 # ----- pools ---------------------------------------------------------------------------------
 POOLS = st.fixed_dictionaries(
-    {"hardware": st.one_of(st.sampled_from(["a100-80g", "h100-sxm"]), ANY), "chips": NUMBERS},
+    {"hardware": st.one_of(st.sampled_from(["a100-80g", "h100-sxm"]), ANY),
+     "chips": st.one_of(st.integers(1, 64), NUMBERS)},
     optional={"price_per_chip_hour": NUMBERS, "name": st.one_of(TEXT, ANY)},
 )  # fmt: skip
 
@@ -195,7 +196,7 @@ NEWER_INTERFACES: dict[str, Interface] = {
     )
 }
 #: Examples per interface (a valid re-plan plans anew: ~1 s each, so fewer of those).
-EXAMPLES = {name: 150 for name in NEWER_INTERFACES} | {"replan": 40}
+EXAMPLES = {name: 100 for name in NEWER_INTERFACES} | {"replan": 25}
 #: Interfaces whose generated inputs are all refused (every junk file is a bad calibration).
 ONLY_NAMED = {"calibration_file"}
 
