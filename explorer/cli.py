@@ -18,7 +18,7 @@ from pathlib import Path
 from . import hardware, models
 from .errors import ExplorerError
 from .ir import format_flops, format_graph
-from .training import plan_training
+from .training import plan_training, stacks
 
 __all__ = ["CLIError", "build_parser", "check_output_path", "main"]
 
@@ -112,7 +112,7 @@ def _plan(args) -> int:
     _argument("--hardware", args.hardware, hardware.load)
     plan = plan_training(
         cfg, devices=args.devices, hardware=args.hardware,
-        global_batch=args.global_batch, seq=args.seq, top_k=args.top,
+        global_batch=args.global_batch, seq=args.seq, top_k=args.top, stack=args.stack,
     )  # fmt: skip
     print(plan.to_json() if args.json else plan.report())
     return 0
@@ -149,6 +149,15 @@ def _list(args) -> int:
     return 0
 
 
+def _stack_argument(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--stack", choices=stacks.names(), default=None,
+        help=f"the training stack whose settings the step model uses (default "
+        f"{stacks.DEFAULT_STACK}; python -c 'import explorer as ex; "
+        f"print(ex.stacks.get(\"torchtitan\").table())' lists one)",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m explorer", description=__doc__)
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
@@ -175,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--global-batch", type=_positive, required=True)
     s.add_argument("--seq", type=_positive, default=None)
     s.add_argument("--top", type=_positive, default=5, help="alternatives to show")
+    _stack_argument(s)
     s.add_argument("--json", action="store_true", help="write the TrainingPlan as JSON")
     s.set_defaults(func=_plan)
     s = sub.add_parser("report", help="one standalone HTML page: the plan and its figures")
@@ -185,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seq", type=_positive, default=None)
     s.add_argument("--layers", type=_positive, default=2, help="layers drawn in the graph")
     s.add_argument("-o", "--output", default="report.html")
+    _stack_argument(s)
     s.set_defaults(func=_report)
     return p
 

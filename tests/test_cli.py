@@ -83,3 +83,21 @@ def test_python_dash_m_exit_codes_in_a_real_process():
         "error: argument --lines: -5 is not > 0; give a positive integer "
         "(see `python -m explorer ir --help`)"
     ]
+
+
+def test_plan_takes_a_stack_and_refuses_an_unknown_one(capsys):
+    import explorer as ex
+
+    base = ["plan", "gpt2", "--devices", "8", "--global-batch", "16", "--seq", "512", "--json"]
+    assert main([*base, "--stack", "megatron-lm-2021"]) == 0
+    old = json.loads(capsys.readouterr().out)
+    assert main(base) == 0
+    default = json.loads(capsys.readouterr().out)
+    want = ex.plan_training("gpt2", devices=8, global_batch=16, seq=512, stack="megatron-lm-2021")
+    assert old["sim"]["step_time_s"] == want.sim.step_time_s
+    assert (
+        default["sim"]["step_time_s"]
+        == ex.plan_training("gpt2", devices=8, global_batch=16, seq=512).sim.step_time_s
+    )
+    assert main([*base, "--stack", "nope"]) == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err

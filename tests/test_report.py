@@ -119,3 +119,11 @@ def test_the_core_and_its_cli_do_not_import_plotly():
             "bad = [m for m in ('plotly', 'ipywidgets', 'widgets') if m in sys.modules]; "
             "assert not bad, bad")  # fmt: skip
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_the_page_names_its_stack_and_plans_with_it(report):
+    assert f"stack {ex.stacks.DEFAULT_STACK} (the default)" in report.html
+    other = build_report("gpt2", stack="megatron-lm-2021", counts=(4,), **JOB)
+    assert "stack megatron-lm-2021;" in other.html
+    want = ex.plan_training("gpt2", stack="megatron-lm-2021", **JOB)
+    assert other.plan.sim.step_time_s == want.sim.step_time_s

@@ -106,11 +106,13 @@ def _mesh_section(sharding) -> go.Figure:
     return mesh_figure(mesh)
 
 
-def _figures(plan, cfg: ModelConfig, hardware: str, counts: Sequence[int], draw_layers: int):
+def _figures(plan, cfg: ModelConfig, hardware: str, counts: Sequence[int], draw_layers: int,
+             params=None):  # fmt: skip
     sharding = plan.sharding_plan(layers=draw_layers)
     stages = plan.stage_map(sharding.graph)
     gb = plan.global_batch * counts[0] // plan.config.devices
-    curve = ex.scaling_curve(cfg, hardware, list(counts), global_batch=max(gb, 1), seq=plan.seq)
+    curve = ex.scaling_curve(cfg, hardware, list(counts), global_batch=max(gb, 1), seq=plan.seq,
+                             params=params)  # fmt: skip
     figs = [
         ("graph", graph_figure(sharding.graph, sharding, color_by="stage", stages=stages)),
         ("mesh", _mesh_section(sharding)),
@@ -140,6 +142,7 @@ def build_report(
     model: str | ModelConfig, devices: int, hardware: str = "a100-80g",
     global_batch: int | None = None, seq: int | None = None, *,
     draw_layers: int = DRAW_LAYERS, counts: Sequence[int] | None = None,
+    stack: str | None = None,
 ) -> Report:  # fmt: skip
     """Plan ``model`` on ``devices`` chips and lay the result out as one HTML page.
 
@@ -149,14 +152,18 @@ def build_report(
             default sequence length when None.
         draw_layers: layers drawn in the graph and planned op by op.
         counts: device counts of the scaling section (default ``scaling_counts(devices)``).
+        stack: the training stack the plan and the scaling section assume (``ex.stacks``;
+            default ``ex.stacks.DEFAULT_STACK``), named on the page.
     """
     t0 = time.perf_counter()
     cfg = ex.models.load(model) if isinstance(model, str) else model
     global_batch = global_batch or devices
+    stack_name = ex.stacks.get(stack or ex.stacks.DEFAULT_STACK).name
     plan = ex.plan_training(cfg, devices=devices, hardware=hardware, global_batch=global_batch,
-                            seq=seq)  # fmt: skip
+                            seq=seq, stack=stack_name)  # fmt: skip
     counts = tuple(counts or scaling_counts(devices))
-    figs, sharding, curve = _figures(plan, cfg, hardware, counts, draw_layers)
+    figs, sharding, curve = _figures(plan, cfg, hardware, counts, draw_layers,
+                                     ex.stacks.params(stack_name))  # fmt: skip
     names = _user_strings(cfg, sharding.graph)
     figs = [(k, escape_figure(f, names)) for k, f in figs]
     e = html.escape
@@ -165,7 +172,8 @@ def build_report(
         f"<title>{e(cfg.name)} on {devices} x {e(hardware)} — Parallel Explorer</title>",
         f"<style>{STYLE}</style></head><body>",
         f"<h1>{e(cfg.name)} on {devices} x {e(hardware)}</h1>",
-        f"<p class='meta'>{e(str(cfg))}<br>global batch {global_batch}, sequence {plan.seq}; "
+        f"<p class='meta'>{e(str(cfg))}<br>global batch {global_batch}, sequence {plan.seq}, "
+        f"stack {e(stack_name)}{'' if stack else ' (the default)'}; "
         f"made by Parallel Explorer {e(ex.__version__)} on "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}</p>",
         "<section><h2>Plan</h2>", f"<pre>{e(plan.report())}</pre>",
@@ -195,6 +203,7 @@ def run_cli(args) -> int:
     report = write_report(
         args.output, cfg, args.devices, hardware=args.hardware,
         global_batch=args.global_batch, seq=args.seq, draw_layers=args.layers,
+        stack=getattr(args, "stack", None),
     )  # fmt: skip
     size = Path(args.output).stat().st_size
     print(f"wrote {args.output} ({size / 2**20:.1f} MiB, {report.build_s:.1f} s): "
