@@ -42,7 +42,7 @@ __all__ = ["StrategyExplorer", "TABS", "DEVICE_CHOICES", "SEQ_CHOICES"]
 TABS = ("graph", "mesh", "cost tuner", "pipeline", "memory", "scaling", "traces")
 DEVICE_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SEQ_CHOICES = (512, 1024, 2048, 4096, 8192)
-FIELDS = ("model", "hardware", "devices", "global_batch", "seq")
+FIELDS = ("model", "hardware", "stack", "devices", "global_batch", "seq")
 _SHARDING: OrderedDict[tuple, Any] = OrderedDict()
 
 
@@ -51,12 +51,14 @@ class StrategyExplorer(View):
 
     Args:
         model: a name of ``ex.models.names()``; ``hardware``: of ``ex.hardware.names()``.
+        stack: the training stack the step model assumes, of ``ex.stacks.names()``
+            (default ``ex.stacks.DEFAULT_STACK``).
         devices, global_batch, seq: the job.
         draw_layers: layers in the operator-level graph (GraphView, MeshView, CostTuner,
             explain panel); the model's layers are identical, so a few stand for all.
         selection: a shared Selection (default: a new one).
 
-    Controls: ``model``, ``hardware``, ``devices``, ``global_batch``, ``seq`` (each change
+    Controls: ``model``, ``hardware``, ``stack``, ``devices``, ``global_batch``, ``seq`` (each change
     re-plans, coalesced), ``plan`` (re-plan now).
 
     >>> dash = StrategyExplorer("gpt2", devices=8, global_batch=64, seq=512)  # doctest: +SKIP
@@ -73,7 +75,7 @@ class StrategyExplorer(View):
     def __init__(
         self, model: str = "gpt2-medium", *, hardware: str = "a100-80g", devices: int = 64,
         global_batch: int = 256, seq: int = 1024, draw_layers: int = 4,
-        selection: Selection | None = None, coalesce_s: float = 0.3,
+        selection: Selection | None = None, coalesce_s: float = 0.3, stack: str | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         self.draw_layers = draw_layers
@@ -85,6 +87,9 @@ class StrategyExplorer(View):
                                   **opt),
             "hardware": ipw.Dropdown(options=ex.hardware.names(), value=hardware,
                                      description="Hardware", **opt),
+            "stack": ipw.Dropdown(options=ex.stacks.names(),
+                                  value=ex.stacks.get(stack or ex.stacks.DEFAULT_STACK).name,
+                                  description="Stack", **opt),
             "devices": ipw.Dropdown(options=sorted({*DEVICE_CHOICES, devices}), value=devices,
                                     description="Devices", **opt),
             # A plain IntText: a bad batch (0, -5) is refused beside it, never clamped.
@@ -172,13 +177,13 @@ class StrategyExplorer(View):
         import time
 
         c = self.controls
-        model, hw = c["model"].value, c["hardware"].value
+        model, hw, stack = c["model"].value, c["hardware"].value, c["stack"].value
         devices, gb, seq = c["devices"].value, c["global_batch"].value, c["seq"].value
         t0 = time.perf_counter()
         with self.progress.task(f"planning {model} on {devices} x {hw}", steps=2) as step:
             report = self.errors.guard(self.progress.callback("configurations"))
             plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
-                                    seq=seq, progress=report)  # fmt: skip
+                                    seq=seq, progress=report, stack=stack)  # fmt: skip
             step("operator strategies of the chosen dp x tp mesh")
             sharding = self._sharding_plan(plan)
         self.plan_s = time.perf_counter() - t0
@@ -303,7 +308,8 @@ class StrategyExplorer(View):
         p, s = self.plan, self.plan.sim
         fits = "fits" if s.fits else "<b style='color:#E4002B'>over memory</b>"
         return (
-            f"<b>{p.model}</b> on {p.devices} x {p.hardware}, global batch {p.global_batch}, "
+            f"<b>{p.model}</b> on {p.devices} x {p.hardware} (stack "
+            f"{self.controls['stack'].value}), global batch {p.global_batch}, "
             f"sequence {p.seq}<br>chosen <b>{p.config}</b>: step {s.step_time_s:.3f} s, "
             f"{s.tokens_per_s:,.0f} tokens/s, {s.tflops_per_device:.0f} TFLOP/s per device "
             f"(MFU {s.mfu:.1%}), bubble {s.bubble_fraction:.1%}, memory "

@@ -563,3 +563,17 @@ def test_dashboard_scaling_tab_follows_the_model(dash):
     scaling = dash.open_tab("scaling")
     assert scaling.computed and scaling.series[-1].model == dash.plan.model
     assert scaling.figure.data[0].visible is True
+
+
+def test_dashboard_stack_control_replans_with_that_stack():
+    import explorer as ex
+    from widgets import StrategyExplorer
+
+    dash = StrategyExplorer("gpt2", devices=8, global_batch=16, seq=512, coalesce_s=0)
+    assert dash.controls["stack"].value == ex.stacks.DEFAULT_STACK
+    assert f"(stack {ex.stacks.DEFAULT_STACK})" in dash.summary.value
+    dash.controls["stack"].value = "megatron-lm-2021"
+    dash.flush()
+    want = ex.plan_training("gpt2", devices=8, global_batch=16, seq=512, stack="megatron-lm-2021")
+    assert dash.plan.sim.step_time_s == want.sim.step_time_s
+    assert "(stack megatron-lm-2021)" in dash.summary.value
