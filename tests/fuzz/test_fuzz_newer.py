@@ -24,7 +24,7 @@ from explorer.compiler import F
 from explorer.training.calibration.fit import CalibrationRow
 from explorer.training.calibration.io import read_calibration
 from explorer.training.datacenters import gradient_sync, placement
-from explorer.training.hetero.pools import Pool
+from explorer.training.hetero.pools import Pool, check_pools, cross_pool_link
 from explorer.training.local_sgd import local_sgd
 from explorer.training.offload import OffloadParams
 from explorer.training.replanning.replan import (
@@ -113,6 +113,24 @@ def _pool(kw: dict, folder: Path):
     return p
 
 
+POOL_LISTS = st.one_of(
+    st.sampled_from([["a100"], ["a100", "h100"], ["h100", "a100", "a100"]]),
+    ANY,
+    st.lists(st.one_of(st.sampled_from(["a100", "h100"]), ANY), max_size=3),
+)  # fmt: skip
+
+
+def _pool_helpers(value: Any, folder: Path):
+    made = [
+        Pool("a100-80g", 8) if v == "a100" else Pool("h100-sxm", 8) if v == "h100" else v
+        for v in value
+    ] if isinstance(value, list) else value  # fmt: skip
+    pools = check_pools(made)
+    link = cross_pool_link(made)
+    assert link.bandwidth_bytes_per_s > 0 and len(pools) >= 1
+    return link
+
+
 # ----- @jit's options ------------------------------------------------------------------------
 def _double(x):
     return F.relu(x) * 2.0
@@ -189,6 +207,7 @@ NEWER_INTERFACES: dict[str, Interface] = {
         Interface("replan_events", EVENTS, _event),
         Interface("replan", REPLAN_CALLS, _replan),
         Interface("pools", POOLS, _pool),
+        Interface("pool_helpers", POOL_LISTS, _pool_helpers),
         Interface("jit_options", JIT_OPTIONS, _jit),
         Interface("calibration_file", JUNK_FILES, _calibration_file),
         Interface("datacenters", DC_CALLS, _datacenters),

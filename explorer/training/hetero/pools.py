@@ -190,7 +190,7 @@ def cross_pool_link(pools: Sequence[Pool]) -> CrossPoolLink:
     (25000000000.0, 'assumption')
     """
     ways = []
-    for p in pools:
+    for p in check_pools(pools):
         if p.uplink is not None:
             ways.append((p.uplink, f"{p.label}'s uplink ({p.uplink.source})"))
             continue
