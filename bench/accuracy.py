@@ -42,6 +42,7 @@ import json
 import sys
 import time
 from collections import defaultdict
+from dataclasses import fields as dataclass_fields
 from dataclasses import replace
 from pathlib import Path
 
@@ -417,6 +418,7 @@ def _stats(rows: list[dict]) -> dict:
     mem = np.abs([x["memory_error"] for x in rows if x["memory_error"] is not None])
     return {
         "n": len(rows), "within_10pct": int((e <= 0.10).sum()),
+        "median_signed_error": float(np.median([x["error"] for x in rows])),
         "within_20pct": int((e <= 0.20).sum()), "median_abs_error": float(np.median(e)),
         "worst_abs_error": float(e.max()), "worst_row": rows[int(e.argmax())]["run"],
         "memory_fits_called_right": sum(x["fits"] for x in rows),
@@ -432,7 +434,8 @@ def _stats_line(label: str, st: dict) -> str:
     mem = (f"{st['memory_median_abs_error']:>7.1%} {st['memory_worst_abs_error']:>7.1%}"
            if st["memory_rows"] else f"{'-':>7s} {'-':>7s}")  # fmt: skip
     return (f"   {label:44s} {st['n']:>5d} {st['within_10pct']:>4d} {st['within_20pct']:>4d} "
-            f"{st['median_abs_error']:>7.1%} {st['worst_abs_error']:>7.1%} "
+            f"{st['median_abs_error']:>7.1%} {st['median_signed_error']:>+7.1%} "
+            f"{st['worst_abs_error']:>7.1%} "
             f"{st['memory_fits_called_right']:>3d}/{st['n']:<3d} {st['memory_rows']:>3d} {mem}")  # fmt: skip
 
 
@@ -460,6 +463,30 @@ def _flop_conventions_checked() -> list[dict]:
     return out
 
 
+def _fitted_values() -> dict[str, str]:
+    """Every value whose source says it was fitted: `TrainingParams` knobs, stack presets
+    (`explorer.training.stacks`) and chip efficiencies (`hardware.chip.EFFICIENCY_FACTS`)."""
+
+    def says_fitted(src: str) -> bool:  # not "assumption ... until fitted"
+        return src.startswith("fitted") or "fitted on" in src or "fitted with" in src
+
+    out = {}
+    for f in dataclass_fields(TrainingParams):
+        src = f.metadata.get("source", "")
+        if says_fitted(src):
+            out[f"TrainingParams.{f.name}"] = src
+    stacks = getattr(ex.training, "stacks", None) or getattr(ex, "stacks", None)
+    for st in getattr(stacks, "STACKS", {}).values():
+        for key, src in st.sources:
+            if says_fitted(src):
+                out[f"stack {st.name}.{key}"] = src
+    facts = getattr(ex.hardware.chip, "EFFICIENCY_FACTS", {})
+    for chip, (*values, src) in facts.items():
+        if says_fitted(src):
+            out[f"chip {chip} efficiencies {tuple(values)}"] = src
+    return out
+
+
 def today_stacks() -> dict:
     print("5. Today's stacks (issue 24): uncalibrated, each row with its stack's preset; "
           "roles as fixed in the files (fit: a preset value may be fitted on it; check: never)")  # fmt: skip
@@ -471,6 +498,12 @@ def today_stacks() -> dict:
     print("   predicted with (explorer.training.stacks preset per stack, or the defaults):")
     for stack, which in presets.items():
         print(f"     {stack}: {which}")
+    fitted = _fitted_values()
+    print("   values fitted on published rows, as their sources say (they may use fit rows only):")
+    for what, source in fitted.items():
+        print(f"     {what}: {source}")
+    if not fitted:
+        print("     none")
     rows = []
     for name, rs in runs.items():
         for r in rs:
@@ -501,7 +534,11 @@ def today_stacks() -> dict:
           f"(reasons below); loading and planning the open fields {load_s:.0f} s, "
           f"predicting {predict_s:.0f} s (estimate)")  # fmt: skip
     head = (f"   {'file / stack / role':44s} {'n':>5s} {'10%':>4s} {'20%':>4s} {'median':>7s} "
-            f"{'worst':>7s} {'fits':>7s} {'mem':>3s} {'mem med':>7s} {'mem max':>7s}")  # fmt: skip
+            f"{'signed':>7s} {'worst':>7s} {'fits':>7s} {'mem':>3s} {'mem med':>7s} "
+            f"{'mem max':>7s}")  # fmt: skip
+    print("   error = predicted / measured step time - 1 (signed median: < 0 predicted too "
+          "fast); fits: runs predicted to fit / runs (every one ran); mem: rows publishing "
+          "memory, median and worst |error| of the predicted peak")  # fmt: skip
     print(head)
     groups: dict = defaultdict(list)
     for x in rows:
@@ -593,7 +630,7 @@ def today_stacks() -> dict:
         print(f"     {name} vs {closed}: {len(ratios)} rows, ratio {min(ratios):.3f} to "
               f"{max(ratios):.3f} (median {np.median(ratios):.3f})")  # fmt: skip
     print()
-    return {"predicted_with": presets, "rows": rows, "skipped": skipped,
+    return {"predicted_with": presets, "fitted_values": fitted, "rows": rows, "skipped": skipped,
             "skipped_by_reason": dict(reasons), "per_file_stack_role": per_group,
             "per_stack_role": per_stack, "per_chip_role": per_chip, "spearman": spearman,
             "overall": overall, "targets": targets, "flop_conventions": conv,
