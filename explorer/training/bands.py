@@ -29,7 +29,9 @@ import numpy as np
 
 from ..hardware import Cluster, resolve
 from ..models import datasets_dir
+from . import stacks
 from .errors import TrainingError
+from .params import TrainingParams
 
 __all__ = [
     "PredictionBand",
@@ -43,6 +45,7 @@ __all__ = [
     "bands_table",
     "write_bands",
     "bands_path",
+    "stack_of",
 ]
 
 MIN_ROWS = 5  # check rows a (stack, family) band needs of its own
@@ -107,6 +110,29 @@ _FAMILIES = (
     ("tpu-v5", ("TPU V5",)),
     ("ascend", ("ASCEND", "910")),
 )
+
+
+def stack_of(params: TrainingParams) -> str | None:
+    """The name of the stack preset ``params`` are (``stacks.params(name)`` equal to them),
+    or None for hand-set params: a run's band is its stack's when it ran a preset."""
+    try:
+        hash(params)
+    except TypeError:
+        return None
+    with _LOCK:
+        if params not in _STACK_OF:
+            # presets may coincide (megatron-lm-2021 and deepspeed are TrainingParams()):
+            # the default stack, then the 2021 one, then the catalog order
+            order = dict.fromkeys((stacks.DEFAULT_STACK, "megatron-lm-2021", *stacks.names()))
+            _STACK_OF[params] = next(
+                (n for n in order if n in stacks.names() and stacks.params(n) == params), None
+            )
+            if len(_STACK_OF) > 256:
+                _STACK_OF.pop(next(iter(_STACK_OF)))
+        return _STACK_OF[params]
+
+
+_STACK_OF: dict = {}
 
 
 def bands_path() -> Path:

@@ -79,3 +79,13 @@ def test_bad_input_is_named(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(TrainingError, match="rerun bench/accuracy.py"):
         band("x", "h100-sxm", path=bad)
+
+
+def test_a_run_knows_its_stack_from_its_params():
+    import explorer as ex
+    from explorer.training import TrainingParams
+    from explorer.training.bands import stack_of
+
+    assert stack_of(ex.stacks.params("torchtitan")) == "torchtitan"
+    assert stack_of(TrainingParams()) == "megatron-lm-2021"  # deepspeed's values too
+    assert stack_of(ex.stacks.params("torchtitan", flash_attention=False)) is None
