@@ -398,7 +398,7 @@ STACKS: dict[str, Stack] = {
 }
 
 #: The stack used when neither ``params`` nor ``stack`` is given.
-DEFAULT_STACK = "megatron-lm-2021"
+DEFAULT_STACK = "megatron-core"
 
 #: The stack each published dataset (``datasets/published/NAME.csv``) ran with; the old
 #: tables reproduce with the 2021 values (`explorer.training.calibration.published` adds a

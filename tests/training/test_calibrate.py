@@ -13,6 +13,10 @@ from explorer.training import CalibrationError, TrainingParams
 from explorer.training.calibration.fit import default_fit, float_fields, predict, with_values
 from explorer.training.calibration.io import params_from_dict, params_to_dict
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 P = ex.ParallelConfig
 # The matmul knob: the shape-aware kernel model's cap on a full wave of GEMM tiles where
 # it exists, else the flat model's single fraction of peak.

@@ -25,6 +25,10 @@ from explorer.training.step_model.stage_costs import (
     stage_decisions,
 )
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 CAL = sys.modules["explorer.training.calibration.fit"]
 P = ex.ParallelConfig
 HW = ex.hardware.load("a100-80g")

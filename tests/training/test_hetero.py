@@ -14,6 +14,10 @@ from explorer.training.hetero.data import batch_shares, cross_pool_allreduce_s
 from explorer.training.hetero.pools import CrossPoolLink, check_pools, cross_pool_link
 from explorer.training.pipeline.partition import split_layers
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 
 def _twice_as_fast(name: str = "a100-80g"):
     """The profile with every compute and HBM figure doubled (links unchanged)."""

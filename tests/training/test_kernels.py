@@ -24,6 +24,10 @@ from explorer.training.step_model.kernels import (
 )
 from explorer.training.step_model.model import StepModel, exposed_s
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 HW = ex.hardware.load("a100-80g")
 CHIP = HW.chip
 NO_OVERHEAD = TrainingParams(kernel_overhead_s=0.0)

@@ -12,6 +12,10 @@ from explorer.hardware.wan import datacenters
 from explorer.training.errors import TrainingError
 from explorer.training.local_sgd import CAVEAT, local_sgd
 
+# Set on the 2021 physics (the gradient all-reduce not hidden behind the backward): runs
+# without params use the megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 
 @pytest.fixture(scope="module")
 def setup():

@@ -17,6 +17,10 @@ from explorer.ir import OpGroup
 from explorer.models import ModelConfig, ModelConfigError, from_hf_config
 from explorer.models.config_counts import active_params, forward_flops, layer_params
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 TINY = dict(
     name="tiny-v3", arch="decoder", hidden_size=32, num_layers=3, num_heads=4, vocab_size=128,
     norm="rmsnorm", activation="swiglu", position="rope", tied_embeddings=False, bias=False,

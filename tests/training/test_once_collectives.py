@@ -26,6 +26,10 @@ from explorer.training.step_model.model import StepModel
 from explorer.training.step_model.placement import mesh_order, stage_ranks
 from explorer.training.step_model.terms.zero import ring_latency_s
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 REL = 1e-12
 
 

@@ -34,6 +34,10 @@ from explorer.training.replanning.layers import rebalance_layers
 from explorer.training.step_model.model import StepModel
 from explorer.training.step_model.split import layer_seconds
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 P = ex.ParallelConfig
 EXACT = 1e-12
 

@@ -14,6 +14,10 @@ from explorer.training.hetero.pipeline import evaluate_pipeline
 from explorer.training.hetero.pools import check_pools
 from explorer.training.offload import apply_offload, offload_terms
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 HW = "a100-80g"
 REL = 1e-12
 FLASH = TrainingParams(flash_attention=True)

@@ -11,6 +11,10 @@ from explorer.models import load
 from explorer.training import ReplanError, TrainingParams
 from explorer.training.replanning.screen import final_spaces, screen, usable_counts
 
+# Numbers and relations set on the 2021 physics: runs without params use the
+# megatron-lm-2021 stack (tests/training/conftest.py).
+pytestmark = pytest.mark.usefixtures("stack_2021")
+
 SPACE = ex.training.SearchSpace
 
 

@@ -27,6 +27,7 @@ from typing import Literal, get_args
 
 from ...checks import is_int
 from ...models import ModelConfig, load
+from .. import stacks
 from ..config import ParallelConfig
 from ..errors import PoolError, TrainingPlanError
 from ..memory import MemoryBreakdown
@@ -402,7 +403,7 @@ def plan_hetero(
     pools = check_pools(pools)
     cfg = load(cfg) if isinstance(cfg, str) else cfg
     seq = cfg.max_seq_len if seq is None else seq
-    tparams = params or TrainingParams()
+    tparams = stacks.resolve(params, None, "plan_hetero")  # the default stack's
     _check(cfg, global_batch, seq, tparams, modes)
     for p in pools:
         if cfg.dtype not in p.cluster.chip.dtypes:
