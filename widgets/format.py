@@ -92,6 +92,8 @@ HUMAN_LABELS: dict[str, str] = {
     "pp": "Pipeline parallel (pp)",
     "sp": "Sequence parallel (sp)",
     "ep": "Expert parallel (ep)",
+    "etp": "Expert tensor parallel (etp)",
+    "edp": "Expert data parallel (edp)",
     "cp": "Context parallel (cp)",
     "runtime_context": "Runtime context",
     "comm_buffers": "Communication buffers",
