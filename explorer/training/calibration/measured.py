@@ -275,7 +275,7 @@ def measured_datasets(which: DatasetKind = "papers") -> tuple[str, ...]:
 
 def load_measured_rows(name: str) -> tuple[dict[str, str], ...]:
     """The raw rows of ``datasets/published/NAME.csv`` (measured format, with or without
-    `STACK_COLUMNS`)."""
+    `STACK_COLUMNS`); each row also holds ``_line``, its line in the file (for errors)."""
     path = datasets_dir() / "published" / f"{name}.csv"
     if name not in measured_datasets("all"):
         raise CalibrationError(

@@ -47,15 +47,15 @@ AC_MODES: dict[str, tuple[RecomputePolicy | None, str]] = {
     "full": ("full", "every block checkpointed"),
     "selective": (
         "selective",
-        "torchtitan's per-op selective checkpointing read as 'selective' (approximation: "
-        "torchtitan saves matmul outputs but every second one and recomputes the rest; "
-        "'selective' recomputes the attention core, which a fused kernel recomputes anyway)",
+        "torchtitan's per-op selective checkpointing: 'selective', which recomputes what "
+        "TrainingParams.selective_recompute says ('op' in the torchtitan preset: the matmul "
+        "outputs torchtitan does not save; 'attention' elsewhere)",
     ),
     "selective-op": (
         "selective",
-        "torchtitan's per-op selective checkpointing read as 'selective' (approximation: "
-        "torchtitan saves matmul outputs but every second one and recomputes the rest; "
-        "'selective' recomputes the attention core, which a fused kernel recomputes anyway)",
+        "torchtitan's per-op selective checkpointing: 'selective', which recomputes what "
+        "TrainingParams.selective_recompute says ('op' in the torchtitan preset: the matmul "
+        "outputs torchtitan does not save; 'attention' elsewhere)",
     ),
     "selective-layer": (
         "per_layer",
