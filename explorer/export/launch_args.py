@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import shlex
 
+from ..errors import ExplorerError
 from ..models import ModelConfig, load
 from ..training import ParallelConfig
+from ..training.layout import check_layout
 from ..training.pipeline import PartitionError, uniform_partition
+from ..training.planning.result import TrainingPlan
 from .errors import ExportError
 from .megatron_split import split_args
 
@@ -115,6 +118,39 @@ def _split_args(plan, c: ParallelConfig, cfg: ModelConfig | None, layout: bool) 
                            layout=layout, interleaved=c.schedule == "interleaved_1f1b"))  # fmt: skip
 
 
+def _same_job(plan, cfg: ModelConfig | None, seq: int | None,
+              global_batch: int | None) -> tuple[int | None, int | None]:  # fmt: skip
+    """A TrainingPlan's own sequence length and batch when none is given; one given that is
+    not the plan's (or another model) is refused: the arguments would launch another job."""
+    if not isinstance(plan, TrainingPlan):
+        return seq, global_batch
+    if cfg is not None and cfg.name != plan.model:
+        raise ExportError(
+            f"model={cfg.name!r} is not the plan's model {plan.model!r}; leave model out "
+            "(the plan's is used) or plan that model"
+        )
+    for name, given, own in (("seq", seq, plan.seq), ("global_batch", global_batch,
+                                                       plan.global_batch)):  # fmt: skip
+        if given is not None and given != own:
+            raise ExportError(
+                f"{name}={given!r} is not the plan's {own}; the plan's layout was chosen for "
+                f"{name}={own}: leave {name} out, or plan the job at {name}={given}"
+            )
+    return plan.seq, (plan.global_batch if global_batch is None else global_batch)
+
+
+def _check_layout(plan, c: ParallelConfig, cfg: ModelConfig | None, seq: int | None) -> None:
+    """What the step model refuses for this model is refused here too (`check_layout`)."""
+    if cfg is None and isinstance(plan, TrainingPlan):
+        cfg = plan.model_config or load(plan.model)
+    if cfg is None:
+        return
+    try:
+        check_layout(cfg, c, cfg.max_seq_len if seq is None else seq)
+    except ExplorerError as e:
+        raise ExportError(f"megatron_args: {e}") from None
+
+
 def megatron_args(plan, *, model: ModelConfig | str | None = None,
                   global_batch: int | None = None, seq: int | None = None,
                   layout: bool = True) -> tuple[str, ...]:  # fmt: skip
@@ -138,6 +174,8 @@ def megatron_args(plan, *, model: ModelConfig | str | None = None,
     """
     c = _config(plan)
     cfg = load(model) if model is not None else None
+    seq, global_batch = _same_job(plan, cfg, seq, global_batch)
+    _check_layout(plan, c, cfg, seq)
     if c.schedule == "gpipe" and c.pp > 1:
         raise ExportError(
             "Megatron-LM has no GPipe schedule (it runs 1F1B); use schedule='1f1b' or "
