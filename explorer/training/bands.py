@@ -18,6 +18,7 @@ writes ``datasets/published/prediction_bands.json`` (`write_bands`); `band` read
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -112,20 +113,37 @@ _FAMILIES = (
 )
 
 
+#: Fields a run sets on top of its stack's preset that do not make it another stack: the
+#: precision it trains in (FP8 runs are in the bands' rows of their stack).
+RUN_FIELDS = ("precision", "fp8_weight_gather")
+
+
 def stack_of(params: TrainingParams) -> str | None:
-    """The name of the stack preset ``params`` are (``stacks.params(name)`` equal to them),
-    or None for hand-set params: a run's band is its stack's when it ran a preset."""
+    """The name of the stack preset ``params`` are (``stacks.params(name)`` equal to them,
+    up to `RUN_FIELDS`), or None for hand-set params: a run's band is its stack's when it
+    ran a preset."""
     try:
         hash(params)
     except TypeError:
         return None
+    base = TrainingParams()
+    params = dataclasses.replace(params, **{f: getattr(base, f) for f in RUN_FIELDS})
     with _LOCK:
         if params not in _STACK_OF:
             # presets may coincide (megatron-lm-2021 and deepspeed are TrainingParams()):
             # the default stack, then the 2021 one, then the catalog order
             order = dict.fromkeys((stacks.DEFAULT_STACK, "megatron-lm-2021", *stacks.names()))
             _STACK_OF[params] = next(
-                (n for n in order if n in stacks.names() and stacks.params(n) == params), None
+                (
+                    n
+                    for n in order
+                    if n in stacks.names()
+                    and dataclasses.replace(
+                        stacks.params(n), **{f: getattr(base, f) for f in RUN_FIELDS}
+                    )
+                    == params
+                ),
+                None,
             )
             if len(_STACK_OF) > 256:
                 _STACK_OF.pop(next(iter(_STACK_OF)))

@@ -19,6 +19,7 @@ from ..hardware import Cluster, resolve
 from ..memo import memoize
 from ..models import ModelConfig, load
 from . import stacks
+from .bands import PredictionBand, band, stack_of
 from .config import ParallelConfig
 from .errors import ParallelConfigError, PartitionError
 from .memory import MemoryBreakdown
@@ -80,6 +81,11 @@ class SimResult:
             that could not meet the memory cap says so here and in ``fits``);
             ``timeline``: the simulated events (None for an
             estimate); ``strategies``: the searched layouts of the layer's matmuls.
+        stack: the stack preset the run's params are (`bands.stack_of`; None: hand-set).
+        band, memory_band: how far a measured step time / peak memory is expected from
+            this prediction (`explorer.training.bands`: the 10th-90th percentile of
+            measured / predicted on published check rows of the stack and chip family);
+            None where no check rows were measured.
     """
 
     config: ParallelConfig
@@ -102,6 +108,9 @@ class SimResult:
     partition_choice: PartitionChoice
     timeline: Timeline | None = field(default=None, repr=False, compare=False)
     strategies: str = ""
+    stack: str | None = None
+    band: PredictionBand | None = field(default=None, repr=False, compare=False)
+    memory_band: PredictionBand | None = field(default=None, repr=False, compare=False)
 
     @property
     def fits(self) -> bool:
@@ -125,6 +134,9 @@ class SimResult:
             "partition": str(self.partition),
             "partition_method": self.partition_choice.method,
             "partition_reason": self.partition_choice.reason, "strategies": self.strategies,
+            "stack": self.stack,
+            "band": None if self.band is None else self.band.as_dict(),
+            "memory_band": None if self.memory_band is None else self.memory_band.as_dict(),
         }  # fmt: skip
 
     def __str__(self) -> str:
@@ -203,6 +215,7 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
     if par.recompute == "per_layer":
         config = config.replace(recompute_num_layers=n_full)
     idle = by_kind.get("idle", 0.0)
+    stack_name = stack_of(step.tparams)
     return SimResult(
         config=config, model=step.cfg.name, hardware=step.cluster.name,
         global_batch=step.gb, seq=step.seq, step_time_s=step_time,
@@ -212,7 +225,8 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
         memory_cap_bytes=step.cap, comm_bytes=step.comm_bytes(part, mems[worst].stage),
         time_by_kind=tuple(sorted(by_kind.items())), bubble_fraction=idle / step_time,
         partition=part, partition_choice=choice, timeline=timeline,
-        strategies=step.costs.describe(),
+        strategies=step.costs.describe(), stack=stack_name,
+        band=band(stack_name, step.cluster), memory_band=band(stack_name, step.cluster, "memory"),
     )  # fmt: skip
 
 

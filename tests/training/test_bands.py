@@ -89,3 +89,19 @@ def test_a_run_knows_its_stack_from_its_params():
     assert stack_of(ex.stacks.params("torchtitan")) == "torchtitan"
     assert stack_of(TrainingParams()) == "megatron-lm-2021"  # deepspeed's values too
     assert stack_of(ex.stacks.params("torchtitan", flash_attention=False)) is None
+
+
+def test_every_simulation_carries_the_band_of_its_stack_and_chip():
+    import explorer as ex
+    from explorer.training import TrainingParams
+
+    par = ex.ParallelConfig(dp=2, tp=4)
+    r = ex.simulate("gpt3-1.3b", par, "h100-sxm", 16, 2048, stack="nemo")
+    assert r.stack == "nemo" and r.band == band("nemo", "h100-sxm")
+    assert r.band is not None and r.band.rows >= 5 and r.band.low < 1 < r.band.high
+    lo, hi = r.band.around(r.step_time_s)
+    assert lo < r.step_time_s < hi
+    assert r.as_dict()["band"]["rows"] == r.band.rows
+    own = ex.simulate("gpt3-1.3b", par, "h100-sxm", 16, 2048,
+                      params=TrainingParams(flash_attention=True))  # fmt: skip
+    assert own.stack is None and "hand-set TrainingParams" in own.band.basis
