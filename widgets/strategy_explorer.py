@@ -46,6 +46,19 @@ FIELDS = ("model", "hardware", "stack", "devices", "global_batch", "seq")
 _SHARDING: OrderedDict[tuple, Any] = OrderedDict()
 
 
+def _band_html(s) -> str:
+    """Where a measured step (and peak memory) is expected, with the rows behind it."""
+    parts = []
+    for what, b, value, fmt in (("step", s.band, s.step_time_s, lambda v: f"{v:.3f} s"),
+                                ("peak memory", s.memory_band, s.memory.total, fmt_bytes)):  # fmt: skip
+        if b is not None:
+            lo, hi = b.around(value)
+            parts.append(f"<span title='{_escape(b.basis)}'>measured {what} expected "
+                         f"{fmt(lo)}-{fmt(hi)} (x{b.low:.2f}-x{b.high:.2f}, {b.rows} "
+                         "check rows)</span>")  # fmt: skip
+    return ("<br>" + "; ".join(parts) + "<br>") if parts else ""
+
+
 class StrategyExplorer(View):
     """One dashboard for a training job: the plan, why, and every view linked.
 
@@ -314,6 +327,7 @@ class StrategyExplorer(View):
             f"{s.tokens_per_s:,.0f} tokens/s, {s.tflops_per_device:.0f} TFLOP/s per device "
             f"(MFU {s.mfu:.1%}), bubble {s.bubble_fraction:.1%}, memory "
             f"{fmt_bytes(s.memory.total)} of {fmt_bytes(s.memory_cap_bytes)} ({fits}); "
+            f"{_band_html(s)}"
             f"{p.searched} configurations in {p.search_time_s:.2f} s"
         )
 

@@ -577,3 +577,15 @@ def test_dashboard_stack_control_replans_with_that_stack():
     want = ex.plan_training("gpt2", devices=8, global_batch=16, seq=512, stack="megatron-lm-2021")
     assert dash.plan.sim.step_time_s == want.sim.step_time_s
     assert "(stack megatron-lm-2021)" in dash.summary.value
+
+
+def test_dashboard_summary_shows_where_a_measured_step_is_expected():
+    from widgets import StrategyExplorer
+
+    dash = StrategyExplorer("gpt2", hardware="h100-sxm", devices=8, global_batch=16, seq=512,
+                            coalesce_s=0)  # fmt: skip
+    b = dash.plan.sim.band
+    lo, hi = b.around(dash.plan.sim.step_time_s)
+    assert f"measured step expected {lo:.3f} s-{hi:.3f} s" in dash.summary.value
+    assert f"{b.rows} check rows" in dash.summary.value
+    assert "expected measured step" in dash.plan.report()  # the full report and the CLI

@@ -46,6 +46,21 @@ class Candidate:
         return f"{self.config}: {self.reason}"
 
 
+def _band_lines(s: SimResult) -> list[str]:
+    """Where a measured step and peak memory are expected (the SimResult's bands)."""
+    out = []
+    if s.band is not None:
+        lo, hi = s.band.around(s.step_time_s)
+        out.append(f"  expected measured step {lo:.3f}-{hi:.3f} s: x{s.band.low:.2f}-"
+                   f"x{s.band.high:.2f} ({s.band.basis})")  # fmt: skip
+    if s.memory_band is not None:
+        lo, hi = s.memory_band.around(s.memory.total)
+        out.append(f"  expected measured peak memory {lo / 2**30:.1f}-{hi / 2**30:.1f} GiB: "
+                   f"x{s.memory_band.low:.2f}-x{s.memory_band.high:.2f} "
+                   f"({s.memory_band.basis})")  # fmt: skip
+    return out
+
+
 @dataclass(frozen=True)
 class TrainingPlan:
     """The result of `plan_training`.
@@ -105,6 +120,7 @@ class TrainingPlan:
             f"  step {s.step_time_s:.3f} s, {s.tokens_per_s:,.0f} tokens/s, "
             f"{s.tflops_per_device:.1f} TFLOP/s per device (MFU {s.mfu:.1%}), "
             f"bubble {s.bubble_fraction:.1%}",
+            *_band_lines(s),
             f"  stages: {s.partition} ({s.partition_choice})",
             f"  layer strategies (searched): {s.strategies}",
             f"alternatives ({self.searched} configurations searched in "
