@@ -4,8 +4,6 @@ device, communication per step. `simulate` and `estimate` (in ``simulate.py``) s
 
 from __future__ import annotations
 
-import math
-
 from explorer.hardware.wan import collective_time as dc_collective_time
 
 from ...hardware import Cluster, HardwareError, Mesh
@@ -14,6 +12,7 @@ from ...memo import memoize
 from ...models import ModelConfig
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError, TrainingParamsError
+from ..layout import check_layout
 from ..memory import MemoryBreakdown
 from ..params import TrainingParams
 from ..pipeline.partition import StagePartition
@@ -64,7 +63,7 @@ class StepModel:
         self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
         self.cap = tp_.cost.device_memory_cap_bytes or float(cluster.chip.memory_bytes)
         # Parameters on one device per part.
-        self.layer_params = ep.layer_params(self.costs.layer, par.tp, par.ep)
+        self.layer_params = ep.layer_params(self.costs.layer, par.tp, par.ep, par.etp)
         self.embed_params = tp.split_params(self.costs.embed.params, par.tp)
         self.head_params = tp.split_params(pp.head_params(self), par.tp)
         self.p2p_s, self.p2p_bytes = pp.p2p(self)
@@ -293,30 +292,4 @@ def _check_precision(p: TrainingParams, cluster: Cluster) -> None:
 
 
 def _validate(cfg: ModelConfig, par: ParallelConfig, cluster: Cluster, seq: int) -> None:
-    cp.validate(par, seq)
-    if cfg.arch == "mlp":
-        raise ParallelConfigError(
-            f"model {cfg.name!r} is an MLP; the training simulator models transformers"
-        )
-    if cfg.num_heads % par.tp:
-        raise ParallelConfigError(
-            f"tp={par.tp} does not divide the {cfg.num_heads} attention heads of {cfg.name!r}; "
-            "choose tp among the divisors of the head count"
-        )
-    if par.stages > cfg.num_layers + 2:
-        raise ParallelConfigError(
-            f"pp * virtual_stages = {par.stages} exceeds the {cfg.num_layers} layers of "
-            f"{cfg.name!r} plus an embedding and a head stage; every stage needs a layer, "
-            "the embedding or the head"
-        )
-    if par.ep > 1 and (not cfg.is_moe or cfg.num_experts % par.ep):
-        raise ParallelConfigError(
-            f"ep={par.ep} needs a mixture-of-experts model whose expert count it divides; "
-            f"{cfg.name!r} has {cfg.num_experts} experts"
-        )
-    if par.recompute == "per_layer" and par.recompute_num_layers is not None:
-        if par.recompute_num_layers > math.ceil(cfg.num_layers / par.stages):
-            raise ParallelConfigError(
-                f"recompute_num_layers={par.recompute_num_layers} exceeds the layers per "
-                f"stage ({math.ceil(cfg.num_layers / par.stages)})"
-            )
+    check_layout(cfg, par, seq)  # the one check of a layout against a model (exports too)
