@@ -64,9 +64,10 @@ class MemoryView(TrainingView):
     def __init__(
         self, model: ModelConfig | str, config: ParallelConfig, *, hardware: str = "a100-80g",
         global_batch: int | None = None, seq: int | None = None,
-        selection: Selection | None = None,
+        selection: Selection | None = None, stack: str | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(model, config, hardware=hardware, global_batch=global_batch, seq=seq)
+        super().__init__(model, config, hardware=hardware, global_batch=global_batch, seq=seq,
+                         stack=stack)  # fmt: skip
         self.sim = self._simulate(self.config)
         self.figure = FigureWidget(memory_figure(self.sim))
         for t in self.figure.data[: len(ROWS)]:

@@ -139,7 +139,7 @@ class ParetoView(View):
         cfg = p.model_config or ex.models.load(p.model)
         with self.progress.task(f"simulating {config}"):
             sim = p.sim if config == p.config else simulate_cached(
-                cfg, config, p.hardware, p.global_batch, p.seq
+                cfg, config, p.hardware, p.global_batch, p.seq, p.sim.stack
             )  # fmt: skip
         self.picked = index
         self._sync_controls()

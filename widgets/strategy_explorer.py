@@ -234,10 +234,12 @@ class StrategyExplorer(View):
         self.views["pipeline"] = PipelineView(
             plan.model_config, plan.config, hardware=plan.hardware,
             global_batch=plan.global_batch, seq=plan.seq, selection=self.selection,
+            stack=plan.sim.stack,
         )  # fmt: skip
         self.views["memory"] = MemoryView(
             plan.model_config, plan.config, hardware=plan.hardware,
             global_batch=plan.global_batch, seq=plan.seq, selection=self.selection,
+            stack=plan.sim.stack,
         )  # fmt: skip
         for name in ("graph", "pipeline", "memory"):
             self._place(name)

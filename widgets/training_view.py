@@ -32,13 +32,15 @@ def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def simulate_cached(cfg: ModelConfig, par: ParallelConfig, hardware: str, gb: int, seq: int):
-    """``ex.simulate`` through an LRU cache (SimResults are immutable values): moving a
-    control back is instant."""
-    key = (cfg, par, hardware, gb, seq)
+def simulate_cached(cfg: ModelConfig, par: ParallelConfig, hardware: str, gb: int, seq: int,
+                    stack: str | None = None):  # fmt: skip
+    """``ex.simulate`` (under ``stack``, default the default stack) through an LRU cache
+    (SimResults are immutable values): moving a control back is instant."""
+    stack = stack or ex.stacks.DEFAULT_STACK
+    key = (cfg, par, hardware, gb, seq, stack)
     sim = _SIMS.get(key)
     if sim is None:
-        sim = ex.simulate(cfg, par, hardware=hardware, global_batch=gb, seq=seq)
+        sim = ex.simulate(cfg, par, hardware=hardware, global_batch=gb, seq=seq, stack=stack)
         _SIMS[key] = sim
         if len(_SIMS) > SIM_CACHE_SIZE:
             _SIMS.popitem(last=False)
@@ -54,6 +56,7 @@ class TrainingView(View):
     # --- the configuration under study --------------------------------------------------
     model_config = tl.Instance(ModelConfig)
     hardware = tl.Unicode("a100-80g")
+    stack = tl.Unicode(None, allow_none=True, help="the training stack (None: the default)")
     global_batch = tl.Int(1)
     seq = tl.Int(1024)
     config = tl.Instance(ParallelConfig)
@@ -69,12 +72,13 @@ class TrainingView(View):
     def __init__(
         self, model: ModelConfig | str, config: ParallelConfig, *, hardware: str = "a100-80g",
         global_batch: int | None = None, seq: int | None = None,
-        selection: Selection | None = None,
+        selection: Selection | None = None, stack: str | None = None,
     ) -> None:  # fmt: skip
         self._ready = False
         super().__init__(selection=None)
         cfg = ex.models.load(model) if isinstance(model, str) else model
         self.model_config, self.hardware = cfg, hardware
+        self.stack = None if stack is None else ex.stacks.get(stack).name
         self.seq = seq or cfg.max_seq_len
         m = config.num_microbatches or 4 * config.pp
         self.global_batch = global_batch or config.dp * config.microbatch_size * m
@@ -99,9 +103,11 @@ class TrainingView(View):
         import time
 
         t0 = time.perf_counter()
-        key_hit = (self.model_config, config, self.hardware, self.global_batch, self.seq) in _SIMS
+        stack = self.stack or ex.stacks.DEFAULT_STACK
+        key_hit = (self.model_config, config, self.hardware, self.global_batch, self.seq,
+                   stack) in _SIMS  # fmt: skip
         sim = simulate_cached(self.model_config, config, self.hardware, self.global_batch,
-                              self.seq)  # fmt: skip
+                              self.seq, stack)  # fmt: skip
         self.simulate_s = 0.0 if key_hit else time.perf_counter() - t0
         return sim
 
@@ -136,6 +142,7 @@ class TrainingView(View):
         """Study the configuration of a ``TrainingPlan`` (what the dashboard publishes)."""
         cfg = plan.model_config or ex.models.load(plan.model)
         self.model_config, self.hardware = cfg, plan.hardware
+        self.stack = plan.sim.stack  # None: hand-set params, priced here with the default
         self.global_batch, self.seq = plan.global_batch, plan.seq
         self.set_config(plan.config)
 

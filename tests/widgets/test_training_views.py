@@ -589,3 +589,21 @@ def test_dashboard_summary_shows_where_a_measured_step_is_expected():
     assert f"measured step expected {lo:.3f} s-{hi:.3f} s" in dash.summary.value
     assert f"{b.rows} check rows" in dash.summary.value
     assert "expected measured step" in dash.plan.report()  # the full report and the CLI
+
+
+def test_training_views_price_with_their_stack_and_follow_the_dashboards():
+    import explorer as ex
+    from widgets import PipelineView, StrategyExplorer
+
+    par = ex.ParallelConfig(dp=2, pp=2)
+    v = PipelineView("gpt2", par, global_batch=16, seq=512, stack="megatron-lm-2021")
+    want = ex.simulate("gpt2", par.replace(num_microbatches=None), global_batch=16, seq=512,
+                       stack="megatron-lm-2021")  # fmt: skip
+    assert v.sim.step_time_s == want.step_time_s
+    dash = StrategyExplorer("gpt2", devices=8, global_batch=16, seq=512, coalesce_s=0,
+                            stack="torchtitan")  # fmt: skip
+    assert dash.views["pipeline"].stack == dash.views["memory"].stack == "torchtitan"
+    dash.controls["stack"].value = "megatron-lm-2021"
+    dash.flush()
+    assert dash.views["pipeline"].stack == "megatron-lm-2021"
+    assert dash.views["memory"].sim.step_time_s == dash.plan.sim.step_time_s
