@@ -51,3 +51,11 @@ def test_too_many_layouts_are_refused_with_the_limit_and_the_fix():
     pools = [Pool("a100-80g", 8, name=f"p{i}") for i in range(30)]
     with pytest.raises(TrainingPlanError, match=rf"more than the {MAX_PIPELINE_STRUCTURES:,}"):
         ex.plan_training("gpt3-175b", pools=pools, global_batch=240, seq=2048)
+
+
+def test_one_pool_is_the_same_job_as_devices():
+    one = ex.plan_training("gpt3-1.3b", pools=[Pool("a100-80g", 16)], global_batch=64,
+                           seq=2048)  # fmt: skip
+    flat = ex.plan_training("gpt3-1.3b", devices=16, global_batch=64, seq=2048)
+    assert one.step_time_s == pytest.approx(flat.sim.step_time_s, rel=1e-12)
+    assert one.assignments[0].config == flat.config
