@@ -59,5 +59,5 @@ def test_bad_node_ids_are_named(nodes):
 
 def test_nothing_fits_under_a_tiny_cap_is_said_not_a_type_error(plan):
     # the fallback's full search took SearchSpace's tp=None for a tuple
-    with pytest.raises(ex.ExplorerError):
-        replan(plan, MemoryCap(2**20))
+    with pytest.raises(ex.ExplorerError, match="fits the memory a device may use"):
+        replan(plan, MemoryCap(2**20))  # it said "no configuration ... is valid"

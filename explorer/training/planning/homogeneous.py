@@ -104,6 +104,7 @@ def plan_homogeneous(
             f"{devices}) or another device count"
         )
     results: list[SimResult] = []
+    cap_errors: list[SearchError] = []
     total = len(structures) + simulate_top
     stopped_early = None
     for done, (tp, pp, dp, cp) in enumerate(structures, 1):
@@ -118,14 +119,27 @@ def plan_homogeneous(
         for base in configurations(cfg, tp, pp, dp, cp, global_batch, space):
             tried = cheapest_recompute(  # the ladder: the cheapest policy that fits
                 space.recompute,
-                lambda rec, base=base: estimate(
-                    cfg, base.replace(recompute=rec), cluster, global_batch, seq, tparams
+                lambda rec, base=base: _estimate(
+                    cfg,
+                    base.replace(recompute=rec),
+                    cluster,
+                    global_batch,
+                    seq,
+                    tparams,
+                    cap_errors,
                 ),
                 fits=lambda r: r.fits,
                 stop_on=(ParallelConfigError, SearchError),  # SearchError: no layer fits the cap
             )
             results += [r for _, r in tried]
     searched = len(results)
+    if not results and cap_errors:
+        raise TrainingPlanError(
+            f"no configuration of {cfg.name!r} on {devices} devices with global batch "
+            f"{global_batch} fits the memory a device may use: in all {len(cap_errors)} "
+            f"tried, no layout of a layer fits ({cap_errors[0]}); add devices, raise the "
+            "memory cap, or use chips with more memory"
+        )
     if not results:
         raise TrainingPlanError(
             f"no configuration in the search space is valid for {cfg.name!r} on {devices} "
@@ -293,3 +307,13 @@ def _no_fit(cfg, devices, cluster, gb, seq, tparams, results, cps=(1,)) -> Train
         f"memory per device any configuration needs is {least / _GIB:.1f} GiB ({least_cfg}), "
         f"above the {cap / _GIB:.0f} GiB available; {where} (doubling the devices)"
     )
+
+
+def _estimate(cfg, config, cluster, global_batch, seq, tparams, cap_errors: list) -> SimResult:
+    """`estimate`, keeping the operator search's "no layout fits the memory cap" errors: when
+    every configuration ends there, that is the reason nothing was planned."""
+    try:
+        return estimate(cfg, config, cluster, global_batch, seq, tparams)
+    except SearchError as e:
+        cap_errors.append(e)
+        raise
