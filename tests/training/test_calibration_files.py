@@ -73,3 +73,25 @@ def test_files_that_would_fail_later_are_refused_on_load(cal, edit, match):
 def test_from_json_of_non_text_or_deep_text_is_named(text):
     with pytest.raises(CalibrationError):
         ex.Calibration.from_json(text)
+
+
+def test_load_and_save_go_through_the_checked_reader(cal, tmp_path):
+    cal.save(tmp_path / "c.json")
+    assert ex.Calibration.load(tmp_path / "c.json") == cal
+    with pytest.raises(CalibrationError, match="directory"):
+        ex.Calibration.load(tmp_path)
+    with pytest.raises(CalibrationError, match="cannot write"):
+        cal.save(tmp_path / "missing" / "c.json")
+
+
+def test_a_knob_no_run_uses_is_not_fitted_to_its_start_value():
+    runs = synthetic_runs(0.0)[:3]
+    # with kernel_model="shape" compute times come from the kernel model, not this fraction
+    with pytest.raises(CalibrationError, match=r"'cost.compute_efficiency', which changes no"):
+        ex.calibrate(runs, fit=("cost.compute_efficiency",), loo=False)
+
+
+def test_check_runs_are_held_out():
+    runs = synthetic_runs(0.0)
+    with pytest.raises(CalibrationError, match="check runs are fit runs too"):
+        ex.calibrate(runs[:2], fit=(MATMUL,), check=runs[1:3], loo=False)

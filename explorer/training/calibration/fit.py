@@ -26,9 +26,9 @@ median |error| of each fit run predicted by a fit on the other runs (leave-one-o
 >>> import explorer as ex
 >>> runs = [ex.MeasuredRun("gpt2", ex.ParallelConfig(dp=d, tp=8 // d), "a100-80g", 32, 512,
 ...                        t) for d, t in ((8, 0.05), (4, 0.055), (2, 0.06))]
->>> cal = ex.calibrate(runs, fit=("compute_efficiency",), loo=False)
+>>> cal = ex.calibrate(runs, fit=("matmul_efficiency_cap",), loo=False)
 >>> cal.fit
-('cost.compute_efficiency',)
+('matmul_efficiency_cap',)
 """
 
 from __future__ import annotations
@@ -47,7 +47,12 @@ from ..params import TrainingParams
 from ..simulate import estimate, simulate
 from ..stacks import Stack
 from ..step_model.stage_costs import decisions_fixed_at
-from .io import calibration_from_json, calibration_to_json
+from .io import (
+    calibration_from_json,
+    calibration_to_json,
+    read_calibration,
+    write_calibration,
+)
 from .knobs import (
     default_bounds,
     default_fit,
@@ -224,15 +229,14 @@ class Calibration:
         return calibration_from_json(text, cls, CalibrationRow)
 
     def save(self, path) -> None:
-        from pathlib import Path
-
-        Path(path).write_text(self.to_json())
+        """Write `to_json` to ``path`` (a path that cannot be written is named)."""
+        write_calibration(self, path)
 
     @classmethod
     def load(cls, path) -> Calibration:
-        from pathlib import Path
-
-        return cls.from_json(Path(path).read_text())
+        """The calibration saved in ``path``, read by the project's JSON reader and checked
+        (`explorer.training.calibration.io.read_calibration`)."""
+        return read_calibration(path, cls, CalibrationRow)
 
     def table_text(self) -> str:
         """The table as text: one line per run, fit rows then check rows, with the
@@ -307,6 +311,29 @@ class _Objective:
         self.calls += len(self.runs)
         t = predict_times(self.runs, p, self.evaluator, self.decided_at)
         return np.log(t) - self.log_measured
+
+
+def _refuse_inert(runs, base, names, evaluator, decided_at=None) -> None:
+    """A knob named in ``fit=`` that no run's predicted time moves with (nudged by 1%) would
+    be "fitted" to its start value: refused, naming it and the knobs that do move them."""
+    ref = _Objective(runs, base, names, evaluator, decided_at)(
+        np.array([get_value(base, n) for n in names])
+    )
+    for n in names:
+        v = get_value(base, n)
+        lo, hi = default_bounds(n, v, base)
+        step = 0.01 * abs(v) if v else 0.01 * (hi - lo)
+        nudged = v - step if v - step >= lo else v + step
+        if not lo <= nudged <= hi or nudged == v:
+            continue
+        o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator, decided_at)
+        if np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)) <= 1e-12:
+            movers = [m for m in default_fit(base) if m != n]
+            raise CalibrationError(
+                f"fit names {n!r}, which changes no predicted time of these runs (nudged by "
+                f"1% it moves none); its fitted value would be its start value. Fit knobs the "
+                f"runs use, e.g. {', '.join(movers[:4])} (fit=None picks them)"
+            )
 
 
 def _sensitive(runs, base, names, evaluator, decided_at=None) -> tuple[str, ...]:
@@ -410,6 +437,12 @@ def calibrate(
     t0 = time.perf_counter()
     runs = _check_runs(runs, "runs", allow_empty=False)
     check = _check_runs(check, "check", allow_empty=True)
+    both = [r for r in check if r in runs]
+    if both:
+        raise CalibrationError(
+            f"{len(both)} of the check runs are fit runs too (first: {both[0].label}); check "
+            "runs are held out from the fit: pass each run in one of runs= and check="
+        )
     if params is not None and not isinstance(params, TrainingParams):
         raise CalibrationError(f"params={params!r}; expected a TrainingParams or None")
     try:
@@ -437,6 +470,8 @@ def calibrate(
     if fit is None:
         names = _sensitive(runs, base, names, evaluator, decided_at)
     rng = fit_bounds(names, bounds, base)
+    if fit is not None:  # after the arguments are checked: it predicts
+        _refuse_inert(runs, base, names, evaluator, decided_at)
     lo = np.array([b[0] for b in rng])
     hi = np.array([b[1] for b in rng])
     start = np.array([get_value(base, n) for n in names], dtype=float)
