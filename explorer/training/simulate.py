@@ -230,6 +230,12 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
     )  # fmt: skip
 
 
+#: Microbatches (times interleaved chunks) one event simulation schedules at most; each is
+#: a forward and a backward event per stage (a global batch of 2**62 built them one by one
+#: until memory ran out).
+MAX_SIMULATED_MICROBATCHES = 1 << 16
+
+
 def simulate(
     cfg: ModelConfig | str, parallel: ParallelConfig, hardware: str | Cluster = "a100-80g",
     global_batch: int = 1, seq: int | None = None, params: TrainingParams | None = None,
@@ -256,6 +262,13 @@ def simulate(
     cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params, stack)
     step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
     par = step.par
+    if step.m * par.virtual_stages > MAX_SIMULATED_MICROBATCHES:
+        raise ParallelConfigError(
+            f"global_batch={global_batch} is {step.m:,} microbatches per pipeline "
+            f"(x{par.virtual_stages} chunks): the event simulation schedules each one, and past "
+            f"{MAX_SIMULATED_MICROBATCHES:,} it is refused; estimate() prices the same step "
+            "in closed form, or raise microbatch_size"
+        )
     schedule = build_schedule(par.schedule, par.pp, step.m, par.virtual_stages)
     in_flight = _in_flight(step)
 

@@ -61,3 +61,14 @@ def test_nothing_fits_under_a_tiny_cap_is_said_not_a_type_error(plan):
     # the fallback's full search took SearchSpace's tp=None for a tuple
     with pytest.raises(ex.ExplorerError, match="fits the memory a device may use"):
         replan(plan, MemoryCap(2**20))  # it said "no configuration ... is valid"
+
+
+def test_a_batch_of_two_to_the_62_is_refused_not_scheduled(plan):
+    from explorer.training.simulate import MAX_SIMULATED_MICROBATCHES
+
+    with pytest.raises(ex.ExplorerError, match=f"{MAX_SIMULATED_MICROBATCHES:,} it is refused"):
+        ex.simulate("gpt2", ex.ParallelConfig(dp=2), global_batch=2**62, seq=512)
+    est = ex.estimate("gpt2", ex.ParallelConfig(dp=2), global_batch=2**62, seq=512)
+    assert est.step_time_s > 0  # the closed form prices it
+    with pytest.raises(ex.ExplorerError):
+        replan(plan, NewGlobalBatch(2**62))
