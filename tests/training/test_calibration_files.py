@@ -95,3 +95,14 @@ def test_check_runs_are_held_out():
     runs = synthetic_runs(0.0)
     with pytest.raises(CalibrationError, match="check runs are fit runs too"):
         ex.calibrate(runs[:2], fit=(MATMUL,), check=runs[1:3], loo=False)
+
+
+def test_measured_runs_take_numpy_numbers_as_the_numbers_they_are():
+    import numpy as np
+
+    P = ex.ParallelConfig(dp=2)
+    r = ex.MeasuredRun("gpt2", P, "a100-80g", np.int64(16), np.int64(512), np.float32(0.05))
+    assert type(r.global_batch) is int and type(r.step_time_s) is float
+    assert r == ex.MeasuredRun("gpt2", P, "a100-80g", 16, 512, float(np.float32(0.05)))
+    with pytest.raises(CalibrationError, match="step_time_s=True"):
+        ex.MeasuredRun("gpt2", P, "a100-80g", 16, 512, True)

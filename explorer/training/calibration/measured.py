@@ -124,11 +124,14 @@ class MeasuredRun:
             )
         for name in ("global_batch", "seq"):
             v = getattr(self, name)
-            if not is_int(v, minimum=1):
+            if not is_int(v, minimum=1, numpy=True):
                 raise CalibrationError(f"MeasuredRun.{name}={v!r}; expected an int >= 1")
+            object.__setattr__(self, name, int(v))  # numpy ints stored as the ints they are
         _check_positive("step_time_s", self.step_time_s, "the measured seconds per step")
+        object.__setattr__(self, "step_time_s", float(self.step_time_s))
         if self.memory_bytes is not None:
             _check_positive("memory_bytes", self.memory_bytes, "bytes per device, or None")
+            object.__setattr__(self, "memory_bytes", float(self.memory_bytes))
         for name in ("source", "dataset", "stack", "ac_mode"):
             if not isinstance(getattr(self, name), str):
                 raise CalibrationError(
@@ -146,6 +149,7 @@ class MeasuredRun:
         for name in ("tokens_per_s_per_gpu", "mfu_percent"):
             if getattr(self, name) is not None:
                 _check_positive(name, getattr(self, name), "as published, or None")
+                object.__setattr__(self, name, float(getattr(self, name)))
         if not isinstance(self.knobs, tuple) or not all(
             isinstance(k, tuple) and len(k) == 2 and all(isinstance(x, str) for x in k)
             for k in self.knobs
@@ -243,7 +247,7 @@ class MeasuredRun:
 
 
 def _check_positive(name: str, v: object, what: str) -> None:
-    if not is_number(v, above=0):
+    if not is_number(v, above=0, numpy=True):
         raise CalibrationError(f"MeasuredRun.{name}={v!r}; expected a finite number > 0 ({what})")
 
 
