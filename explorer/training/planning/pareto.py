@@ -50,6 +50,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from ...checks import is_int, is_number
 from ..config import ParallelConfig
 from ..errors import ParetoError
 from ..simulate import SimResult
@@ -276,7 +277,14 @@ def check_objectives(
 
 def job_price_per_hour(price_per_chip_hour: float | None, devices: int) -> float | None:
     """US dollars per hour of ``devices`` chips at one price (None when unpriced)."""
-    return None if price_per_chip_hour is None else price_per_chip_hour * devices
+    if price_per_chip_hour is not None and not is_number(price_per_chip_hour, minimum=0,
+                                                         numpy=True):  # fmt: skip
+        raise ParetoError(
+            f"price_per_chip_hour={price_per_chip_hour!r}; expected a finite price >= 0 or None"
+        )
+    if not is_int(devices, minimum=1, numpy=True):
+        raise ParetoError(f"devices={devices!r}; expected an int >= 1")
+    return None if price_per_chip_hour is None else float(price_per_chip_hour) * int(devices)
 
 
 def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
@@ -285,9 +293,24 @@ def dominates(a: Sequence[float], b: Sequence[float]) -> bool:
     >>> dominates((1, 2), (1, 3)), dominates((1, 2), (1, 2)), dominates((1, 3), (2, 2))
     (True, False, False)
     """
-    return all(x <= y for x, y in zip(a, b, strict=True)) and any(
-        x < y for x, y in zip(a, b, strict=True)
+    va, vb = _vector(a, "a"), _vector(b, "b")
+    if len(va) != len(vb):
+        raise ParetoError(
+            f"dominates: a has {len(va)} objective values and b {len(vb)}; compare points of "
+            "the same objectives"
+        )
+    return all(x <= y for x, y in zip(va, vb, strict=True)) and any(
+        x < y for x, y in zip(va, vb, strict=True)
     )
+
+
+def _vector(v: object, name: str) -> tuple[float, ...]:
+    """``v`` as a tuple of numbers (not NaN: it cannot be ranked)."""
+    if not isinstance(v, Sequence | np.ndarray) or isinstance(v, str) or not all(
+        is_number(x, numpy=True) for x in v
+    ):  # fmt: skip
+        raise ParetoError(f"{name}={v!r}; expected a sequence of finite objective values")
+    return tuple(float(x) for x in v)
 
 
 def _point(r: SimResult, price_per_hour: float | None, simulated: bool) -> ParetoPoint:
@@ -327,6 +350,7 @@ def pareto_front(
 
     t0 = time.perf_counter()
     objectives = check_objectives(objectives, price_per_hour, "pareto_front(price_per_hour=None)")
+    results, simulated = _results(results, "results"), _results(simulated, "simulated")
     exact = {s.config: s for s in simulated}
     points: list[ParetoPoint] = []
     seen: set[ParallelConfig] = set()
@@ -362,6 +386,19 @@ def pareto_front(
     )  # fmt: skip
 
 
+def _results(rs: object, name: str) -> list[SimResult]:
+    if isinstance(rs, str | bytes) or not isinstance(rs, Iterable):
+        raise ParetoError(f"{name}={rs!r}; expected an iterable of SimResult (estimate/simulate)")
+    out = list(rs)
+    bad = [r for r in out if not isinstance(r, SimResult)]
+    if bad:
+        raise ParetoError(
+            f"{name} holds {bad[0]!r} ({type(bad[0]).__name__}); expected SimResult values "
+            "(estimate or simulate)"
+        )
+    return out
+
+
 def pareto_split(values: np.ndarray) -> tuple[list[int], list[int], np.ndarray]:
     """Split the rows of ``values`` (points x objectives, all minimised) exactly.
 
@@ -374,7 +411,12 @@ def pareto_split(values: np.ndarray) -> tuple[list[int], list[int], np.ndarray]:
     >>> f, d, by.tolist()
     ([0, 3, 1], [2], [[True, True, True]])
     """
-    values = np.asarray(values, dtype=np.float64)
+    try:
+        values = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise ParetoError(
+            f"pareto_split: expected a (points x objectives) array of numbers ({e})"
+        ) from None
     if values.ndim != 2 or not np.all(np.isfinite(values)):
         raise ParetoError(
             f"pareto_split: expected a finite (points x objectives) array, got shape "
