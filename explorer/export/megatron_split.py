@@ -44,9 +44,32 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..checks import is_int
 from .errors import ExportError
 
 __all__ = ["megatron_stage_layers", "layout_stage_layers", "layout_string", "split_args"]
+
+
+def _ints(lowest: int = 1, **values: object) -> None:
+    """Each given value an int >= ``lowest`` (numpy ints too; None skipped)."""
+    for name, v in values.items():
+        if v is not None and not is_int(v, minimum=lowest, numpy=True):
+            raise ExportError(f"{name}={v!r}; expected an int >= {lowest}")
+
+
+def _flags(**values: object) -> None:
+    for name, v in values.items():
+        if not isinstance(v, bool):
+            raise ExportError(f"{name}={v!r}; expected True or False")
+
+
+def _counts(counts: object) -> tuple[int, ...]:
+    """Layers per stage as plain ints >= 0."""
+    if isinstance(counts, str) or not isinstance(counts, Sequence) or not all(
+        is_int(n, minimum=0, numpy=True) for n in counts
+    ):  # fmt: skip
+        raise ExportError(f"counts={counts!r}; expected layers per stage, ints >= 0")
+    return tuple(int(n) for n in counts)
 
 
 def megatron_stage_layers(num_layers: int, pp: int, v: int = 1, *, first: int | None = None,
@@ -59,8 +82,11 @@ def megatron_stage_layers(num_layers: int, pp: int, v: int = 1, *, first: int | 
     >>> megatron_stage_layers(30, 4, first=9, last=9)
     (9, 6, 6, 9)
     """
-    if pp < 1 or v < 1:
-        raise ExportError(f"pp={pp}, v={v}; expected ints >= 1")
+    _ints(num_layers=num_layers, pp=pp, v=v)
+    _ints(lowest=0, first=first, last=last)
+    num_layers, pp, v = int(num_layers), int(pp), int(v)
+    first, last = (None if n is None else int(n) for n in (first, last))
+    _flags(account_for_embedding=account_for_embedding, account_for_loss=account_for_loss)
     uneven = first is not None or last is not None
     if uneven and (account_for_embedding or account_for_loss):
         raise ExportError("Megatron does not combine --decoder-first/last-pipeline-num-layers "
@@ -134,6 +160,10 @@ def layout_stage_layers(layout: str, pp: int, num_layers: int,
     >>> layout_stage_layers("E|(t|)*4L", 2, 4)
     (0, 1, 1, 1, 1, 0)
     """
+    if not isinstance(layout, str):
+        raise ExportError(f"layout={layout!r}; expected a layout string such as 'E|(t|)*4L'")
+    _ints(pp=pp)
+    _ints(lowest=0, num_layers=num_layers, mtp_layers=mtp_layers)
     chunks = _parse_layout(layout)
     if len(chunks) % pp:
         raise ExportError(f"layout {layout!r} has {len(chunks)} chunks, not a multiple of pp {pp}")
@@ -160,6 +190,8 @@ def layout_string(counts: Sequence[int], mtp_layers: int = 0) -> str:
     >>> layout_string((0,) + (1,) * 126 + (0,))
     'E|(t|)*126L'
     """
+    counts = _counts(counts)
+    _ints(lowest=0, mtp_layers=mtp_layers)
     S = len(counts)
     pieces = []
     for g, n in enumerate(counts):
@@ -243,7 +275,10 @@ def split_args(counts: Sequence[int], pp: int, v: int, num_layers: int, *,
     ('--num-virtual-stages-per-pipeline-rank', '8', '--account-for-embedding-in-pipeline-split', \
 '--account-for-loss-in-pipeline-split')
     """
-    counts = tuple(int(n) for n in counts)
+    counts = _counts(counts)
+    _ints(pp=pp, v=v, num_layers=num_layers)
+    _ints(lowest=0, mtp_layers=mtp_layers)
+    _flags(layout=layout, interleaved=interleaved)
     if len(counts) != pp * v or sum(counts) != num_layers or min(counts, default=0) < 0:
         raise ExportError(
             f"split {counts} is not {num_layers} layers over pp {pp} x v {v} = {pp * v} "

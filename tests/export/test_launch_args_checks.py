@@ -44,3 +44,30 @@ def test_the_plans_sequence_and_batch_are_written(plan):
 def test_another_job_than_the_plans_is_refused(plan, kw, why):
     with pytest.raises(ExportError, match=why):
         megatron_args(plan, **kw)
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda M: M.megatron_stage_layers("12", 2), "num_layers='12'"),
+    (lambda M: M.megatron_stage_layers(12, 2, first="3"), "first='3'"),
+    (lambda M: M.layout_stage_layers(3, 2, 12), "layout=3"),
+    (lambda M: M.layout_stage_layers("Et*6|t*6L", "2", 12), "pp='2'"),
+    (lambda M: M.layout_string([6, "6"]), "counts="),
+    (lambda M: M.layout_string(None), "counts=None"),
+    (lambda M: M.split_args(None, 2, 1, 12), "counts=None"),
+    (lambda M: M.split_args([6, 6], 2, 1, 12, layout="yes"), "layout='yes'"),
+])  # fmt: skip
+def test_megatron_split_helpers_name_bad_arguments(call, why):
+    # they raised TypeError and AttributeError on the types their signatures name
+    from explorer.export import megatron_split
+
+    with pytest.raises(ExportError, match=why):
+        call(megatron_split)
+
+
+def test_megatron_split_takes_numpy_ints():
+    import numpy as np
+
+    from explorer.export.megatron_split import layout_string, megatron_stage_layers
+
+    assert megatron_stage_layers(np.int64(12), np.int64(2)) == (6, 6)
+    assert layout_string([np.int64(6), np.int64(6)]) == "Et*6|t*6L"
