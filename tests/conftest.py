@@ -56,6 +56,12 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/compiler/test_kernel_accuracy.py",  # 18 s: numba
         "tests/search/test_repeats.py",  # 85 s
         "tests/fuzz/",  # 115 s
+        # Measured on an idle 2-core machine with -n 2 (make test-fast was 3 min 16 s):
+        "explorer/models/hf.py",  # 12 s: its doctest traces a model with torch
+        "tests/training/test_published.py",  # 11 s setup + 5 s: every published row planned
+        "tests/training/test_hetero.py",  # ~25 s: plans over pools
+        "tests/training/test_replan_screen.py",  # ~10 s
+        "tests/training/test_published_today.py",  # the 12 stack files loaded and planned
     ),
 }
 
