@@ -6,12 +6,14 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# make test and make test-fast run on WORKERS pytest-xdist processes, a file's tests together
-# on one (tests/conftest.py hands out files longest first, tests/browser/ as one piece of work).
-# On a clean clone of this 2-core machine, otherwise idle, .ci/run took 14 min 37 s with two
-# workers (pytest 12 min 0 s; installs, ruff and the rest 2 min 37 s) against 18 min 24 s in one
-# process. --durations prints the 30 slowest tests at the end of every run.
+# make test runs on TEST_WORKERS pytest-xdist processes, make test-fast on WORKERS, a file's
+# tests together on one (tests/conftest.py hands out files longest first, tests/browser/ as one
+# piece of work). On a clean clone of this 2-core machine, otherwise idle, .ci/run took 15 min
+# 9 s with two workers (pytest 12 min 35 s, 3081 tests): the browser tier, 9.5 min on one
+# worker, waits on Chromium and the notebook kernels, and the two cores were 75% busy; a third
+# worker uses that. --durations prints the 30 slowest tests at the end of every run.
 WORKERS ?= 2
+TEST_WORKERS ?= 3
 PYTEST := $(BIN)/python -m pytest
 PYTEST_XDIST := $(PYTEST) -n $(WORKERS) --dist loadfile
 
@@ -38,7 +40,7 @@ explore: $(VENV)/.installed-explore
 test: $(VENV)/.installed-test /usr/bin/chromium
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(PYTEST_XDIST) --durations=30
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=30
 
 test-fast: $(VENV)/.installed-test
 	$(PYTEST_XDIST) -m "not browser and not slow"
