@@ -8,12 +8,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 # make test runs on TEST_WORKERS pytest-xdist processes, make test-fast on WORKERS, a file's
 # tests together on one (tests/conftest.py hands out files longest first, tests/browser/ as one
-# piece of work). On a clean clone of this 2-core machine, otherwise idle, .ci/run took 15 min
-# 9 s with two workers (pytest 12 min 35 s, 3081 tests): the browser tier, 9.5 min on one
-# worker, waits on Chromium and the notebook kernels, and the two cores were 75% busy; a third
-# worker uses that. --durations prints the 30 slowest tests at the end of every run.
+# piece of work). Clean clones of this 2-core machine, otherwise idle, .ci/run (3081 tests):
+# two workers 15 min 9 s (pytest 12 min 35 s; the browser tier, 9.5 min, holds one worker),
+# three workers 16 min 39 s (pytest 14 min 0 s: the third worker's CPU contention costs more
+# than the browser tier's waits leave), one process 18 min 24 s.
+# --durations prints the 30 slowest tests at the end of every run.
 WORKERS ?= 2
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 PYTEST := $(BIN)/python -m pytest
 PYTEST_XDIST := $(PYTEST) -n $(WORKERS) --dist loadfile
 
