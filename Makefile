@@ -29,8 +29,10 @@ $(VENV)/.installed-explore: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[notebook,jax,torch,hf]'
 	touch $@
 
+# --no-compile: no .pyc for the ~100k files of torch, jax and transformers at install time;
+# Python writes those of the modules the tests import when it first imports them.
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,notebook,jax,torch,hf]'
+	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev,notebook,jax,torch,hf]'
 	touch $@
 
 # scripts/explore.py: --allow-root for root, --no-browser without a display, prints the URL.
