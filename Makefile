@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 # make test runs on TEST_WORKERS pytest-xdist processes, make test-fast on WORKERS, a file's
 # tests together on one (tests/conftest.py hands out files longest first, tests/browser/ as one
 # piece of work). Clean clones of this 2-core machine, otherwise idle, .ci/run (3081 tests):
-# two workers 15 min 9 s (pytest 12 min 35 s; the browser tier, 9.5 min, holds one worker),
+# two workers 14 min 17 s with pip --no-compile (installs 1 min, pytest 13 min 12 s), 15 min
+# 9 s before it (installs 2 min 34 s, pytest 12 min 35 s; the browser tier holds one worker),
 # three workers 16 min 39 s (pytest 14 min 0 s: the third worker's CPU contention costs more
 # than the browser tier's waits leave), one process 18 min 24 s.
 # --durations prints the 30 slowest tests at the end of every run.
@@ -29,8 +30,9 @@ $(VENV)/.installed-explore: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[notebook,jax,torch,hf]'
 	touch $@
 
-# --no-compile: no .pyc for the ~100k files of torch, jax and transformers at install time;
-# Python writes those of the modules the tests import when it first imports them.
+# --no-compile: no .pyc for every file of torch, jax and transformers at install time (the
+# install took 1 min instead of 2 min 34 s); Python writes those of the modules the tests
+# import when it first imports them.
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev,notebook,jax,torch,hf]'
 	touch $@
