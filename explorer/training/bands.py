@@ -121,33 +121,30 @@ RUN_FIELDS = ("precision", "fp8_weight_gather")
 def stack_of(params: TrainingParams) -> str | None:
     """The name of the stack preset ``params`` are (``stacks.params(name)`` equal to them,
     up to `RUN_FIELDS`), or None for hand-set params: a run's band is its stack's when it
-    ran a preset."""
+    ran a preset. Remembered per params (every estimate of a plan search asks)."""
     try:
         hash(params)
     except TypeError:
         return None
-    base = TrainingParams()
-    params = dataclasses.replace(params, **{f: getattr(base, f) for f in RUN_FIELDS})
     with _LOCK:
-        if params not in _STACK_OF:
-            # presets may coincide (megatron-lm-2021 and deepspeed are TrainingParams()):
-            # the default stack, then the 2021 one, then the catalog order
-            order = dict.fromkeys((stacks.DEFAULT_STACK, "megatron-lm-2021", *stacks.names()))
-            _STACK_OF[params] = next(
-                (
-                    n
-                    for n in order
-                    if n in stacks.names()
-                    and dataclasses.replace(
-                        stacks.params(n), **{f: getattr(base, f) for f in RUN_FIELDS}
-                    )
-                    == params
-                ),
-                None,
-            )
-            if len(_STACK_OF) > 256:
-                _STACK_OF.pop(next(iter(_STACK_OF)))
-        return _STACK_OF[params]
+        if params in _STACK_OF:
+            return _STACK_OF[params]
+    own = _without_run_fields(params)
+    # presets may coincide (megatron-lm-2021 and deepspeed are TrainingParams()): the
+    # default stack, then the 2021 one, then the catalog order
+    order = dict.fromkeys((stacks.DEFAULT_STACK, "megatron-lm-2021", *stacks.names()))
+    name = next((n for n in order if n in stacks.names()
+                 and _without_run_fields(stacks.params(n)) == own), None)  # fmt: skip
+    with _LOCK:
+        _STACK_OF[params] = name
+        if len(_STACK_OF) > 256:
+            _STACK_OF.pop(next(iter(_STACK_OF)))
+    return name
+
+
+def _without_run_fields(params: TrainingParams) -> TrainingParams:
+    base = TrainingParams()
+    return dataclasses.replace(params, **{f: getattr(base, f) for f in RUN_FIELDS})
 
 
 _STACK_OF: dict = {}

@@ -313,12 +313,13 @@ class _Objective:
         return np.log(t) - self.log_measured
 
 
-def _refuse_inert(runs, base, names, evaluator, decided_at=None) -> None:
-    """A knob named in ``fit=`` that no run's predicted time moves with (nudged by 1%) would
-    be "fitted" to its start value: refused, naming it and the knobs that do move them."""
+def _moves(runs, base, names, evaluator, decided_at=None) -> dict[str, float]:
+    """Per knob of ``names`` that can be nudged by 1% (of the value, or of the range for a
+    knob at 0) within its bounds: the largest move of a run's predicted log time."""
     ref = _Objective(runs, base, names, evaluator, decided_at)(
         np.array([get_value(base, n) for n in names])
     )
+    moves: dict[str, float] = {}
     for n in names:
         v = get_value(base, n)
         lo, hi = default_bounds(n, v, base)
@@ -327,7 +328,15 @@ def _refuse_inert(runs, base, names, evaluator, decided_at=None) -> None:
         if not lo <= nudged <= hi or nudged == v:
             continue
         o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator, decided_at)
-        if np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)) <= 1e-12:
+        moves[n] = float(np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)))
+    return moves
+
+
+def _refuse_inert(runs, base, names, evaluator, decided_at=None) -> None:
+    """A knob named in ``fit=`` that no run's predicted time moves with (nudged by 1%) would
+    be "fitted" to its start value: refused, naming it and the knobs that do move them."""
+    for n, move in _moves(runs, base, names, evaluator, decided_at).items():
+        if move <= 1e-12:
             movers = [m for m in default_fit(base) if m != n]
             raise CalibrationError(
                 f"fit names {n!r}, which changes no predicted time of these runs (nudged by "
@@ -338,25 +347,12 @@ def _refuse_inert(runs, base, names, evaluator, decided_at=None) -> None:
 
 def _sensitive(runs, base, names, evaluator, decided_at=None) -> tuple[str, ...]:
     """The default knobs worth fitting to ``runs``: those that move at least one run's
-    predicted time by 1e-4 (relative) when nudged by 1% (of the value, or of the range
-    for a knob at 0), the most sensitive first and at most ``len(runs) - 1`` of them (at
-    least one), so the fit stays determined. Fitting a knob the runs never use (fused
-    attention's efficiency without fused attention) only costs evaluations."""
-    ref = _Objective(runs, base, names, evaluator, decided_at)(
-        np.array([get_value(base, n) for n in names])
-    )
-    moves: dict[str, float] = {}
-    for n in names:
-        v = get_value(base, n)
-        lo, hi = default_bounds(n, v, base)
-        step = 0.01 * abs(v) if v else 0.01 * (hi - lo)
-        nudged = v - step if v - step >= lo else v + step
-        if not lo <= nudged <= hi:
-            continue
-        o = _Objective(runs, with_values(base, {n: nudged}), names, evaluator, decided_at)
-        move = float(np.max(np.abs(o(np.array([get_value(o.base, m) for m in names])) - ref)))
-        if move > 1e-4:
-            moves[n] = move
+    predicted time by 1e-4 (relative) when nudged by 1% (`_moves`), the most sensitive first
+    and at most ``len(runs) - 1`` of them (at least one), so the fit stays determined. Fitting
+    a knob the runs never use (fused attention's efficiency without fused attention) only
+    costs evaluations."""
+    moves = {n: m for n, m in _moves(runs, base, names, evaluator, decided_at).items()
+             if m > 1e-4}  # fmt: skip
     if not moves:
         raise CalibrationError(
             f"none of the default knobs ({', '.join(names)}) changes the predicted time of "
