@@ -23,13 +23,16 @@ from hypothesis import HealthCheck, Phase, given, settings  # noqa: E402
 
 from tests.fuzz.interfaces import INTERFACES, outcome  # noqa: E402
 from tests.fuzz.test_fuzz_core import CORE_INTERFACES  # noqa: E402
+from tests.fuzz.test_fuzz_later import LATER_INTERFACES  # noqa: E402
 from tests.fuzz.test_fuzz_newer import NEWER_INTERFACES  # noqa: E402
 from tests.fuzz.test_fuzz_ops import OPS_INTERFACES  # noqa: E402
 
 #: The loaders, ModelConfig, Mesh and the CLI, then the core values and trace import, then
 #: ``ex.F`` ops eagerly and under ``@jit``, then the newer interfaces (re-planning, pools, jit
-#: options, calibration files, datacenters, offload).
-ALL_INTERFACES = {**INTERFACES, **CORE_INTERFACES, **OPS_INTERFACES, **NEWER_INTERFACES}
+#: options, calibration files, datacenters, offload), then the importers, Megatron's
+#: arguments and split helpers, migration, ``calibrate``, the offload terms and the exports.
+ALL_INTERFACES = {**INTERFACES, **CORE_INTERFACES, **OPS_INTERFACES, **NEWER_INTERFACES,
+                  **LATER_INTERFACES}  # fmt: skip
 
 
 def count(name: str, examples: int, folder: Path) -> tuple[Counter, list[str]]:

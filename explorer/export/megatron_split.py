@@ -50,10 +50,10 @@ from .errors import ExportError
 __all__ = ["megatron_stage_layers", "layout_stage_layers", "layout_string", "split_args"]
 
 
-def _ints(lowest: int = 1, **values: object) -> None:
-    """Each given value an int >= ``lowest`` (numpy ints too; None skipped)."""
+def _ints(lowest: int = 1, optional: bool = False, **values: object) -> None:
+    """Each given value an int >= ``lowest`` (numpy ints too; None only where ``optional``)."""
     for name, v in values.items():
-        if v is not None and not is_int(v, minimum=lowest, numpy=True):
+        if (v is not None or not optional) and not is_int(v, minimum=lowest, numpy=True):
             raise ExportError(f"{name}={v!r}; expected an int >= {lowest}")
 
 
@@ -83,7 +83,7 @@ def megatron_stage_layers(num_layers: int, pp: int, v: int = 1, *, first: int | 
     (9, 6, 6, 9)
     """
     _ints(num_layers=num_layers, pp=pp, v=v)
-    _ints(lowest=0, first=first, last=last)
+    _ints(lowest=0, optional=True, first=first, last=last)
     num_layers, pp, v = int(num_layers), int(pp), int(v)
     first, last = (None if n is None else int(n) for n in (first, last))
     _flags(account_for_embedding=account_for_embedding, account_for_loss=account_for_loss)
@@ -192,6 +192,8 @@ def layout_string(counts: Sequence[int], mtp_layers: int = 0) -> str:
     """
     counts = _counts(counts)
     _ints(lowest=0, mtp_layers=mtp_layers)
+    if not counts:
+        raise ExportError("counts=(); expected the layers of at least one stage, e.g. (4, 4)")
     S = len(counts)
     pieces = []
     for g, n in enumerate(counts):

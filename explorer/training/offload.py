@@ -189,12 +189,27 @@ def optimizer_offload_s(
     return grad_copy, host_step, weight_copy, exposed
 
 
+def _check_inputs(sim: object, cluster: object, tparams: object, oparams: object) -> None:
+    """The types the offload functions name, each refused with its fix."""
+    for name, value, cls, fix in (
+        ("sim", sim, SimResult, "pass the SimResult of ex.simulate(...) or plan.sim"),
+        ("cluster", cluster, Cluster, "pass explorer.hardware.load('a100-80g')"),
+        ("tparams", tparams, TrainingParams, "pass ex.TrainingParams() or plan.params"),
+    ):
+        if not isinstance(value, cls):
+            raise OffloadError(f"{name}={value!r} is not a {cls.__name__}; {fix}")
+    if oparams is not None and not isinstance(oparams, OffloadParams):
+        raise OffloadError(f"oparams={oparams!r} is not an OffloadParams; pass OffloadParams() "
+                           "or None")  # fmt: skip
+
+
 def offload_terms(
     sim: SimResult, kind: OffloadKind, cluster: Cluster, tparams: TrainingParams,
     oparams: OffloadParams | None = None,
 ) -> OffloadTerms:  # fmt: skip
     """The offload of ``kind`` applied to the device of ``sim`` needing the most memory."""
-    if kind not in OFFLOAD_KINDS or kind == "none":
+    _check_inputs(sim, cluster, tparams, oparams)
+    if not isinstance(kind, str) or kind not in OFFLOAD_KINDS or kind == "none":
         raise OffloadError(
             f"offload={kind!r}; expected 'optimizer' or 'optimizer+params' ('none' offloads "
             "nothing)"

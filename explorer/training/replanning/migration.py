@@ -43,10 +43,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ...checks import is_int, is_number
 from ...hardware import Cluster
 from ...sharding.slices import shard_bounds
 from ..config import ParallelConfig
@@ -77,6 +79,30 @@ class JobLayout:
 
     def __post_init__(self) -> None:
         c = self.config
+        if not isinstance(c, ParallelConfig):
+            raise MigrationError(
+                f"JobLayout: config={c!r}; expected a ParallelConfig (plan.config of a plan)"
+            )
+        if not isinstance(self.partition, StagePartition):
+            raise MigrationError(
+                f"JobLayout: partition={self.partition!r}; expected a StagePartition "
+                "(plan.sim.partition, or pipeline.partition.uniform_partition(...))"
+            )
+        for field, values, check in (("devices", self.devices, is_int),
+                                     ("part_params", self.part_params, is_number)):  # fmt: skip
+            if isinstance(values, str | bytes) or not isinstance(values, Sequence) or not all(
+                check(v, minimum=0, numpy=True) for v in values
+            ):  # fmt: skip
+                raise MigrationError(
+                    f"JobLayout: {field}={values!r}; expected a tuple of "
+                    + (
+                        "physical device ids (ints >= 0)"
+                        if field == "devices"
+                        else "parameter counts per part (numbers >= 0)"
+                    )  # fmt: skip
+                )
+        object.__setattr__(self, "devices", tuple(int(d) for d in self.devices))
+        object.__setattr__(self, "part_params", tuple(float(p) for p in self.part_params))
         if len(self.devices) != c.devices:
             raise MigrationError(
                 f"JobLayout: {len(self.devices)} physical devices for {c} which uses "
@@ -174,6 +200,23 @@ def plan_migration(
     >>> m.checkpoint_bytes, m.by_state[0]
     (0.0, ('parameters', 220.0))
     """
+    for name, job in (("old", old), ("new", new)):
+        if not isinstance(job, JobLayout):
+            raise MigrationError(f"plan_migration: {name}={job!r}; expected a JobLayout")
+    if not isinstance(cluster, Cluster):
+        raise MigrationError(
+            f"plan_migration: cluster={cluster!r}; expected a Cluster "
+            "(explorer.hardware.load('a100-80g'))"
+        )
+    if isinstance(lost, str | bytes) or not isinstance(lost, Sequence) or not all(
+        is_int(d, minimum=0, numpy=True) for d in lost
+    ):  # fmt: skip
+        raise MigrationError(
+            f"plan_migration: lost={lost!r}; expected a tuple of physical device ids (ints >= 0)"
+        )
+    lost = tuple(int(d) for d in lost)
+    if state is not None and not isinstance(state, StateBytes):
+        raise MigrationError(f"plan_migration: state={state!r}; expected a StateBytes or None")
     state = state or StateBytes()
     if old.part_params[:-1] != new.part_params[:-1]:
         raise MigrationError(
