@@ -30,6 +30,12 @@ from .codegen.build import (
     rows_kernel,
 )
 from .errors import ShapeError
+from .kernels_imported import (
+    ALIASES_IMPORTED,
+    IMPORTED_BUILDERS,
+    IN_PLACE_IMPORTED,
+    WRITES_OUT_IMPORTED,
+)
 from .ufunc_program import UnsupportedExpr, compile_expr
 
 __all__ = ["make_kernel", "BUILDERS", "WRITES_OUT", "IN_PLACE", "ALIASES"]
@@ -44,11 +50,12 @@ _UFUNC = {
     "ne": np.not_equal, "logical_not": np.logical_not,
 }  # fmt: skip
 
-IN_PLACE = frozenset(_UFUNC) | {"fused", "scale", "relu", "softmax", "causal_mask",
-                                "masked_softmax", "generated"}  # fmt: skip
-WRITES_OUT = IN_PLACE | {"gelu", "silu", "matmul", "bmm", "einsum", "layernorm", "rmsnorm",
-                         "sum", "mean", "max", "embedding", "where", "gelu_grad"}  # fmt: skip
-ALIASES = frozenset({"reshape", "transpose", "broadcast_to", "getitem", "dropout"})
+IN_PLACE = frozenset(_UFUNC) | IN_PLACE_IMPORTED | {
+    "fused", "scale", "relu", "softmax", "causal_mask", "masked_softmax", "generated"}  # fmt: skip
+WRITES_OUT = IN_PLACE | WRITES_OUT_IMPORTED | {
+    "gelu", "silu", "matmul", "bmm", "einsum", "layernorm", "rmsnorm", "sum", "mean", "max",
+    "embedding", "where", "gelu_grad"}  # fmt: skip
+ALIASES = ALIASES_IMPORTED | {"reshape", "transpose", "broadcast_to", "getitem", "dropout"}
 # A fused kernel up to this many elements runs as numpy ufunc calls (``ufunc_program``):
 # numexpr's per-call cost (tens of us) and scalar exp lose to numpy on small arrays.
 UFUNC_MAX_NUMEL = 1 << 17
@@ -293,12 +300,18 @@ def _numba_kernel(fn, node, attrs) -> Kernel:
 
 
 def _generic(node, in_types, attrs) -> Kernel:
-    """An op without a builder: its registry impl (it never fills ``out``)."""
+    """An op without a builder: its registry impl with the full attributes (defaults filled
+    in: ``slice``'s ``step``), never filling ``out``. A result that may share memory with an
+    input is copied: memory planning reuses an input's buffer once the input is dead, and
+    only ``ALIASES`` ops are known to keep it alive."""
     impl = opdef.get(node.op).impl
-    kw = dict(node.attrs)
+    kw = dict(attrs)
 
     def k_generic(*xs, out=None):
-        return np.asarray(impl(*xs, **kw))
+        res = np.asarray(impl(*xs, **kw))
+        if res.base is not None and any(np.may_share_memory(res, x) for x in xs):
+            return res.copy()
+        return res
 
     return k_generic
 
@@ -311,7 +324,7 @@ BUILDERS: dict[str, Builder] = {
     "layernorm": _norm, "rmsnorm": _norm, "sum": _reduce(np.sum), "mean": _reduce(np.mean),
     "max": _reduce(np.max), "embedding": _embedding, "getitem": _getitem,
     "reshape": _reshape, "transpose": _transpose, "generated": _generated,
-    "gelu_grad": _gelu_grad,
+    "gelu_grad": _gelu_grad, **IMPORTED_BUILDERS,
 }  # fmt: skip
 """op name -> kernel builder (as ``explorer.sharding.kernels.KERNELS``); any other op runs
 its registry impl."""
