@@ -299,6 +299,18 @@ class CostTuner(View):
         return [(m.replace("_", " ") + (f" — unavailable: {notes[m]}" if m in notes else ""), m)
                 for m in METHODS]  # fmt: skip
 
+    def _set_method_options(self) -> None:
+        """New notes for the new mesh without losing the method: ipywidgets selects the first
+        option whenever a Dropdown's options change (that was "exhaustive", often unavailable,
+        and its observer re-planned with it), so the options change silently and the method
+        is put back."""
+        bulk, self._bulk = self._bulk, True
+        try:
+            self.controls["method"].options = self._method_options()
+            self.controls["method"].value = self.method
+        finally:
+            self._bulk = bulk
+
     def _set(self, key: str, value: Any) -> None:
         """Set a control from code without re-planning (``_bulk`` silences its observer)."""
         bulk, self._bulk = self._bulk, True
@@ -391,7 +403,7 @@ class CostTuner(View):
             self.mesh = b.mesh
             self._set("mesh_shape", b.mesh.shape)
         self.method = b.method
-        self._set("method", b.method)
+        self._set_method_options()
         self._trigger = "reset"
         self.set_params(b.params)
         self.flush()
@@ -434,8 +446,7 @@ class CostTuner(View):
         t0 = time.perf_counter()
         key, self._trigger = self._trigger, None
         if key == "mesh_shape":
-            self.controls["method"].options = self._method_options()
-            self._set("method", self.method)
+            self._set_method_options()
         try:
             plan = self._search()
         except Exception as e:  # noqa: BLE001  (shown beside the control that caused it)

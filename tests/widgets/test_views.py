@@ -256,6 +256,24 @@ def test_tuner_control_replans_and_compares_with_the_baseline(tuner):
     assert tuner.controls["beta_communication"].value == base.params.beta_communication
 
 
+def test_tuner_mesh_menu_keeps_the_search_method(tiny_gpt, mesh):
+    """Notebook 04's path: a new mesh shape re-plans with the chosen method. ipywidgets
+    selects a Dropdown's first option when its options change, and the method menu's notes
+    change with the mesh: the method used to fall to "exhaustive", unavailable there."""
+    t = CostTuner(tiny_gpt, mesh, method="dynamic_programming")
+    notes = t.controls["method"].options[0][0]
+    for shape in ((1, 8), (4, 2), (2, 4)):
+        t.controls["mesh_shape"].value = shape
+        t.flush()
+        assert t.method == t.controls["method"].value == "dynamic_programming", shape
+        assert t.plan.method == "dynamic_programming" and t.plan.mesh.shape == shape
+        assert not t.stale, t.stale_reason if hasattr(t, "stale_reason") else shape
+    assert t.controls["method"].options[0][0] == notes  # back on 2 x 4: its own notes
+    t.controls["mesh_shape"].value = (1, 8)
+    t.reset()
+    assert t.mesh == mesh and t.controls["method"].value == "dynamic_programming"
+
+
 def test_tuner_pin_makes_a_new_baseline(fresh_tuner):
     t = fresh_tuner
     t.controls["beta_communication"].value = 1000.0
