@@ -7,7 +7,7 @@
 124.4
 """
 
-from . import compiler, export, hardware, ir, models, search, sharding, trace, training
+from . import compiler, export, hardware, ir, models, search, sharding, teach, trace, training
 from .compiler import F, Tensor, grad, jit, nn, tensor
 from .errors import ExplorerError
 from .hardware import Mesh
@@ -50,5 +50,5 @@ __all__ = [
     "SearchSpace", "TrainingParams", "TrainingError", "scaling_curve", "stacks", "Stack",
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
     "Pool", "plan_hetero", "compare_hetero",
-    "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch",
+    "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "teach",
 ]  # fmt: skip

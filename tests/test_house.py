@@ -41,7 +41,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("explorer.sharding", "explorer.models", "explorer.compiler"),  # on the IR (+ hardware)
     ("explorer.search",),  # operator-sharding search over sharding's strategies
     ("explorer.training",),  # the training step, on models, search and hardware
-    ("explorer.export",),  # plans to real engines
+    ("explorer.export", "explorer.teach"),  # plans to real engines; exercises and rank maps
     ("explorer.cli",),  # python -m explorer
     ("explorer", "explorer.__main__"),  # the front door
 )
