@@ -452,6 +452,12 @@ class GraphView(View):
             selection.publish(graph=self.graph)
         if selection.plan is not None and selection.plan.graph is self.graph:
             self.plan = selection.plan
+        elif selection.plan is None and self.plan is not None:
+            # the views linked after it see the plan this view was made with (notebook 03's
+            # mesh view stayed empty after a click: the selection had a node but no plan)
+            selection.publish(plan=self.plan)
+        if selection.node is None and self.selected is not None:
+            self._select(node=self.selected)
         self.highlight = tuple(selection.highlight)
         self.selected = selection.node if selection.node in self.graph else None
 

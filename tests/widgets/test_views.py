@@ -256,6 +256,24 @@ def test_tuner_control_replans_and_compares_with_the_baseline(tuner):
     assert tuner.controls["beta_communication"].value == base.params.beta_communication
 
 
+def test_a_mesh_view_linked_to_a_graph_view_made_with_a_plan_draws_the_clicked_op(
+    mlp, mesh, mlp_plan
+):
+    """Notebook 03's path: ``GraphView(graph, plan)`` then ``link(view, MeshView(mesh))``
+    and a click. The selection held the node but no plan, so the mesh view drew nothing."""
+    view, devices = GraphView(mlp, mlp_plan), MeshView(mesh)
+    sel = link(view, devices)
+    assert sel.plan is mlp_plan and devices.plan is mlp_plan
+    with_collectives = 0
+    for node in (n.name for n in mlp.ops):
+        view.click(node)
+        assert devices.tensor == node and f"%{node}" in devices.figure.layout.title.text
+        cells = next(t for t in devices.figure.data if t.name == "cells")
+        assert cells.z is not None and len(cells.z) > 0
+        with_collectives += bool(devices.collectives())
+    assert with_collectives, "no clicked op offered its collectives"
+
+
 def test_tuner_mesh_menu_keeps_the_search_method(tiny_gpt, mesh):
     """Notebook 04's path: a new mesh shape re-plans with the chosen method. ipywidgets
     selects a Dropdown's first option when its options change, and the method menu's notes
