@@ -296,16 +296,26 @@ class GraphView(View):
             self.click(trace.customdata[points.point_inds[0]])
 
     def click(self, unit: str) -> None:
-        """What a click does: a closed group opens with the groups inside it (a layer shows
-        its attention and MLP ops at once); an open group's label closes it (the model's
-        label closes every group); a node becomes the selection."""
+        """What a click does: a closed group opens one level (its own ops and its child
+        groups as closed boxes; a group holding nothing but one child group opens through to
+        it, so no click is spent on a box in a box); an open group's label closes it (the
+        model's label closes every group); a node becomes the selection."""
         if unit.startswith(BOX_PREFIX):
-            self.expand(unit[len(BOX_PREFIX) :], inside=True)
+            self.expand(self._one_level(unit[len(BOX_PREFIX) :]))
         elif unit.startswith(OPEN_PREFIX):
             self.collapse(unit[len(OPEN_PREFIX) :])
         else:
             self.selected = unit
             self._select(node=unit)
+
+    def _one_level(self, path: str) -> str:
+        """``path``, or the deepest group below it reached through groups that hold no op
+        and a single child group."""
+        h = hierarchy(self.graph)
+        g = h.group(path)
+        while not g.nodes and len(g.children) == 1:
+            g = h.group(g.children[0])
+        return g.path
 
     def expand(self, path: str, inside: bool = False) -> None:
         """Open the group ``path`` (and the groups around it; with ``inside``, also every

@@ -164,7 +164,12 @@ def test_open_and_close_any_group(llama):
     view = GraphView(llama, collapsed=True)
     units = view.figure.data[TRACE_NODES].customdata
     assert "scope:layers.2" in units and len(units) < len(llama)
-    view.click("scope:layers.2")  # a layer opens with its blocks: its ops show
+    view.click("scope:layers.2")  # one level: the layer's blocks, closed
+    units = view.figure.data[TRACE_NODES].customdata
+    assert "scope:layers.2.attn" in units and "scope:layers.2.mlp" in units
+    assert "layers.2.attn.q" not in units and "scope:layers.3" in units
+    view.click("scope:layers.2.attn")
+    view.click("scope:layers.2.mlp")  # the next level: their ops
     units = view.figure.data[TRACE_NODES].customdata
     assert "layers.2.attn.q" in units and "layers.2.mlp.down" in units
     _complete(view)
@@ -180,6 +185,30 @@ def test_open_and_close_any_group(llama):
     assert view.expanded == ()
     with pytest.raises(ex.ExplorerError, match="layers.1.attn"):
         view.expand("layers.1.atn")
+
+
+def test_a_click_on_the_model_box_opens_one_level():
+    """Notebook 09's path: a traced model whose ops all sit in ``model.layers.N`` under one
+    ``model`` box. A click opened every group inside (all the layers' ops in one strip)."""
+    from explorer.ir import GraphBuilder
+
+    b = GraphBuilder("nested")
+    x = b.input("x", (2, 4))
+    for i in range(6):
+        for block in ("attn", "mlp"):
+            with b.scope(f"model.layers.{i}.{block}"):
+                x = b.op("gelu", b.op("add", x, x))
+    view = GraphView(b.build([x]), collapsed=True)
+    before = len(view.layout_data.units)
+    box = next(u for u in view.layout_data.units if u.startswith("scope:"))
+    view.click(box)
+    units = list(view.layout_data.units)
+    assert sum(u.startswith("scope:model.layers.") and u.count(".") == 2 for u in units) == 6
+    assert not any(u.startswith("model.layers.") for u in units)  # no op yet
+    assert len(units) == before - 1 + 6
+    view.click("scope:model.layers.4")
+    units = list(view.layout_data.units)
+    assert {"scope:model.layers.4.attn", "scope:model.layers.4.mlp"} <= set(units)
 
 
 def test_click_on_a_group_label_through_plotly(llama):
@@ -314,7 +343,12 @@ def test_big_model_opens_collapsed_and_expands_one_layer():
     view = GraphView(g)
     assert view.controls["collapsed"].value is True
     assert len(view.figure.data[TRACE_NODES].x) == 130  # tokens, labels, embed, 126, head
-    view.click("scope:layers.77")
+    view.click("scope:layers.77")  # one level per click: the layer's blocks, then their ops
+    boxes = [u for u in view.figure.data[TRACE_NODES].customdata
+             if u.startswith("scope:layers.77.")]  # fmt: skip
+    assert boxes and len(view.figure.data[TRACE_NODES].x) < 130 + 43
+    for box in boxes:
+        view.click(box)
     units = view.figure.data[TRACE_NODES].customdata
     # 43 per layer: with the rope ops, their cos/sin inputs and the repeated KV heads
     assert sum(u.startswith("layers.77.") for u in units) == 43
