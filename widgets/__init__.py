@@ -30,6 +30,7 @@ from .calibration_view import CalibrationView
 from .coalesce import Coalescer
 from .cost_tuner import CostTuner
 from .errors import ErrorPane
+from .exercise import ExerciseSet, ExerciseWidget
 from .fit import figure_box
 from .graph_view import GraphView
 from .memory_view import MemoryView
@@ -39,6 +40,7 @@ from .pareto_view import ParetoView
 from .pipeline_view import PipelineView
 from .pools_view import PoolsView
 from .progress import Progress
+from .rank_map_view import RankMapView
 from .scaling_view import ScalingView, Series
 from .selection import Selection, link
 from .strategy_explorer import StrategyExplorer
@@ -49,5 +51,5 @@ __all__ = [
     "StrategyExplorer", "GraphView", "MeshView", "CostTuner", "TraceCompare", "PipelineView",
     "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
     "ErrorPane", "Coalescer", "Progress", "busy", "figure_box", "ParallelismLesson",
-    "CalibrationView", "ParetoView", "PoolsView",
+    "CalibrationView", "ParetoView", "PoolsView", "ExerciseWidget", "ExerciseSet", "RankMapView",
 ]  # fmt: skip
