@@ -7,7 +7,7 @@
 124.4
 """
 
-from . import compiler, export, hardware, ir, models, search, sharding, teach, trace, training
+from . import compiler, export, hardware, ir, models, search, sharding, teach, trace, traces, training
 from .compiler import F, Tensor, grad, jit, nn, tensor
 from .errors import ExplorerError
 from .hardware import Mesh

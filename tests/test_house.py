@@ -38,7 +38,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("explorer.errors",),  # ExplorerError, the root of every area's errors
     ("explorer.checks", "explorer.memo", "explorer.jsonfile"),  # shared utilities
     ("explorer.ir", "explorer.hardware", "explorer.trace"),  # the graph, the machines, traces
-    ("explorer.sharding", "explorer.models", "explorer.compiler"),  # on the IR (+ hardware)
+    ("explorer.sharding", "explorer.models", "explorer.compiler", "explorer.traces"),  # on the IR
     ("explorer.search",),  # operator-sharding search over sharding's strategies
     ("explorer.training",),  # the training step, on models, search and hardware
     ("explorer.export", "explorer.teach"),  # plans to real engines; exercises and rank maps

@@ -1,0 +1,23 @@
+"""Real runs: PyTorch profiler (Kineto) traces read, classified and broken down.
+
+``load_kineto`` reads one trace file per rank (or a folder of them), streamed;
+``breakdown`` splits each rank's steps into compute, exposed and overlapped communication
+and idle time, per kernel category. (``explorer.trace`` is the compiler's own trace.)
+
+>>> import explorer as ex
+>>> t = ex.traces.load_kineto(ex.traces.vendored("nccl_data.json.gz"))
+>>> print(t)
+rank 0 of 2 (nccl, gpu): 3774 kernels, 14388 CPU ops, 3 steps, 21 collectives
+"""
+
+from .breakdown import Breakdown, StepBreakdown, axis_of, breakdown
+from .classify import CATEGORIES, Category, classify_name, collective_kind
+from .errors import TraceFormatError, TracesError
+from .events import Activity, Collective, KinetoTrace, ProcessGroup, RankTrace, Step
+from .kineto import load_kineto, load_rank, trace_files, vendored
+
+__all__ = [
+    "load_kineto", "load_rank", "breakdown", "Breakdown", "StepBreakdown", "axis_of", "trace_files", "vendored", "KinetoTrace", "RankTrace",
+    "Activity", "Collective", "ProcessGroup", "Step", "Category", "CATEGORIES",
+    "classify_name", "collective_kind", "TracesError", "TraceFormatError",
+]  # fmt: skip

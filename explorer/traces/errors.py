@@ -1,0 +1,17 @@
+"""Errors of `explorer.traces`: ``TracesError`` and ``TraceFormatError``."""
+
+from __future__ import annotations
+
+from ..errors import ExplorerError
+
+__all__ = ["TracesError", "TraceFormatError"]
+
+
+class TracesError(ExplorerError, ValueError):
+    """A profiler-trace computation got input it cannot use (an unknown option, no ranks)."""
+
+
+class TraceFormatError(TracesError):
+    """A file is not a readable PyTorch profiler (Kineto) trace: malformed or truncated
+    JSON, a foreign format, an event missing a field. The message names the file and, where
+    there is one, the event (its index in ``traceEvents`` and its name)."""

@@ -1,0 +1,453 @@
+"""``load_kineto``: read PyTorch profiler (Kineto) Chrome-trace JSON, streamed.
+
+A Kineto file is one JSON object: a header (``schemaVersion``, ``deviceProperties``,
+``distributedInfo``) then ``traceEvents``, a list of events (``ph: "X"`` slices, ``"M"``
+metadata, ``"s"``/``"f"`` flows, ``"i"`` instants), then a few trailing fields. The file is
+read twice by `ijson` without ever holding it whole: the header up to ``traceEvents`` (a
+token scan that stops there), then the events one at a time (C-speed parser). Only the
+slices the analysis needs become values: GPU kernels, copies and memsets, CPU ops and
+annotations, the step markers; runtime launches keep only their correlation id and time.
+
+Errors name the file and the event: malformed or truncated JSON (`TraceFormatError` with
+the index of the last event read), a foreign file (no ``traceEvents``), an event without its
+fields.
+
+>>> import explorer as ex
+>>> t = ex.traces.load_kineto(ex.traces.vendored("nccl_data.json.gz"))
+>>> r = t.ranks[0]
+>>> r.rank, r.world_size, r.device, len(r.steps)
+(0, 2, 'gpu', 3)
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import zlib
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from ..models import datasets_dir
+from .classify import classify_name, collective_kind, dtype_name, nelems
+from .errors import TraceFormatError, TracesError
+from .events import Activity, Collective, KinetoTrace, ProcessGroup, RankTrace, Step
+
+__all__ = ["load_kineto", "load_rank", "vendored", "trace_files", "Progress"]
+
+# progress(file, bytes read, bytes in the file, events read): called every PROGRESS_EVERY
+# events and once at the end of each file.
+Progress = Callable[[str, int, int, int], None]
+PROGRESS_EVERY = 200_000
+
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+_CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
+_RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "hip_runtime"})
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_SUFFIXES = (".json", ".json.gz")
+
+
+def vendored(name: str = "") -> Path:
+    """``datasets/traces/kineto/NAME``: the real traces vendored with the project
+    (``datasets/traces/kineto/README.md`` names their source and licence)."""
+    folder = datasets_dir() / "traces" / "kineto"
+    return folder / name if name else folder
+
+
+def trace_files(path) -> tuple[Path, ...]:
+    """The trace files at ``path``: the file itself, or a folder's ``*.json`` and
+    ``*.json.gz`` files whose names say ``rank`` or ``trace`` (``rank-0.json``,
+    ``host_1234.pt.trace.json.gz``); when none does, all of them. Sorted by name."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(path, bytes):
+        raise TracesError(
+            f"load_kineto({path!r}): expected a file or folder path (str or pathlib.Path)"
+        )
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.name.endswith(_SUFFIXES) and f.is_file())
+        named = [f for f in files if re.search(r"rank|trace", f.name, re.IGNORECASE)]
+        if not files:
+            raise TracesError(
+                f"{p}: the folder holds no *.json or *.json.gz trace; point at a folder of "
+                "PyTorch profiler traces (one per rank) or at one file"
+            )
+        return tuple(named or files)
+    if not p.exists():
+        raise TracesError(f"{p}: no such file or folder; give a PyTorch profiler trace path")
+    return (p,)
+
+
+def load_kineto(path, progress: Progress | None = None) -> KinetoTrace:
+    """Read one PyTorch profiler trace file, or a folder of them (one per rank).
+
+    Args:
+        path: a ``.json`` / ``.json.gz`` file or a folder of them.
+        progress: called as ``progress(file, bytes_read, file_bytes, events)`` while
+            reading (every `PROGRESS_EVERY` events and at the end of each file).
+
+    Raises:
+        TraceFormatError: a malformed, truncated or foreign file (named, with the event).
+        TracesError: no such path, or two files claim the same rank.
+    """
+    if progress is not None and not callable(progress):
+        raise TracesError(f"progress={progress!r}; expected a callable or None")
+    ranks = [load_rank(f, progress) for f in trace_files(path)]
+    seen: dict[int, str] = {}
+    for r in ranks:
+        if r.rank is not None:
+            if r.rank in seen:
+                raise TracesError(
+                    f"{r.path} and {seen[r.rank]} both hold rank {r.rank}; load the files of "
+                    "one run (one per rank) together"
+                )
+            seen[r.rank] = r.path
+    ranks.sort(key=lambda r: (r.rank is None, r.rank or 0, r.path))
+    return KinetoTrace(tuple(ranks))
+
+
+class _Counting:
+    """A binary file wrapper that counts the bytes read (progress through a .gz too)."""
+
+    def __init__(self, f):
+        self.f, self.n = f, 0
+
+    def read(self, size=-1):
+        b = self.f.read(size)
+        self.n += len(b)
+        return b
+
+
+def _open(path: Path):
+    raw = open(path, "rb")  # noqa: SIM115 -- closed by the caller
+    counter = _Counting(raw)
+    head = raw.read(2)
+    raw.seek(0)
+    if head == b"\x1f\x8b":
+        return raw, counter, gzip.GzipFile(fileobj=counter, mode="rb")
+    return raw, counter, counter
+
+
+def _header(path: Path) -> dict:
+    """Top-level fields before ``traceEvents`` (Kineto writes the metadata first)."""
+    import ijson
+
+    raw, _, f = _open(path)
+    out: dict = {}
+    try:
+        builder, depth = None, 0
+        for prefix, event, value in ijson.parse(f, use_float=True):
+            if builder is None:
+                if prefix == "" and event == "start_map" and not out and depth == 0:
+                    depth = 1
+                    continue
+                if prefix == "" and event == "map_key":
+                    if value == "traceEvents":
+                        out["__has_events__"] = True
+                        return out
+                    key, builder = value, ijson.ObjectBuilder()
+                    continue
+                if prefix == "" and event == "end_map":
+                    return out
+                raise TraceFormatError(
+                    f"{path}: the top-level JSON value is not an object ({event}); a PyTorch "
+                    "profiler trace is an object with 'traceEvents'"
+                )
+            builder.event(event, value)
+            depth += event in ("start_map", "start_array")
+            depth -= event in ("end_map", "end_array")
+            if depth == 1:  # the key's value is complete
+                out[key] = builder.value
+                builder = None
+        return out
+    except (ijson.JSONError, OSError, EOFError, zlib.error) as e:
+        raise TraceFormatError(
+            f"{path}: not readable JSON before 'traceEvents' ({e}); expected a PyTorch "
+            "profiler trace (Chrome trace JSON, plain or .gz)"
+        ) from None
+    finally:
+        raw.close()
+
+
+def load_rank(path, progress: Progress | None = None) -> RankTrace:
+    """Read one trace file (see `load_kineto`)."""
+    import ijson
+
+    path = Path(path)
+    head = _header(path)
+    if not head.pop("__has_events__", False):
+        raise TraceFormatError(
+            f"{path}: no 'traceEvents' list; this is not a PyTorch profiler (Kineto) trace "
+            f"(top-level keys: {', '.join(sorted(head)) or 'none'})"
+        )
+    dist = head.get("distributedInfo") or {}
+    if not isinstance(dist, dict):
+        raise TraceFormatError(f"{path}: distributedInfo is {dist!r}, not an object")
+    size = path.stat().st_size
+    reader = _Reader(path)
+    raw, counter, f = _open(path)
+    try:
+        for i, ev in enumerate(ijson.items(f, "traceEvents.item", use_float=True)):
+            reader.add(i, ev)
+            if progress is not None and i % PROGRESS_EVERY == 0 and i:
+                progress(str(path), counter.n, size, i)
+    except (ijson.JSONError, OSError, EOFError, zlib.error) as e:
+        raise TraceFormatError(
+            f"{path}: malformed or truncated JSON after event #{reader.count - 1} "
+            f"({reader.last!r}): {e}; re-export the trace or check the copy"
+        ) from None
+    finally:
+        raw.close()
+    if progress is not None:
+        progress(str(path), size, size, reader.count)
+    return reader.build(head, dist)
+
+
+def _rank_from_name(path: Path) -> int | None:
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+class _Reader:
+    """Accumulates one file's events; `build` links kernels to their ops."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.count = 0
+        self.last = ""
+        self.kernels: list[dict] = []
+        self.ops: list[Activity] = []
+        self.op_by_ext: dict[int, tuple[str, tuple, dict]] = {}
+        self.launches: dict[int, float] = {}
+        self.steps: list[tuple[int, float, float, object]] = []
+        self.backend_dtypes: set[str] = set()
+
+    def fail(self, i: int, ev: object, why: str) -> TraceFormatError:
+        name = ev.get("name") if isinstance(ev, dict) else None
+        return TraceFormatError(
+            f"{self.path}: event #{i} ({name!r}) {why}; a Chrome trace event is an object "
+            "with 'ph', and an 'X' slice has numeric 'ts' and 'dur'"
+        )
+
+    def add(self, i: int, ev: object) -> None:
+        self.count = i + 1
+        if not isinstance(ev, dict) or "ph" not in ev:
+            raise self.fail(i, ev, "has no 'ph' field")
+        self.last = ev.get("name", "")
+        if ev["ph"] != "X":
+            return
+        ts, dur = ev.get("ts"), ev.get("dur")
+        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
+            raise self.fail(i, ev, f"has ts={ts!r}, dur={dur!r}")
+        cat = ev.get("cat") or ""
+        name = ev.get("name")
+        if not isinstance(name, str):
+            raise self.fail(i, ev, "has no name")
+        args = ev.get("args") or {}
+        if not isinstance(args, dict):
+            raise self.fail(i, ev, f"has args={args!r}, not an object")
+        if cat in _RUNTIME_CATS:
+            c = args.get("correlation")
+            if isinstance(c, int):
+                self.launches[c] = float(ts)
+            return
+        if cat in _GPU_CATS:
+            self.kernels.append({"name": name, "cat": cat, "ts": float(ts), "dur": float(dur),
+                                 "tid": ev.get("tid", 0), "args": args})  # fmt: skip
+            return
+        if cat not in _CPU_CATS:
+            return
+        m = _STEP.match(name)
+        if m:
+            self.steps.append((int(m.group(1)), float(ts), float(dur), ev.get("tid")))
+        shapes = _shapes(args)
+        coll = _op_collective(name, args)
+        if name.startswith("gloo:") and name[5:] not in ("broadcast", "barrier"):
+            types = args.get("Input type") or []
+            dt = dtype_name(types[0]) if types else None
+            if dt is not None:
+                self.backend_dtypes.add(dt)
+        ext = args.get("External id")
+        if isinstance(ext, int):
+            self.op_by_ext.setdefault(ext, (name, shapes, args))
+        self.ops.append(
+            Activity(
+                name,
+                cat,
+                float(ts),
+                float(dur),
+                tid=ev.get("tid", 0),
+                external_id=ext if isinstance(ext, int) else None,
+                category=classify_name(name),
+                shapes=shapes,
+                collective=coll,
+            )  # fmt: skip
+        )
+
+    def build(self, head: dict, dist: dict) -> RankTrace:
+        kernels = []
+        for k in self.kernels:
+            args = k["args"]
+            ext = args.get("External id")
+            op, shapes, op_args = self.op_by_ext.get(ext, ("", (), {}))
+            cat = classify_name(k["name"]) or (classify_name(op) if op else None)
+            if k["cat"] != "kernel":
+                cat = "memcpy"
+            coll = _kernel_collective(k["name"], args, op_args)
+            if coll is not None:
+                cat = "communication"
+            stream = args.get("stream", k["tid"])
+            kernels.append(
+                Activity(
+                    k["name"],
+                    k["cat"],
+                    k["ts"],
+                    k["dur"],
+                    tid=k["tid"],
+                    stream=stream if isinstance(stream, int) else None,
+                    correlation=args.get("correlation"),
+                    external_id=ext if isinstance(ext, int) else None,
+                    category=cat or "other",
+                    op=op,
+                    shapes=shapes,
+                    collective=coll,
+                )  # fmt: skip
+            )
+        kernels.sort(key=lambda a: a.ts)
+        self.ops.sort(key=lambda a: a.ts)
+        self.ops = _fill_collectives(self.ops, dist, self.backend_dtypes)
+        steps = sorted({s[0]: s for s in self.steps}.values())
+        main_tid = steps[0][3] if steps else _busiest_thread(self.ops)
+        groups = tuple(
+            ProcessGroup(
+                str(g.get("pg_name", "")),
+                str(g.get("pg_desc", "")),
+                tuple(int(x) for x in g.get("ranks", ())),
+                str(g.get("backend_config", "")),
+            )  # fmt: skip
+            for g in dist.get("pg_config", ()) or ()
+            if isinstance(g, dict)
+        )
+        rank = dist.get("rank")
+        rank = rank if isinstance(rank, int) else _rank_from_name(self.path)
+        world = dist.get("world_size")
+        meta = tuple(sorted((k, v) for k, v in head.items()
+                            if isinstance(v, (str, int, float)) and not isinstance(v, bool)))  # fmt: skip
+        return RankTrace(
+            path=str(self.path), rank=rank, world_size=world if isinstance(world, int) else None,
+            backend=str(dist.get("backend", "")), groups=groups,
+            device="gpu" if kernels else "cpu", kernels=tuple(kernels), ops=tuple(self.ops),
+            steps=tuple(Step(n, ts, dur) for n, ts, dur, _ in steps), main_tid=main_tid,
+            events=self.count, meta=meta, launches=self.launches,
+        )  # fmt: skip
+
+
+def _fill_collectives(ops: list[Activity], dist: dict, backend_dtypes: set) -> list[Activity]:
+    """c10d ops record neither their process group nor, for a tensor list, their dtype:
+    the group is the trace's only one (``pg_config`` with one distinct rank set); the dtype
+    is the one the backend's own slices (``gloo:all_reduce`` with its ``Input type``) all
+    show, when there is one (gloo runs FSDP's reduce-scatter as an all-reduce, so the
+    slices of every kind count)."""
+    sets = {tuple(g.get("ranks", ())) for g in dist.get("pg_config", ()) or ()
+            if isinstance(g, dict)}  # fmt: skip
+    ranks = tuple(int(x) for x in next(iter(sets))) if len(sets) == 1 else None
+    dtype = next(iter(backend_dtypes)) if len(backend_dtypes) == 1 else None
+    out = []
+    for a in ops:
+        c = a.collective
+        if c is not None and (c.group_ranks is None or c.dtype is None):
+            same = ranks is not None and c.group_size in (None, len(ranks))
+            gr = c.group_ranks if c.group_ranks is not None else (ranks if same else None)
+            fill = dtype if c.kind not in ("broadcast", "barrier") else None
+            c = replace(c, dtype=c.dtype or fill, group_ranks=gr,
+                        group_size=c.group_size or (len(gr) if gr else None))  # fmt: skip
+            a = replace(a, collective=c)
+        out.append(a)
+    return out
+
+
+def _busiest_thread(ops) -> int | str | None:
+    totals: dict = {}
+    for a in ops:
+        totals[a.tid] = totals.get(a.tid, 0.0) + a.dur
+    return max(totals, key=totals.get) if totals else None
+
+
+def _shapes(args: dict) -> tuple:
+    dims = args.get("Input Dims")
+    if not isinstance(dims, list):
+        return ()
+    return tuple(_freeze(d) for d in dims)
+
+
+def _freeze(x):
+    return tuple(_freeze(v) for v in x) if isinstance(x, list) else x
+
+
+def _ranks(text: object) -> tuple[int, ...] | None:
+    if isinstance(text, list):
+        vals = text
+    elif isinstance(text, str) and text.strip().startswith("["):
+        vals = [v for v in re.split(r"[\s,\[\]]+", text) if v]
+    else:
+        return None
+    try:
+        return tuple(int(v) for v in vals)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int(x) -> int | None:
+    return x if isinstance(x, int) and not isinstance(x, bool) else None
+
+
+def _from_comm_args(kind: str | None, args: dict) -> Collective | None:
+    """A collective from Kineto's communication arguments (``Collective name``, ``In msg
+    nelems``, ``Out msg nelems``, ``dtype``, ``Group size``, ``Process Group Ranks``)."""
+    name = args.get("Collective name")
+    if not isinstance(name, str):
+        return None
+    kind = collective_kind(name) or kind or name
+    n_in, n_out = _int(args.get("In msg nelems")), _int(args.get("Out msg nelems"))
+    n = n_out if kind == "all-gather" else n_in
+    return Collective(
+        kind, n, dtype_name(args.get("dtype")), _int(args.get("Group size")),
+        _ranks(args.get("Process Group Ranks")),
+        str(args["Process Group Name"]) if "Process Group Name" in args else None,
+    )  # fmt: skip
+
+
+# c10d op -> which argument of "Input Dims" holds the buffer in the planner's convention.
+_C10D_ARG = {"all-gather": 0, "reduce-scatter": 1, "all-to-all": 1}
+
+
+def _op_collective(name: str, args: dict) -> Collective | None:
+    """The collective of a CPU op: Kineto's comm arguments (``record_param_comms``, NCCL
+    ops), or a ``c10d::`` op's kind from its name and size from its ``Input Dims``."""
+    from_args = _from_comm_args(None, args)
+    if from_args is not None:
+        return from_args
+    if not name.startswith("c10d::"):
+        return None
+    kind = collective_kind(name[6:])
+    if kind is None:  # c10d::wait, c10d::barrier-like plumbing without a buffer
+        return None
+    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
+    j = _C10D_ARG.get(kind, 0)
+    n = nelems(dims[j]) if j < len(dims) else None
+    dt = dtype_name(types[j]) if j < len(types) else None
+    return Collective(kind, n, dt)
+
+
+def _kernel_collective(name: str, args: dict, op_args: dict) -> Collective | None:
+    """A GPU kernel's collective: its own comm arguments, those of the op that launched it,
+    or (NCCL kernels without them) the kind and dtype in its name."""
+    if not re.match(r"^(nccl|rccl)", name, re.IGNORECASE):
+        return None
+    kind = collective_kind(name)
+    return (
+        _from_comm_args(kind, args)
+        or _from_comm_args(kind, op_args)
+        or Collective(kind or "other", None, dtype_name(name.split("(")[0].rsplit("_", 1)[-1]))
+    )
