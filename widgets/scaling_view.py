@@ -15,6 +15,7 @@ import explorer as ex
 from explorer.training import ScalingCurve
 
 from .base import View
+from .errors import FieldError, field
 from .figure_widget import FigureWidget
 from .figures.errors import ViewError
 from .figures.scaling import METRIC_TITLES, METRICS, curve_label, scaling_figure
@@ -123,16 +124,26 @@ class ScalingView(View):
             if isinstance(w, ipw.Button):
                 continue
             w.observe(guard(self._on_control), names="value")
-        self.controls["add"].on_click(guard(lambda _: self.add_series()))
+        self.controls["add"].on_click(guard(lambda _: self._on_add()))
         self.controls["clear"].on_click(guard(lambda _: self.clear()))
         self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
+        #: the number of series kept by "add series": a control change after it starts a new
+        #: series instead of editing a kept one
+        self._kept = len(series) - 1
+        self.field_errors: dict[str, FieldError] = {}
+        boxed = {}
+        for k in ("model", "hardware", "mode", "global_batch", "counts", "add"):
+            boxed[k], self.field_errors[k] = field(self.controls[k])
+        self.editing = ipw.HTML(layout=ipw.Layout(width="auto"))
         c = self.controls
-        wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
+        wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
-            ipw.HBox([c["model"], c["hardware"], c["mode"]], layout=wrap),
-            ipw.HBox([c["global_batch"], c["counts"], c["metric"]], layout=wrap),
-            ipw.HBox([c["add"], c["clear"]], layout=wrap), self.figure, self.info,
+            self.editing,
+            ipw.HBox([boxed["model"], boxed["hardware"], boxed["mode"]], layout=wrap),
+            ipw.HBox([boxed["global_batch"], boxed["counts"], c["metric"]], layout=wrap),
+            ipw.HBox([boxed["add"], c["clear"]], layout=wrap), self.figure, self.info,
         )  # fmt: skip
+        self._say_editing()
         self.auto = not lazy  # compute on every change (lazy: after the first compute())
         if not lazy:
             self.compute()
@@ -184,29 +195,74 @@ class ScalingView(View):
             self.metric = change["new"]
             self._draw()
             return
-        self.set_last(self._series_from_controls())
+        key = next(k for k, w in self.controls.items() if w is change["owner"])
+        err = self.field_errors[key]
+        if err.run(lambda _: self.set_last(self._series_from_controls()), change["new"]):
+            self.clear_stale()
+        else:
+            self.mark_stale(f"{key}: {err.text.split(': ', 1)[-1]}")
+
+    def _say_editing(self) -> None:
+        """Which series the controls edit, in words above them (a change never replaces a
+        series silently)."""
+        n = len(self.series)
+        if self._kept >= n:
+            what = (f"the {n} series drawn are kept; a change of the controls below adds "
+                    f"series {n + 1}")  # fmt: skip
+        else:
+            what = f"the controls below edit series {n}: {_escape(self.series[-1].label)}"
+        self.editing.value = f"<span style='color:#444'>{what}</span>"
 
     def set_last(self, series: Series) -> None:
-        """Replace the last series (what the controls do) and recompute it."""
-        self.series = [*self.series[:-1], series]
-        self.curves = [*self.curves[:-1], None]
+        """Make ``series`` the one the controls edit and compute it: it replaces the last
+        series, or, after "add series" kept that one, it is added. Its curve is computed
+        first, so a series that cannot be planned (a chip without the model's precision)
+        raises and leaves the drawn ones as they were."""
+        adding = self._kept >= len(self.series)
+        kept = self.series if adding else self.series[:-1]
+        if adding and len(self.series) >= MAX_SERIES:
+            raise ViewError(
+                f"the view holds at most {MAX_SERIES} series; press clear or edit the last one"
+            )
+        if adding:
+            _refuse_duplicate(series, kept)
+        with self.progress.task(f"scaling {series.label}"):
+            report = self.errors.guard(self.progress.callback(f"scaling {series.model}"))
+            curve = self._curve(series, report)
+        if adding:
+            self.series, self.curves = [*self.series, series], [*self.curves, curve]
+        else:
+            self.series, self.curves = [*kept, series], [*self.curves[:-1], curve]
+        self._say_editing()
         self.compute()
 
+    def _on_add(self) -> None:
+        self.field_errors["add"].run(lambda _: self.add_series(), None)
+
     def add_series(self, series: Series | None = None) -> None:
-        """Keep the curves drawn and add ``series`` (default: a copy of the last, which
-        the controls then edit)."""
+        """Keep the series drawn. With ``series``: draw it too (the controls then edit it);
+        without: the next change of a control starts a new series (nothing is drawn twice).
+        """
+        if series is None:
+            self._kept = len(self.series)
+            self._say_editing()
+            return
         if len(self.series) >= MAX_SERIES:
             raise ViewError(
                 f"the view holds at most {MAX_SERIES} series; press clear or edit the last one"
             )
-        series = series or self.series[-1]
+        _refuse_duplicate(series, self.series)
         self.series = [*self.series, series]
         self.curves = [*self.curves, None]
+        self._kept = len(self.series) - 1
+        self._say_editing()
         self.compute()
 
     def clear(self) -> None:
-        """Keep only the last series."""
+        """Keep only the last series (the controls edit it)."""
         self.series, self.curves = self.series[-1:], self.curves[-1:]
+        self._kept = 0
+        self._say_editing()
         self._draw()
 
     # --- drawing ------------------------------------------------------------------------
@@ -267,6 +323,19 @@ class ScalingView(View):
 _WIDE = {"description_width": "initial"}
 # what a scaling figure's traces differ in from one state to the next
 _TRACE_KEYS = ("x", "y", "name", "visible", "hovertext", "line", "legendgroup")
+
+
+def _refuse_duplicate(series: Series, drawn: list[Series]) -> None:
+    if series in drawn:
+        k = drawn.index(series) + 1
+        raise ViewError(
+            f"{series.label} is drawn already (series {k}); change the model, hardware, mode, "
+            "batch or devices first"
+        )
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _replace(s: Series, **kw) -> Series:

@@ -26,6 +26,7 @@ from widgets import (
     link,
 )
 from widgets.figures import memory_figure, pipeline_figure, scaling_figure
+from widgets.figures.errors import ViewError
 from widgets.figures.memory import ROW_NAMES, ROWS, TRACE_TOTAL
 from widgets.figures.pipeline import (
     EVENT_KINDS,
@@ -476,6 +477,37 @@ def test_scaling_view_mode_metric_and_series():
     assert v.progress.updates > 0
     v.clear()
     assert len(v.series) == 1 and v.figure.data[2].visible is False
+
+
+def test_scaling_view_add_keeps_a_series_and_never_draws_one_twice():
+    """Notebook 06's path: "add series" copied the last series (the same curve twice) and a
+    change of the model menu then replaced a series without a word."""
+    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16))
+    assert "edit series 2" in v.editing.value
+    v.controls["add"].click()
+    assert len(v.series) == 2 and "adds series 3" in v.editing.value  # nothing drawn twice
+    v.controls["model"].value = "gpt2-medium"
+    assert [s.model for s in v.series] == ["gpt2", "gpt2", "gpt2-medium"]
+    assert v.curves[-1].model == "gpt2-medium" and v.figure.data[4].visible is True
+    assert "edit series 3" in v.editing.value
+    v.controls["model"].value = "gpt3-125m"  # the controls now edit series 3
+    assert [s.model for s in v.series] == ["gpt2", "gpt2", "gpt3-125m"]
+    with pytest.raises(ViewError, match="drawn already"):
+        v.add_series(v.series[0])
+
+
+def test_scaling_view_refuses_a_chip_beside_its_control_and_keeps_the_curves():
+    """A chip without the model's precision (Ascend 910 has only fp16 and int8) is refused beside
+    the hardware menu with a stale banner; the curves drawn stay (it was an error pane
+    titled "_on_control: HardwareError")."""
+    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16))
+    before = (list(v.series), list(v.curves))
+    v.controls["hardware"].value = "ascend-910"
+    err = v.field_errors["hardware"]
+    assert err.visible and "no peak FLOP/s" in err.text and v.stale
+    assert (v.series, v.curves) == before and v.errors.last is None
+    err.restore()
+    assert v.controls["hardware"].value == "a100-80g" and not err.visible and not v.stale
 
 
 def test_scaling_view_ideal_line_stays_flat_in_the_page():
