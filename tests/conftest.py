@@ -54,6 +54,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/compiler/test_codegen.py",  # 82 s: numba
         "tests/compiler/test_codegen_background.py",  # 34 s: numba
         "tests/compiler/test_kernel_accuracy.py",  # 18 s: numba
+        "tests/compiler/test_torch_compile_archs.py",  # 31 transformers models traced
         "tests/search/test_repeats.py",  # 85 s
         "tests/fuzz/",  # 115 s
         "tests/traces/test_cpu_runs.py",  # 92 s: DDP and FSDP2 runs on 2 CPU processes, profiled

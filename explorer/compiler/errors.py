@@ -11,7 +11,7 @@ from ..errors import ExplorerError
 
 __all__ = [
     "CompilerError", "JitSyntaxError", "ShapeError", "GraphBreak", "SourceLocation",
-    "user_location", "TensorIndexError",
+    "user_location", "TensorIndexError", "TorchCompileError",
 ]  # fmt: skip
 
 _PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../explorer
@@ -122,3 +122,9 @@ class GraphBreak(CompilerError):
 
 class TensorIndexError(ShapeError, IndexError):
     """An index outside a tensor's dim; also an ``IndexError``, so ``for row in x`` ends."""
+
+
+class TorchCompileError(CompilerError, ValueError):
+    """``ex.compile`` cannot trace, build or call a PyTorch module or function: the message
+    names the module, the value and the fix (torch.export's own error is summarised, never
+    raised as is)."""

@@ -32,7 +32,7 @@ from ..ir.ops_tensor import Subgraph
 from .codegen.build import has_queued, start_queued
 from .errors import CompilerError, LoopLimitExceeded
 from .kernels import make_kernel
-from .passes.memory_plan import MemoryPlan, plan_memory
+from .passes.memory_plan import MemoryPlan, host_bytes, plan_memory
 
 __all__ = ["Program"]
 
@@ -56,7 +56,8 @@ class Program:
         if plan is not None:
             for name, b in plan.buffer_of:
                 t = graph.node(name).type
-                views[name] = self.buffers[b][: t.nbytes].view(t.dtype.numpy).reshape(t.shape)
+                views[name] = (self.buffers[b][: host_bytes(t)].view(t.dtype.numpy)
+                               .reshape(t.shape))  # fmt: skip
         # a step: (kernel, input slots, output slots, preallocated out or None); a cond or
         # loop group is one step writing all its members' slots
         self.steps: list[tuple] = []
@@ -89,7 +90,7 @@ class Program:
             self.steps.append((fn, ins, outs, out))
             replaced = n.attr("ops", ()) if n.op in ("fused", "masked_softmax") else ()
             replaced = n.attr("ops", ()) if n.op == "generated" else replaced
-            nbytes = 0 if n.name in views else n.type.nbytes
+            nbytes = 0 if n.name in views else host_bytes(n.type)
             self.meta.append((n.name, n.op, tuple(t.shape for t in in_types) + (n.type.shape,),
                               graph.node_flops(n.name), nbytes, tuple(replaced)))  # fmt: skip
         self.out_slots = [slot[o] for o in graph.outputs]

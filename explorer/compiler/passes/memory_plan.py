@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...ir import Graph
+import numpy as np
+
+from ...ir import Graph, TensorType
 from ..kernels import ALIASES, IN_PLACE, WRITES_OUT
 from .rewrite import RewriteStep
 
-__all__ = ["MemoryPlan", "plan_memory", "memory_plan"]
+__all__ = ["MemoryPlan", "plan_memory", "memory_plan", "host_bytes"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ class MemoryPlan:
                 f"{len(self.in_place)} in place")  # fmt: skip
 
 
+def host_bytes(t: TensorType) -> int:
+    """Bytes of a value of type ``t`` as the executor holds it: bf16, fp16 and fp8 values
+    are numpy float32 arrays (``DType.numpy``), twice or four times ``t.nbytes``."""
+    return t.numel * np.dtype(t.dtype.numpy).itemsize
+
+
 def plan_memory(graph: Graph) -> MemoryPlan:
     pos = {n.name: i for i, n in enumerate(graph.nodes)}
     root: dict[str, str] = {}
@@ -61,7 +69,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         last[root[o]] = end
     planned = {
         n.name for n in graph.nodes
-        if n.op in WRITES_OUT and n.name not in escapes and n.type.nbytes > 0
+        if n.op in WRITES_OUT and n.name not in escapes and host_bytes(n.type) > 0
     }  # fmt: skip
     buf_of: dict[str, int] = {}
     caps: list[int] = []
@@ -73,7 +81,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
     for n in graph.nodes:
         i = pos[n.name]
         if n.name in planned:
-            need = n.type.nbytes
+            need = host_bytes(n.type)
             chosen = None
             if n.op in IN_PLACE:
                 for a in n.inputs:
@@ -100,7 +108,7 @@ def plan_memory(graph: Graph) -> MemoryPlan:
         for v in dying.get(i, ()):
             if v in buf_of and v != n.name:
                 free.append(buf_of[v])
-    naive = sum(graph.node(v).type.nbytes for v in planned)
+    naive = sum(host_bytes(graph.node(v).type) for v in planned)
     order = tuple((n.name, buf_of[n.name]) for n in graph.nodes if n.name in buf_of)
     return MemoryPlan(order, tuple(caps), tuple(in_place), naive)
 

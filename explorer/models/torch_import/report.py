@@ -90,9 +90,17 @@ class TracedGraph(Graph):
     """A ``Graph`` traced from PyTorch, carrying its ``ImportReport``.
 
     ``meta["import_report"]`` is the same report (the spelling views use).
+    ``output_leaves`` lists, per tensor the forward returns (its return value flattened as
+    torch's pytree does, in order), the graph value holding it (None where the forward
+    returns a non-tensor there): `explorer.compiler.torch_program` rebuilds the module's
+    output structure from it. ``lifted``: (input name, CPU tensor) of each tensor the
+    forward itself made (torch.export's lifted constants), fed as an ``input`` like a
+    buffer.
     """
 
     report: ImportReport | None = field(default=None, repr=False, compare=False)
+    output_leaves: tuple[str | None, ...] = field(default=(), repr=False, compare=False)
+    lifted: tuple[tuple[str, Any], ...] = field(default=(), repr=False, compare=False)
 
     @property
     def meta(self) -> dict[str, Any]:

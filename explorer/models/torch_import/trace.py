@@ -258,6 +258,8 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     kinds = _placeholder_kinds(ep, placeholders)
     emitted: dict[str, Ref] = {}
+    module_buffers = {name for name, _ in module.named_buffers(remove_duplicate=False)}
+    lifted: dict[str, Any] = {}
     tied: dict[str, str] = {}
     buffers: list[str] = []
     for node in placeholders:
@@ -276,11 +278,15 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
             cx.env[node.name] = emitted[first]
         elif kind == "buffer":
             buffers.append(target)
-            cx.constants.bind(node.name, getattr(ep, "constants", {}).get(target))
+            value = getattr(ep, "constants", {}).get(target)
+            cx.constants.bind(node.name, value)
+            if _is_tensor(value) and target not in module_buffers:
+                lifted[target] = value  # a tensor the forward makes (torch.tensor(...))
             cx.env[node.name] = cx.source("input", target, t, target.rpartition(".")[0], True)
         else:
             cx.env[node.name] = cx.source("input", node.name, t, "", False)
-    outs = [o for o in _flat(cx.run(gm)) if isinstance(o, Ref)]
+    flat_out = _user_outputs(ep, cx.run(gm))
+    outs = [o for o in flat_out if isinstance(o, Ref)]
     if not outs:
         raise TorchImportError(f"{name}: the traced forward returns no tensor")
     outs = list(dict.fromkeys(o.name for o in outs))
@@ -308,7 +314,19 @@ def _convert(module: Any, ep: Any, tracer: str, name: str, notes: list[str],
         report = replace(report, notes=report.notes + (
             f"{split} fused projections split into one weight block per slice "
             "(named weight[start:stop])",))  # fmt: skip
-    return TracedGraph(tuple(nodes), tuple(outs), b.name, report=report)
+    leaves = tuple(o.name if isinstance(o, Ref) else None for o in flat_out)
+    return TracedGraph(tuple(nodes), tuple(outs), b.name, report=report, output_leaves=leaves,
+                       lifted=tuple(lifted.items()))  # fmt: skip
+
+
+def _user_outputs(ep: Any, values: list[Any]) -> list[Any]:
+    """The converted values of the forward's flattened return, in order: torch.export's
+    output node also lists buffer mutations (its signature's output specs say which)."""
+    flat = list(_flat(values))
+    specs = getattr(getattr(ep, "graph_signature", None), "output_specs", None)
+    if specs is None or len(specs) != len(flat):
+        return flat
+    return [v for v, s in zip(flat, specs, strict=True) if s.kind.name == "USER_OUTPUT"]
 
 
 def _live_notes(notes: set[str], opaque: tuple) -> list[str]:
@@ -342,6 +360,10 @@ def _placeholder_kinds(ep: Any, placeholders: list) -> dict[str, tuple[str, str]
     for node in placeholders:
         out.setdefault(node.name, ("input", node.name))
     return out
+
+
+def _is_tensor(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and hasattr(x, "device")
 
 
 def _flat(x: Any):

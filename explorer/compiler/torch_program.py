@@ -1,0 +1,407 @@
+"""``ex.compile``: a PyTorch module (or function) traced with its real weights into the IR,
+run eagerly (the IR interpreter, op by op) or statically (passes, memory plan, kernels
+chosen once, one generated plan function) from the same graph.
+
+>>> import torch, numpy as np
+>>> import explorer as ex
+>>> torch.manual_seed(0) and None
+>>> mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+>>> x = torch.randn(2, 8)
+>>> prog = ex.compile(mlp, (x,))
+>>> bool(torch.allclose(prog(x), mlp(x), rtol=1e-5, atol=1e-5))
+True
+>>> y = prog.run_eager(x.numpy())          # numpy in, numpy out
+>>> type(y).__name__, [e.name for e in prog.last_trace.events][:2]
+('ndarray', ['einsum', 'add'])
+
+Tolerances (`TOLERANCE`, per dtype of the model's weights): the static and eager runs
+compute float32 (bf16, fp16 and fp8 models too: numpy has no narrower float type), in
+another order of operations than torch, so for an fp32 model every output is within
+``rtol=1e-5, atol=1e-5`` of torch's (the 31 tiny transformers architectures of
+tests/models: 5.4e-6 at most on logits up to about 7, measured); a bf16 or fp16 model is
+compared with torch computing in its own precision, ``rtol=atol=5e-2`` (bf16) and
+``1e-2`` (fp16).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import trace as _trace
+from ..ir import DType, Graph
+from .errors import TorchCompileError
+from .executor import Program
+from .passes import Level, MemoryPlan, RewriteStep, optimize
+from .passes.driver import Backend
+from .torch_eager import TimedInterpreter
+from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, weights
+
+__all__ = ["compile", "TorchProgram", "Verification", "TOLERANCE"]
+
+#: (rtol, atol) of our outputs against torch's, by the model's weight dtype.
+TOLERANCE: dict[str, tuple[float, float]] = {
+    "fp32": (1e-5, 1e-5), "fp16": (2e-2, 2e-2), "bf16": (1e-1, 1e-1), "fp8": (2e-1, 2e-1),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Largest absolute differences of our outputs from torch's on one call, and whether
+    each run is within ``rtol``/``atol`` (``|ours - torch| <= atol + rtol * |torch|``)."""
+
+    static_max_abs: float
+    eager_max_abs: float
+    rtol: float
+    atol: float
+    static_ok: bool
+    eager_ok: bool
+
+    @property
+    def ok(self) -> bool:
+        return self.static_ok and self.eager_ok
+
+
+def compile(  # noqa: A001 (ex.compile, as torch.compile)
+    module_or_fn: Any, example_inputs: Any = (), kwargs: Mapping[str, Any] | None = None, *,
+    level: Level = "O2", backend: Backend = "numpy", name: str | None = None,
+    use_cache: bool | None = False,
+) -> TorchProgram:  # fmt: skip
+    """Trace ``module_or_fn(*example_inputs, **kwargs)`` with its real weights into the IR
+    and build both runs of it; returns a `TorchProgram`, called like the module.
+
+    Args:
+        module_or_fn: a ``torch.nn.Module`` (a transformers model included) or a function
+            of tensors (wrapped in a module to trace it).
+        example_inputs: a tensor or numpy array, or a tuple/list of tensors, arrays and
+            Python constants: the positional inputs. Shapes and dtypes are fixed: a call
+            with other shapes raises (compile again for them).
+        kwargs: keyword inputs (tensors, arrays or Python constants, frozen as traced).
+        level: the optimisation level of the static run (``"O2"``: fold, CSE, DCE,
+            simplify, softmax and elementwise fusion, memory plan).
+        backend: ``"numpy"`` or ``"numba"`` (generated kernels for fused regions).
+        name: the graph's name (default: the module's class name).
+        use_cache: for a module with ``config.use_cache`` (transformers) whose forward takes
+            ``use_cache``, the value passed when the call does not say (default False: the
+            key/value cache is an output object torch.export cannot trace); None passes
+            nothing.
+
+    Raises:
+        TorchCompileError: torch is missing, ``module_or_fn`` is not callable, an input is
+            neither a tensor nor a Python constant, tracing fails (torch.export's error is
+            summarised with the fix), the traced graph has ops the IR cannot run, or the
+            module returns an object that is neither a tensor nor a Python constant.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise TorchCompileError(
+            "ex.compile needs PyTorch; install the 'torch' extra (pip install "
+            "'parallel-explorer[torch]')"
+        ) from None
+    module = _as_module(module_or_fn, torch)
+    args = tuple(_to_torch(x, torch) for x in _as_tuple(example_inputs, torch))
+    kw = {k: _to_torch(v, torch) for k, v in dict(kwargs or {}).items()}
+    defaults = {}
+    if use_cache is not None and "use_cache" not in kw and _takes_use_cache(module):
+        defaults["use_cache"] = bool(use_cache)
+    dressed, flat, sig = flat_module(module, args, {**defaults, **kw})
+    title = name or type(module).__name__
+    graph = _trace_graph(dressed, flat, title, type(module).__name__)
+    return TorchProgram(module, graph, sig, defaults, level, backend)
+
+
+class TorchProgram:
+    """A traced PyTorch callable: ``prog(*args, **kwargs)`` runs the static path,
+    ``prog.run_eager(...)`` the IR interpreter op by op (its `Trace` in ``last_trace``).
+
+    Inputs are torch tensors or numpy arrays of the traced shapes and dtypes (Python
+    values as traced); outputs have the module's structure (``.logits`` of a transformers
+    output), torch tensors when any input was a torch tensor, else numpy arrays.
+
+    Attributes:
+        graph: the traced graph (parameters and buffers as ``param``/``input`` nodes).
+        optimized, steps, memory_plan: the static graph, the passes' RewriteSteps and the
+            memory plan.
+        program: the executor's `Program` (``program.source``: the plan's Python).
+        weights: parameter and buffer values by graph source name (numpy).
+        tolerance: (rtol, atol) against torch for the model's dtype (`TOLERANCE`).
+        notes: what ``compile`` decided for the user (the cache turned off, ...).
+    """
+
+    def __init__(self, module: Any, graph: Graph, sig: FlatSignature, defaults: dict[str, Any],
+                 level: Level, backend: Backend) -> None:  # fmt: skip
+        self.module = module
+        self.graph = graph
+        self.name = graph.name
+        self._sig = sig
+        self._defaults = defaults
+        self.notes = tuple(f"{k}={v!r} passed to the forward (the call may override it)"
+                           for k, v in defaults.items())  # fmt: skip
+        self._out_index = _output_index(graph, sig, self.name)
+        self.weights = weights(graph, module, dict(getattr(graph, "lifted", ())))
+        users = [n for n in graph.inputs if n.name not in self.weights]
+        if len(users) != len(sig.names):
+            raise TorchCompileError(
+                f"{self.name}: the traced graph has {len(users)} inputs besides its buffers "
+                f"({', '.join(n.name for n in users)}), the call {len(sig.names)} tensors "
+                f"({', '.join(sig.names)}); an input the forward does not read is dropped "
+                "by torch.export: pass it as a Python constant (e.g. None) instead"
+            )
+        self._user = [n.name for n in users]
+        self._types = [(n.type.shape, n.type.dtype.numpy) for n in users]
+        dtype = _weight_dtype(graph)
+        self.dtype = dtype
+        self.tolerance = TOLERANCE.get(dtype.value, TOLERANCE["fp32"])
+        self.optimized, self.steps, self.memory_plan = _optimize(graph, level, backend)
+        self.program = Program(self.optimized, self.memory_plan)
+        self.source = self.program.source
+        slot = {n: i for i, n in enumerate(self.program.feed_names)}
+        self._template = [self.weights.get(n) for n in self.program.feed_names]
+        self._user_slots = [slot[n] for n in self._user]
+        self._fast = sig.positional and set(sig.keywords) <= set(defaults)
+        self.last_trace: _trace.Trace | None = None
+
+    # --- calls ------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        arrays, as_torch = self._arrays(args, kwargs)
+        feeds = list(self._template)
+        for s, a in zip(self._user_slots, arrays, strict=True):
+            feeds[s] = a
+        outs = self.program.run(feeds)
+        return self._structure(outs, as_torch)
+
+    def run_eager(self, *args: Any, **kwargs: Any) -> Any:
+        """The eager run: the IR interpreter over the traced graph, op by op, each op timed
+        into a `Trace` (``last_trace``; into the active ``ex.trace.record`` block too)."""
+        arrays, as_torch = self._arrays(args, kwargs)
+        feeds = dict(self.weights)
+        feeds.update(zip(self._user, arrays, strict=True))
+        outer = _trace.active()
+        rec = outer if outer is not None else _trace.Recorder(f"{self.name} eager")
+        values = TimedInterpreter(self.graph, rec).run(feeds)
+        self.last_trace = rec.finish() if outer is None else None
+        return self._structure([values[o] for o in self.graph.outputs], as_torch)
+
+    def run_static_traced(self, *args: Any, **kwargs: Any) -> tuple[Any, _trace.Trace]:
+        """The static run with one ``kernel`` event per step: (the output, its Trace)."""
+        with _trace.record(f"{self.name} static") as t:
+            out = self(*args, **kwargs)
+        return out, t.trace
+
+    def verify(self, *args: Any, **kwargs: Any) -> Verification:
+        """Run torch, the static path and the eager run on one input; compare every tensor
+        output with torch's at `tolerance`."""
+        import torch
+        from torch.utils._pytree import tree_flatten
+
+        targs = tuple(_to_torch(a, torch) for a in args)
+        tkw = {k: _to_torch(v, torch) for k, v in kwargs.items()}
+        with torch.no_grad():
+            want = self.module(*targs, **{**self._defaults, **tkw})
+        rtol, atol = self.tolerance
+        results = []
+        for run in (self.__call__, self.run_eager):
+            got = run(*targs, **tkw)
+            worst, ok = 0.0, True
+            for g, w in zip(tree_flatten(got)[0], tree_flatten(want)[0], strict=True):
+                if isinstance(w, torch.Tensor):
+                    gn, wn = as_array(g).astype(np.float64), as_array(w).astype(np.float64)
+                    worst = max(worst, float(np.abs(gn - wn).max(initial=0.0)))
+                    ok = ok and bool(np.allclose(gn, wn, rtol=rtol, atol=atol))
+            results.append((worst, ok))
+        (s, s_ok), (e, e_ok) = results
+        return Verification(s, e, rtol, atol, s_ok, e_ok)
+
+    def __repr__(self) -> str:
+        return (f"TorchProgram({self.name!r}: {len(self.graph.ops)} ops traced, "
+                f"{len(self.program.steps)} steps static)")  # fmt: skip
+
+    # --- inputs and outputs ---------------------------------------------------------------
+    def _arrays(self, args: tuple, kwargs: dict) -> tuple[list[np.ndarray], bool]:
+        if self._fast and not kwargs:
+            tensors = args
+            if len(tensors) != len(self._types):
+                raise TorchCompileError(
+                    f"{self.name} was compiled for {len(self._types)} positional tensors "
+                    f"({', '.join(self._sig.names)}), got {len(tensors)} arguments"
+                )
+        else:
+            tensors = self._flat_call(args, kwargs)
+        as_torch = False
+        arrays = []
+        for k, (x, (shape, dt)) in enumerate(zip(tensors, self._types, strict=True)):
+            if type(x) is not np.ndarray:
+                as_torch = as_torch or _is_torch(x)
+                x = as_array(x)
+            if x.shape != shape:
+                raise TorchCompileError(
+                    f"{self.name}: input {self._sig.names[k]} has shape {x.shape}, compiled "
+                    f"for {shape}; call ex.compile again with example inputs of this shape"
+                )
+            if x.dtype != dt:
+                x = x.astype(dt)
+            arrays.append(x)
+        return arrays, as_torch
+
+    def _flat_call(self, args: tuple, kwargs: dict) -> list[Any]:
+        from torch.utils._pytree import tree_flatten
+
+        leaves, spec = tree_flatten((tuple(args), {**self._defaults, **kwargs}))
+        if spec != self._sig.in_spec:
+            raise TorchCompileError(
+                f"{self.name}: called with arguments of another structure than traced "
+                f"({len(args)} positional, keywords {sorted(kwargs)}); call it as traced "
+                f"(tensors {', '.join(self._sig.names)}) or compile again"
+            )
+        tensors = []
+        for k, (leaf, traced) in enumerate(zip(leaves, self._sig.in_leaves, strict=True)):
+            if k in self._sig.tensor_at:
+                tensors.append(leaf)
+            elif leaf != traced or type(leaf) is not type(traced):
+                raise TorchCompileError(
+                    f"{self.name}: argument {k} is {leaf!r}, traced as {traced!r}; Python "
+                    "values are frozen at trace time: compile again with this value"
+                )
+        return tensors
+
+    def _structure(self, outs: list[np.ndarray], as_torch: bool) -> Any:
+        from torch.utils._pytree import tree_unflatten
+
+        sig = self._sig
+        leaves = list(sig.out_leaves)
+        for k, pos in enumerate(sig.out_tensor_at):
+            a = outs[self._out_index[k]]
+            leaves[pos] = _torch_of(a, sig.out_dtypes[k]) if as_torch else a
+        return tree_unflatten(leaves, sig.out_spec)
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _as_module(fn: Any, torch: Any) -> Any:
+    if isinstance(fn, torch.nn.Module):
+        return fn
+    if not callable(fn):
+        raise TorchCompileError(
+            f"ex.compile expects a torch.nn.Module or a function of tensors, got "
+            f"{type(fn).__name__}"
+        )
+
+    class FunctionModule(torch.nn.Module):
+        def forward(self, *args, **kwargs):
+            return fn(*args, **kwargs)
+
+    FunctionModule.__name__ = getattr(fn, "__name__", "function")
+    return FunctionModule()
+
+
+def _as_tuple(inputs: Any, torch: Any) -> tuple:
+    if isinstance(inputs, torch.Tensor | np.ndarray):
+        return (inputs,)
+    if isinstance(inputs, list | tuple):
+        return tuple(inputs)
+    raise TorchCompileError(
+        f"example_inputs={type(inputs).__name__}: expected a tensor, a numpy array or a "
+        "tuple of those (and Python constants)"
+    )
+
+
+def _to_torch(x: Any, torch: Any) -> Any:
+    return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
+
+
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _torch_of(a: np.ndarray, dtype: Any) -> Any:
+    import torch
+
+    if not a.flags.writeable:
+        a = a.copy()
+    t = torch.from_numpy(a)
+    return t if t.dtype == dtype else t.to(dtype)
+
+
+def _takes_use_cache(module: Any) -> bool:
+    if getattr(getattr(module, "config", None), "use_cache", None) is None:
+        return False
+    try:
+        params = inspect.signature(type(module).forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "use_cache" in params
+
+
+def _trace_graph(dressed: Any, flat: tuple, title: str, cls: str) -> Graph:
+    from ..models.torch_import import TorchImportError, from_torch
+
+    try:
+        graph = from_torch(dressed, flat, name=title)
+    except TorchImportError as e:
+        raise TorchCompileError(
+            f"cannot compile {cls}: {str(e)[:600]}; make the forward traceable by "
+            "torch.export (no data-dependent Python control flow, outputs of tensors and "
+            "Python values; transformers models: use_cache=False)"
+        ) from None
+    except Exception as e:  # torch raises many kinds while tracing: never let one out raw
+        raise TorchCompileError(
+            f"cannot compile {cls}: tracing failed with {type(e).__name__}: "
+            f"{str(e).splitlines()[0][:400] if str(e) else ''}; make the forward traceable "
+            "by torch.export"
+        ) from None
+    rep = graph.report
+    if rep is not None and rep.opaque:
+        raise TorchCompileError(
+            f"cannot compile {cls}: ops without an IR mapping "
+            f"({', '.join(str(o) for o in rep.opaque)}); register a mapping in "
+            "explorer.models.torch_import (HANDLERS) or a leaf handler for the module"
+        )
+    return graph
+
+
+def _output_index(graph: Graph, sig: FlatSignature, name: str) -> list[int]:
+    if sig.out_spec is None:
+        raise TorchCompileError(f"{name}: the forward did not run while tracing")
+    bad = [v for v in sig.out_leaves if v is not None and not isinstance(v, PYTHON_LEAVES)]
+    if bad:
+        kind = type(bad[0]).__name__
+        raise TorchCompileError(
+            f"{name} returns a {kind}, neither a tensor nor a Python value; ex.compile "
+            "cannot return it from a compiled call"
+            + (
+                ": pass use_cache=False (the key/value cache is not carried)"
+                if "Cache" in kind
+                else ": return its tensors instead"
+            )  # fmt: skip
+        )
+    leaves = getattr(graph, "output_leaves", ())
+    if len(leaves) != len(sig.out_tensor_at) or any(v is None for v in leaves):
+        raise TorchCompileError(
+            f"{name}: the traced graph's outputs do not match the forward's tensors "
+            f"({len(leaves)} vs {len(sig.out_tensor_at)}); trace it with from_torch to see why"
+        )
+    return [graph.outputs.index(v) for v in leaves]
+
+
+def _weight_dtype(graph: Graph) -> DType:
+    for n in graph.parameters:
+        if n.type.dtype.is_float:
+            return n.type.dtype
+    return DType.FP32
+
+
+def _optimize(graph: Graph, level: Level, backend: Backend
+              ) -> tuple[Graph, list[RewriteStep], MemoryPlan | None]:  # fmt: skip
+    g, steps, plan = optimize(graph, level, backend)
+    if len(g.outputs) != len(graph.outputs):
+        raise TorchCompileError(
+            f"{graph.name}: the passes changed the number of outputs "
+            f"({len(graph.outputs)} -> {len(g.outputs)}); compile with level='O0'"
+        )
+    return g, steps, plan
