@@ -9,6 +9,7 @@
 
 from . import compiler, export, hardware, ir, models, search, sharding, teach, trace, traces, training
 from .compiler import F, Tensor, grad, jit, nn, tensor
+from .compiler.torch_program import compile  # noqa: A004 (ex.compile, as torch.compile)
 from .errors import ExplorerError
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
@@ -45,7 +46,7 @@ __version__ = "0.1.0"
 __all__ = [
     "ExplorerError", "ir", "models", "hardware", "sharding", "training", "Mesh", "Graph", "GraphBuilder",
     "DType", "TensorType", "search", "CostParams", "CostBreakdown", "ShardingPlan",
-    "compiler", "trace", "export", "jit", "tensor", "Tensor", "grad", "F", "nn",
+    "compiler", "trace", "export", "jit", "compile", "tensor", "Tensor", "grad", "F", "nn",
     "ParallelConfig", "simulate", "estimate", "SimResult", "plan_training", "TrainingPlan",
     "SearchSpace", "TrainingParams", "TrainingError", "scaling_curve", "stacks", "Stack",
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
