@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import ipywidgets as ipw
+import numpy as np
 
 from explorer.models import ModelConfig
 from explorer.training import ParallelConfig
@@ -18,9 +19,11 @@ from explorer.training.pipeline import (
 from .errors import FieldError, ViewError, field
 from .figure_widget import FigureWidget
 from .figures.pipeline import (
+    CHUNK_PATTERNS,
     EVENT_KINDS,
     TRACE_GROUPS,
     TRACE_SELECTED_MB,
+    chunk_marker,
     figure_height,
     group_arrays,
     hover_template,
@@ -28,6 +31,7 @@ from .figures.pipeline import (
     pipeline_axes,
     pipeline_figure,
     pipeline_title,
+    readable_window,
     selected_arrays,
     time_unit,
     timeline_columns,
@@ -43,6 +47,7 @@ __all__ = ["PipelineView", "MAX_MICROBATCHES", "SCHEDULE_NAMES"]
 # counts up to here (and up to the sequences per replica).
 MAX_MICROBATCHES = 256
 VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
+CHUNKED_KINDS = ("compute-forward", "compute-backward", "recompute")
 SCHEDULE_NAMES = (("1F1B", "1f1b"), ("GPipe", "gpipe"), ("interleaved 1F1B", "interleaved_1f1b"))
 _WIDE = {"description_width": "initial"}
 
@@ -92,7 +97,9 @@ class PipelineView(TrainingView):
         self.sim = self._simulate(self.config)
         self.bubble = self._bubble(self.sim)
         self._cols = timeline_columns(self.sim.timeline)
-        self.figure = FigureWidget(pipeline_figure(self.sim, formula=self.bubble.formula))
+        self.window = readable_window(self._cols)  # real sizes open where numbers are read
+        self.figure = FigureWidget(pipeline_figure(self.sim, formula=self.bubble.formula,
+                                                   window=self.window))  # fmt: skip
         self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
         for k in ("compute-forward", "compute-backward"):
             self.figure.data[EVENT_KINDS.index(k)].on_click(self.errors.guard(self._on_click))
@@ -103,10 +110,9 @@ class PipelineView(TrainingView):
                                layout=ipw.Layout(width="auto")),
             "virtual_stages": ipw.Dropdown(options=[1], description="virtual stages per device",
                                            style=_WIDE, layout=ipw.Layout(width="auto")),
-            "microbatches": ipw.IntSlider(min=1, max=MAX_MICROBATCHES, description="microbatches",
-                                          continuous_update=False, style=_WIDE,
-                                          readout_format="d",
-                                          layout=ipw.Layout(width="30em")),
+            "microbatches": ipw.SelectionSlider(options=[1], description="microbatches",
+                                                continuous_update=False, style=_WIDE,
+                                                layout=ipw.Layout(width="30em")),
             "zoom": ipw.IntRangeSlider(min=0, max=100, value=(0, 100), readout_format="d",
                                        description="zoom (% of the step)",
                                        continuous_update=False, style=_WIDE,
@@ -133,8 +139,28 @@ class PipelineView(TrainingView):
         return self.per_replica // self.config.microbatch_size
 
     def microbatch_options(self) -> list[int]:
-        """Counts that keep the global batch: the divisors of the sequences per replica."""
-        return divisors(self.per_replica)
+        """Counts that keep the global batch (the divisors of the sequences per replica, up
+        to ``MAX_MICROBATCHES``) and that the schedule takes (interleaved 1F1B: multiples of
+        pp). The slider offers only these; the current count is always among them."""
+        c = self.config
+        out = [m for m in divisors(self.per_replica) if m <= MAX_MICROBATCHES
+               and (c.schedule != "interleaved_1f1b" or m % c.pp == 0)]  # fmt: skip
+        return sorted({*out, self.microbatches})
+
+    def set_microbatches(self, count: int) -> None:
+        """Run the step with ``count`` microbatches per replica (the global batch stays, the
+        microbatch size follows); a count the slider does not offer is refused by name."""
+        options = self.microbatch_options()
+        if count not in options:
+            raise ViewError(
+                f"{count} microbatches: the global batch {self.global_batch} gives "
+                f"{self.per_replica} sequences per replica; choose a count that divides "
+                f"{self.per_replica}"
+                + (f" and is a multiple of pp={self.config.pp}"
+                   if self.config.schedule == "interleaved_1f1b" else "")
+                + f": {', '.join(map(str, options))}"
+            )  # fmt: skip
+        self.controls["microbatches"].value = count
 
     def pp_options(self) -> list[int]:
         """pp values that keep the device count and give every stage a layer."""
@@ -157,9 +183,9 @@ class PipelineView(TrainingView):
         w = self.controls["microbatches"]
         self._bulk = True
         try:
-            w.max = max(min(MAX_MICROBATCHES, self.per_replica), m)
+            w.options = self.microbatch_options()
             w.value = m
-            self.controls["zoom"].value = (0, 100)
+            self.controls["zoom"].value = self._zoom_percent()
         finally:
             self._bulk = False
         vs = self.virtual_stage_options() or [c.virtual_stages]
@@ -210,8 +236,17 @@ class PipelineView(TrainingView):
             self.set_config(c, global_batch=gb)
 
     def set_config(self, config: ParallelConfig, global_batch: int | None = None) -> None:
-        self.window = None
+        self.window = None  # _draw opens the new step on a readable window
         super().set_config(config, global_batch)
+
+    def _zoom_percent(self) -> tuple[int, int]:
+        """The zoom control's reading of the window shown (whole percent, at least 1)."""
+        if self.window is None:
+            return (0, 100)
+        span = float(self._cols["span"]) or 1.0
+        lo = int(self.window[0] / span * 100)
+        hi = max(lo + 1, min(100, int(np.ceil(self.window[1] / span * 100))))
+        return (lo, hi)
 
     # --- drawing ------------------------------------------------------------------------
     def _bubble(self, sim) -> BubbleBreakdown:
@@ -228,6 +263,8 @@ class PipelineView(TrainingView):
         self.bubble = self._bubble(sim)
         unit, scale = time_unit(sim.timeline.step_time_s)
         self._cols = cols = timeline_columns(sim.timeline, scale)
+        if self.window is None:  # a new step: open it where the boxes carry their numbers
+            self.window = readable_window(cols)
         sel = selected_arrays(cols, self.microbatch, self._stage_filter())
         fig = self.figure
         self._zooming = True
@@ -237,6 +274,8 @@ class PipelineView(TrainingView):
                     a = kind_arrays(cols, kind)
                     trace.update(y=a["y"], base=a["base"], x=a["x"], customdata=a["customdata"])
                     trace.hovertemplate = hover_template(kind, unit)
+                    if kind in CHUNKED_KINDS:
+                        trace.marker.update(chunk_marker(cols, kind, c.virtual_stages))
                 t = fig.data[TRACE_SELECTED_MB]
                 t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
                 self._set_groups()
@@ -246,6 +285,16 @@ class PipelineView(TrainingView):
         finally:
             self._zooming = False
         self.info.value = self._info()
+        self._set_zoom_control()
+
+    def _set_zoom_control(self) -> None:
+        if "zoom" not in getattr(self, "controls", {}):
+            return
+        bulk, self._bulk = self._bulk, True
+        try:
+            self.controls["zoom"].value = self._zoom_percent()
+        finally:
+            self._bulk = bulk
 
     def zoom(self, lo: float, hi: float) -> None:
         """Show ``lo``..``hi`` percent of the step (0, 100: the whole step); when the boxes
@@ -283,6 +332,7 @@ class PipelineView(TrainingView):
         if self.window is not None and (lo, hi) == tuple(self.window):
             return
         self._set_window((lo, hi))
+        self._set_zoom_control()
 
     def _stage_filter(self) -> int | None:
         # a stage alone outlines that stage's steps; with a microbatch, the microbatch
@@ -316,7 +366,7 @@ class PipelineView(TrainingView):
             f"{'' if s.fits else ' — <b style=color:#E4002B>over memory</b>'}<br>{batch}<br>"
             f"<b>bubble</b>: formula ({_formula_text(c)}) <b>{b.formula:.1%}</b>, simulated "
             f"<b>{b.simulated:.1%}</b>. Step by step: {steps}.<br>{why}. "
-            f"Microbatches in flight per device: {flight}.</div>"
+            f"Microbatches in flight per device: {flight}.{_chunks_text(c)}</div>"
         )
 
     # --- clicks -------------------------------------------------------------------------
@@ -337,6 +387,18 @@ _STEP_NAMES = {
     "with_p2p": "+ pipeline transfers",
     "simulated": "+ gradient reduction and optimizer",
 }
+
+
+def _chunks_text(c) -> str:
+    """How the view tells the virtual chunks apart (pattern and shade, not colour alone)."""
+    if c.virtual_stages <= 1:
+        return ""
+    names = {"": "plain", "/": "hatched /", ".": "dotted", "x": "crossed", "\\": "hatched \\",
+             "+": "gridded", "-": "lined -", "|": "lined |"}  # fmt: skip
+    parts = [f"chunk {k} {names[CHUNK_PATTERNS[k % len(CHUNK_PATTERNS)]]}"
+             for k in range(c.virtual_stages)]  # fmt: skip
+    return (f"<br>Virtual chunks (stage = chunk × pp + device): {', '.join(parts)}, each a "
+            "lighter shade; hover a box for its chunk.")  # fmt: skip
 
 
 def _formula_text(c) -> str:

@@ -300,20 +300,20 @@ def test_pipeline_view_microbatches_keep_the_global_batch(pipeline):
     assert v.config.virtual_stages == 1 and v.controls["virtual_stages"].disabled
 
 
-def test_pipeline_view_refuses_a_count_that_does_not_divide(pipeline):
+def test_pipeline_view_offers_only_counts_that_divide(pipeline):
+    """The slider offers the counts that keep the global batch (it offered 1..16, and 5 was
+    refused after the fact); a count asked from code is refused with the valid ones."""
     v = pipeline
+    assert list(v.controls["microbatches"].options) == [1, 2, 4, 8, 16]
     before = v.figure.to_dict()["data"][FWD]
-    v.controls["microbatches"].value = 5  # 32 / (2 x 5) is no whole microbatch
-    err = v.fields["microbatches"]
-    assert err.visible and "choose a count that divides 16: 1, 2, 4, 8, 16" in err.text
-    assert v.stale and "microbatches = 5 was refused" in v.stale_banner.value
-    assert v.global_batch == 32 and v.sim.config.num_microbatches == 16  # last valid kept
+    with pytest.raises(ViewError, match="choose a count that divides 16: 1, 2, 4, 8, 16"):
+        v.set_microbatches(5)  # 32 / (2 x 5) is no whole microbatch
+    assert v.global_batch == 32 and v.sim.config.num_microbatches == 16  # nothing changed
     assert arr(v.figure.to_dict()["data"][FWD]["x"]).tolist() == arr(before["x"]).tolist()
-    assert v.errors.last is None  # beside the slider, not in the pane at the bottom
-    err.restore()
-    assert v.controls["microbatches"].value == 16 and not err.visible
-    v.controls["microbatches"].value = 8
+    v.set_microbatches(8)
     assert not v.stale and v.config.microbatch_size == 2
+    v.controls["schedule"].value = "interleaved_1f1b"  # pp 4: multiples of 4 only
+    assert list(v.controls["microbatches"].options) == [4, 8, 16]
 
 
 def test_pipeline_view_interleaved_refusal_beside_the_schedule(pipeline):
@@ -348,13 +348,43 @@ def test_pipeline_view_zoom_shows_numbers(pipeline):
     v.controls["pp"].value = 4
     v.set_config(v.config.replace(microbatch_size=1), global_batch=128)  # 64 microbatches
     assert v.sim.config.num_microbatches == 64
-    assert len(v.figure.data[TRACE_GROUPS].x) > 0  # groups labelled
+    # opens on a readable window: every box there carries its number
+    lo, hi = v.window
+    assert lo == 0 and hi < v._cols["span"] and len(v.figure.data[TRACE_GROUPS].x) == 0
+    assert v.controls["zoom"].value[1] < 100
+    v.controls["zoom"].value = (0, 100)
+    assert len(v.figure.data[TRACE_GROUPS].x) > 0  # the whole step: groups labelled
     v.controls["zoom"].value = (0, 5)
     lo, hi = v.figure.layout.xaxis.range
     assert hi == pytest.approx(0.05 * v._cols["span"]) and lo == 0
     assert len(v.figure.data[TRACE_GROUPS].x) == 0  # every box holds its number
     v.controls["zoom"].value = (0, 100)
     assert len(v.figure.data[TRACE_GROUPS].x) > 0 and v.window is None
+
+
+def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
+    """pp 8, 48 microbatches, 4 virtual stages (it opened as a stripe of thin slices with no
+    number on any forward box and the chunks in one colour)."""
+    from widgets.figures.pipeline import BOX_LABEL_PX, PLOT_WIDTH_PX
+
+    par = ex.ParallelConfig(dp=1, pp=8, microbatch_size=1, schedule="interleaved_1f1b",
+                            virtual_stages=4)  # fmt: skip
+    v = PipelineView("gpt3-6.7b", par, global_batch=48, seq=2048)
+    assert v.sim.config.num_microbatches == 48
+    assert 48 in v.controls["microbatches"].options
+    assert all(m % 8 == 0 and 48 % m == 0 for m in v.controls["microbatches"].options)
+    lo, hi = v.window
+    fwd = v.figure.data[FWD]
+    inside = (np.asarray(fwd.base) < hi) & (np.asarray(fwd.base) + np.asarray(fwd.x) > lo)
+    widths = np.asarray(fwd.x)[inside] * PLOT_WIDTH_PX / (hi - lo)
+    assert inside.sum() >= 8 and np.median(widths) >= BOX_LABEL_PX  # numbers fit the boxes
+    assert fwd.texttemplate == "F%{customdata[1]}"
+    chunk = np.asarray(fwd.customdata)[:, 4].astype(int)
+    shapes, colors = np.asarray(fwd.marker.pattern.shape), np.asarray(fwd.marker.color)
+    assert len(set(shapes)) == len(set(colors)) == 4  # four chunks, four patterns and shades
+    for k in range(4):
+        assert len(set(shapes[chunk == k])) == 1 and len(set(colors[chunk == k])) == 1
+    assert "chunk 1 hatched /" in v.info.value
 
 
 def test_pipeline_click_selects_stage_and_microbatch(pipeline):
@@ -372,11 +402,13 @@ def test_pipeline_view_page_holds_every_trace_after_any_sequence(pipeline):
     v = pipeline
     page = PageModel(v.figure)
     rng = random.Random(7)
-    moves = [("microbatches", 4), ("microbatches", 8), ("microbatches", 5), ("pp", 2),
+    moves = [("microbatches", 4), ("microbatches", 8), ("microbatches", 2), ("pp", 2),
              ("pp", 4), ("schedule", "gpipe"), ("schedule", "1f1b"), ("zoom", (0, 20)),
              ("zoom", (0, 100)), ("schedule", "interleaved_1f1b")]  # fmt: skip
     for _ in range(14):
         key, value = rng.choice(moves)
+        if key in ("microbatches", "pp") and value not in v.controls[key].options:
+            continue  # the menus offer only what runs (the slider: counts that divide)
         v.controls[key].value = value
         for k in range(len(EVENT_KINDS) + 1):
             _same_data(page.trace(k), v.figure.data[k], ("x", "y", "base"))

@@ -33,6 +33,7 @@ __all__ = [
     "TRACE_SELECTED_MB", "row_labels", "figure_height", "EVENT_KINDS", "EVENT_NAMES",
     "time_unit", "hover_template", "label_mode", "label_groups", "group_arrays", "TRACE_GROUPS",
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
+    "chunk_marker", "CHUNK_PATTERNS", "readable_window",
 ]  # fmt: skip
 
 TRACE_SELECTED_MB = len(EVENT_KINDS)  # after one trace per event kind
@@ -60,6 +61,10 @@ BOX_LABEL_PX = 20  # narrowest box that holds "F99" at 9 px (3 x 5.5 px and a ma
 GROUP_LABEL_PX = 7  # width of one character of a group label (10 px font)
 ROW_PX = 56  # one pipeline device: the bars and the group labels above them
 LEGEND_PX = 64  # the legend under the time axis (up to three lines)
+#: The pattern of each virtual chunk's boxes (chunk 0 plain): with the shade, chunks are told
+#: apart without colour.
+CHUNK_PATTERNS = ("", "/", ".", "x", "\\", "+", "-", "|")
+_CHUNK_LIGHTEN = (0.0, 0.35, 0.15, 0.5, 0.25, 0.6, 0.05, 0.45)
 _BAR = (-0.2, 0.55)  # bar offset and width in row units: the 0.3 above holds group labels
 _STRIP = (0.37, 0.1)  # pp-comm strip under the bar
 
@@ -115,6 +120,41 @@ def kind_arrays(cols: dict[str, np.ndarray], kind: str) -> dict:
     custom = np.column_stack([cols["stage"][m], cols["mb"][m], start, end, cols["chunk"][m]])
     return {"y": cols["device"][m], "base": start, "x": np.maximum(end - start, 0.0),
             "customdata": custom}  # fmt: skip
+
+
+def _lighter(hex_color: str, amount: float) -> str:
+    r, g, b = (int(hex_color[i : i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (round(c + (255 - c) * amount) for c in (r, g, b))
+    return f"#{r:02X}{g:02X}{b:02X}"
+
+
+def chunk_marker(cols: dict[str, np.ndarray], kind: str, chunks: int) -> dict:
+    """Per-box colour and pattern of a compute kind when the schedule interleaves
+    ``chunks`` model chunks per device: chunk ``c`` gets ``CHUNK_PATTERNS[c]`` and a lighter
+    shade of the kind's colour. One chunk (or another kind): the plain colour."""
+    base = EVENT_COLORS[kind]
+    if chunks <= 1 or kind not in _SHORT:
+        return {"color": base, "pattern": {"shape": ""}}
+    chunk = cols["chunk"][cols["kind"] == kind] % len(CHUNK_PATTERNS)
+    colors = np.array([_lighter(base, a) for a in _CHUNK_LIGHTEN], dtype=object)
+    shapes = np.array(CHUNK_PATTERNS, dtype=object)
+    return {"color": colors[chunk], "pattern": {"shape": shapes[chunk], "fgcolor": "#FFFFFF",
+                                                "fgopacity": 0.55, "size": 7}}  # fmt: skip
+
+
+def readable_window(cols: dict[str, np.ndarray]) -> tuple[float, float] | None:
+    """The window a view opens on: None (the whole step) when every forward/backward box is
+    wide enough for its number at ``PLOT_WIDTH_PX``; else the start of the step, as long as
+    ``BOX_LABEL_PX`` per short box (the 5th percentile: forwards are shorter) needs (a pp 8 x 48 microbatch step opens on its first
+    stretch of numbered boxes; the zoom control widens it)."""
+    if label_mode(cols, None) == "boxes":
+        return None
+    m = _visible(cols, None)
+    lengths = cols["end"][m] - cols["start"][m]
+    short = float(np.percentile(lengths[lengths > 0], 5))  # forwards are the short boxes
+    width = short * PLOT_WIDTH_PX / BOX_LABEL_PX
+    span = float(cols["span"])
+    return (0.0, min(span, width * 0.98))
 
 
 def selected_arrays(
@@ -250,9 +290,11 @@ def hover_template(kind: str, unit: str) -> str:
     )
 
 
-def _bar_trace(kind: str, a: dict, unit: str) -> go.Bar:
+def _bar_trace(kind: str, a: dict, unit: str, chunk: dict | None = None) -> go.Bar:
     thin = kind == "pp-comm"
     marker: dict = {"color": EVENT_COLORS[kind], "line": {"width": 0}}
+    if chunk is not None and kind in _SHORT:
+        marker.update(chunk)
     if kind == "idle":
         marker["pattern"] = {"shape": "/", "fgcolor": "#B0B0B0", "size": 6}
     short = _SHORT.get(kind)
@@ -302,7 +344,8 @@ def pipeline_figure(
     chunks = sim.config.virtual_stages if sim is not None else 1
     unit, scale = time_unit(timeline.step_time_s)
     cols = timeline_columns(timeline, scale)
-    traces = [_bar_trace(kind, kind_arrays(cols, kind), unit) for kind in EVENT_KINDS]
+    traces = [_bar_trace(kind, kind_arrays(cols, kind), unit, chunk_marker(cols, kind, chunks))
+              for kind in EVENT_KINDS]  # fmt: skip
     sel = selected_arrays(cols, selected_microbatch, selected_stage)
     traces.append(go.Bar(
         orientation="h", name="selected", y=sel["y"], base=sel["base"], x=sel["x"],
