@@ -57,7 +57,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "tests/compiler/test_torch_compile_archs.py",  # 31 transformers models traced
         "tests/search/test_repeats.py",  # 85 s
         "tests/fuzz/",  # 115 s
-        "tests/traces/test_cpu_runs.py",  # 92 s: DDP and FSDP2 runs on 2 CPU processes, profiled
+        "tests/traces/test_cpu_runs.py",  # 114 s: DDP and FSDP2 runs on 2 CPU processes, profiled
         # Measured on an idle 2-core machine with -n 2 (make test-fast was 3 min 16 s):
         "explorer/models/hf.py",  # 12 s: its doctest traces a model with torch
         "tests/training/test_published.py",  # 11 s setup + 5 s: every published row planned

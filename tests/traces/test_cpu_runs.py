@@ -89,3 +89,33 @@ def test_host_cluster_is_measured(runs):
     c = host_cluster(runs["ddp"])
     assert c.chips_per_node == 2 and c.chip.peak_flops("fp32") > 0
     assert "measured" in c.source
+
+
+def test_calibrate_from_the_traces_fits_the_parts(runs):
+    """Import, classify and calibrate end to end: the fitted knobs bring the predicted step
+    and its parts closer to the traces' than the start values."""
+    import numpy as np
+
+    from explorer.training.calibration.fit import _Objective
+
+    cfg = tiny_gpt_config()
+    measured = [
+        ex.MeasuredRun.from_trace(
+            load_kineto(runs[w]),
+            cfg,
+            _config(w),
+            host_cluster(runs[w]),
+            2 * MICRO,
+            cfg.max_seq_len,
+            axes={"dp": 2},
+        )  # fmt: skip
+        for w in ("ddp", "fsdp")
+    ]
+    cal = ex.calibrate(measured, params=_fp32(), loo=False)
+    o = _Objective(measured, cal.base, cal.fit, "estimate")
+    before = float(np.sum(o(np.array(cal.start)) ** 2))
+    after = float(np.sum(o(np.array(cal.values)) ** 2))
+    assert after < before
+    for row in cal.table:
+        assert [c[0] for c in row.categories] == ["compute", "optimizer", "communication", "idle"]
+    assert "communication" in cal.category_text()

@@ -14,8 +14,7 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.traces import Breakdown
-from explorer.traces.classify import CATEGORIES
+from explorer.traces import CATEGORIES, Breakdown
 
 from ..colors import BUBBLE, color_for
 from .errors import ViewError

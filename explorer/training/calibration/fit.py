@@ -19,6 +19,13 @@ the fitted params (at most `MAX_ROUNDS` fits); if they still change, a last fit 
 searches again at every trial value (``Calibration.exact``). ``exact=True`` does so from
 the start (the slow path).
 
+Runs read from a profiler trace (`MeasuredRun.from_trace`) also carry the time of each
+part of the step (`STEP_CATEGORIES`: compute, optimizer, exposed communication, idle); the
+fit then also minimises, per such run and category, ``(predicted - measured) / measured
+step time`` (the step model's parts, `step_categories`), so knobs that move one part (a
+link's efficiency, an overlap) are fitted by that part, not only through the step time;
+`Calibration.category_text` reports each part measured, predicted before and after.
+
 Fit data and check data stay apart: ``runs`` are fitted, ``check`` runs are only
 predicted, and every row of `Calibration.table` says which it is. ``loo_error`` is the
 median |error| of each fit run predicted by a fit on the other runs (leave-one-out).
@@ -62,7 +69,7 @@ from .knobs import (
     resolve_fit,
     with_values,
 )
-from .measured import MeasuredRun
+from .measured import MeasuredRun, step_categories
 
 __all__ = [
     "calibrate",
@@ -76,6 +83,7 @@ __all__ = [
     "with_values",
     "predict",
     "predict_times",
+    "predict_results",
     "MAX_ROUNDS",
 ]
 
@@ -114,6 +122,8 @@ class CalibrationRow:
         loo_s: a fit row's prediction by a fit on the other fit rows (None for check
             rows or when leave-one-out was not run).
         fits_memory: whether the fitted model says the configuration fits in memory.
+        categories: for a run with measured `STEP_CATEGORIES`, ``(category, measured s,
+            before s, after s)`` per category.
     """
 
     run: MeasuredRun
@@ -123,6 +133,7 @@ class CalibrationRow:
     after_s: float
     loo_s: float | None = None
     fits_memory: bool = True
+    categories: tuple[tuple[str, float, float, float], ...] = ()
 
     @property
     def error_before(self) -> float:
@@ -142,6 +153,7 @@ class CalibrationRow:
             "run": self.run.as_dict(), "label": self.run.label, "role": self.role,
             "measured_s": self.measured_s, "before_s": self.before_s,
             "after_s": self.after_s, "loo_s": self.loo_s, "fits_memory": self.fits_memory,
+            "categories": [list(c) for c in self.categories],
         }  # fmt: skip
 
 
@@ -209,9 +221,10 @@ class Calibration:
 
     @property
     def determined(self) -> bool:
-        """More fit runs than fitted knobs: otherwise several values fit the runs equally
-        well and the one returned depends on the start."""
-        return len(self.rows("fit")) > len(self.fit)
+        """More fitted observations (step times and measured categories of the fit runs)
+        than fitted knobs: otherwise several values fit the runs equally well and the one
+        returned depends on the start."""
+        return _observations(r.run for r in self.rows("fit")) > len(self.fit)
 
     def rows(self, role: Role) -> tuple[CalibrationRow, ...]:
         return tuple(r for r in self.table if r.role == role)
@@ -251,6 +264,23 @@ class Calibration:
                 f"{r.before_s:8.3g}s ({r.error_before:+6.1%})  "
                 f"{r.after_s:8.3g}s ({r.error_after:+6.1%})"
             )
+        return "\n".join(lines)
+
+    def category_text(self) -> str:
+        """Per run with measured categories: each part of the step measured, predicted
+        before the fit and after it (seconds, and after / measured - 1)."""
+        rows = [r for r in self.table if r.categories]
+        if not rows:
+            return "no run carries measured categories (MeasuredRun.from_trace gives them)"
+        width = max(len(r.run.label) for r in rows)
+        lines = [f"{'role':5}  {'run':{width}}  {'part':13}  {'measured':>10}  {'before':>10}  "
+                 f"{'after':>10}  {'after err':>9}"]  # fmt: skip
+        for r in rows:
+            for name, m, b, a in (("step", r.measured_s, r.before_s, r.after_s),
+                                  *r.categories):  # fmt: skip
+                err = f"{a / m - 1:+9.1%}" if m > 0 else f"{'n/a':>9}"
+                lines.append(f"{r.role:5}  {r.run.label:{width}}  {name:13}  {m:9.4g}s  "
+                             f"{b:9.4g}s  {a:9.4g}s  {err}")  # fmt: skip
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -293,14 +323,30 @@ def predict_times(runs, params: TrainingParams, evaluator: Evaluator = "estimate
         return np.array([predict(r, params, evaluator).step_time_s for r in runs])
 
 
+def predict_results(runs, params: TrainingParams, evaluator: Evaluator = "estimate",
+                    decided_at: TrainingParams | None = None) -> list:  # fmt: skip
+    """`predict`'s `SimResult` per run (layouts as in `predict_times`)."""
+    if decided_at is None:
+        return [predict(r, params, evaluator) for r in runs]
+    with decisions_fixed_at(decided_at.cost):
+        return [predict(r, params, evaluator) for r in runs]
+
+
+def _observations(runs) -> int:
+    """Fitted numbers: one step time per run, plus its measured categories."""
+    return sum(1 + len(r.categories) for r in runs)
+
+
 class _Objective:
-    """Residuals ``log(predicted) - log(measured)`` of some runs, counting evaluations;
+    """Residuals of some runs, counting evaluations: ``log(predicted) - log(measured)`` per
+    step time, then ``(predicted - measured) / measured step time`` per measured category;
     the layouts are searched under ``decided_at`` (None: under each trial's params)."""
 
     def __init__(self, runs, base, names, evaluator, decided_at=None):
         self.runs, self.base, self.names, self.evaluator = runs, base, names, evaluator
         self.decided_at = decided_at
         self.log_measured = np.log([r.step_time_s for r in runs])
+        self.cat_measured = np.array([v / r.step_time_s for r in runs for _, v in r.categories])
         self.calls = 0
 
     def params(self, x) -> TrainingParams:
@@ -309,8 +355,15 @@ class _Objective:
     def __call__(self, x) -> np.ndarray:
         p = self.params(x)
         self.calls += len(self.runs)
-        t = predict_times(self.runs, p, self.evaluator, self.decided_at)
-        return np.log(t) - self.log_measured
+        res = predict_results(self.runs, p, self.evaluator, self.decided_at)
+        steps = np.log([s.step_time_s for s in res]) - self.log_measured
+        if not self.cat_measured.size:
+            return steps
+        cats = []
+        for r, s in zip(self.runs, res, strict=True):
+            pred = step_categories(s.time_by_kind)
+            cats.extend(pred[k] / r.step_time_s for k, _ in r.categories)
+        return np.concatenate([steps, np.array(cats) - self.cat_measured])
 
 
 def _moves(runs, base, names, evaluator, decided_at=None) -> dict[str, float]:
@@ -348,7 +401,8 @@ def _refuse_inert(runs, base, names, evaluator, decided_at=None) -> None:
 def _sensitive(runs, base, names, evaluator, decided_at=None) -> tuple[str, ...]:
     """The default knobs worth fitting to ``runs``: those that move at least one run's
     predicted time by 1e-4 (relative) when nudged by 1% (`_moves`), the most sensitive first
-    and at most ``len(runs) - 1`` of them (at least one), so the fit stays determined. Fitting
+    and at most one fewer than the fitted observations (`_observations`: step times and
+    measured categories; at least one), so the fit stays determined. Fitting
     a knob the runs never use (fused attention's efficiency without fused attention) only
     costs evaluations."""
     moves = {n: m for n, m in _moves(runs, base, names, evaluator, decided_at).items()
@@ -358,7 +412,7 @@ def _sensitive(runs, base, names, evaluator, decided_at=None) -> tuple[str, ...]
             f"none of the default knobs ({', '.join(names)}) changes the predicted time of "
             "these runs; name the fields to fit with fit=(...)"
         )
-    top = sorted(moves, key=lambda n: -moves[n])[: max(1, len(runs) - 1)]
+    top = sorted(moves, key=lambda n: -moves[n])[: max(1, _observations(runs) - 1)]
     return tuple(n for n in names if n in top)
 
 
@@ -461,7 +515,8 @@ def calibrate(
     names = resolve_fit(fit, base)
     # Every run predicted once before the fit: a run the model cannot take fails here,
     # named (`predict`), not in the middle of the least squares.
-    before = predict_times(runs + check, base, evaluator)
+    before_res = predict_results(runs + check, base, evaluator)
+    before = np.array([r.step_time_s for r in before_res])
     decided_at = None if exact else base
     if fit is None:
         names = _sensitive(runs, base, names, evaluator, decided_at)
@@ -508,6 +563,7 @@ def calibrate(
     roles = ["fit"] * len(runs) + ["check"] * len(check)
     for j, (r, role) in enumerate(zip(runs + check, roles, strict=True)):
         res = predict(r, fitted, evaluator)
+        b, a = step_categories(before_res[j].time_by_kind), step_categories(res.time_by_kind)
         table.append(
             CalibrationRow(
                 r,
@@ -517,6 +573,7 @@ def calibrate(
                 res.step_time_s,
                 loo_s[j] if role == "fit" else None,
                 res.fits,
+                tuple((k, v, b[k], a[k]) for k, v in r.categories),
             )  # fmt: skip
         )
     loo_errs = [abs(t / r.step_time_s - 1) for t, r in zip(loo_s, runs, strict=True) if t]

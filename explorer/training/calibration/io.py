@@ -196,6 +196,7 @@ def _calibration_from_doc(doc: Any, cls, row_cls):
                 r["after_s"],
                 r["loo_s"],
                 r["fits_memory"],
+                tuple(tuple(c) for c in r.get("categories", ())),
             )  # fmt: skip
             for r in doc["table"]
         )

@@ -32,6 +32,7 @@ from typing import Literal, get_args
 from ...checks import is_int, is_number
 from ...hardware import Cluster, resolve
 from ...models import ModelConfig, datasets_dir, load
+from ...traces import KinetoTrace, RankTrace, TracesError, breakdown
 from ..config import ParallelConfig
 from ..errors import CalibrationError
 
@@ -44,6 +45,8 @@ __all__ = [
     "measured_datasets",
     "load_measured_rows",
     "cluster_with_devices",
+    "STEP_CATEGORIES",
+    "step_categories",
 ]
 
 
@@ -58,6 +61,33 @@ STACK_COLUMNS = (
     "role", "stack", "stack_version", "precision", "fp8_recipe", "ep",
     "tokens_per_s_per_gpu", "mfu_percent", "memory_gib", "ac_mode", "sharding", "knobs",
 )  # fmt: skip
+
+# The parts of a step both a profiler trace and the step model name (`step_categories`):
+# compute (forward, backward, recomputation), the optimizer step, communication not hidden
+# behind compute, and idle time (pipeline bubbles; in a trace also launch gaps and host
+# overhead). Per device and step they add up to the step time.
+STEP_CATEGORIES: tuple[str, ...] = ("compute", "optimizer", "communication", "idle")
+
+
+def step_categories(time_by_kind) -> dict[str, float]:
+    """The step model's `SimResult.time_by_kind` as `STEP_CATEGORIES` seconds: compute is
+    ``compute-forward + compute-backward + recompute``; communication every ``*-comm`` kind
+    and ``zero-gather``.
+
+    >>> step_categories((("compute-forward", 1.0), ("compute-backward", 2.0), ("dp-comm", 0.5),
+    ...                  ("idle", 0.25), ("optimizer", 0.1)))
+    {'compute': 3.0, 'optimizer': 0.1, 'communication': 0.5, 'idle': 0.25}
+    """
+    kinds = dict(time_by_kind)
+    comm = sum(v for k, v in kinds.items() if k.endswith("-comm") or k == "zero-gather")
+    return {
+        "compute": kinds.get("compute-forward", 0.0) + kinds.get("compute-backward", 0.0)
+        + kinds.get("recompute", 0.0),
+        "optimizer": kinds.get("optimizer", 0.0),
+        "communication": comm,
+        "idle": kinds.get("idle", 0.0),
+    }  # fmt: skip
+
 
 Role = Literal["", "fit", "check"]
 ROLES: tuple[str, ...] = get_args(Role)
@@ -87,6 +117,10 @@ class MeasuredRun:
         ac_mode: activation checkpointing in the source's words (``selective-op``, ...).
         knobs: the stack's other settings as published, ``(("compile", "true"), ...)``
             (`knobs_dict`).
+        categories: measured seconds per step of some `STEP_CATEGORIES`
+            (``(("compute", 0.02), ("communication", 0.004), ...)``), as `from_trace` reads
+            them from a profiler trace; `calibrate` then fits them too. ``()``: the step
+            time only.
 
     >>> import explorer as ex
     >>> r = ex.MeasuredRun("gpt2", ex.ParallelConfig(dp=2), "a100-80g", 16, 512, 0.2)
@@ -110,6 +144,7 @@ class MeasuredRun:
     mfu_percent: float | None = None
     ac_mode: str = ""
     knobs: tuple[tuple[str, str], ...] = ()
+    categories: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (ModelConfig, str)):
@@ -158,6 +193,7 @@ class MeasuredRun:
                 f"MeasuredRun.knobs={self.knobs!r}; expected a tuple of (name, value) str "
                 "pairs, e.g. (('compile', 'true'),)"
             )
+        object.__setattr__(self, "categories", _check_categories(self.categories))
         self.cfg  # noqa: B018 -- an unknown model name fails here, not in the fit
         self.cluster  # noqa: B018
         self.config.microbatches(self.global_batch)  # ParallelConfigError names the batch
@@ -181,6 +217,67 @@ class MeasuredRun:
     @property
     def hardware_name(self) -> str:
         return self.hardware.name if isinstance(self.hardware, Cluster) else self.hardware
+
+    @classmethod
+    def from_trace(
+        cls,
+        trace: KinetoTrace | RankTrace,
+        model: ModelConfig | str,
+        config: ParallelConfig,
+        hardware: str | Cluster,
+        global_batch: int,
+        seq: int,
+        *,
+        skip: int = 1,
+        axes: dict[str, int] | None = None,
+        source: str = "",
+        **fields,
+    ) -> MeasuredRun:
+        """A measured run read from a profiler trace (`explorer.traces.load_kineto`): the step
+        time and the time per `STEP_CATEGORIES`, from `explorer.traces.breakdown`.
+
+        Per step, the step time is the slowest rank's (its analysed window: the ranks wait
+        for each other at the collectives), each category the mean over the ranks; both are
+        then averaged over the steps after the first ``skip`` (warm-up; all steps when
+        there are no more). Compute is the rank's compute time less its optimizer kernels'.
+
+        Args:
+            trace: the run's trace (every rank, or the ones profiled).
+            model, config, hardware, global_batch, seq: as for `MeasuredRun`: the run.
+            skip: leading steps left out.
+            axes: mesh axis sizes to name collective groups (`explorer.traces.breakdown`).
+            source: where the trace comes from (default: its files).
+            fields: other `MeasuredRun` fields (``memory_bytes``, ``stack``, ``role``, ...).
+
+        Raises:
+            CalibrationError: not a trace, a trace without steps, a bad ``skip``.
+        """
+        if not is_int(skip, minimum=0, numpy=True):
+            raise CalibrationError(f"MeasuredRun.from_trace(skip={skip!r}); expected an int >= 0")
+        try:
+            rows = breakdown(trace, axes).rows
+        except TracesError as e:
+            raise CalibrationError(f"MeasuredRun.from_trace: {e}") from None
+        numbers = sorted({r.step for r in rows})
+        keep = set(numbers[int(skip) :] or numbers)
+        per_step: dict[int, list] = {}
+        for r in rows:
+            if r.step in keep:
+                per_step.setdefault(r.step, []).append(r)
+        step_s = sum(max(r.window_s for r in rs) for rs in per_step.values()) / len(per_step)
+        sums = dict.fromkeys(STEP_CATEGORIES, 0.0)
+        n = sum(len(rs) for rs in per_step.values())
+        for rs in per_step.values():
+            for r in rs:
+                opt = min(r.category("optimizer"), r.compute_s)
+                sums["compute"] += r.compute_s - opt
+                sums["optimizer"] += opt
+                sums["communication"] += r.exposed_comm_s
+                sums["idle"] += r.idle_s
+        ranks = trace.ranks if isinstance(trace, KinetoTrace) else (trace,)
+        where = source or ", ".join(sorted({str(r.path) for r in ranks}))
+        return cls(model, config, hardware, global_batch, seq, step_s, source=where,
+                   categories=tuple((k, v / n) for k, v in sums.items()), **fields)  # fmt: skip
 
     @property
     def knobs_dict(self) -> dict[str, str]:
@@ -206,6 +303,7 @@ class MeasuredRun:
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "mfu_percent": self.mfu_percent, "ac_mode": self.ac_mode,
             "knobs": [list(k) for k in self.knobs],
+            "categories": [list(k) for k in self.categories],
         }  # fmt: skip
         if isinstance(self.model, ModelConfig):
             out["model_config"] = asdict(self.model)
@@ -235,6 +333,7 @@ class MeasuredRun:
                 tokens_per_s_per_gpu=d.get("tokens_per_s_per_gpu"),
                 mfu_percent=d.get("mfu_percent"), ac_mode=d.get("ac_mode", ""),
                 knobs=tuple(tuple(k) for k in d.get("knobs", ())),
+                categories=tuple(tuple(k) for k in d.get("categories", ())),
             )  # fmt: skip
         except (KeyError, TypeError) as e:
             raise CalibrationError(
@@ -244,6 +343,21 @@ class MeasuredRun:
 
     def __str__(self) -> str:
         return f"{self.label} on {self.hardware_name}: {self.step_time_s:.4g} s/step"
+
+
+def _check_categories(cats: object) -> tuple[tuple[str, float], ...]:
+    ok = isinstance(cats, tuple) and all(
+        isinstance(c, tuple) and len(c) == 2 and c[0] in STEP_CATEGORIES
+        and is_number(c[1], minimum=0, numpy=True)
+        for c in cats
+    )  # fmt: skip
+    names = [c[0] for c in cats] if ok else []
+    if not ok or len(set(names)) != len(names):
+        raise CalibrationError(
+            f"MeasuredRun.categories={cats!r}; expected a tuple of (category, seconds >= 0) "
+            f"pairs, each of {', '.join(STEP_CATEGORIES)} at most once"
+        )
+    return tuple((k, float(v)) for k, v in cats)
 
 
 def _check_positive(name: str, v: object, what: str) -> None:

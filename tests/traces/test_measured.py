@@ -1,0 +1,106 @@
+"""MeasuredRun.from_trace and calibrate's per-category fit (fast: the vendored GPU trace and
+hand-made runs; the CPU DDP/FSDP runs end to end are in test_cpu_runs.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+import explorer as ex
+from explorer.traces import breakdown, load_kineto, vendored
+from explorer.training.calibration.fit import _Objective
+from explorer.training.calibration.measured import STEP_CATEGORIES, step_categories
+
+CFG = ex.ParallelConfig(dp=2, microbatch_size=4)
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return load_kineto(vendored("nccl_data.json.gz"))
+
+
+def test_from_trace_reads_the_step_and_its_parts(trace):
+    run = ex.MeasuredRun.from_trace(trace, "gpt2", CFG, "a100-80g", 8, 1024, skip=1)
+    rows = [r for r in breakdown(trace).rows if r.step != trace.ranks[0].steps[0].number]
+    assert run.step_time_s == pytest.approx(sum(r.window_s for r in rows) / len(rows))
+    cats = dict(run.categories)
+    assert tuple(cats) == STEP_CATEGORIES
+    # one rank: the parts add up to the step
+    assert sum(cats.values()) == pytest.approx(run.step_time_s)
+    assert cats["communication"] == pytest.approx(sum(r.exposed_comm_s for r in rows) / len(rows))
+    assert "nccl_data.json.gz" in run.source
+    # round trip through as_dict keeps the categories
+    assert ex.MeasuredRun.from_dict(run.as_dict()) == run
+
+
+def test_skip_keeps_at_least_one_step(trace):
+    all_steps = ex.MeasuredRun.from_trace(trace, "gpt2", CFG, "a100-80g", 8, 1024, skip=0)
+    last_only = ex.MeasuredRun.from_trace(trace, "gpt2", CFG, "a100-80g", 8, 1024, skip=99)
+    windows = [r.window_s for r in breakdown(trace).rows]
+    assert all_steps.step_time_s == pytest.approx(sum(windows) / len(windows))
+    assert last_only.step_time_s == pytest.approx(sum(windows) / len(windows))  # all kept
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"skip": -1}, "skip"), ({"skip": True}, "skip")],
+)
+def test_from_trace_refuses_bad_arguments(trace, kwargs, match):
+    with pytest.raises(ex.training.CalibrationError, match=match):
+        ex.MeasuredRun.from_trace(trace, "gpt2", CFG, "a100-80g", 8, 1024, **kwargs)
+    with pytest.raises(ex.training.CalibrationError, match="expected a KinetoTrace"):
+        ex.MeasuredRun.from_trace("x.json", "gpt2", CFG, "a100-80g", 8, 1024)
+
+
+@pytest.mark.parametrize(
+    "cats",
+    [(("bubble", 1.0),), (("compute", -1.0),), (("idle", 1.0), ("idle", 2.0)), [("idle", 1.0)]],
+)
+def test_categories_are_checked(cats):
+    with pytest.raises(ex.training.CalibrationError, match="categories"):
+        ex.MeasuredRun("gpt2", CFG, "a100-80g", 8, 1024, 0.1, categories=cats)
+
+
+def test_step_categories_partition_the_simulated_step():
+    sim = ex.simulate(
+        "gpt2", ex.ParallelConfig(dp=2, zero=3, microbatch_size=4), "a100-80g", 8, 1024
+    )
+    parts = step_categories(sim.time_by_kind)
+    assert sum(parts.values()) == pytest.approx(sum(v for _, v in sim.time_by_kind))
+
+
+def _runs():
+    """Two gpt2 runs whose parts are the model's own under other knob values."""
+    truth = ex.TrainingParams(matmul_efficiency_cap=0.4)
+    out = []
+    for dp, mb in ((2, 4), (4, 2)):
+        par = ex.ParallelConfig(dp=dp, microbatch_size=mb)
+        sim = ex.estimate("gpt2", par, "a100-80g", 16, 1024, truth)
+        parts = step_categories(sim.time_by_kind)
+        out.append(ex.MeasuredRun("gpt2", par, "a100-80g", 16, 1024, sim.step_time_s,
+                                  categories=tuple(parts.items())))  # fmt: skip
+    return out
+
+
+def test_objective_has_a_residual_per_step_and_category():
+    runs = _runs()
+    o = _Objective(runs, ex.TrainingParams(), ("matmul_efficiency_cap",), "estimate")
+    res = o([0.4])
+    assert res.shape == (len(runs) * (1 + len(STEP_CATEGORIES)),)
+    assert res == pytest.approx(0.0, abs=1e-9)  # the knob value that made the parts
+    assert abs(o([0.6])).max() > 1e-3
+
+
+def test_calibrate_reports_each_category_before_and_after():
+    cal = ex.calibrate(
+        _runs(), params=ex.TrainingParams(), fit=("matmul_efficiency_cap",), loo=False
+    )
+    assert cal.values[0] == pytest.approx(0.4, rel=1e-3)
+    for row in cal.table:
+        assert [c[0] for c in row.categories] == list(STEP_CATEGORIES)
+        for _, measured, _before, after in row.categories:
+            assert after == pytest.approx(measured, rel=1e-3, abs=1e-9)
+    text = cal.category_text()
+    assert text.count("compute") == len(cal.table)
+    back = ex.Calibration.from_json(cal.to_json())
+    assert back.table[0].categories == cal.table[0].categories
+    assert cal.determined  # 2 runs x 5 observations for 1 knob
