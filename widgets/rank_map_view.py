@@ -25,6 +25,8 @@ __all__ = ["RankMapView"]
 
 _SIZES = ("dp", "tp", "pp", "cp", "ep")
 _WIDE = {"description_width": "initial"}
+# JupyterLab sets <code> to white-space: pre; long rank lists must wrap, not scroll sideways
+_CODE = "<code style='white-space:pre-wrap;overflow-wrap:anywhere'>"
 
 
 class RankMapView(View):
@@ -74,7 +76,7 @@ class RankMapView(View):
         c["axis"].observe(lambda _: self._draw(), names="value")
         c["rank"].observe(lambda _: self._draw(), names="value")
         self.figure = FigureWidget(rank_map_figure(self.map, axis, rank))
-        self.summary = ipw.HTML(layout=ipw.Layout(width="100%"))
+        self.summary = ipw.HTML(layout=ipw.Layout(width="auto"))  # 100% + margins overflows
         self.summary.add_class("explorer-rank-map-summary")
         wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
@@ -112,7 +114,7 @@ class RankMapView(View):
 
 
 def _summary_html(m: RankMap, axis: str, rank: int) -> str:
-    lines = "".join(f"<li><code>{escape(m.describe(a))}</code></li>" for a in GROUP_AXES)
+    lines = "".join(f"<li>{_CODE}{escape(m.describe(a))}</code></li>" for a in GROUP_AXES)
     shape, names, _ = m.device_mesh()
     groups = m.new_group_ranks(axis)
     listed = groups if len(groups) <= 16 else [*groups[:16], "..."]
@@ -120,7 +122,7 @@ def _summary_html(m: RankMap, axis: str, rank: int) -> str:
         f"<div aria-label='rank map summary'><p>{escape(rank_map_caption(m, axis, rank))}.</p>"
         f"<ul style='margin:2px 0'>{lines}</ul>"
         f"<p><b>new_group</b> rank lists for {escape(axis)} (every process makes every call): "
-        f"<code>{escape(str(listed))}</code></p>"
-        f"<p><b>DeviceMesh</b>: <code>init_device_mesh('cuda', {shape}, "
+        f"{_CODE}{escape(str(listed))}</code></p>"
+        f"<p><b>DeviceMesh</b>: {_CODE}init_device_mesh('cuda', {shape}, "
         f"mesh_dim_names={names})</code></p></div>"
     )

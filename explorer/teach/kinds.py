@@ -21,6 +21,7 @@ from ..sharding import Layout, redistribute
 from ..training import (
     ParallelConfig,
     StateBytes,
+    TrainingParams,
     activation_bytes_per_layer,
     bubble_fraction,
     estimate,
@@ -578,10 +579,12 @@ def mfu(model: str | ModelConfig, config: ParallelConfig, hardware: str, global_
 
 def prediction_error(model: str | ModelConfig, config: ParallelConfig, hardware: str,
                      global_batch: int, seq: int, measured_s: float, *, label: str = "",
-                     key: str = "") -> Exercise:  # fmt: skip
+                     params: TrainingParams | None = None, key: str = "") -> Exercise:  # fmt: skip
     """The relative error of the step model's prediction against a measured step:
-    ``estimate(...).step_time_s / measured - 1``, in %."""
-    predicted = estimate(model, config, hardware, global_batch, seq).step_time_s
+    ``estimate(...).step_time_s / measured - 1``, in %; ``params`` default: the uncalibrated
+    ``TrainingParams()`` (as notebook 08 compares)."""
+    params = TrainingParams() if params is None else params
+    predicted = estimate(model, config, hardware, global_batch, seq, params).step_time_s
     truth = (predicted / measured_s - 1) * 100
     name = label or (model if isinstance(model, str) else model.name)
     return Exercise(
@@ -599,5 +602,5 @@ def prediction_error(model: str | ModelConfig, config: ParallelConfig, hardware:
                     "a prediction shorter than the measurement is optimistic: negative."),
         ),
         hint="error = predicted / measured - 1.",
-        worked=f"{predicted:.4g} / {measured_s:.4g} - 1 = {truth:.3g}%.",
+        worked=f"{predicted:.4g} / {measured_s:.4g} - 1 = {truth:.4g}%.",
     )  # fmt: skip

@@ -226,7 +226,11 @@ class RankMap:
     def __str__(self) -> str:
         head = (f"rank map {self.layout}, order {self.order} ({self.launcher}), "
                 f"{self.gpus_per_node} GPUs per node, {self.nodes} node(s)")  # fmt: skip
-        return "\n".join([head] + [self.describe(a) for a in GROUP_AXES])
+        alone = [a for a in GROUP_AXES if len(self.groups[a][0]) == 1]
+        lines = [self.describe(a) for a in GROUP_AXES if a not in alone]
+        if alone:
+            lines.append(f"size 1 (each rank alone): {', '.join(alone)}")
+        return "\n".join([head, *lines])
 
 
 def rank_map(layout: RankLayout, order: str = "megatron", gpus_per_node: int = 8) -> RankMap:

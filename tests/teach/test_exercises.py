@@ -230,3 +230,13 @@ def test_generators_refuse_bad_inputs():
         kinds.activation_memory(2048, 1, 1024, 16, recompute="some")
     with pytest.raises(TeachError, match="notebook"):
         notebook_exercises("01")
+
+
+def test_prediction_error_is_the_uncalibrated_estimate_against_the_measurement():
+    """Notebook 08's table: estimate with TrainingParams() over the measured step, minus 1."""
+    for q, r in zip(notebook_exercises("08")[2:], ex.training.published_runs("mtnlg_2022"),
+                    strict=True):  # fmt: skip
+        t = ex.training.estimate(r.cfg, r.config, r.hardware, r.global_batch, r.seq,
+                                 ex.training.TrainingParams()).step_time_s  # fmt: skip
+        assert q.truth == pytest.approx(100 * (t / r.step_time_s - 1))
+        assert q.check(-float(q.truth)).mistake == "flipped the sign"
