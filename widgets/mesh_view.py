@@ -217,10 +217,26 @@ class MeshView(View):
         coll = self._ring_coll
         ring = next((i for i, g in enumerate(coll.rings) if self.device in g), 0)
         step = min(self.step, len(coll.rounds))
-        n = coll.ring_size
-        note = (f"{self.teach_kind} over {self.teach_axis} ({n} devices per ring, "
-                f"{len(coll.rings)} rings); click a device in the grid to see its ring")  # fmt: skip
-        return ring_rounds_figure(coll, step, rings=[ring], note=note)
+        return ring_rounds_figure(coll, step, rings=[ring], note=self._ring_note())
+
+    def _ring_note(self) -> str:
+        """The line under the ring: whose collective it is. A selected op without a
+        collective (gelu) is said to need none, so the ring reads as the lesson's example,
+        not as the op's communication."""
+        coll = self._ring_coll
+        what = (f"{self.teach_kind} over {self.teach_axis} ({coll.ring_size} devices per ring, "
+                f"{len(coll.rings)} rings)")  # fmt: skip
+        tip = "click a device in the grid to see its ring"
+        op = self.tensor
+        if self.plan is None or op is None or op not in self.plan.assignment:
+            return f"{what}; {tip}"
+        if not getattr(self, "_n_collectives", 0):
+            return (f"%{op} needs no collective: the ring is the lesson's example, {what}; "
+                    "pick its kind and axis above")  # fmt: skip
+        picked = self.collective
+        if picked is not None and picked == (self.teach_kind, (self.teach_axis,)):
+            return f"%{op}'s {what}; {tip}"
+        return f"the lesson's {what}, not a collective of %{op}; {tip}"
 
     def _set_ring(self) -> None:
         """Recompute the teaching ring for ``teach_kind`` over ``teach_axis`` (raises for an
@@ -274,6 +290,7 @@ class MeshView(View):
         self._n_collectives = len(found)
         if self.collective is not None:
             self._follow_collective(self.collective)
+        replace_figure(self.ring_figure, self._ring())  # its note names the op's collective
         self.info.value = self._describe()
         self._redraw()
 

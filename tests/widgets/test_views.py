@@ -47,9 +47,11 @@ def test_graph_view_collapses_and_expands(tiny_gpt):
     view = GraphView(tiny_gpt, collapsed=True)
     units = view.figure.data[TRACE_NODES].customdata
     assert "scope:layers.1" in units and len(units) < len(tiny_gpt)
-    view.click("scope:layers.1")  # a click on a box expands it
+    view.click("scope:layers.1")  # a click on a box opens one level: its blocks
     units = view.figure.data[TRACE_NODES].customdata
-    assert "scope:layers.1" not in units and "layers.1.attn.norm" in units
+    assert "scope:layers.1" not in units and "scope:layers.1.attn" in units
+    view.click("scope:layers.1.attn")
+    assert "layers.1.attn.norm" in view.figure.data[TRACE_NODES].customdata
     view.controls["collapsed"].value = False
     assert len(view.figure.data[TRACE_NODES].x) == len(tiny_gpt)
 
@@ -272,6 +274,25 @@ def test_a_mesh_view_linked_to_a_graph_view_made_with_a_plan_draws_the_clicked_o
         assert cells.z is not None and len(cells.z) > 0
         with_collectives += bool(devices.collectives())
     assert with_collectives, "no clicked op offered its collectives"
+
+
+def test_mesh_view_ring_says_whose_collective_it_is(mlp, mesh, mlp_plan):
+    """The ring under the grid showed an all-gather for an op with no collective at all;
+    its note now names the op's collective, or says the op needs none."""
+    mv = MeshView(mesh, mlp_plan)
+    seen = set()
+    for n in mlp.ops:
+        mv.tensor = n.name
+        mv._retarget()
+        note = mv.ring_figure.layout.title.text
+        if mv.collectives():
+            kind, axes = mv.collective
+            assert f"%{n.name}'s {kind} over {axes[0]}" in note, note
+            seen.add("has")
+        else:
+            assert f"%{n.name} needs no collective" in note, note
+            seen.add("none")
+    assert seen == {"has", "none"}
 
 
 def test_tuner_mesh_menu_keeps_the_search_method(tiny_gpt, mesh):
