@@ -15,9 +15,10 @@ from .classify import CATEGORIES, Category, classify_name, collective_kind
 from .errors import TraceFormatError, TracesError
 from .events import Activity, Collective, KinetoTrace, ProcessGroup, RankTrace, Step
 from .kineto import load_kineto, load_rank, trace_files, vendored
+from .side_by_side import TRACKS, Lane, SideBySide, Slice, side_by_side
 
 __all__ = [
     "load_kineto", "load_rank", "breakdown", "Breakdown", "StepBreakdown", "axis_of", "trace_files", "vendored", "KinetoTrace", "RankTrace",
     "Activity", "Collective", "ProcessGroup", "Step", "Category", "CATEGORIES",
-    "classify_name", "collective_kind", "TracesError", "TraceFormatError",
+    "classify_name", "collective_kind", "side_by_side", "SideBySide", "Lane", "Slice", "TRACKS", "TracesError", "TraceFormatError",
 ]  # fmt: skip

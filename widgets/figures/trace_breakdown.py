@@ -1,6 +1,9 @@
-"""Where a profiled step went: one stacked bar per rank and step (compute, exposed
+"""Where a profiled step went, and the measured step beside the predicted one.
+
+`breakdown_figure`: one stacked bar per rank and step (compute, exposed
 communication, idle; the overlapped communication as a line across each bar), and the
-time per kernel category. Draws `explorer.traces.Breakdown` as the core computed it.
+time per kernel category (`explorer.traces.Breakdown`). `side_by_side_figure`: the measured
+ranks' and the predicted devices' timelines on one axis (`explorer.traces.SideBySide`).
 
 >>> import explorer as ex
 >>> b = ex.traces.breakdown(ex.traces.load_kineto(ex.traces.vendored("nccl_data.json.gz")))
@@ -14,13 +17,16 @@ from __future__ import annotations
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from explorer.traces import CATEGORIES, Breakdown
+from explorer.traces import CATEGORIES, TRACKS, Breakdown, SideBySide
 
 from ..colors import BUBBLE, color_for
 from .errors import ViewError
 from .style import base_layout
 
-__all__ = ["breakdown_figure", "PART_COLORS", "CATEGORY_COLORS", "row_label"]
+__all__ = [
+    "breakdown_figure", "side_by_side_figure", "PART_COLORS", "CATEGORY_COLORS",
+    "TRACK_COLORS", "row_label",
+]  # fmt: skip
 
 PART_COLORS = {
     "compute": "#636EFA",
@@ -84,4 +90,56 @@ def breakdown_figure(b: Breakdown, title: str = "") -> go.Figure:
     fig.update_xaxes(title_text="ms", row=1, col=1)
     fig.update_xaxes(title_text="ms", row=1, col=2)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
+    return fig
+
+
+TRACK_COLORS = {
+    "compute": "#636EFA", "TP comm": "#AB63FA", "DP comm": "#EF553B", "CP comm": "#19D3F3",
+    "EP comm": "#FF6692", "PP send/recv": "#FFA15A", "comm": "#8C564B", "bubble": BUBBLE,
+}  # fmt: skip
+
+
+def side_by_side_figure(s: SideBySide, title: str = "") -> go.Figure:
+    """The measured ranks' step and the predicted devices' step on one time axis (ms): one
+    row per lane and track (``measured rank 0 · compute``, ...), one bar trace per track
+    (`TRACKS`, always all of them, so a view updates them in place); the title names the
+    largest difference."""
+    if not isinstance(s, SideBySide):
+        raise ViewError(f"side_by_side_figure({s!r}): expected an explorer.traces.SideBySide")
+    used = [t for t in TRACKS if any(lane.track_s(t) for lane in s.lanes)]
+    rows = [f"{lane.label} · {t}" for lane in s.lanes for t in used]
+    fig = go.Figure()
+    for track in TRACKS:
+        ys, xs, bases, names = [], [], [], []
+        for lane in s.lanes:
+            for sl in lane.slices:
+                if sl.track == track:
+                    ys.append(f"{lane.label} · {track}")
+                    xs.append(sl.dur_s * 1e3)
+                    bases.append(sl.start_s * 1e3)
+                    names.append(sl.name)
+        fig.add_trace(
+            go.Bar(
+                name=track,
+                y=ys,
+                x=xs,
+                base=bases,
+                orientation="h",
+                customdata=names,
+                marker_color=TRACK_COLORS[track],
+                showlegend=bool(ys),
+                hovertemplate="%{y}<br>%{customdata}: %{base:.3f} ms + %{x:.3f} ms<extra></extra>",
+            )  # fmt: skip
+        )
+    top = s.differences[0] if s.differences else None
+    what = (f"largest difference: {top[0]} measured {top[1] * 1e3:.3g} ms, predicted "
+            f"{top[2] * 1e3:.3g} ms" if top else "")  # fmt: skip
+    fig.update_layout(
+        **base_layout(
+            title or f"Step {s.step}: measured vs predicted ({what})", height=120 + 22 * len(rows)
+        ),  # fmt: skip
+        barmode="overlay",
+        xaxis={"title": {"text": "ms from the step's start"}},
+        yaxis={"categoryorder": "array", "categoryarray": rows, "autorange": "reversed"},
+    )
     return fig
