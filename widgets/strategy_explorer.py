@@ -128,7 +128,8 @@ class StrategyExplorer(View):
         self.explain = ipw.HTML("<i>click an op in the graph to see why its strategy won</i>")
         self.note = ipw.HTML()
         self.tabs = ipw.Tab(
-            children=[ipw.VBox() for _ in TABS], layout=ipw.Layout(flex="1 1 60em", min_width="0")
+            children=[_placeholder(t) for t in TABS],
+            layout=ipw.Layout(flex="1 1 60em", min_width="0"),
         )
         for i, t in enumerate(TABS):
             self.tabs.set_title(i, t)
@@ -205,8 +206,13 @@ class StrategyExplorer(View):
         self._ensure_views()
         graph_view = self.views["graph"]
         graph_view.stages = self.stages  # before the plan: GraphView redraws on the plan
+        # one pipeline stage colours every op alike: colour by strategy instead (and back)
+        want = "stage" if plan.config.stages > 1 else "strategy"
+        if graph_view.controls["color_by"].value in ("stage", "strategy"):
+            graph_view.controls["color_by"].value = want
         self.selection.publish(graph=sharding.graph, plan=sharding, training=plan, highlight=())
         self._stale_tuner()
+        self._stale_traces()
         self.summary.value = self._summary()
         self.report.value = f"<pre style='font-size:11px'>{_escape(plan.report())}</pre>"
         self.note.value = self._note()
@@ -266,8 +272,12 @@ class StrategyExplorer(View):
         self._build_tab(TABS[change["new"]])
 
     def _build_tab(self, name: str) -> None:
-        if name in self.views:
+        if name in self.views or name not in _BUILT_LATER:
             return
+        with self.progress.task(f"building the {name} tab ({_BUILT_LATER[name]})"):
+            self._build_view(name)
+
+    def _build_view(self, name: str) -> None:
         sp, plan = self.sharding, self.plan
         if name == "mesh":
             view: View = MeshView(sp.mesh, sp, selection=self.selection)
@@ -277,14 +287,40 @@ class StrategyExplorer(View):
         elif name == "scaling":
             view = ScalingView(model=plan.model, hardware=plan.hardware, seq=plan.seq,
                                counts=DEVICE_CHOICES, selection=self.selection)  # fmt: skip
-        elif name == "traces":
-            from .trace_compare import TraceCompare
+        else:  # traces: a miniature of the chosen model, eager and under @jit
+            from .trace_compare import TraceCompare, miniature_workload
 
-            view = TraceCompare(selection=self.selection)
-        else:  # graph, pipeline, memory exist from the first plan
-            return
+            try:
+                fn, make_args, note = miniature_workload(plan.model_config)
+            except ViewError as e:
+                self._set_tab(name, ipw.HTML(f"<i>{_escape(str(e))}</i>"))
+                self._traces_model = plan.model
+                return
+            view = TraceCompare(fn, make_args, batch=1, size=32, runs=5,
+                                selection=self.selection, note=note)  # fmt: skip
         self.views[name] = view
         self._place(name)
+        if name == "traces":
+            self._traces_model = plan.model
+
+    def _set_tab(self, name: str, widget: ipw.Widget) -> None:
+        children = list(self.tabs.children)
+        children[TABS.index(name)] = widget
+        self.tabs.children = children
+        for i, t in enumerate(TABS):
+            self.tabs.set_title(i, t)
+
+    def _stale_traces(self) -> None:
+        """The traces run a miniature of the chosen model: another model rebuilds them (now
+        if the tab is open, else when it is next opened)."""
+        built = getattr(self, "_traces_model", None)
+        if built is None or built == self.plan.model:
+            return
+        self.views.pop("traces", None)
+        self._traces_model = None
+        self._set_tab("traces", _placeholder("traces"))
+        if self.tabs.selected_index == TABS.index("traces"):
+            self._build_tab("traces")
 
     def _stale_tuner(self) -> None:
         """The tuner plans one graph; a new plan brings a new graph: rebuild it (now if its
@@ -293,9 +329,7 @@ class StrategyExplorer(View):
         if tuner is None or tuner.graph is self.sharding.graph:
             return
         del self.views["cost tuner"]
-        children = list(self.tabs.children)
-        children[TABS.index("cost tuner")] = ipw.VBox()
-        self.tabs.children = children
+        self._set_tab("cost tuner", _placeholder("cost tuner"))
         if self.tabs.selected_index == TABS.index("cost tuner"):
             self._build_tab("cost tuner")
 
@@ -339,6 +373,9 @@ class StrategyExplorer(View):
     def _legend(self) -> str:
         """Swatches of the stage colours GraphView uses (``color_by="stage"``)."""
         c = self.plan.config
+        if c.stages == 1:
+            return ("one pipeline stage (pp=1): the graph colours ops by their strategy "
+                    "(colour by stage again when a plan has pp > 1)")  # fmt: skip
         cells = "".join(
             f"<span style='background:{stage_color(g)};padding:0 6px;margin-right:3px'>{g}</span>"
             for g in range(c.stages)
@@ -357,6 +394,23 @@ class StrategyExplorer(View):
             f"(dp x microbatch size = {self.plan.config.dp * self.plan.config.microbatch_size}"
             f" sequences) on the dp x tp mesh.</i>"
         )
+
+
+#: The tabs built when first opened, and what building them does (shown while it runs).
+_BUILT_LATER = {
+    "mesh": "layouts and collectives of the selected op",
+    "cost tuner": "cost tables of every op's strategies: a few seconds",
+    "scaling": "plans the job at ten device counts: a few seconds",
+    "traces": "runs a miniature of the model eagerly and under @jit",
+}
+
+
+def _placeholder(tab: str) -> ipw.Widget:
+    """What a tab shows before its view exists: what opening it builds (its progress then
+    shows under the controls), never an empty pane."""
+    what = _BUILT_LATER.get(tab, "drawn with the first plan")
+    return ipw.HTML(f"<div style='padding:12px;color:#444'>&#8987; <b>{tab}</b>: building "
+                    f"when opened — {what}; progress shows under the controls above</div>")  # fmt: skip
 
 
 def _escape(text: str) -> str:

@@ -42,7 +42,7 @@ from .figures.trace import (
 from .format import fmt_seconds
 from .selection import Selection
 
-__all__ = ["TraceCompare", "gpt_workload"]
+__all__ = ["TraceCompare", "gpt_workload", "miniature_workload"]
 
 DATA_URI_MAX_BYTES = 4 * 2**20  # a larger trace is offered as a file path only
 
@@ -66,6 +66,45 @@ def gpt_workload(
         return model, ex.tensor(rng.integers(0, vocab, (batch, size)), "int32")
 
     return _infer, make_args
+
+
+def miniature_workload(
+    cfg, *, hidden: int = 64, layers: int = 2, heads: int = 4, vocab: int = 256,
+    max_seq: int = 128,
+) -> tuple[Callable, Callable[[int, int], tuple], str]:  # fmt: skip
+    """A runnable miniature of a decoder ``ModelConfig`` for the traces: its norm,
+    activation, bias, grouped-query ratio and FFN ratio at ``hidden`` x ``layers``;
+    returns ``(fn, make_args, note)``, the note saying what the miniature keeps and what
+    it draws differently (rotary positions as learned ones, experts as one dense MLP).
+    Raises ViewError for an encoder or an MLP (the traces run a decoder forward)."""
+    if cfg.arch != "decoder":
+        raise ViewError(
+            f"the traces tab runs a decoder forward; {cfg.name!r} is a {cfg.arch}: open "
+            "TraceCompare with your own fn and make_args"
+        )
+    group = max(1, cfg.num_heads // (cfg.num_kv_heads or cfg.num_heads))
+    kv = max(1, heads // group) if heads % max(1, heads // group) == 0 else heads
+    ffn = hidden * max(1, round(cfg.ffn / cfg.hidden_size))
+    model = ex.nn.GPT(vocab_size=vocab, hidden=hidden, num_layers=layers, num_heads=heads,
+                      max_seq_len=max_seq, ffn=ffn, num_kv_heads=kv, norm=cfg.norm,
+                      activation=cfg.activation, bias=cfg.bias, seed=0)  # fmt: skip
+    differs = []
+    if cfg.position != "learned":
+        differs.append(f"{cfg.position} positions drawn as learned ones")
+    if getattr(cfg, "num_experts", 0):
+        differs.append(f"its {cfg.num_experts} experts as one dense MLP")
+    note = (f"a {layers}-layer miniature of <b>{cfg.name}</b> (hidden {hidden}, {heads} heads, "
+            f"{kv} key/value heads, {cfg.norm}, {cfg.activation}, FFN x{ffn // hidden})"
+            + (f"; {', '.join(differs)}" if differs else ""))  # fmt: skip
+
+    def make_args(batch: int, size: int) -> tuple:
+        if size > max_seq:
+            raise ViewError(f"size={size} exceeds the miniature's max_seq_len={max_seq}; pick "
+                             f"a size up to {max_seq}")  # fmt: skip
+        rng = np.random.default_rng(0)
+        return model, ex.tensor(rng.integers(0, vocab, (batch, size)), "int32")
+
+    return _infer, make_args, note
 
 
 def _slider(value: int, lo: int, hi: int, step: int, text: str, tip: str) -> ipw.IntSlider:
@@ -122,7 +161,7 @@ class TraceCompare(View):
         *, batch: int = 2, size: int = 32, level: str = "O2", runs: int = 7,
         perfetto_path: str | Path = "eager_vs_jit.trace.json",
         selection: Selection | None = None, dynamic: Mapping[str, Mapping[int, str]] | None = None,
-        backend: str = "numpy",
+        backend: str = "numpy", note: str = "",
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         if (fn is None) != (make_args is None):
@@ -186,7 +225,10 @@ class TraceCompare(View):
             self.figure.data[k].on_click(self.errors.guard(self._on_click))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         c = self.controls
+        #: what runs (the dashboard: a miniature of its model); empty for a user's fn
+        self.note = ipw.HTML(note or "", layout=ipw.Layout(width="auto"))
         self._layout_children(
+            self.note,
             ipw.HBox([boxes["batch"], boxes["size"], boxes["runs"]], layout=wrap),
             self.headline,
             ipw.HBox([c["kernel"], c["all_flows"], self.perfetto_button],

@@ -573,7 +573,9 @@ def test_dashboard_plans_with_progress_and_links_views(dash):
     assert dash.progress.shown and dash.progress.updates >= 2
     assert dash.selection.training is dash.plan and dash.selection.plan is dash.sharding
     graph, pipe, mem = dash.views["graph"], dash.views["pipeline"], dash.views["memory"]
-    assert graph.color_by == "stage" and graph.plan is dash.sharding
+    # colour by stage with several stages; one stage colours every op alike: by strategy
+    assert graph.color_by == ("stage" if dash.plan.config.stages > 1 else "strategy")
+    assert graph.plan is dash.sharding
     assert pipe.config == dash.plan.config.replace(num_microbatches=None)
     assert "2 of its 12 layers" in dash.note.value
     graph.click("layers.1.mlp.fc1")
@@ -627,6 +629,32 @@ def test_dashboard_scaling_tab_follows_the_model(dash):
     scaling = dash.open_tab("scaling")
     assert scaling.computed and scaling.series[-1].model == dash.plan.model
     assert scaling.figure.data[0].visible is True
+
+
+def test_dashboard_tabs_say_what_they_build_and_traces_follow_the_model(dash):
+    """Tabs were empty for seconds on first open, and the traces tab ran a toy GPT whatever
+    model was chosen."""
+    from widgets.strategy_explorer import TABS
+
+    for name in ("cost tuner", "scaling", "traces"):
+        if name not in dash.views:
+            shown = dash.tabs.children[list(TABS).index(name)]
+            assert "building when opened" in shown.value, name
+    traces = dash.open_tab("traces")
+    assert "miniature of <b>gpt2</b>" in traces.note.value and traces.runs.eager
+    assert any(t.startswith("building the traces tab") for t in dash.progress.shown)
+    dash.controls["model"].value = "llama2-7b"
+    dash.flush()
+    assert dash.plan.model == "llama2-7b", dash.errors.last
+    rebuilt = dash.views["traces"]  # the tab is open: rebuilt at once for the new model
+    assert rebuilt is not traces and "miniature of <b>llama2-7b</b>" in rebuilt.note.value
+    assert (
+        "rmsnorm" in rebuilt.note.value and "rope positions drawn as learned" in rebuilt.note.value
+    )
+    pp1 = dash.plan.config.stages == 1
+    assert ("one pipeline stage" in dash.note.value) == pp1
+    dash.controls["model"].value = "gpt2"
+    dash.flush()
 
 
 def test_dashboard_stack_control_replans_with_that_stack():
