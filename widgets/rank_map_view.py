@@ -113,11 +113,18 @@ class RankMapView(View):
         self.summary.value = _summary_html(self.map, axis, rank)
 
 
+def _short(ranks: list[int]) -> str:
+    if len(ranks) <= 12:
+        return str(ranks)
+    return "[" + ", ".join(map(str, ranks[:8])) + f", ..., {ranks[-1]}]"
+
+
 def _summary_html(m: RankMap, axis: str, rank: int) -> str:
     lines = "".join(f"<li>{_CODE}{escape(m.describe(a))}</code></li>" for a in GROUP_AXES)
     shape, names, _ = m.device_mesh()
     groups = m.new_group_ranks(axis)
-    listed = groups if len(groups) <= 16 else [*groups[:16], "..."]
+    listed = ", ".join(_short(g) for g in groups[:8]) + (", ..." if len(groups) > 8 else "")
+    listed = f"[{listed}] ({len(groups)} lists of {len(groups[0])}; all: map.new_group_ranks)"
     return (
         f"<div aria-label='rank map summary'><p>{escape(rank_map_caption(m, axis, rank))}.</p>"
         f"<ul style='margin:2px 0'>{lines}</ul>"

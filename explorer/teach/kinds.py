@@ -19,6 +19,7 @@ from ..models import ModelConfig
 from ..models import load as load_model
 from ..sharding import Layout, redistribute
 from ..training import (
+    ActivationTerms,
     ParallelConfig,
     StateBytes,
     TrainingParams,
@@ -130,6 +131,7 @@ def activation_memory(
         return layers * per / GIB
 
     truth = act(recompute)
+    t = ActivationTerms()  # the coefficients activation_bytes_per_layer uses by default
     mistakes = [Mistake(f"used the '{p}' policy", act(p),
                         f"with recompute '{p}' a layer keeps "
                         + {"none": "every activation, attention scores included.",
@@ -152,9 +154,12 @@ def activation_memory(
                ("tp", str(tp)), ("sequence parallel", "yes" if sp else "no"),
                ("recompute", recompute)),
         unit="GiB", truth=truth, mistakes=tuple(mistakes),
-        hint=("Per layer, Korthikanti et al. 2022: s*b*h*(34 + 5*a*s/h) bytes without "
-              "recompute; selective drops the 5*a*s/h attention part; full keeps only the "
-              "layer input, 2*s*b*h. Tensor parallelism divides the split parts by tp."),
+        hint=(f"Per layer, Korthikanti et al. 2022: s*b*h*({t.replicated_bytes + t.split_bytes:g}"
+              f" + {t.attention_bytes:g}*a*s/h) bytes without recompute; selective drops the "
+              f"{t.attention_bytes:g}*a*s/h attention part; full keeps only the layer input, "
+              f"{t.checkpoint_bytes:g}*s*b*h. Tensor parallelism divides the split parts "
+              f"({t.split_bytes:g} of the {t.replicated_bytes + t.split_bytes:g}, and the "
+              "attention part) by tp."),
         worked=(f"{layers} x {_size(truth * GIB / layers)} per layer = {truth:.4g} GiB "
                 f"(recompute '{recompute}', tp {tp}{', sequence parallel' if sp else ''})."),
     )  # fmt: skip

@@ -210,9 +210,14 @@ class RankMap:
         spans = self.nodes_spanned(axis)
         widest = max(len(s) for s in spans)
         where = "each inside one node" if widest == 1 else f"each across up to {widest} nodes"
+        first = list(groups[0])
+        if len(first) > 8:  # a long group: its head and its last rank
+            shown = "[" + ", ".join(map(str, first[:6])) + f", ..., {first[-1]}]"
+        else:
+            shown = str(first)
         return (
             f"{axis:5s} {_DESCRIBE[axis]}: {len(groups)} group(s) of {len(groups[0])}, "
-            f"{where}; first {list(groups[0])}"
+            f"{where}; first {shown}"
         )
 
     def code(self, axis: str) -> str:
