@@ -50,6 +50,12 @@ class Cluster:
             level above it.
         extended_from: the profile's own ``max_nodes`` when this cluster is that profile
             grown by `extended` for a larger job, else None.
+        multi_rail_rings: whether a ring collective (all-reduce, all-gather,
+            reduce-scatter) whose group has several members on one node spreads over their
+            NICs, one ring per NIC, as NCCL's channels do (``explorer.hardware.levels``);
+            False (the profiles' default, the two-level model the 2021 tables were set
+            with): one NIC per ring. The training step model sets it from
+            ``TrainingParams.multi_rail_collectives``.
 
     `levels` is the resolved stack (given or derived); `axis_bandwidth` prices a mesh axis
     on it (slowest level crossed, links shared by concurrent rings).
@@ -70,6 +76,7 @@ class Cluster:
     source: str = ""
     link_levels: tuple[Level, ...] = ()
     extended_from: int | None = None
+    multi_rail_rings: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -87,6 +94,12 @@ class Cluster:
             raise HardwareError(
                 f"Cluster {self.name!r}: link_levels={self.link_levels!r} is not a tuple of "
                 "Level; give a tuple, innermost level first, or () for the two-level default"
+            )
+        if not isinstance(self.multi_rail_rings, bool):
+            raise HardwareError(
+                f"Cluster {self.name!r}: multi_rail_rings={self.multi_rail_rings!r} is not a "
+                "bool; give True (a ring collective's group spreads over its members' NICs) "
+                "or False (one NIC per ring)"
             )
         if self.extended_from is not None:
             positive_int(self.extended_from, f"Cluster {self.name!r}: extended_from",
@@ -201,6 +214,7 @@ class Cluster:
         axis_sizes: Iterable[tuple[str, int]] | dict[str, int],
         axis: str | Iterable[str],
         concurrent: Iterable[str | Iterable[str]] = (),
+        spread_rails: bool = False,
     ) -> AxisLink:
         """Bandwidth (bytes/s), latency (s), levels used and flows of a ring over ``axis``.
 
@@ -211,6 +225,9 @@ class Cluster:
             axis: one axis name or several (a collective over their product).
             concurrent: axis sets of collectives running at the same time; they share the
                 links of every level both use.
+            spread_rails: a ring collective (all-reduce, all-gather, reduce-scatter) whose
+                group has several members on one node spreads over their NICs, as NCCL's
+                channels do; asked only where `multi_rail_rings` is True.
 
         The bandwidth is the slowest level the ring crosses, each level's links shared by
         the concurrent flows that leave one of its child groups (`explorer.hardware.levels`
@@ -223,7 +240,8 @@ class Cluster:
         (25000000000.0, ('inter-node',))
         """
         pairs = tuple(axis_sizes.items()) if isinstance(axis_sizes, dict) else tuple(axis_sizes)
-        return axis_link(self.levels, pairs, axis, concurrent)
+        spread = bool(spread_rails) and self.multi_rail_rings
+        return axis_link(self.levels, pairs, axis, concurrent, spread)
 
     def level(self, name: str) -> Level:
         """The level called ``name``."""

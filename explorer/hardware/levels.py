@@ -28,7 +28,16 @@ each visiting its devices in id order (the groups `Mesh.groups` lists), all runn
      less what an oversubscribed switch layer cannot carry),
    - ``one_link = bandwidth_bytes_per_s * child_size / rails`` (a single flow uses one NIC
      or rail and cannot go faster than it),
-   - ``per_flow = min(one_link, aggregate / flows)``.
+   - ``per_flow = min(one_link * channels, aggregate / flows)``, where ``channels`` is 1
+     unless ``spread_rails`` is asked (`Cluster.multi_rail_rings`, for the ring
+     collectives), then how many rails one group of the collective spreads over: the
+     fewest of its members in one child group (each member can feed its own NIC), at most
+     ``rails``. NCCL
+     builds one ring per channel and its rail-optimised rings leave a node through
+     different NICs (NCCL ``src/graph/search.cc``: the rings are searched NIC by NIC), so a
+     ring over 64 GPUs with 8 per node moves through all 8 NICs of each node (nccl-tests'
+     bus bandwidth across DGX nodes is the node's NIC total, not one NIC's), while eight
+     DP rings beside TP-8 have one member per node each and one NIC each.
 
    Eight DP rings leaving a TP-8 node with eight 25 GB/s NICs (``bandwidth`` 25e9 per chip,
    ``rails`` 8): ``min(25e9, 200e9 / 8) = 25e9`` each. Had the node four 50 GB/s NICs
@@ -128,14 +137,18 @@ class Level:
         """The most one flow out of a child group of ``child_size`` chips can use: one rail."""
         return self.bandwidth_bytes_per_s * child_size / self.rails
 
-    def per_flow_bytes_per_s(self, child_size: int, flows: int) -> float:
-        """``min(one link, aggregate / flows)``: what each of ``flows`` concurrent flows out of
-        one child group gets.
+    def per_flow_bytes_per_s(self, child_size: int, flows: int, channels: int = 1) -> float:
+        """``min(one link x channels, aggregate / flows)``: what each of ``flows``
+        concurrent flows out of one child group gets, a flow spread over ``channels``
+        rails (at most ``rails``; NCCL's rings, one per NIC).
 
         >>> Level("ib", 64, 25e9, 1e-5, rails=8).per_flow_bytes_per_s(8, 8)
         25000000000.0
+        >>> Level("ib", 64, 25e9, 1e-5, rails=8).per_flow_bytes_per_s(8, 1, channels=8)
+        200000000000.0
         """
-        return min(self.one_link_bytes_per_s(child_size),
+        links = max(1, min(int(channels), self.rails))
+        return min(self.one_link_bytes_per_s(child_size) * links,
                    self.aggregate_bytes_per_s(child_size) / max(flows, 1))  # fmt: skip
 
     def __str__(self) -> str:
@@ -197,6 +210,7 @@ def axis_link(
     axis_sizes: Iterable[tuple[str, int]],
     axes: str | Iterable[str],
     concurrent: Iterable[str | Iterable[str]] = (),
+    spread_rails: bool = False,
 ) -> AxisLink:
     """The bandwidth, latency, levels and flows of a ring collective over ``axes``.
 
@@ -207,6 +221,8 @@ def axis_link(
         axes: the axes the collective runs over.
         concurrent: axis sets of other collectives running at the same time; where their
             rings use the same level they share its links (their flows add up).
+        spread_rails: a group with several members in one child group spreads over that
+            many of its rails (NCCL's channels; see the module docstring); False: one rail.
 
     A group of one device has no ring: the innermost level's figures, no levels, no flows.
     See the module docstring for the formulas.
@@ -219,7 +235,7 @@ def axis_link(
     pairs = tuple((str(name), int(size)) for name, size in axis_sizes)
     main = _axis_tuple(pairs, axes)
     others = tuple(_axis_tuple(pairs, c) for c in concurrent)
-    return _axis_link(tuple(levels), pairs, main, others)
+    return _axis_link(tuple(levels), pairs, main, others, bool(spread_rails))
 
 
 @memoize(maxsize=65536, name="hardware.axis_link")
@@ -228,6 +244,7 @@ def _axis_link(
     pairs: tuple[tuple[str, int], ...],
     axes: tuple[str, ...],
     concurrent: tuple[tuple[str, ...], ...],
+    spread_rails: bool = False,
 ) -> AxisLink:
     source, edge_level = _ring_edges(levels, pairs, axes)
     if source.size == 0:
@@ -242,7 +259,8 @@ def _axis_link(
         child = 1 if i == 0 else levels[i - 1].group_size
         flows = _flows(child, i, [(source, edge_level), *others])
         flows_at[i] = flows
-        bandwidth = min(bandwidth, levels[i].per_flow_bytes_per_s(child, flows))
+        channels = _channels(child, i, source, edge_level) if i and spread_rails else 1
+        bandwidth = min(bandwidth, levels[i].per_flow_bytes_per_s(child, flows, channels))
     for i in used:
         latency = max(latency, levels[i].latency_s)
     return AxisLink(
@@ -300,6 +318,20 @@ def _flows(child: int, level: int, edges: list[tuple[np.ndarray, np.ndarray]]) -
         else:
             counts[: block.size] += block
     return int(counts.max())
+
+
+def _channels(child: int, level: int, source: np.ndarray, edge_level: np.ndarray) -> int:
+    """The rails one group of the collective can spread over at ``level``: in each child
+    group it leaves, its members there (every member a source of one ring edge) over its
+    ring edges leaving through ``level`` or above (one per group crossing); the fewest over
+    the child groups it leaves."""
+    leaving = edge_level >= level
+    if not leaving.any():
+        return 1
+    members = np.bincount(source // child)
+    out = np.bincount(source[leaving] // child, minlength=members.size)
+    crossed = out > 0
+    return max(1, int((members[crossed] // out[crossed]).min()))
 
 
 def _check_real(owner: str, field: str, value: object, *, zero: bool) -> None:

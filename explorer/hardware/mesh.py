@@ -319,8 +319,12 @@ class Mesh:
             intra = tuple(a for a in names if self.link(a) == "intra")
             inter = tuple(a for a in names if self.link(a) != "intra")
             return self.hierarchical_time(kind, size_bytes, intra, inter, others)
-        # Ring and tree run at the slowest link any of their steps crosses.
-        link = self.axis_link(names, others)
+        # Ring and tree run at the slowest link any of their steps crosses; a ring
+        # collective's group spreads over its members' NICs on a multi-rail cluster.
+        spread = kind is not CollectiveKind.ALL_TO_ALL and kind is not CollectiveKind.SEND_RECV
+        link = self._cluster("collective_time").axis_bandwidth(
+            self.device_order, names, others, spread_rails=spread
+        )
         timer = tree_time if algorithm == "tree" else ring_time
         return timer(kind, size_bytes, n, link.bandwidth_bytes_per_s, link.latency_s)
 
@@ -354,19 +358,23 @@ class Mesh:
             size_bytes,
             self._group_size(inner_axes),
             self._group_size(outer_axes),
-            self._phase_link(inner_axes, others),
-            self._phase_link(outer_axes, others),
+            self._phase_link(inner_axes, others, kind),
+            self._phase_link(outer_axes, others, kind),
         )
 
     def _phase_link(
-        self, axes: tuple[str, ...], others: tuple[tuple[str, ...], ...]
+        self, axes: tuple[str, ...], others: tuple[tuple[str, ...], ...], kind=None
     ) -> tuple[float, float]:
         """(bandwidth, latency) of one phase of a hierarchical collective; a phase over one
-        device is never timed (its ring_time is 0), so any positive link does."""
+        device is never timed (its ring_time is 0), so any positive link does. A ring
+        phase spreads over its members' NICs on a multi-rail cluster (`axis_link`)."""
+        cluster = self._cluster("collective_time")
         if self._group_size(axes) == 1:
-            level = self._cluster("collective_time").levels[0]
+            level = cluster.levels[0]
             return level.bandwidth_bytes_per_s, level.latency_s
-        link = self.axis_link(axes, others)
+        kind = CollectiveKind.parse(kind) if kind is not None else CollectiveKind.ALL_TO_ALL
+        spread = kind not in (CollectiveKind.ALL_TO_ALL, CollectiveKind.SEND_RECV)
+        link = cluster.axis_bandwidth(self.device_order, axes, others, spread_rails=spread)
         return link.bandwidth_bytes_per_s, link.latency_s
 
     # ----- printing ----------------------------------------------------------------------

@@ -154,6 +154,14 @@ class TrainingParams:
         fp8_weight_gather: with ``precision="fp8"`` and ZeRO-3, the weights are all-gathered
             in FP8 (1 byte a parameter: torchtitan's enable_fsdp_float8_all_gather,
             Megatron-Core's fp8_param_gather).
+        multi_rail_collectives: a data-parallel or ZeRO ring collective (all-reduce,
+            all-gather, reduce-scatter) whose group holds several chips of a node spreads
+            over their NICs, one ring per NIC, as NCCL's channels do (`Cluster.
+            multi_rail_rings`; nccl-tests' bus bandwidth across DGX nodes is the node's NIC
+            total): a 64-GPU ring on 8 nodes moves at 8 NICs' rate, eight DP rings beside
+            TP-8 at one NIC each. False (default): one NIC per ring, the two-level model
+            Narayanan et al. 2021's tables were set with (the ``megatron-lm-2021`` stack);
+            the current stacks set True.
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
@@ -328,6 +336,7 @@ class TrainingParams:
     selective_recompute: Literal["attention", "op"] = "attention"
     zero3_gather_granularity: Literal["tensor", "block"] = "tensor"
     fp8_weight_gather: bool = False
+    multi_rail_collectives: bool = False
 
     def __post_init__(self) -> None:
         kinds = (
@@ -367,7 +376,7 @@ class TrainingParams:
                 "(PyTorch FSDP: one flat all-gather and one reduce-scatter per wrapped layer)"
             )
         for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather",
-                     "fp8_weight_gather"):  # fmt: skip
+                     "fp8_weight_gather", "multi_rail_collectives"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"

@@ -14,6 +14,9 @@ torchtitan         PyTorch FSDP2 (one flat all-gather per wrapped block, reshard
                    forward, FP32 gradient reduce-scatter), SDPA's fused attention, async TP
                    off (switch: ``tp_comm_overlap_fraction=1.0``), FP8 weight all-gather
                    off (switch: ``fp8_weight_gather=True``)
+maxtext            MaxText (JAX/XLA) as NVIDIA's DGX Cloud recipes run it: FSDP over a
+                   scanned layer loop, gathers and reduce-scatters pipelined behind
+                   compute, cuDNN fused attention, FP32 weights and gradient reduction
 pytorch-fsdp       PyTorch FSDP1 FULL_SHARD: one FlatParameter per wrapped module,
                    backward prefetch, SDPA's fused attention
 deepspeed          DeepSpeed ZeRO as Megatron-DeepSpeed ran it (MT-NLG, BLOOM, 2022):
@@ -199,12 +202,19 @@ _AC_INSIDE = (
     "recomputation and the backward: no third gather"
 )
 
+_MULTI_RAIL = (
+    "NCCL builds one ring per channel and its rail-optimised rings leave a node through "
+    "different NICs (NCCL src/graph/search.cc), so a data-parallel or ZeRO ring whose group "
+    "holds several chips of a node moves at their NICs' total (nccl-tests' bus bandwidth "
+    "across DGX nodes is the node's NIC total); a ring with one chip per node keeps one NIC"
+)
 _FUSED = ("scale", "mask", "fc1_bias", "o_bias", "fc2_bias")  # TrainingParams' default
 #: ``fused_ops`` with torch.compile (torchtitan's compile.enable): Inductor fuses the SwiGLU
 #: pointwise pair into one kernel and the residual add into the next RMSNorm's kernel.
 COMPILE_FUSED_OPS = (*_FUSED, "silu", "residual")
 
 _MEGATRON_CORE_VALUES: dict[str, tuple[object, str]] = {
+    "multi_rail_collectives": (True, _MULTI_RAIL),
     "flash_attention": (True, _FLASH_TE),
     "fused_ops": (
         (*_FUSED, "silu"),
@@ -258,6 +268,7 @@ _NEMO_VALUES = dict(_MEGATRON_CORE_VALUES) | {
 }
 
 _FSDP_COMMON: dict[str, tuple[object, str]] = {
+    "multi_rail_collectives": (True, _MULTI_RAIL),
     "flash_attention": (True, _SDPA),
     "flash_attention_efficiency": (None, _CHIP),
     "matmul_efficiency_cap": (None, _CHIP),
@@ -277,6 +288,15 @@ _FSDP_COMMON: dict[str, tuple[object, str]] = {
 }
 
 _TORCHTITAN_VALUES = _FSDP_COMMON | {
+    "kernel_overhead_s": (
+        30e-6,
+        "fitted by least squares (bench/accuracy.py --fit) on the 26 fit rows of the "
+        "torchtitan-run files of datasets/published (torchtitan_2024_h100, "
+        "torchtitan_2024_perf, torchtitan_2025_asynctp, torchtitan_2025_h200, "
+        "nemo_automodel_2026), jointly with the chips' efficiencies: eager PyTorch's launch "
+        "and dispatch gap between dependent kernels, seconds per kernel; the fit stops at its "
+        "bound, 30 us (an assumption: what a host-bound launch gap can be)",
+    ),
     "selective_recompute": (
         "op",
         "torchtitan's activation_checkpoint.selective_ac_option = 'op' (train_configs/"
@@ -302,6 +322,64 @@ _TORCHTITAN_VALUES = _FSDP_COMMON | {
         False,
         "float8.enable_fsdp_float8_all_gather is off by default; switch on with "
         "fp8_weight_gather=True (with precision='fp8')",
+    ),
+}
+
+# MaxText as NVIDIA's DGX Cloud recipe runs it on H100 (github.com/NVIDIA/dgxc-benchmarking,
+# maxtext/configure.sh, read at commit 0b71cfda5163540778e2a3d2db59858bf62f96f7; the rows cite
+# tag v24.11.1 of the same recipe).
+_MAXTEXT_CFG = "NVIDIA dgxc-benchmarking maxtext/configure.sh (commit 0b71cfda)"
+_MAXTEXT_VALUES: dict[str, tuple[object, str]] = {
+    "multi_rail_collectives": (True, _MULTI_RAIL),
+    "flash_attention": (
+        True,
+        f"attention=cudnn_flash_te and NVTE_FUSED_ATTN=1 ({_MAXTEXT_CFG}): cuDNN fused "
+        "attention through Transformer Engine",
+    ),
+    "flash_attention_efficiency": (None, _CHIP),
+    "matmul_efficiency_cap": (None, _CHIP),
+    "fused_ops": (
+        COMPILE_FUSED_OPS,
+        "XLA fuses each elementwise chain into its neighbours (as torch.compile's Inductor "
+        "does): the SwiGLU pointwise pair in one kernel, the residual add into the next "
+        "RMSNorm",
+    ),
+    "zero3_gather_granularity": (
+        "block",
+        f"scan_layers=true ({_MAXTEXT_CFG}): the layers run as one XLA while loop whose body "
+        "all-gathers the layer's FSDP-sharded weights as one combined collective "
+        "(--xla_gpu_all_gather_combine_threshold_bytes) and reduce-scatters its gradients "
+        "likewise",
+    ),
+    "zero_gather_overlap_fraction": (
+        1.0,
+        f"--xla_gpu_enable_pipelined_all_gather, --xla_gpu_enable_while_loop_double_buffering "
+        f"and the latency-hiding scheduler with a profile (PGLE) ({_MAXTEXT_CFG}): the next "
+        "layer's gather runs behind this layer's compute; assumption: all of it, capped by "
+        "the compute",
+    ),
+    "zero_grad_overlap_fraction": (
+        1.0,
+        f"--xla_gpu_enable_pipelined_reduce_scatter with the latency-hiding scheduler "
+        f"({_MAXTEXT_CFG}); assumption: all of it, capped by the backward",
+    ),
+    "grad_overlap_fraction": (
+        1.0,
+        f"--xla_gpu_enable_pipelined_all_reduce ({_MAXTEXT_CFG}): the data-parallel "
+        "all-reduce of the dcn_data_parallelism replicas runs behind the backward; "
+        "assumption: all of it, capped by the backward",
+    ),
+    "zero3_recompute_regather": (
+        False,
+        f"remat_policy=save_qkv_proj inside the scanned layer ({_MAXTEXT_CFG}): the "
+        "recomputed forward and the backward of a layer run in one loop iteration on the "
+        "weights gathered once for it; no third gather",
+    ),
+    "grad_reduce_bytes_per_param": (
+        4.0,
+        "MaxText's base.yml weight_dtype: float32 (the weights are kept in FP32 and cast to "
+        "BF16 for the matmuls), so the gradients reduce-scattered to their FSDP shards are "
+        "FP32",
     ),
 }
 
@@ -383,6 +461,13 @@ STACKS: dict[str, Stack] = {
             _FSDP_COMMON,
         ),
         _stack(
+            "maxtext",
+            "MaxText (JAX/XLA) as NVIDIA's DGX Cloud recipes run it: FSDP over a scanned "
+            "layer loop (one combined gather and reduce-scatter per layer, pipelined behind "
+            "compute by XLA's latency-hiding scheduler), cuDNN fused attention, FP32 weights",
+            _MAXTEXT_VALUES,
+        ),
+        _stack(
             "deepspeed",
             "DeepSpeed ZeRO as Megatron-DeepSpeed ran it in 2022: per-tensor ZeRO-3 "
             "gathers, DeepSpeed's default buckets and thresholds, unfused attention",
@@ -423,16 +508,14 @@ DATASET_STACKS: dict[str, str] = {
     "dgxc_2505_gb200": "nemo",
 }
 
-#: The published CSVs' ``stack`` column -> the preset that models it. ``maxtext`` (JAX) has
-#: no preset of its own: assumption: XLA's async collectives hide DP and TP communication
-#: behind compute as Megatron-Core's overlap flags do.
+#: The published CSVs' ``stack`` column -> the preset that models it.
 FRAMEWORK_STACKS: dict[str, str] = {
     "torchtitan": "torchtitan",
     "megatron-core": "megatron-core",
     "nemo": "nemo",
     "megatron-bridge": "nemo",
     "nemo-automodel": "torchtitan",
-    "maxtext": "megatron-core",
+    "maxtext": "maxtext",
 }
 
 

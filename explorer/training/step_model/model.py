@@ -4,6 +4,9 @@ device, communication per step. `simulate` and `estimate` (in ``simulate.py``) s
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+
 from explorer.hardware.wan import collective_time as dc_collective_time
 
 from ...hardware import Cluster, HardwareError, Mesh
@@ -59,7 +62,7 @@ class StepModel:
         self.costs: StageCosts = cp.split_costs(whole, par.cp)
         self.costs = dense.ep_kernels(self.costs, cfg, par, cluster.chip, tp_)  # experts over ep
         # devices over (pp, dp, ep, cp, tp); across datacenters dp goes outermost
-        self.mesh = Mesh(mesh_axes(par, cluster), hardware=cluster)
+        self.mesh = Mesh(mesh_axes(par, cluster), hardware=_rails(cluster, tp_))
         self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
         self.cap = tp_.cost.device_memory_cap_bytes or float(cluster.chip.memory_bytes)
         # Parameters on one device per part.
@@ -270,6 +273,20 @@ def _collective_s(mesh: Mesh, kind: str, size: float, axes: tuple[str, ...]) -> 
     """Seconds of a collective; keyed by the whole mesh (axes, links, cluster), which is
     everything `Mesh.collective_time` reads; dp across datacenters is hierarchical."""
     return dc_collective_time(mesh, kind, size, axes)
+
+
+def _rails(cluster: Cluster, p: TrainingParams) -> Cluster:
+    """The cluster the mesh prices collectives on: with ``multi_rail_collectives`` its
+    ring collectives spread over the NICs of their members on a node
+    (`Cluster.multi_rail_rings`)."""
+    if p.multi_rail_collectives == cluster.multi_rail_rings:
+        return cluster
+    return _with_rails(cluster, p.multi_rail_collectives)
+
+
+@functools.lru_cache(maxsize=256)
+def _with_rails(cluster: Cluster, on: bool) -> Cluster:
+    return dataclasses.replace(cluster, multi_rail_rings=on)
 
 
 def _sized(cluster: Cluster, par: ParallelConfig) -> Cluster:

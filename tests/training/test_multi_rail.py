@@ -1,0 +1,84 @@
+"""Multi-rail ring collectives (NCCL channels, one ring per NIC) and the MaxText preset."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import explorer as ex
+from explorer.hardware import HardwareError, Mesh, load
+from explorer.training import TrainingParams
+from explorer.training.errors import TrainingParamsError
+
+GIB = 2**30
+
+
+def _mesh(shape: dict[str, int], rails: bool) -> Mesh:
+    cluster = dataclasses.replace(load("h100-sxm"), multi_rail_rings=rails)
+    return Mesh(shape, hardware=cluster)
+
+
+def test_a_ring_with_a_whole_node_per_group_moves_at_the_nodes_nic_total() -> None:
+    one, many = _mesh({"dp": 64}, False), _mesh({"dp": 64}, True)
+    nic = load("h100-sxm").bandwidth("inter")
+    assert one.axis_link("dp").bandwidth_bytes_per_s == nic
+    slow = one.collective_time("all-gather", GIB, ("dp",))
+    fast = many.collective_time("all-gather", GIB, ("dp",))
+    # 8 members a node: 8 NICs; the latency term is the same on both
+    lat = one.collective_time("all-gather", 0.0, ("dp",))
+    assert (slow - lat) / (fast - lat) == pytest.approx(8.0)
+
+
+def test_rings_beside_tensor_parallelism_keep_one_nic_each() -> None:
+    a = _mesh({"dp": 8, "tp": 8}, False).collective_time("all-reduce", GIB, ("dp",))
+    b = _mesh({"dp": 8, "tp": 8}, True).collective_time("all-reduce", GIB, ("dp",))
+    assert a == b
+
+
+def test_all_to_all_does_not_spread() -> None:
+    a = _mesh({"dp": 64}, False).collective_time("all-to-all", GIB, ("dp",))
+    b = _mesh({"dp": 64}, True).collective_time("all-to-all", GIB, ("dp",))
+    assert a == b
+
+
+def test_a_hierarchical_phase_spreads_too() -> None:
+    """dp across nodes with size-1 intra axes goes through the hierarchical path."""
+    shape = {"dp": 64, "ep": 1, "cp": 1}
+    a = _mesh(shape, False).collective_time("reduce-scatter", GIB, ("dp", "ep", "cp"))
+    b = _mesh(shape, True).collective_time("reduce-scatter", GIB, ("dp", "ep", "cp"))
+    assert b < a / 4
+
+
+def test_flags_refuse_non_bools() -> None:
+    with pytest.raises(HardwareError, match="multi_rail_rings"):
+        dataclasses.replace(load("h100-sxm"), multi_rail_rings=1)
+    with pytest.raises(TrainingParamsError, match="multi_rail_collectives"):
+        TrainingParams(multi_rail_collectives="yes")
+
+
+def test_current_stacks_spread_and_the_2021_ones_do_not() -> None:
+    for name in ("megatron-core", "nemo", "torchtitan", "pytorch-fsdp", "maxtext"):
+        assert ex.stacks.params(name).multi_rail_collectives is True
+    for name in ("megatron-lm-2021", "deepspeed"):
+        assert ex.stacks.params(name).multi_rail_collectives is False
+
+
+def test_the_step_model_prices_fsdp_on_many_rails() -> None:
+    cfg, hw = ex.models.load("llama2-7b"), load("h100-sxm")
+    par = ex.ParallelConfig(dp=64, zero=3, recompute="full")
+    on = ex.stacks.params("maxtext")
+    off = on.replace(multi_rail_collectives=False)
+    zero_on = dict(ex.estimate(cfg, par, hw, 64, 4096, on).time_by_kind)
+    zero_off = dict(ex.estimate(cfg, par, hw, 64, 4096, off).time_by_kind)
+    assert zero_on.get("zero-gather", 0.0) < zero_off.get("zero-gather", 0.0)
+
+
+def test_maxtext_rows_run_with_the_maxtext_preset() -> None:
+    assert ex.stacks.FRAMEWORK_STACKS["maxtext"] == "maxtext"
+    p = ex.stacks.params("maxtext")
+    assert (p.flash_attention, p.zero3_gather_granularity, p.zero3_recompute_regather) == (
+        True, "block", False)  # fmt: skip
+    st = ex.stacks.get("maxtext")
+    for key, _ in st.values:
+        assert st.source(key).strip()
