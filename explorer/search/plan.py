@@ -53,11 +53,35 @@ class Explanation:
     chosen: Alternative
     runners_up: tuple[Alternative, ...]
     status: str = "heuristic"  # the plan's status, with its gap (``status_text``)
+    method: str = ""  # the search method that made the plan
+    tied: bool = False  # the search gave repeated layers one strategy (the plan's note)
+
+    def why_not(self, alt: Alternative) -> str:
+        """Why a runner-up that is cheaper here (Δ < 0, its neighbours as they are) lost;
+        empty for a dearer one (its Δ says why)."""
+        if alt.delta.total >= 0:
+            return ""
+        saving = f"{-alt.delta.total:.4g} cheaper for this op alone"
+        if self.status.startswith("heuristic"):
+            return (f"{saving}: {self.method or 'this method'} is a heuristic and did not "
+                    "find it; method='ilp' (or 'dynamic_programming' on a chain) searches "
+                    "exactly")  # fmt: skip
+        if self.tied:
+            return (f"{saving}, but repeated layers share one strategy: switching it in every "
+                    "layer costs more at their other edges")  # fmt: skip
+        if self.status.startswith("time-limited"):
+            return f"{saving}: the solver stopped at its time limit before finding it"
+        return (f"{saving} with its neighbours fixed; switching it changes their best "
+                "strategies too, and the whole plan costs more")  # fmt: skip
 
     def __str__(self) -> str:
         lines = [f"%{self.node}: chose {self.chosen.strategy.name} "
                  f"({self.chosen.cost.total:.4g}; plan {self.status})"]  # fmt: skip
-        lines += [f"  vs {a}" for a in self.runners_up]
+        for a in self.runners_up:
+            lines.append(f"  vs {a}")
+            why = self.why_not(a)
+            if why:
+                lines.append(f"     lost although {why}")
         return "\n".join(lines)
 
 
@@ -189,7 +213,9 @@ class ShardingPlan:
         chosen = next(a for a in alts if a[0] == chosen_k)
         rest = sorted((a for a in alts if a[0] != chosen_k), key=lambda a: a[2].total)[:k]
         mk = lambda a: Alternative(a[1], a[2], a[2] - chosen[2])  # noqa: E731
-        return Explanation(node, mk(chosen), tuple(mk(a) for a in rest), self.status_text)
+        tied = bool(self.diagnostics.get("repeated_layers"))
+        return Explanation(node, mk(chosen), tuple(mk(a) for a in rest), self.status_text,
+                           self.method, tied)  # fmt: skip
 
     def top_k(self, k: int) -> tuple[ShardingPlan, ...]:
         """The ``k`` best whole plans found (exhaustive and ILP searches keep them)."""
