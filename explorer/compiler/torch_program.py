@@ -164,6 +164,7 @@ class TorchProgram:
         self._template = [self.weights.get(n) for n in self.program.feed_names]
         self._user_slots = [slot[n] for n in self._user]
         self._fast = sig.positional and set(sig.keywords) <= set(defaults)
+        self._single = self._out_index[0] if sig.out_spec.is_leaf() else None
         self.last_trace: _trace.Trace | None = None
 
     # --- calls ------------------------------------------------------------------------------
@@ -237,7 +238,10 @@ class TorchProgram:
         for k, (x, (shape, dt)) in enumerate(zip(tensors, self._types, strict=True)):
             if type(x) is not np.ndarray:
                 as_torch = as_torch or _is_torch(x)
-                x = as_array(x)
+                try:  # a CPU tensor without grad in a numpy dtype: a view, no checks
+                    x = x.numpy()
+                except (AttributeError, TypeError, RuntimeError):
+                    x = as_array(x)
             if x.shape != shape:
                 raise TorchCompileError(
                     f"{self.name}: input {self._sig.names[k]} has shape {x.shape}, compiled "
@@ -270,9 +274,12 @@ class TorchProgram:
         return tensors
 
     def _structure(self, outs: list[np.ndarray], as_torch: bool) -> Any:
+        sig = self._sig
+        if self._single is not None:  # the forward returns one tensor: no pytree to rebuild
+            a = outs[self._single]
+            return _torch_of(a, sig.out_dtypes[0]) if as_torch else a
         from torch.utils._pytree import tree_unflatten
 
-        sig = self._sig
         leaves = list(sig.out_leaves)
         for k, pos in enumerate(sig.out_tensor_at):
             a = outs[self._out_index[k]]

@@ -146,3 +146,29 @@ def test_imported_ops_have_kernels_and_views_are_aliases():
            "window_mask", "gather", "cumsum", "repeat", "fill", "moe_experts", "mla_attention")  # fmt: skip
     assert all(op in BUILDERS for op in ops)
     assert {"slice", "expand"} <= ALIASES
+
+
+@pytest.mark.parametrize(
+    ("eq", "sa", "sb"),
+    [("ca,ba->cb", (3, 4), (5, 4)), ("ab,ab->", (3, 4), (3, 4)), ("a,b->ab", (3,), (4,)),
+     ("abc,dc->abd", (2, 3, 4), (5, 4)), ("ba,bc->ac", (3, 2), (3, 4)),
+     ("abc,bcd->ad", (2, 3, 4), (3, 4, 5)), ("ab,b->a", (2, 3), (3,))],
+)  # fmt: skip
+def test_linear_layer_matmul_kernel_equals_einsum(eq, sa, sb):
+    from explorer.compiler.kernels import _matmul_2d
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    want = np.einsum(eq, a, b)
+    k = _matmul_2d(eq, sa, sb, want.shape)
+    np.testing.assert_allclose(k(a, b), want, rtol=1e-5, atol=1e-5)
+    out = np.empty(want.shape, np.float32)
+    assert k(a, b, out=out) is out
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+def test_batched_einsum_keeps_the_general_plan():
+    from explorer.compiler.kernels import _matmul_2d
+
+    assert _matmul_2d("bik,bkj->bij", (2, 3, 4), (2, 4, 5), (2, 3, 5)) is None
+    assert _matmul_2d("ab,cb->ca", (2, 3), (4, 3), (4, 2)) is None  # output order swapped
