@@ -8,6 +8,7 @@ Times are microseconds as the trace writes them (``ts``, ``dur``); every value i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .classify import dtype_bytes
 from .errors import TracesError
@@ -43,9 +44,9 @@ class Collective:
         return None if self.nelems is None or b is None else self.nelems * b
 
 
-@dataclass(frozen=True, slots=True)
-class Activity:
-    """A GPU kernel, memcpy or memset, or a CPU op or annotation.
+class Activity(NamedTuple):
+    """A GPU kernel, memcpy or memset, or a CPU op or annotation (an immutable named tuple:
+    a trace holds millions).
 
     Attributes:
         name, cat: as in the trace (``cat``: ``kernel``, ``gpu_memcpy``, ``cpu_op``, ...).

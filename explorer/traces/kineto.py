@@ -2,11 +2,12 @@
 
 A Kineto file is one JSON object: a header (``schemaVersion``, ``deviceProperties``,
 ``distributedInfo``) then ``traceEvents``, a list of events (``ph: "X"`` slices, ``"M"``
-metadata, ``"s"``/``"f"`` flows, ``"i"`` instants), then a few trailing fields. The file is
-read twice by `ijson` without ever holding it whole: the header up to ``traceEvents`` (a
-token scan that stops there), then the events one at a time (C-speed parser). Only the
-slices the analysis needs become values: GPU kernels, copies and memsets, CPU ops and
-annotations, the step markers; runtime launches keep only their correlation id and time.
+metadata, ``"s"``/``"f"`` flows, ``"i"`` instants), then a few trailing fields. It is read
+once, incrementally (`explorer.traces.stream`: a chunk of text at a time, each event decoded
+by the standard library's C decoder), so the file is never held whole. Only the slices the
+analysis needs become values: GPU kernels, copies and memsets, CPU ops and annotations, the
+step markers; runtime launches keep only their correlation id and time; names are interned
+(a trace repeats a few thousand names millions of times).
 
 Errors name the file and the event: malformed or truncated JSON (`TraceFormatError` with
 the index of the last event read), a foreign file (no ``traceEvents``), an event without its
@@ -22,6 +23,7 @@ fields.
 from __future__ import annotations
 
 import gzip
+import io
 import os
 import re
 import zlib
@@ -33,6 +35,7 @@ from ..models import datasets_dir
 from .classify import classify_name, collective_kind, dtype_name, nelems
 from .errors import TraceFormatError, TracesError
 from .events import Activity, Collective, KinetoTrace, ProcessGroup, RankTrace, Step
+from .stream import StreamError, read_document
 
 __all__ = ["load_kineto", "load_rank", "vendored", "trace_files", "Progress"]
 
@@ -45,6 +48,10 @@ _GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 _CPU_CATS = frozenset({"cpu_op", "user_annotation", "python_function", "cpu_instant_event"})
 _RUNTIME_CATS = frozenset({"cuda_runtime", "cuda_driver", "runtime", "hip_runtime"})
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_NUM = (int, float)
+_SHAPED = frozenset({"matmul", "attention", "norm", "communication"})
+_COMM_ARGS = ("Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
+              "Process Group Ranks", "Process Group Name")  # fmt: skip
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _SUFFIXES = (".json", ".json.gz")
 
@@ -107,98 +114,60 @@ def load_kineto(path, progress: Progress | None = None) -> KinetoTrace:
     return KinetoTrace(tuple(ranks))
 
 
-class _Counting:
-    """A binary file wrapper that counts the bytes read (progress through a .gz too)."""
+class _Counting(io.RawIOBase):
+    """A raw binary stream that counts the bytes read (progress through a .gz too)."""
 
     def __init__(self, f):
         self.f, self.n = f, 0
 
-    def read(self, size=-1):
-        b = self.f.read(size)
-        self.n += len(b)
-        return b
+    def readable(self) -> bool:
+        return True
 
-
-def _open(path: Path):
-    raw = open(path, "rb")  # noqa: SIM115 -- closed by the caller
-    counter = _Counting(raw)
-    head = raw.read(2)
-    raw.seek(0)
-    if head == b"\x1f\x8b":
-        return raw, counter, gzip.GzipFile(fileobj=counter, mode="rb")
-    return raw, counter, counter
-
-
-def _header(path: Path) -> dict:
-    """Top-level fields before ``traceEvents`` (Kineto writes the metadata first)."""
-    import ijson
-
-    raw, _, f = _open(path)
-    out: dict = {}
-    try:
-        builder, depth = None, 0
-        for prefix, event, value in ijson.parse(f, use_float=True):
-            if builder is None:
-                if prefix == "" and event == "start_map" and not out and depth == 0:
-                    depth = 1
-                    continue
-                if prefix == "" and event == "map_key":
-                    if value == "traceEvents":
-                        out["__has_events__"] = True
-                        return out
-                    key, builder = value, ijson.ObjectBuilder()
-                    continue
-                if prefix == "" and event == "end_map":
-                    return out
-                raise TraceFormatError(
-                    f"{path}: the top-level JSON value is not an object ({event}); a PyTorch "
-                    "profiler trace is an object with 'traceEvents'"
-                )
-            builder.event(event, value)
-            depth += event in ("start_map", "start_array")
-            depth -= event in ("end_map", "end_array")
-            if depth == 1:  # the key's value is complete
-                out[key] = builder.value
-                builder = None
-        return out
-    except (ijson.JSONError, OSError, EOFError, zlib.error) as e:
-        raise TraceFormatError(
-            f"{path}: not readable JSON before 'traceEvents' ({e}); expected a PyTorch "
-            "profiler trace (Chrome trace JSON, plain or .gz)"
-        ) from None
-    finally:
-        raw.close()
+    def readinto(self, b) -> int:
+        got = self.f.readinto(b)
+        self.n += got or 0
+        return got
 
 
 def load_rank(path, progress: Progress | None = None) -> RankTrace:
     """Read one trace file (see `load_kineto`)."""
-    import ijson
-
     path = Path(path)
-    head = _header(path)
-    if not head.pop("__has_events__", False):
+    size = path.stat().st_size
+    reader = _Reader(path)
+    with open(path, "rb") as raw:
+        counter = _Counting(raw)
+        gz = raw.read(2) == b"\x1f\x8b"
+        raw.seek(0)
+        binary = (
+            gzip.GzipFile(fileobj=io.BufferedReader(counter)) if gz else io.BufferedReader(counter)
+        )
+        text = io.TextIOWrapper(binary, encoding="utf-8")
+        tick = None
+        if progress is not None:
+            tick = lambda n: progress(str(path), counter.n, size, n)  # noqa: E731
+        try:
+            head = read_document(text, reader.add, progress=tick, every=PROGRESS_EVERY)
+        except StreamError as e:
+            last = f" ({reader.last!r})" if e.events else ""
+            raise TraceFormatError(
+                f"{path}: malformed or truncated JSON after event #{e.events - 1}{last}: {e}; "
+                "expected a PyTorch profiler trace (Chrome trace JSON, plain or .gz): "
+                "re-export it or check the copy"
+            ) from None
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as e:
+            raise TraceFormatError(
+                f"{path}: cannot read it after event #{reader.count - 1} ({e}); expected a "
+                "PyTorch profiler trace (Chrome trace JSON, plain or .gz)"
+            ) from None
+    if head.get("traceEvents", 0) is None:
+        keys = sorted(k for k in head if k != "traceEvents")
         raise TraceFormatError(
             f"{path}: no 'traceEvents' list; this is not a PyTorch profiler (Kineto) trace "
-            f"(top-level keys: {', '.join(sorted(head)) or 'none'})"
+            f"(top-level keys: {', '.join(keys) or 'none'})"
         )
     dist = head.get("distributedInfo") or {}
     if not isinstance(dist, dict):
         raise TraceFormatError(f"{path}: distributedInfo is {dist!r}, not an object")
-    size = path.stat().st_size
-    reader = _Reader(path)
-    raw, counter, f = _open(path)
-    try:
-        for i, ev in enumerate(ijson.items(f, "traceEvents.item", use_float=True)):
-            reader.add(i, ev)
-            if progress is not None and i % PROGRESS_EVERY == 0 and i:
-                progress(str(path), counter.n, size, i)
-    except (ijson.JSONError, OSError, EOFError, zlib.error) as e:
-        raise TraceFormatError(
-            f"{path}: malformed or truncated JSON after event #{reader.count - 1} "
-            f"({reader.last!r}): {e}; re-export the trace or check the copy"
-        ) from None
-    finally:
-        raw.close()
     if progress is not None:
         progress(str(path), size, size, reader.count)
     return reader.build(head, dist)
@@ -216,12 +185,13 @@ class _Reader:
         self.path = path
         self.count = 0
         self.last = ""
-        self.kernels: list[dict] = []
+        self.kernels: list[tuple] = []
         self.ops: list[Activity] = []
-        self.op_by_ext: dict[int, tuple[str, tuple, dict]] = {}
+        self.op_by_ext: dict[int, tuple[str, tuple, Collective | None]] = {}
         self.launches: dict[int, float] = {}
         self.steps: list[tuple[int, float, float, object]] = []
         self.backend_dtypes: set[str] = set()
+        self.names: dict[str, str] = {}
 
     def fail(self, i: int, ev: object, why: str) -> TraceFormatError:
         name = ev.get("name") if isinstance(ev, dict) else None
@@ -230,88 +200,90 @@ class _Reader:
             "with 'ph', and an 'X' slice has numeric 'ts' and 'dur'"
         )
 
-    def add(self, i: int, ev: object) -> None:
+    def add(self, ev: object) -> None:
+        i = self.count
         self.count = i + 1
-        if not isinstance(ev, dict) or "ph" not in ev:
+        if type(ev) is not dict or "ph" not in ev:
             raise self.fail(i, ev, "has no 'ph' field")
-        self.last = ev.get("name", "")
         if ev["ph"] != "X":
             return
-        ts, dur = ev.get("ts"), ev.get("dur")
-        if not isinstance(ts, (int, float)) or not isinstance(dur, (int, float)) or dur < 0:
-            raise self.fail(i, ev, f"has ts={ts!r}, dur={dur!r}")
-        cat = ev.get("cat") or ""
         name = ev.get("name")
-        if not isinstance(name, str):
+        self.last = name
+        ts, dur = ev.get("ts"), ev.get("dur")
+        if type(ts) not in _NUM or type(dur) not in _NUM or dur < 0:
+            raise self.fail(i, ev, f"has ts={ts!r}, dur={dur!r}")
+        if type(name) is not str:
             raise self.fail(i, ev, "has no name")
         args = ev.get("args") or {}
-        if not isinstance(args, dict):
+        if type(args) is not dict:
             raise self.fail(i, ev, f"has args={args!r}, not an object")
+        cat = ev.get("cat") or ""
         if cat in _RUNTIME_CATS:
             c = args.get("correlation")
-            if isinstance(c, int):
+            if type(c) is int:
                 self.launches[c] = float(ts)
             return
+        name = self.names.setdefault(name, name)
+        tid = ev.get("tid", 0)
         if cat in _GPU_CATS:
-            self.kernels.append({"name": name, "cat": cat, "ts": float(ts), "dur": float(dur),
-                                 "tid": ev.get("tid", 0), "args": args})  # fmt: skip
+            coll = None
+            if name[:4].lower() in ("nccl", "rccl"):
+                coll = {k: args[k] for k in _COMM_ARGS if k in args}
+            stream = args.get("stream", tid)
+            self.kernels.append((name, cat, float(ts), float(dur), tid,
+                                 stream if type(stream) is int else None,
+                                 args.get("correlation"), args.get("External id"), coll))  # fmt: skip
             return
         if cat not in _CPU_CATS:
             return
-        m = _STEP.match(name)
-        if m:
-            self.steps.append((int(m.group(1)), float(ts), float(dur), ev.get("tid")))
-        shapes = _shapes(args)
-        coll = _op_collective(name, args)
+        if name.startswith("ProfilerStep#"):
+            m = _STEP.match(name)
+            if m:
+                self.steps.append((int(m.group(1)), float(ts), float(dur), tid))
+        category = classify_name(name)
+        coll = _op_collective(name, args) if category == "communication" else None
         if name.startswith("gloo:") and name[5:] not in ("broadcast", "barrier"):
             types = args.get("Input type") or []
             dt = dtype_name(types[0]) if types else None
             if dt is not None:
                 self.backend_dtypes.add(dt)
+        # shapes only where they say something: a matmul's, an attention's, a norm's
+        shapes = _shapes(args) if category in _SHAPED else ()
         ext = args.get("External id")
-        if isinstance(ext, int):
-            self.op_by_ext.setdefault(ext, (name, shapes, args))
+        ext = ext if type(ext) is int else None
+        if ext is not None:
+            self.op_by_ext.setdefault(ext, (name, shapes, coll))
         self.ops.append(
             Activity(
-                name,
-                cat,
-                float(ts),
-                float(dur),
-                tid=ev.get("tid", 0),
-                external_id=ext if isinstance(ext, int) else None,
-                category=classify_name(name),
-                shapes=shapes,
-                collective=coll,
+                name, cat, float(ts), float(dur), tid, None, None, ext, category, "", shapes, coll
             )  # fmt: skip
         )
 
     def build(self, head: dict, dist: dict) -> RankTrace:
         kernels = []
-        for k in self.kernels:
-            args = k["args"]
-            ext = args.get("External id")
-            op, shapes, op_args = self.op_by_ext.get(ext, ("", (), {}))
-            cat = classify_name(k["name"]) or (classify_name(op) if op else None)
-            if k["cat"] != "kernel":
-                cat = "memcpy"
-            coll = _kernel_collective(k["name"], args, op_args)
-            if coll is not None:
-                cat = "communication"
-            stream = args.get("stream", k["tid"])
+        for name, cat, ts, dur, tid, stream, corr, ext, comm in self.kernels:
+            op, shapes, op_coll = self.op_by_ext.get(ext, ("", (), None))
+            category = "memcpy" if cat != "kernel" else (
+                classify_name(name) or (classify_name(op) if op else None) or "other"
+            )  # fmt: skip
+            coll = None
+            if comm is not None:
+                coll = _kernel_collective(name, comm, op_coll)
+                category = "communication"
             kernels.append(
                 Activity(
-                    k["name"],
-                    k["cat"],
-                    k["ts"],
-                    k["dur"],
-                    tid=k["tid"],
-                    stream=stream if isinstance(stream, int) else None,
-                    correlation=args.get("correlation"),
-                    external_id=ext if isinstance(ext, int) else None,
-                    category=cat or "other",
-                    op=op,
-                    shapes=shapes,
-                    collective=coll,
+                    name,
+                    cat,
+                    ts,
+                    dur,
+                    tid,
+                    stream,
+                    corr if type(corr) is int else None,
+                    ext if type(ext) is int else None,
+                    category,
+                    op,
+                    shapes,
+                    coll,
                 )  # fmt: skip
             )
         kernels.sort(key=lambda a: a.ts)
@@ -362,7 +334,7 @@ def _fill_collectives(ops: list[Activity], dist: dict, backend_dtypes: set) -> l
             fill = dtype if c.kind not in ("broadcast", "barrier") else None
             c = replace(c, dtype=c.dtype or fill, group_ranks=gr,
                         group_size=c.group_size or (len(gr) if gr else None))  # fmt: skip
-            a = replace(a, collective=c)
+            a = a._replace(collective=c)
         out.append(a)
     return out
 
@@ -440,14 +412,12 @@ def _op_collective(name: str, args: dict) -> Collective | None:
     return Collective(kind, n, dt)
 
 
-def _kernel_collective(name: str, args: dict, op_args: dict) -> Collective | None:
-    """A GPU kernel's collective: its own comm arguments, those of the op that launched it,
-    or (NCCL kernels without them) the kind and dtype in its name."""
-    if not re.match(r"^(nccl|rccl)", name, re.IGNORECASE):
-        return None
+def _kernel_collective(name: str, args: dict, op_coll: Collective | None) -> Collective:
+    """A GPU kernel's collective: its own comm arguments, else the collective of the op that
+    launched it, else (NCCL kernels without either) the kind and dtype in its name."""
     kind = collective_kind(name)
     return (
         _from_comm_args(kind, args)
-        or _from_comm_args(kind, op_args)
+        or op_coll
         or Collective(kind or "other", None, dtype_name(name.split("(")[0].rsplit("_", 1)[-1]))
     )

@@ -122,7 +122,7 @@ def test_truncated_gzip_is_a_trace_format_error(tmp_path):
     "text, match",
     [
         ('{"schemaVersion": 1, "foo": [1, 2]}', "no 'traceEvents' list"),
-        ("[1, 2, 3]", "not an object"),
+        ("[1, 2, 3]", r"expected .\{. at the start \(a Chrome trace is a JSON object\)"),
         ('{"traceEvents": [{"name": "x"}]}', r"event #0 \('x'\) has no 'ph'"),
         (
             '{"traceEvents": [{"ph": "X", "name": "k", "ts": "soon", "dur": 1}]}',
@@ -133,7 +133,7 @@ def test_truncated_gzip_is_a_trace_format_error(tmp_path):
             "dur=-2",
         ),
         ('{"traceEvents": [{"ph": "X", "name": "k", "ts": 1, "dur": 2, "args": 3}]}', "args=3"),
-        ("not json at all", "not readable JSON"),
+        ("not json at all", r"expected .\{. at the start"),
     ],
 )
 def test_foreign_or_malformed_files(tmp_path, text, match):
@@ -161,3 +161,38 @@ def test_two_files_of_one_rank_are_refused(tmp_path):
     shutil.copy(vendored("sampled_rank-0.json.gz"), tmp_path / "b_rank-0.json.gz")
     with pytest.raises(TracesError, match="both hold rank 0"):
         load_kineto(tmp_path)
+
+
+# ----- the incremental reader ------------------------------------------------------------
+@pytest.mark.parametrize("chunk", [1, 7, 97, 4096])
+def test_stream_reads_every_event_whatever_the_chunk(chunk):
+    import io
+
+    from explorer.traces.stream import read_document
+
+    text = gzip.decompress(vendored("sampled_rank-0.json.gz").read_bytes()).decode()[:200_000]
+    cut = text.rindex("}, {") + 1  # a prefix of whole events, closed again
+    doc = text[:cut] + "]}"
+    want = json.loads(doc)
+    seen = []
+    head = read_document(io.StringIO(doc), seen.append, chunk=chunk)
+    assert seen == want["traceEvents"]
+    assert head == {k: v for k, v in want.items() if k != "traceEvents"}
+
+
+def test_stream_stops_at_a_malformed_event_without_reading_on():
+    import io
+
+    from explorer.traces.stream import StreamError, read_document
+
+    class Counting(io.StringIO):
+        reads = 0
+
+        def read(self, n=-1):
+            Counting.reads += 1
+            return super().read(n)
+
+    doc = '{"traceEvents": [{"ph": "X"}, {"ph": X}, ' + '{"ph": "M"}, ' * 10_000 + "{}]}"
+    with pytest.raises(StreamError, match=r"malformed JSON in event #1") as e:
+        read_document(Counting(doc), lambda ev: None, chunk=64)
+    assert e.value.events == 1 and Counting.reads < 5
