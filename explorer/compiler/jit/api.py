@@ -195,6 +195,9 @@ class JitFunction:
         self._variants: dict[tuple, list[tuple]] = {}
         self._all_fixed: dict[tuple, bool] = {}
         self._last_key: tuple | None = None
+        # (signature key, entry) of the last call whose entry has no symbolic sizes, shape
+        # guards or fixed dims: the next call with that key skips the variant search
+        self._hot: tuple[tuple, CacheEntry] | None = None
         # compiling and storing entries is one thread at a time; running is not
         self._lock = threading.RLock()
         functools.update_wrapper(self, fn)
@@ -254,7 +257,14 @@ class JitFunction:
             return runtime.maybe_convert(self.fn)(*owner, *args, **kwargs)
         bound = self._bind(owner, args, kwargs)
         key, sizes = self._key(bound)
-        entry = self._lookup(bound, key, sizes)
+        hot = self._hot
+        if (hot is not None and hot[0] == key and stale(hot[1].guards) is None
+                and self.cache.peek(hot[1].key) is hot[1]):  # fmt: skip
+            entry = hot[1]  # what _lookup finds: no sizes to check, guards hold, still cached
+        else:
+            entry = self._lookup(bound, key, sizes)
+            if not (entry.symbols or entry.shape_guards or entry.fixed):
+                self._hot = (key, entry)
         rec = _trace.active()
         if entry.fallback is not None and entry.split is None:
             if rec is not None:
