@@ -15,10 +15,11 @@ from .classify import CATEGORIES, Category, classify_name, collective_kind
 from .errors import TraceFormatError, TracesError
 from .events import Activity, Collective, KinetoTrace, ProcessGroup, RankTrace, Step
 from .kineto import load_kineto, load_rank, trace_files, vendored
+from .matmuls import GemmRow, gemm_dims, gemm_table
 from .side_by_side import TRACKS, Lane, SideBySide, Slice, side_by_side
 
 __all__ = [
     "load_kineto", "load_rank", "breakdown", "Breakdown", "StepBreakdown", "axis_of", "trace_files", "vendored", "KinetoTrace", "RankTrace",
     "Activity", "Collective", "ProcessGroup", "Step", "Category", "CATEGORIES",
-    "classify_name", "collective_kind", "side_by_side", "SideBySide", "Lane", "Slice", "TRACKS", "TracesError", "TraceFormatError",
+    "classify_name", "collective_kind", "side_by_side", "SideBySide", "gemm_table", "GemmRow", "gemm_dims", "Lane", "Slice", "TRACKS", "TracesError", "TraceFormatError",
 ]  # fmt: skip
