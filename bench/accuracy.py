@@ -680,6 +680,7 @@ def fit_today() -> dict:
             rows.append((name, r, hw, preset, base))
     chips = sorted(set(FIT_CHIPS[hw] for _, _, hw, _, _ in rows))
     overheads = [s for s in FIT_OVERHEAD_STACKS if any(p == s for *_, p, _ in rows)]
+    r8 = len(chips) + len(overheads)  # the FP8 GEMM ratio, one for every chip and stack
     start = {c: (ex.hardware.load(c).chip.matmul_efficiency,
                  ex.hardware.load(c).chip.attention_efficiency) for c in chips}  # fmt: skip
     k0 = TrainingParams().kernel_overhead_s
@@ -690,17 +691,19 @@ def fit_today() -> dict:
         k = x[len(chips) + overheads.index(preset)] if preset in overheads else k0
         return base.replace(matmul_efficiency_cap=min(1.0, mm * g),
                             flash_attention_efficiency=min(1.0, att * g),
-                            kernel_overhead_s=float(k))  # fmt: skip
+                            kernel_overhead_s=float(k),
+                            fp8_matmul_efficiency_ratio=float(x[r8]))  # fmt: skip
 
     def residuals(x):
         return np.array([np.log(predict(r, params_of(x, hw, pre, b)).step_time_s / r.step_time_s)
                          for _, r, hw, pre, b in rows])  # fmt: skip
 
-    x0 = np.array([1.0] * len(chips) + [k0] * len(overheads))
-    lo = np.array([0.3] * len(chips) + [_KERNEL_OVERHEAD_BOUNDS[0]] * len(overheads))
+    r0 = stacks.params("nemo").fp8_matmul_efficiency_ratio
+    x0 = np.array([1.0] * len(chips) + [k0] * len(overheads) + [r0])
+    lo = np.array([0.3] * len(chips) + [_KERNEL_OVERHEAD_BOUNDS[0]] * len(overheads) + [0.3])
     hi = np.array([min(1 / max(start[c]), 2.0) for c in chips]
-                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads))  # fmt: skip
-    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads))
+                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads) + [1.0])  # fmt: skip
+    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads) + [0.1])
     res0 = residuals(x0)
     # soft_l1 at 10%: a row the physics cannot yet explain (an MoE run 3x off) weighs as a
     # 10% miss, not its square; every finite difference a 1% step of its value
@@ -724,6 +727,12 @@ def fit_today() -> dict:
         used = [(n, r) for n, r, _, pre, _ in rows if pre == st]
         out["stacks"][st] = {"kernel_overhead_s": float(sol.x[len(chips) + j]),
                              "rows": len(used), "datasets": sorted({n for n, _ in used})}  # fmt: skip
+    fp8 = [(n, r) for n, r, *_ in rows if r.precision == "fp8"]
+    out["fp8_matmul_efficiency_ratio"] = {
+        "value": float(sol.x[r8]),
+        "fp8_rows": len(fp8),
+        "datasets": sorted({n for n, _ in fp8}),
+    }
     out["seconds"] = time.perf_counter() - t0
     print(f"   {len(rows)} fit rows; rms log error {out['rms_log_error_before']:.3f} -> "
           f"{out['rms_log_error_after']:.3f} ({sol.nfev} evaluations, {out['seconds']:.0f} s)")  # fmt: skip
@@ -734,6 +743,9 @@ def fit_today() -> dict:
     for st, v in out["stacks"].items():
         print(f"   stack {st}: kernel_overhead_s {v['kernel_overhead_s'] * 1e6:.1f} us "
               f"({v['rows']} fit rows of {', '.join(v['datasets'])})")  # fmt: skip
+    v = out["fp8_matmul_efficiency_ratio"]
+    print(f"   fp8_matmul_efficiency_ratio {v['value']:.3f} ({v['fp8_rows']} FP8 fit rows of "
+          f"{', '.join(v['datasets'])}, with the BF16 ones)")  # fmt: skip
     return out
 
 

@@ -190,6 +190,7 @@ class TrainingParams:
     param_gather_overlap_fraction fraction   of the ZeRO-1/2 weight all-gather hidden
     p2p_overlap_fraction          fraction   of pipeline sends hidden behind compute
     fp8_cast_bytes_per_element    bytes      moved per FP8 GEMM input element (the cast)
+    fp8_matmul_efficiency_ratio   1          FP8 GEMM share of FP8 peak / BF16's of BF16's
     grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
     op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
     ============================  =========  ===============================================
@@ -320,6 +321,12 @@ class TrainingParams:
         "(3; current scaling adds an amax pass, 2 more); weights are cast once per step "
         "(TE caches the FP8 weight over the microbatches), not counted; assumption: the cast "
         "runs as its own memory-bound pass at hbm_efficiency")  # fmt: skip
+    fp8_matmul_efficiency_ratio: float = knob(
+        1.0, "FP8 GEMM fraction of FP8 peak / BF16 GEMM fraction of BF16 peak", 0.0, 1.0,
+        low_open=True,
+        source="assumption (1: an FP8 GEMM reaches the same share of the FP8 peak as a BF16 "
+        "GEMM of the BF16 peak); the current stacks set the value fitted on the FP8 and BF16 "
+        "fit rows of datasets/published")  # fmt: skip
     grad_reduce_bytes_per_param: float | None = knob(
         None, "bytes per parameter in the gradient reduction", 0.5, 8.0,
         auto="state.gradient_bytes",
