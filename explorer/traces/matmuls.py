@@ -10,7 +10,7 @@ batched GEMM); FLOPs are ``2 M K N`` (times ``B``).
 >>> import explorer as ex
 >>> rows = gemm_table(ex.traces.load_kineto(ex.traces.vendored("cpu_gloo_ddp")))
 >>> sorted({r.op for r in rows})
-['aten::addmm', 'aten::bmm', 'aten::mm']
+['aten::addmm', 'aten::mm']
 """
 
 from __future__ import annotations
