@@ -277,7 +277,13 @@ def test_closed_group_labels_always_there(llama):
     lay = graph_layout(llama, expanded=())
     boxes = [i for i, b in enumerate(lay.is_box) if b]
     text = unit_labels(llama, lay)
-    assert all(text[i] == lay.units[i][len("scope:") :] for i in boxes)
+    h = hierarchy(llama)
+    for i in boxes:  # the name, and the size where it fits (on one or two lines)
+        path = lay.units[i][len("scope:") :]
+        assert text[i].startswith(path), (text[i], path)
+        size = str(h.group(path).num_nodes)
+        assert text[i] in (path, f"{path} · {size}", f"{path}<br>{size} nodes"), text[i]
+    assert any(str(h.group(lay.units[i][6:]).num_nodes) in text[i] for i in boxes)
     g405 = ex.models.build(ex.models.load("llama3-405b"), batch=1, seq=128)
     lay = graph_layout(g405, expanded=())
     text = unit_labels(g405, lay)
@@ -400,3 +406,22 @@ def test_a_long_strategy_legend_wraps_into_lines_the_plot_holds():
     visible = [re.sub(r"<[^>]+>", "", line) for line in lines]
     assert len(lines) > 1 and all(len(v) <= LEGEND_LINE_CHARS for v in visible)
     assert "".join(lines).count("■") == 20  # every swatch kept
+
+
+@pytest.mark.parametrize("px", [400, 700, 1000, 3000])
+def test_op_labels_never_overlap_on_a_line(llama, px):
+    """At any width, the labels shown under units of one line do not touch (they ran
+    together: "tokens" over "tokens", "scores scale mask probs")."""
+    from widgets.figures.graph import CHAR_PX
+
+    lay = graph_layout(llama, expanded=[p for p in hierarchy(llama).groups if p])
+    text = unit_labels(llama, lay, px=px)
+    scale = px / (lay.extent[1] - lay.extent[0])
+    shown = sorted((round(float(lay.y[i]), 3), float(lay.x[i]) * scale, len(t) * CHAR_PX)
+                   for i, t in enumerate(text) if t and lay.kind[i] != "box")  # fmt: skip
+    assert shown
+    for (y0, c0, w0), (y1, c1, w1) in zip(shown, shown[1:], strict=False):
+        if y0 == y1:
+            assert c0 + w0 / 2 <= c1 - w1 / 2 + 1e-6, (px, c0, c1)
+    if px >= 3000:  # wide enough: most ops are named
+        assert sum(bool(t) for t in text) > len(lay.units) / 2

@@ -26,7 +26,7 @@ from ..colors import (
 )
 from ..format import fmt_number, fmt_percent, fmt_seconds, human_label
 from .errors import ViewError
-from .layout import BOX_PREFIX, GraphLayout, graph_layout
+from .layout import BOX_H, BOX_PREFIX, GraphLayout, graph_layout
 from .style import base_layout
 
 __all__ = [
@@ -49,6 +49,7 @@ OPEN_PREFIX = "open:"  # the customdata of an open group's label (a click closes
 PLOT_PX = 1000  # the width the figure is planned for (a laptop's notebook column)
 CHAR_PX = 7.0  # one character of a 10 px label, with room to spare between neighbours
 BOX_CHAR_PX = 5.5  # inside a box the name only has to fit its own box
+BOX_LINE_PX = 11.0  # one line of a box label (10 px text)
 # Ten hues no two of which are alike (Tableau 10 without its grey): strategies are told apart
 # at a glance. A strategy keeps its colour from run to run (by hash, then the next free one).
 STRATEGY_PALETTE: tuple[str, ...] = (
@@ -254,6 +255,24 @@ def _short(path_or_node: str, parent: str) -> str:
         else path_or_node  # fmt: skip
 
 
+def _box_labels(h, path: str, two_lines: bool) -> list[str]:
+    """A closed group's texts, longest first: name and node count (on one line, or on two
+    when the box is tall enough), name, last part."""
+    name = path.rsplit(".", 2)[-2] + "." + path.rsplit(".", 1)[-1] if path.count(".") > 1 \
+        else path  # fmt: skip
+    last = path.rsplit(".", 1)[-1]
+    out = [name]
+    if path in h:
+        n = h.group(path).num_nodes
+        out = [f"{name} · {n}"] + ([f"{name}<br>{n} nodes"] if two_lines else []) + [name]
+    return out + ([last] if last != name else [])
+
+
+def _text_px(text: str) -> float:
+    """Width of a box label: its longest line."""
+    return max(len(line) for line in text.split("<br>")) * BOX_CHAR_PX
+
+
 def unit_labels(graph: Graph, lay: GraphLayout, span: float | None = None,
                 px: float = PLOT_PX) -> list[str]:  # fmt: skip
     """The text on each unit for an x-axis ``span`` (data units) over ``px`` pixels: a
@@ -265,19 +284,49 @@ def unit_labels(graph: Graph, lay: GraphLayout, span: float | None = None,
     h = hierarchy(graph)
     out: list[str] = []
     boxes = [i for i, b in enumerate(lay.is_box) if b]
-    widest = max((len(lay.units[i]) - len(BOX_PREFIX) for i in boxes), default=0)
+    # a closed group says its size where it fits ("layers.1 · 41": its nodes at every level
+    # below), else its name, else its last part ("1"); only when not even that fits in a
+    # box is every k-th box labelled (126 layers seen whole), and the hover says the rest
+    box_text: dict[int, str] = {}
     every = 1
-    if boxes:
-        every = max(1, int(np.ceil(widest * BOX_CHAR_PX / max(scale * lay.w[boxes[0]], 1e-9))))
+    for i in boxes:
+        room = scale * lay.w[i]
+        two_lines = scale * BOX_H >= 2 * BOX_LINE_PX
+        options = _box_labels(h, lay.units[i][len(BOX_PREFIX) :], two_lines)
+        fit = next((t for t in options if _text_px(t) <= room), None)
+        box_text[i] = fit if fit is not None else options[-1]
+        if fit is None:
+            need = _text_px(options[-1]) / max(room, 1e-9)
+            every = max(every, int(np.ceil(need)))
     k = 0
-    for u, kind, w in zip(lay.units, lay.kind, lay.w, strict=True):
+    for i, (u, kind, w) in enumerate(zip(lay.units, lay.kind, lay.w, strict=True)):
         if kind == "box":
-            out.append(u[len(BOX_PREFIX) :] if k % every == 0 else "")
+            out.append(box_text[i] if k % every == 0 else "")
             k += 1
             continue
         label = _short(u, h.node_group.get(u, ROOT))
         room = scale * (w + 1.0) if kind == "op" else scale * w
         out.append(label if room >= CHAR_PX * len(label) else "")
+    return _without_collisions(lay, out, scale)
+
+
+def _without_collisions(lay: GraphLayout, labels: list[str], scale: float) -> list[str]:
+    """Hide the labels under units (ops, inputs) that would touch a label already placed
+    on the same line, left to right ("tokens" beside "tokens", "scores scale mask probs"
+    run together at a narrow width); a hidden label is in the unit's hover and shows when
+    zoomed in."""
+    out = list(labels)
+    placed: dict[float, float] = {}  # line (y) -> right edge (px) of its last label
+    order = sorted((i for i, t in enumerate(labels) if t and lay.kind[i] != "box"),
+                   key=lambda i: (round(float(lay.y[i]), 3), float(lay.x[i])))  # fmt: skip
+    for i in order:
+        line = round(float(lay.y[i]), 3)
+        half = len(labels[i]) * CHAR_PX / 2
+        centre = float(lay.x[i]) * scale
+        if centre - half < placed.get(line, -np.inf):
+            out[i] = ""
+            continue
+        placed[line] = centre + half
     return out
 
 

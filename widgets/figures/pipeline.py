@@ -139,7 +139,7 @@ def chunk_marker(cols: dict[str, np.ndarray], kind: str, chunks: int) -> dict:
     colors = np.array([_lighter(base, a) for a in _CHUNK_LIGHTEN], dtype=object)
     shapes = np.array(CHUNK_PATTERNS, dtype=object)
     return {"color": colors[chunk], "pattern": {"shape": shapes[chunk], "fgcolor": "#FFFFFF",
-                                                "fgopacity": 0.55, "size": 7}}  # fmt: skip
+                                                "fgopacity": 0.4, "size": 8}}  # fmt: skip
 
 
 def readable_window(cols: dict[str, np.ndarray]) -> tuple[float, float] | None:
