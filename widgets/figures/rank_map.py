@@ -81,7 +81,7 @@ def rank_map_figure(
                "ticktext": [f"GPU {g}" for g in range(m.gpus_per_node)], "showgrid": False,
                "zeroline": False, "range": [-0.6, m.gpus_per_node - 0.4]},
         yaxis={"tickmode": "array", "tickvals": list(range(shown)),
-               "ticktext": [f"node {n}" for n in range(shown)], "autorange": "reversed",
+               "ticktext": [f"node {n}" for n in range(shown)],
                "showgrid": False, "zeroline": False, "range": [shown - 0.5, -0.5]},
     )  # fmt: skip
     return fig
