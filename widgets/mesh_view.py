@@ -15,7 +15,14 @@ from explorer.sharding import Layout, ring_collective
 from .base import View, replace_figure
 from .errors import ViewError, field
 from .figure_widget import FigureWidget
-from .figures.mesh import TRACE_CELLS, default_dims, levels_text, mesh_figure, sharding_figure
+from .figures.mesh import (
+    TRACE_CELLS,
+    default_dims,
+    dim_letters,
+    levels_text,
+    mesh_figure,
+    sharding_figure,
+)
 from .figures.ring import TEACH_KINDS, ring_rounds_figure
 from .figures.style import base_layout
 from .selection import Selection
@@ -183,16 +190,33 @@ class MeshView(View):
         else:
             ttype, layout, name = cur
             self._refill_dims(ttype)
+            letters = self._letters()
             fig = mesh_figure(self.mesh, layout, ttype, tensor=name, groups_axes=axes,
-                              collective=kind, selected_device=self.device)  # fmt: skip
-            tfig = sharding_figure(ttype, layout, self.mesh, name, dims=self.dims or None)
+                              collective=kind, selected_device=self.device,
+                              letters=letters)  # fmt: skip
+            tfig = sharding_figure(ttype, layout, self.mesh, name, dims=self.dims or None,
+                                   letters=letters)  # fmt: skip
         replace_figure(self.figure, fig)
         replace_figure(self.tensor_figure, tfig)
+
+    def _letters(self) -> str | None:
+        """The op signature's letters of the tensor drawn (one notation with the strategy
+        names and the graph's hover); None for a tensor given by hand."""
+        if self.plan is None or self.tensor is None or self.tensor not in self.plan.assignment:
+            return None
+        try:
+            ins, out = self.plan.graph.signature(self.tensor).split("->")
+        except Exception:  # noqa: BLE001  (an op without a signature: A, B, C)
+            return None
+        if self.operand == OUTPUT:
+            return out
+        parts = ins.split(",")
+        return parts[self.operand] if self.operand < len(parts) else None
 
     def _refill_dims(self, ttype: TensorType) -> None:
         """The dim-pair menu for a tensor of this rank (kept when the rank is unchanged)."""
         rank = ttype.rank
-        letters = "".join(chr(ord("A") + i) for i in range(rank))
+        letters = dim_letters(ttype, self._letters())
         if rank <= 2:
             opts = [(" x ".join(f"dim {i} ({letters[i]}, {ttype.shape[i]})" for i in range(rank))
                      or "scalar", tuple(range(rank)))]  # fmt: skip
@@ -201,7 +225,7 @@ class MeshView(View):
                     for i in range(rank) for j in range(i + 1, rank)]  # fmt: skip
         values = [v for _, v in opts]
         ctl = self.controls["dims"]
-        if [v for _, v in ctl.options] == values and self.dims in values:
+        if list(ctl.options) == opts and self.dims in values:
             return
         layout = cur[1] if (cur := self._current()) is not None else None
         want = default_dims(ttype, layout) if layout is not None else values[0]

@@ -295,6 +295,21 @@ def test_mesh_view_ring_says_whose_collective_it_is(mlp, mesh, mlp_plan):
     assert seen == {"has", "none"}
 
 
+def test_mesh_view_names_dims_with_the_ops_signature_letters(mlp, mesh, mlp_plan):
+    """One notation: the layout in the mesh view's titles and dim menu uses the letters of
+    the op's signature, the letters its strategy name uses (it used A, B, C)."""
+    mv = MeshView(mesh, mlp_plan)
+    mv.tensor = "layers.0.fc1"
+    mv._retarget()
+    ins, out = mlp.signature("layers.0.fc1").split("->")
+    strategy = mlp_plan.assignment["layers.0.fc1"].name  # e.g. "n=dp"
+    assert all(part.split("=")[0] in out + ins for part in strategy.split(","))
+    title = mv.figure.layout.title.text
+    assert f"[{out[0].upper()}" in title and "[A," not in title, title
+    assert f"({out[0].upper()}, " in mv.controls["dims"].options[0][0]
+    assert out[0].upper() in mv.tensor_figure.layout.title.text
+
+
 def test_tuner_mesh_menu_keeps_the_search_method(tiny_gpt, mesh):
     """Notebook 04's path: a new mesh shape re-plans with the chosen method. ipywidgets
     selects a Dropdown's first option when its options change, and the method menu's notes

@@ -128,10 +128,19 @@ def _discrete_scale(k: int) -> list[list]:
     return scale
 
 
+def dim_letters(ttype: TensorType, letters: str | None) -> str:
+    """The letters that name a tensor's dims: the op signature's (``bsh`` for x of
+    ``bsh,hf->bsf``, upper-cased as the layout notation writes them, the same letters the
+    strategy names use), else A, B, C... when the tensor has no op signature."""
+    if letters is not None and len(letters) == ttype.rank and len(set(letters)) == ttype.rank:
+        return letters.upper()
+    return "".join(chr(ord("A") + i) for i in range(ttype.rank))
+
+
 def mesh_figure(
     mesh: Mesh, layout: Layout | None = None, ttype: TensorType | None = None, *,
     tensor: str = "", groups_axes: tuple[str, ...] = (), collective: str = "",
-    selected_device: int | None = None,
+    selected_device: int | None = None, letters: str | None = None,
 ) -> go.Figure:  # fmt: skip
     """The device grid. With ``layout``/``ttype``: each cell shows its device id and the block
     it holds (replicas share a colour; ``Σ`` marks a pending partial sum). With
@@ -215,7 +224,8 @@ def mesh_figure(
     last = mesh.axis_names[-1]
     title = f"{mesh}"
     if layout is not None and ttype is not None:
-        title = f"%{tensor} {layout.format(ttype)} on {_axis_title(mesh, mesh.axis_names)}"
+        title = (f"%{tensor} {layout.format(ttype, dim_letters(ttype, letters))} on "
+                 f"{_axis_title(mesh, mesh.axis_names)}")  # fmt: skip
     if collective:
         title += f" — {collective} over {','.join(groups_axes)}"
     row_labels = []
@@ -255,7 +265,7 @@ def default_dims(ttype: TensorType, layout: Layout) -> tuple[int, ...]:
 
 def sharding_figure(
     ttype: TensorType, layout: Layout, mesh: Mesh, tensor: str = "",
-    dims: tuple[int, ...] | None = None,
+    dims: tuple[int, ...] | None = None, letters: str | None = None,
 ) -> go.Figure:  # fmt: skip
     """The tensor cut into blocks, each labelled with the devices holding it.
 
@@ -299,15 +309,15 @@ def sharding_figure(
         xs.append((x0 + x1) / 2)
         ys.append((y0 + y1) / 2)
         labels.append(",".join(str(d) for d in ds))
-    letters = "".join(chr(ord("A") + i) for i in range(len(shape)))
+    letters = dim_letters(ttype, letters)
     hidden = [i for i in range(len(shape)) if i not in dims and layout.dims[i]]
     fig = go.Figure(go.Scatter(x=xs, y=ys, text=labels, mode="text", name="blocks",
                                textfont={"color": "#111"},
                                hovertext=[f"devices {t}" for t in labels], hoverinfo="text"))  # fmt: skip
     xdim = dims[-1] if dims else None
     ydim = dims[0] if len(dims) == 2 else None
-    title = (f"%{tensor} {layout.format(ttype)}: which devices hold each block" if tensor
-             else f"{layout.format(ttype)}")  # fmt: skip
+    title = (f"%{tensor} {layout.format(ttype, letters)}: which devices hold each block"
+             if tensor else f"{layout.format(ttype, letters)}")  # fmt: skip
     if hidden:
         title += (", dims " + ", ".join(f"{i} ({letters[i]})" for i in hidden) + " split but "
                   "not drawn: a block lists the devices of all its pieces")  # fmt: skip
