@@ -31,6 +31,7 @@ from ..training import ParallelConfig, published_runs
 from . import kinds
 from .errors import TeachError
 from .exercises import Exercise
+from .ranks import RankLayout
 
 __all__ = ["NOTEBOOKS", "notebook_exercises", "all_exercises"]
 
@@ -69,6 +70,11 @@ def _02() -> list[Exercise]:
           for r in ("none", "selective", "full")),
         kinds.activation_memory(s, b, h, a, tp=8, recompute="none", key="02-activations-tp8"),
         kinds.model_params("gpt3-6.7b", key="02-params"),
+        # the rank map cell: dp 2 x tp 4 x pp 2 on nodes of 8 GPUs
+        kinds.rank_nodes(RankLayout(dp=2, tp=4, pp=2), "pp", key="02-ranks-pp"),
+        kinds.rank_nodes(RankLayout(dp=2, tp=4, pp=2), "dp", "megatron-pp-before-dp",
+                         key="02-ranks-dp-pp-first"),
+        kinds.rank_nodes(RankLayout(dp=4, tp=2, pp=2, cp=2), "dp-cp", key="02-ranks-dp-cp"),
     ]  # fmt: skip
 
 
@@ -128,6 +134,9 @@ def _06() -> list[Exercise]:
              ParallelConfig(dp=4, tp=4, pp=2, microbatch_size=1),
              ParallelConfig(dp=8, tp=2, pp=2, microbatch_size=1, recompute="full")),
             "a100-80g", 128, 2048, key="06-fastest-13b"),
+        # Megatron-LM Table 1's largest run: tp 8, pp 64 on 3072 GPUs (so dp 6)
+        kinds.rank_nodes(RankLayout(dp=6, tp=8, pp=64), "dp", key="06-ranks-1t-dp"),
+        kinds.rank_nodes(RankLayout(dp=6, tp=8, pp=64), "pp", key="06-ranks-1t-pp"),
     ]  # fmt: skip
 
 

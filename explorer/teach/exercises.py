@@ -33,7 +33,7 @@ __all__ = ["Exercise", "ExerciseKind", "EXERCISE_KINDS", "Mistake", "Verdict", "
 ExerciseKind = Literal[
     "zero_memory", "collective_bytes", "bubble_fraction", "redistribution",
     "redistribution_bytes", "fastest_layout", "activation_memory", "tp_allreduce",
-    "model_params", "collective_time", "mfu", "prediction_error",
+    "model_params", "collective_time", "mfu", "prediction_error", "rank_nodes",
 ]  # fmt: skip
 EXERCISE_KINDS: tuple[str, ...] = ExerciseKind.__args__  # type: ignore[attr-defined]
 

@@ -194,3 +194,17 @@ def test_launchers_and_bad_values():
         rank_map(RankLayout(dp=2)).describe("xp")
     assert isinstance(TeachError("x"), ex.ExplorerError)
     assert RankLayout(dp=np.int64(2)).dp == 2
+
+
+def test_rank_nodes_exercise_counts_the_nodes_of_the_widest_group():
+    from explorer.teach import kinds
+
+    lay = RankLayout(dp=6, tp=8, pp=64)
+    q = kinds.rank_nodes(lay, "pp")
+    # pp ranks are dp * tp = 48 apart: every one on its own node of 8
+    assert q.truth == 64.0
+    assert q.check("1").mistake == "assumed the group sits inside one node"
+    assert kinds.rank_nodes(lay, "tp").truth == 1.0
+    assert (
+        kinds.rank_nodes(RankLayout(dp=4, tp=2, pp=2), "dp", "megatron-pp-before-dp").truth == 2.0
+    )
