@@ -39,6 +39,7 @@ from .executor import Program
 from .passes import Level, MemoryPlan, RewriteStep, optimize
 from .passes.driver import Backend
 from .torch_eager import TimedInterpreter
+from .torch_fold import fold_weights
 from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, weights
 
 __all__ = ["compile", "TorchProgram", "Verification", "TOLERANCE"]
@@ -125,8 +126,10 @@ class TorchProgram:
 
     Attributes:
         graph: the traced graph (parameters and buffers as ``param``/``input`` nodes).
-        optimized, steps, memory_plan: the static graph, the passes' RewriteSteps and the
-            memory plan.
+        folded: the graph with its weight-only values computed once (`fold_weights`: rotary
+            tables, position embeddings, weight casts) as ``param`` sources.
+        optimized, steps, memory_plan: the static graph (``folded`` through the passes),
+            the passes' RewriteSteps and the memory plan.
         program: the executor's `Program` (``program.source``: the plan's Python).
         weights: parameter and buffer values by graph source name (numpy).
         tolerance: (rtol, atol) against torch for the model's dtype (`TOLERANCE`).
@@ -157,11 +160,12 @@ class TorchProgram:
         dtype = _weight_dtype(graph)
         self.dtype = dtype
         self.tolerance = TOLERANCE.get(dtype.value, TOLERANCE["fp32"])
-        self.optimized, self.steps, self.memory_plan = _optimize(graph, level, backend)
+        self.folded, fed = fold_weights(graph, self.weights)
+        self.optimized, self.steps, self.memory_plan = _optimize(self.folded, level, backend)
         self.program = Program(self.optimized, self.memory_plan)
         self.source = self.program.source
         slot = {n: i for i, n in enumerate(self.program.feed_names)}
-        self._template = [self.weights.get(n) for n in self.program.feed_names]
+        self._template = [fed.get(n) for n in self.program.feed_names]
         self._user_slots = [slot[n] for n in self._user]
         self._fast = sig.positional and set(sig.keywords) <= set(defaults)
         self._single = self._out_index[0] if sig.out_spec.is_leaf() else None

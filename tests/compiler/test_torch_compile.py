@@ -172,3 +172,12 @@ def test_batched_einsum_keeps_the_general_plan():
 
     assert _matmul_2d("bik,bkj->bij", (2, 3, 4), (2, 4, 5), (2, 3, 5)) is None
     assert _matmul_2d("ab,cb->ca", (2, 3), (4, 3), (4, 2)) is None  # output order swapped
+
+
+def test_weight_only_values_are_computed_once(gpt2):
+    """GPT-2's position embeddings are looked up at constant positions: the static graph
+    reads them as a fed value, the eager run (as torch) looks them up at every call."""
+    _, ids, prog = gpt2
+    lookups = [sum(n.op == "embedding" for n in g.ops) for g in (prog.graph, prog.folded)]
+    assert lookups == [2, 1]  # token and position embeddings; the token lookup stays
+    assert prog.verify(ids).static_ok
