@@ -1,8 +1,12 @@
 """Real runs: PyTorch profiler (Kineto) traces read, classified and broken down.
 
-``load_kineto`` reads one trace file per rank (or a folder of them), streamed;
-``breakdown`` splits each rank's steps into compute, exposed and overlapped communication
-and idle time, per kernel category. (``explorer.trace`` is the compiler's own trace.)
+``load_kineto`` reads one trace file per rank (or a folder of them) in one incremental pass
+(``stream``); ``breakdown`` splits each rank's steps into compute, exposed and overlapped
+communication and idle time, per kernel category (``classify``); ``gemm_table`` lists the
+GEMMs by shape with the FLOP/s they reached; ``side_by_side`` puts a measured step next to
+the simulator's predicted step; ``cpu_runs`` makes real traces on CPU (DDP, FSDP2 over gloo).
+``explorer.training.MeasuredRun.from_trace`` turns a trace into a run ``calibrate`` fits.
+(``explorer.trace`` is the compiler's own trace.)
 
 >>> import explorer as ex
 >>> t = ex.traces.load_kineto(ex.traces.vendored("nccl_data.json.gz"))
