@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..checks import is_int
 from .breakdown import _check_axes, _self_segments, _step_index, axis_of
 from .errors import TracesError
 from .events import Collective, KinetoTrace, RankTrace
@@ -208,7 +209,9 @@ def side_by_side(
     numbers = sorted({s.number for r in trace.ranks for s in r.steps})
     if not numbers:
         raise TracesError("side_by_side: the trace has no ProfilerStep#N markers")
-    step = numbers[-1] if step is None else step
+    if step is not None and not is_int(step, numpy=True):
+        raise TracesError(f"side_by_side(step={step!r}); expected a step number (an int) or None")
+    step = numbers[-1] if step is None else int(step)
     if step not in numbers:
         raise TracesError(f"side_by_side(step={step!r}): no such step; the trace has {numbers}")
     predicted = _predicted_lanes(sim)

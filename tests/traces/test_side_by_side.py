@@ -65,6 +65,8 @@ def test_refuses(ddp):
     t, sim = ddp
     with pytest.raises(TracesError, match="no such step"):
         side_by_side(t, sim, step=999)
+    with pytest.raises(TracesError, match="expected a step number"):
+        side_by_side(t, sim, step=True)
     est = ex.estimate(tiny_gpt_config(), DDP, "a100-80g", 8, 32)
     with pytest.raises(TracesError, match="timeline"):
         side_by_side(t, est)
