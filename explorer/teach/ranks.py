@@ -35,7 +35,9 @@ import numpy as np
 from ..checks import is_int
 from .errors import TeachError
 
-__all__ = ["RankLayout", "RankMap", "rank_map", "Launcher", "LAUNCHERS", "GROUP_AXES"]
+__all__ = [
+    "RankLayout", "RankMap", "rank_map", "Launcher", "LAUNCHERS", "GROUP_AXES", "MAX_RANKS",
+]  # fmt: skip
 
 Launcher = Literal["megatron", "megatron-pp-before-dp", "torchtitan"]
 # Fastest-varying first, Megatron-Core's spelling. Sources: Megatron-Core
@@ -48,6 +50,7 @@ LAUNCHERS: dict[str, str] = {
     "torchtitan": "tp-cp-ep-dp-pp",
 }
 _TOKENS = ("tp", "cp", "ep", "dp", "pp")
+MAX_RANKS = 2**17  # a map lists every rank of every group: beyond this it stops being a picture
 # The groups a map lists: one per parallelism, the data-parallel group with the context-parallel
 # ranks (what gradients are reduced over) and the expert data-parallel group.
 GROUP_AXES = ("tp", "cp", "ep", "dp", "pp", "dp-cp", "edp")
@@ -75,6 +78,11 @@ class RankLayout:
             if not is_int(v, minimum=1, numpy=True):
                 raise TeachError(f"RankLayout {name} must be an int >= 1, got {v!r}")
             object.__setattr__(self, name, int(v))
+        if self.world_size > MAX_RANKS:
+            raise TeachError(
+                f"RankLayout {self} has more than MAX_RANKS = {MAX_RANKS:,} ranks; a rank map "
+                "lists every rank of every group: use smaller sizes (the groups repeat)"
+            )
         if (self.dp * self.cp) % self.ep:
             raise TeachError(
                 f"RankLayout ep={self.ep} does not divide dp * cp = {self.dp * self.cp}; "

@@ -208,3 +208,10 @@ def test_rank_nodes_exercise_counts_the_nodes_of_the_widest_group():
     assert (
         kinds.rank_nodes(RankLayout(dp=4, tp=2, pp=2), "dp", "megatron-pp-before-dp").truth == 2.0
     )
+
+
+def test_a_map_larger_than_max_ranks_is_refused_with_the_limit():
+    from explorer.teach.ranks import MAX_RANKS
+
+    with pytest.raises(TeachError, match="MAX_RANKS"):
+        RankLayout(dp=MAX_RANKS, tp=2)

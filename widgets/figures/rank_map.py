@@ -27,6 +27,22 @@ def _shown_nodes(m: RankMap, max_nodes: int) -> int:
     return min(m.nodes, max_nodes)
 
 
+def _group_index(m: RankMap, axis: str, limit: int) -> dict[int, int]:
+    """rank -> index of its ``axis`` group, for the ranks below ``limit`` (one pass)."""
+    out = {}
+    for k, g in enumerate(m.groups[axis]):
+        for r in g:
+            if r < limit:
+                out[r] = k
+    return out
+
+
+def _short(ranks: tuple[int, ...]) -> str:
+    if len(ranks) <= 12:
+        return str(list(ranks))
+    return "[" + ", ".join(map(str, ranks[:8])) + f", ..., {ranks[-1]}]"
+
+
 def rank_map_caption(m: RankMap, axis: str, rank: int | None = None) -> str:
     """The figure's text, for screen readers and the title: what the groups are, how many,
     where they sit, and the highlighted rank's group."""
@@ -47,17 +63,19 @@ def rank_map_figure(
     """The grid of nodes (rows) by GPUs (columns); each square shows ``r<rank>`` and
     ``<axis> <group index>``; ``rank``'s group is outlined in black."""
     groups = m.groups[axis]
-    index = {r: k for k, g in enumerate(groups) for r in g}
     mine = set(m.group_of(rank, axis)) if rank is not None else set()
     shown = _shown_nodes(m, max_nodes)
     ranks = [r for r in range(m.world_size) if m.node_of(r) < shown]
+    limit = len(ranks)  # ranks are numbered node by node: the drawn ones are 0..limit-1
+    index = _group_index(m, axis, limit)
+    other = {a: _group_index(m, a, limit) for a in ("tp", "cp", "ep", "dp", "pp") if a != axis}
     x = [r % m.gpus_per_node for r in ranks]
     y = [m.node_of(r) for r in ranks]
     text = [f"r{r}<br>{axis} {index[r]}" for r in ranks]
     hover = [
         f"rank {r}: node {m.node_of(r)}, GPU {r % m.gpus_per_node}<br>{axis} group {index[r]}: "
-        f"{list(groups[index[r]])}" + "".join(f"<br>{a} group {m.index_of(r, a)}"
-                                             for a in ("tp", "cp", "ep", "dp", "pp") if a != axis)
+        f"{_short(groups[index[r]])}" + "".join(f"<br>{a} group {idx[r]}"
+                                                 for a, idx in other.items())
         for r in ranks
     ]  # fmt: skip
     colors = [PALETTE[index[r] % len(PALETTE)] for r in ranks]
