@@ -258,6 +258,11 @@ class MeasuredRun:
             rows = breakdown(trace, axes).rows
         except TracesError as e:
             raise CalibrationError(f"MeasuredRun.from_trace: {e}") from None
+        if not rows:
+            raise CalibrationError(
+                "MeasuredRun.from_trace: no profiled step holds any activity (no kernel "
+                "launched inside a ProfilerStep#N); profile at least one whole step"
+            )
         numbers = sorted({r.step for r in rows})
         keep = set(numbers[int(skip) :] or numbers)
         per_step: dict[int, list] = {}
