@@ -51,6 +51,7 @@ class ExerciseWidget(ipw.VBox):
         self.exercise = exercise
         self.last: Verdict | None = None
         self.tries = 0
+        self._listeners: list = []  # called with each verdict (the set's score)
         head = f"<b>{number}.</b> " if number is not None else ""
         self.question = ipw.HTML(
             f"<div style='line-height:1.4'>{head}{escape(exercise.question)}</div>"
@@ -125,7 +126,13 @@ class ExerciseWidget(ipw.VBox):
         self.verdict.value = (
             f"<div style='color:{color}'><b>{mark}</b>{escape(verdict.message)}</div>"
         )
+        for listener in self._listeners:
+            listener(verdict)
         return verdict
+
+    def on_check(self, callback) -> None:
+        """Call ``callback(verdict)`` after every answer checked (button, Enter or code)."""
+        self._listeners.append(callback)
 
     def show_hint(self) -> None:
         self.hint.value = f"<div><b>hint:</b> {escape(self.exercise.hint)}</div>"
@@ -167,9 +174,7 @@ class ExerciseSet(ipw.VBox):
         self.exercises = tuple(exercises)
         self.items = [ExerciseWidget(q, k + 1) for k, q in enumerate(self.exercises)]
         for w in self.items:
-            for name in ("check",):
-                w.controls[name].on_click(lambda _: self._score())
-            w.controls["answer"].observe(lambda _: self._score(), names="value")
+            w.on_check(lambda _: self._score())
         options = [(f"{k + 1}. {q.kind.replace('_', ' ')} ({q.key})", k)
                    for k, q in enumerate(self.exercises)]  # fmt: skip
         self.controls = {

@@ -120,7 +120,11 @@ def _short(ranks: list[int]) -> str:
 
 
 def _summary_html(m: RankMap, axis: str, rank: int) -> str:
-    lines = "".join(f"<li>{_CODE}{escape(m.describe(a))}</code></li>" for a in GROUP_AXES)
+    alone = [a for a in GROUP_AXES if len(m.groups[a][0]) == 1]
+    lines = "".join(f"<li>{_CODE}{escape(m.describe(a))}</code></li>" for a in GROUP_AXES
+                    if a not in alone)  # fmt: skip
+    if alone:
+        lines += f"<li>size 1 (each rank alone): {escape(', '.join(alone))}</li>"
     shape, names, _ = m.device_mesh()
     groups = m.new_group_ranks(axis)
     listed = ", ".join(_short(g) for g in groups[:8]) + (", ..." if len(groups) > 8 else "")

@@ -421,7 +421,7 @@ def redistribution(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh, *,
     axes = ",".join(plan.moves[0].axes) if plan.moves else ""
     return Exercise(
         key=key or f"move-{src.format(ttype)}-{dst.format(ttype)}", kind="redistribution",
-        question=(f"On the mesh {dict(zip(mesh.axis_names, mesh.shape, strict=True))}, a tensor "
+        question=(f"On the mesh {_mesh_text(mesh)}, a tensor "
                   f"laid out as {src.format(ttype)} must become {dst.format(ttype)}. Which "
                   "collective does that? (A_x: dim A split over axis x; {U_x}: a pending sum "
                   "over x)"),
@@ -451,7 +451,7 @@ def redistribution_bytes(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh
     return Exercise(
         key=key or f"bytes-{src.format(ttype)}-{dst.format(ttype)}", kind="redistribution_bytes",
         question=(f"{src.format(ttype)} -> {kind} -> {dst.format(ttype)} on the mesh "
-                  f"{dict(zip(mesh.axis_names, mesh.shape, strict=True))}: how many KiB does "
+                  f"{_mesh_text(mesh)}: how many KiB does "
                   "one device send?"),
         given=(("tensor", f"{ttype.dtype} {list(ttype.shape)} = {_size(ttype.nbytes)}"),
                ("collective", f"{kind} over {n} devices")),
@@ -663,3 +663,7 @@ def _elide(values: Sequence[int]) -> str:
     if len(values) <= 8:
         return str(list(values))
     return "[" + ", ".join(map(str, values[:6])) + f", ..., {values[-1]}]"
+
+
+def _mesh_text(mesh: Mesh) -> str:
+    return " x ".join(f"{a} {n}" for a, n in zip(mesh.axis_names, mesh.shape, strict=True))

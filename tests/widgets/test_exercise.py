@@ -99,3 +99,9 @@ def test_set_moves_between_questions_and_keeps_score():
     assert s.score.value == "right: 1 of 2 tried"
     with pytest.raises(TeachError):
         ExerciseSet(())
+
+
+def test_the_score_counts_answers_checked_from_code_too():
+    s = ExerciseSet(notebook_exercises("03")[:2])
+    s.current.check(s.current.exercise.truth)
+    assert s.score.value == "right: 1 of 1 tried"
