@@ -19,19 +19,19 @@ PALETTE: tuple[str, ...] = (
 )  # fmt: skip
 
 GROUP_COLORS: dict[str, str] = {
-    "source": "#B0B0B0",
-    "elementwise": "#00CC96",
-    "reduce": "#FFA15A",
-    "contraction": "#636EFA",
-    "movement": "#AB63FA",
+    "source": "#C8C8C8",
+    "elementwise": "#009E73",
+    "reduce": "#E69F00",
+    "contraction": "#0072B2",
+    "movement": "#CC79A7",
 }
 
 COLLECTIVE_COLORS: dict[str, str] = {
-    "all-reduce": "#EF553B",
-    "all-gather": "#636EFA",
-    "reduce-scatter": "#00CC96",
-    "all-to-all": "#AB63FA",
-    "send/recv": "#FFA15A",
+    "all-reduce": "#D55E00",
+    "all-gather": "#0072B2",
+    "reduce-scatter": "#009E73",
+    "all-to-all": "#CC79A7",
+    "send/recv": "#E69F00",
 }
 
 COST_COLORSCALE = "Viridis"
@@ -60,34 +60,39 @@ def collective_color(kind: str) -> str:
 
 BUBBLE = "#E8E8E8"
 
+# The categorical palettes below (op groups, collectives, timeline events, memory rows) are
+# Okabe & Ito's colour-blind-safe palette with Paul Tol's "muted" indigo and wine: any two
+# colours of one palette stay at least 12 CIE76 Delta-E apart under normal vision and under
+# simulated protanopia, deuteranopia and tritanopia (Machado et al. 2009, severity 1;
+# tests/widgets/test_colorblind.py checks it). Views also label or pattern what they colour.
 # Timeline event kinds (explorer.training.pipeline.EVENT_KINDS): compute in blues and greens,
-# communication in the colour of its collective family, the bubble pale grey.
+# communication in warm colours, the ZeRO gather black, the bubble pale grey and hatched.
 EVENT_COLORS: dict[str, str] = {
-    "compute-forward": "#636EFA",
-    "compute-backward": "#00CC96",
-    "recompute": "#B6E880",
-    "tp-comm": "#EF553B",
-    "ep-comm": "#AB63FA",
-    "cp-comm": "#FF6692",
-    "dp-comm": "#FF7F0E",
-    "pp-comm": "#FFA15A",
-    "zero-gather": "#19D3F3",
-    "optimizer": "#8C564B",
+    "compute-forward": "#0072B2",
+    "compute-backward": "#009E73",
+    "recompute": "#56B4E9",
+    "tp-comm": "#D55E00",
+    "ep-comm": "#CC79A7",
+    "cp-comm": "#882255",
+    "dp-comm": "#E69F00",
+    "pp-comm": "#F0E442",
+    "zero-gather": "#000000",
+    "optimizer": "#332288",
     "idle": BUBBLE,
 }
 
 # MemoryBreakdown.ROWS: model states dark to light, activations orange, allowances greys.
 MEMORY_COLORS: dict[str, str] = {
-    "parameters": "#1F77B4",
-    "gradients": "#636EFA",
-    "optimizer_states": "#9EB9F3",
-    "activations": "#FF7F0E",
-    "recompute_working_set": "#FECB52",
-    "zero_gather_buffer": "#19D3F3",
-    "zero_reduce_buffer": "#54A24B",
-    "runtime_context": "#7F7F7F",
+    "parameters": "#0072B2",
+    "gradients": "#56B4E9",
+    "optimizer_states": "#332288",
+    "activations": "#E69F00",
+    "recompute_working_set": "#F0E442",
+    "zero_gather_buffer": "#997700",
+    "zero_reduce_buffer": "#009E73",
+    "runtime_context": "#6E6E6E",
     "communication_buffers": "#A6A6A6",
-    "fragmentation": "#CFCFCF",
+    "fragmentation": "#D9D9D9",
 }
 
 
