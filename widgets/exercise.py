@@ -82,9 +82,9 @@ class ExerciseWidget(ipw.VBox):
             "show": ipw.Button(description="show answer", tooltip="the worked answer",
                                layout=ipw.Layout(width="auto")),
         }  # fmt: skip
-        self.controls["check"].on_click(lambda _: self.check())
-        self.controls["hint"].on_click(lambda _: self.show_hint())
-        self.controls["show"].on_click(lambda _: self.show_answer())
+        self.controls["check"].on_click(lambda _: self._guard(self.check))
+        self.controls["hint"].on_click(lambda _: self._guard(self.show_hint))
+        self.controls["show"].on_click(lambda _: self._guard(self.show_answer))
         # the error line sits beside the answer box: what was typed and how to fix it
         self.error = ipw.HTML(layout=ipw.Layout(width="auto"))
         self.error.add_class("explorer-exercise-error")
@@ -149,9 +149,17 @@ class ExerciseWidget(ipw.VBox):
         self.verdict.value = ""
         self.error.value = f"<span style='color:#B00020'>&#9888; {escape(message)}</span>"
 
+    def _guard(self, action) -> None:
+        """Run a button's action; an unexpected error shows beside the answer box (a callback's
+        exception would otherwise only reach the kernel's log)."""
+        try:
+            action()
+        except Exception as e:  # noqa: BLE001  (shown to the learner, never lost)
+            self._show_error(f"{type(e).__name__}: {e}")
+
     def _on_enter(self, change: dict) -> None:
         if str(change["new"]).strip():
-            self.check()
+            self._guard(self.check)
 
     def _on_pick(self, change: dict) -> None:
         if change["new"] != _PICK:

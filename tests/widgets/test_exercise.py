@@ -105,3 +105,13 @@ def test_the_score_counts_answers_checked_from_code_too():
     s = ExerciseSet(notebook_exercises("03")[:2])
     s.current.check(s.current.exercise.truth)
     assert s.score.value == "right: 1 of 1 tried"
+
+
+def test_an_unexpected_error_in_a_button_shows_beside_the_box(numeric, monkeypatch):
+    def broken(answer):
+        raise RuntimeError("checker broke")
+
+    monkeypatch.setattr(numeric, "exercise", type("Q", (), {
+        "check": staticmethod(broken), "is_choice": False})())  # fmt: skip
+    numeric.controls["answer"].value = "3"
+    assert "RuntimeError: checker broke" in numeric.error.value
