@@ -214,6 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
     res["training_views_latency"] = training_views_latency(args.quick)
     res["graph_view_latency"] = graph_view_latency(args.quick)
     res["trace_compare_latency"] = trace_compare_latency(args.quick)
+    res["real_size_latency"] = real_size_latency(args.quick)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=2, default=str))
     print(f"wrote {RESULTS}")
@@ -294,7 +295,7 @@ def training_views_latency(quick: bool) -> dict:
         mb_sim.append(pipe.simulate_s * 1e3)
     zoom = [_ms(lambda z=z: setattr(pipe.controls["zoom"], "value", z))
             for z in ((0, 5), (40, 60), (0, 100))]  # fmt: skip
-    refused = _ms(lambda: setattr(pipe.controls["microbatches"], "value", 5))
+    refused = _ms(lambda: _refused(pipe, 5))  # the slider offers only counts that divide
     t0 = time.perf_counter()
     mem = MemoryView(cfg, par, global_batch=1536, seq=2048)
     mem_first = time.perf_counter() - t0
@@ -329,6 +330,71 @@ def training_views_latency(quick: bool) -> dict:
           f"{med(mem_updates):.0f} ms (each {[round(x) for x in mem_updates]})")  # fmt: skip
     print(f"  ScalingView strong {counts_s} first draw {scal_first:.1f} s; metric change "
           f"{metric:.0f} ms; weak/strong change (recomputes) {mode / 1e3:.1f} s; errors: "
+          f"{res['errors'] or 'none'}")  # fmt: skip
+    return res
+
+
+def _refused(pipe, count: int) -> None:
+    from widgets.figures.errors import ViewError
+
+    try:
+        pipe.set_microbatches(count)
+    except ViewError:
+        return
+    raise AssertionError(f"{count} microbatches were not refused")
+
+
+# --- the dashboard and the traced DeepSeek-V3 ------------------------------------------------
+
+
+def real_size_latency(quick: bool) -> dict:
+    """The dashboard on GPT-3 175B over 1,024 A100s (global batch 1536, seq 2048): its first
+    build (plan_training included), then the first opening of every tab (each builds its
+    view) and a re-plan after a device-count change; and GraphView on DeepSeek-V3 traced
+    from transformers' config (61 layers): first draw, one click on the model box (one
+    level), one click on a layer, a search into a closed layer. Each timed from the Python
+    call. Targets (issue 26): every first draw under 2 s, every interaction under 0.5 s."""
+    from widgets.strategy_explorer import TABS
+
+    t0 = time.perf_counter()
+    dash = StrategyExplorer("gpt3-175b", devices=1024, global_batch=1536, seq=2048,
+                            coalesce_s=0)  # fmt: skip
+    first_s = time.perf_counter() - t0
+    tabs = {name: _ms(lambda n=name: dash.open_tab(n)) for name in TABS}
+    replan = _ms(lambda: setattr(dash.controls["devices"], "value", 512))
+    res = {"dashboard_config": str(dash.plan.config), "dashboard_first_build_s": first_s,
+           "dashboard_plan_s": dash.plan_s, "tab_first_open_ms": tabs,
+           "dashboard_replan_ms": replan, "errors": list(dash.errors.errors)}  # fmt: skip
+    print(f"dashboard gpt3-175b on 1024 x a100-80g ({res['dashboard_config']}): first build "
+          f"{first_s:.2f} s (plan {dash.plan_s:.2f} s) target < 2 s; first open of each tab "
+          + ", ".join(f"{k} {v / 1e3:.2f} s" for k, v in tabs.items())
+          + f"; re-plan 1024 -> 512 devices {replan / 1e3:.2f} s")  # fmt: skip
+    if quick:
+        return res
+    import transformers
+
+    t0 = time.perf_counter()
+    ds = ex.models.from_hf(transformers.DeepseekV3Config(), batch=1, seq=4096)
+    trace_s = time.perf_counter() - t0
+    go.FigureWidget(go.Figure(go.Scatter(x=[0], y=[0])))
+    t0 = time.perf_counter()
+    view = GraphView(ds)
+    ds_first = time.perf_counter() - t0
+    box = next(u for u in view.layout_data.units if u.startswith("scope:"))
+    open_model = _ms(lambda: view.click(box))
+    layer = next(u for u in view.layout_data.units if u.startswith("scope:") and
+                 u.rsplit(".", 1)[-1].isdigit())  # fmt: skip
+    open_layer = _ms(lambda: view.click(layer))
+    search = _ms(lambda: setattr(view.controls["search"], "value", "layers.40.mlp"))
+    res |= {"deepseek_nodes": len(ds), "deepseek_trace_s": trace_s,
+            "deepseek_first_draw_s": ds_first, "deepseek_open_model_ms": open_model,
+            "deepseek_units_after_model_click": len(view.layout_data.units),
+            "deepseek_open_layer_ms": open_layer, "deepseek_search_ms": search}  # fmt: skip
+    res["errors"] += list(view.errors.errors)
+    print(f"GraphView DeepSeek-V3 traced ({len(ds):,} nodes, trace {trace_s:.1f} s): first draw "
+          f"{ds_first:.2f} s; click the model box {open_model:.0f} ms "
+          f"({res['deepseek_units_after_model_click']} units: one level); open a layer "
+          f"{open_layer:.0f} ms; search into a closed layer {search:.0f} ms; errors: "
           f"{res['errors'] or 'none'}")  # fmt: skip
     return res
 
