@@ -198,6 +198,15 @@ class TorchProgram:
             out = self(*args, **kwargs)
         return out, t.trace
 
+    def compare(self, *args: Any, **kwargs: Any) -> _trace.Comparison:
+        """The eager run and the static run of one input, aligned op by op
+        (``explorer.trace.compare``: a fused kernel against the eager ops it absorbed, ops
+        folded away or computed once listed without a kernel)."""
+        self.run_eager(*args, **kwargs)
+        eager = self.last_trace
+        _, static = self.run_static_traced(*args, **kwargs)
+        return _trace.compare(eager, static)
+
     def verify(self, *args: Any, **kwargs: Any) -> Verification:
         """Run torch, the static path and the eager run on one input; compare every tensor
         output with torch's at `tolerance`."""

@@ -181,3 +181,13 @@ def test_weight_only_values_are_computed_once(gpt2):
     lookups = [sum(n.op == "embedding" for n in g.ops) for g in (prog.graph, prog.folded)]
     assert lookups == [2, 1]  # token and position embeddings; the token lookup stays
     assert prog.verify(ids).static_ok
+
+
+def test_compare_links_each_fused_kernel_to_the_eager_ops_it_absorbed():
+    m, x = _mlp(), torch.randn(3, 16)
+    cmp = ex.compile(m, (x,)).compare(x)
+    fused = [(tuple(e.name for e in ops), k.replaced) for ops, k in cmp.rows
+             if k is not None and k.name == "fused"]  # fmt: skip
+    assert len(fused) == 3  # the tail of each hidden layer's exact GELU
+    assert all(names == replaced and "scalar_op" in names for names, replaced in fused)
+    assert not cmp.unmatched_eager

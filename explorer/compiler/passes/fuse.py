@@ -32,6 +32,11 @@ _BIN = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", "lt": "<", 
         "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}  # fmt: skip
 
 
+_SCALAR = {"add": "({x} + {k})", "sub": "({x} - {k})", "rsub": "({k} - {x})",
+           "mul": "({x} * {k})", "div": "({x} / {k})", "rdiv": "({k} / {x})",
+           "pow": "({x} ** {k})"}  # fmt: skip
+
+
 def _binary(sym: str) -> Callable[[list[str], K, Node], str]:
     def template(a: list[str], k: K, n: Node) -> str:
         return f"({a[0]} {sym} {a[1]})"
@@ -57,6 +62,12 @@ TEMPLATES: dict[str, Callable[[list[str], K, Node], str]] = {
     "scale": lambda a, k, n: f"({a[0]} * {k(n.attr('factor'))})",
     "silu": lambda a, k, n: f"({a[0]} / ({k(1.0)} + exp(-{a[0]})))",
     "gelu": lambda a, k, n: gelu_expression(a[0], k),  # explorer.ir's one GELU
+    # the unary ops and scalar arithmetic of imported models (transformers' activations,
+    # norms and score scaling; ``scalar_op`` with an arithmetic fn only, see `_fusible`)
+    "scalar_op": lambda a, k, n: _SCALAR[n.attr("fn")].format(x=a[0], k=k(n.attr("value"))),
+    "sigmoid": lambda a, k, n: f"({k(1.0)} / ({k(1.0)} + exp(-{a[0]})))",
+    "rsqrt": lambda a, k, n: f"({k(1.0)} / sqrt({a[0]}))",
+    "reciprocal": lambda a, k, n: f"({k(1.0)} / {a[0]})",
 }
 _ARITH = set(TEMPLATES) - {"lt", "le", "gt", "ge", "eq", "ne", "where", "logical_not"}
 
@@ -77,6 +88,10 @@ def _fusible(n: Node, types: dict) -> bool:
         return ins[0] is DType.BOOL and ins[1] is DType.FP32 and ins[2] is DType.FP32
     if n.op == "logical_not":
         return ins[0] is DType.BOOL
+    if n.op == "scalar_op":
+        v = n.attr("value")
+        if n.attr("fn") not in _SCALAR or isinstance(v, bool) or not isinstance(v, int | float):
+            return False
     if n.op in _ARITH:
         return all(t is DType.FP32 for t in ins)
     return all(t is DType.FP32 for t in ins)  # comparisons of floats
