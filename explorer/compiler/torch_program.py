@@ -26,6 +26,7 @@ compared with torch computing in its own precision, ``rtol=atol=5e-2`` (bf16) an
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,10 @@ class TorchProgram:
     values as traced); outputs have the module's structure (``.logits`` of a transformers
     output), torch tensors when any input was a torch tensor, else numpy arrays.
 
+    The weights are read when compiling (numpy views of the module's CPU tensors, and the
+    weight-only values computed from them): compile again after changing them. Static
+    calls from several threads take turns (the memory plan's buffers are shared).
+
     Attributes:
         graph: the traced graph (parameters and buffers as ``param``/``input`` nodes).
         folded: the graph with its weight-only values computed once (`fold_weights`: rotary
@@ -170,6 +175,7 @@ class TorchProgram:
         self._fast = sig.positional and set(sig.keywords) <= set(defaults)
         self._single = self._out_index[0] if sig.out_spec.is_leaf() else None
         self.last_trace: _trace.Trace | None = None
+        self._lock = threading.Lock()
 
     # --- calls ------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -177,7 +183,8 @@ class TorchProgram:
         feeds = list(self._template)
         for s, a in zip(self._user_slots, arrays, strict=True):
             feeds[s] = a
-        outs = self.program.run(feeds)
+        with self._lock:
+            outs = self.program.run(feeds)
         return self._structure(outs, as_torch)
 
     def run_eager(self, *args: Any, **kwargs: Any) -> Any:
