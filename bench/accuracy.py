@@ -681,6 +681,7 @@ def fit_today() -> dict:
     chips = sorted(set(FIT_CHIPS[hw] for _, _, hw, _, _ in rows))
     overheads = [s for s in FIT_OVERHEAD_STACKS if any(p == s for *_, p, _ in rows)]
     r8 = len(chips) + len(overheads)  # the FP8 GEMM ratio, one for every chip and stack
+    io = r8 + 1  # overlap_interference, one for every stack
     start = {c: (ex.hardware.load(c).chip.matmul_efficiency,
                  ex.hardware.load(c).chip.attention_efficiency) for c in chips}  # fmt: skip
     k0 = TrainingParams().kernel_overhead_s
@@ -692,18 +693,20 @@ def fit_today() -> dict:
         return base.replace(matmul_efficiency_cap=min(1.0, mm * g),
                             flash_attention_efficiency=min(1.0, att * g),
                             kernel_overhead_s=float(k),
-                            fp8_matmul_efficiency_ratio=float(x[r8]))  # fmt: skip
+                            fp8_matmul_efficiency_ratio=float(x[r8]),
+                            overlap_interference=float(x[io]))  # fmt: skip
 
     def residuals(x):
         return np.array([np.log(predict(r, params_of(x, hw, pre, b)).step_time_s / r.step_time_s)
                          for _, r, hw, pre, b in rows])  # fmt: skip
 
     r0 = stacks.params("nemo").fp8_matmul_efficiency_ratio
-    x0 = np.array([1.0] * len(chips) + [k0] * len(overheads) + [r0])
-    lo = np.array([0.3] * len(chips) + [_KERNEL_OVERHEAD_BOUNDS[0]] * len(overheads) + [0.3])
+    i0 = stacks.params("nemo").overlap_interference
+    x0 = np.array([1.0] * len(chips) + [k0] * len(overheads) + [r0, max(i0, 0.05)])
+    lo = np.array([0.3] * len(chips) + [_KERNEL_OVERHEAD_BOUNDS[0]] * len(overheads) + [0.3, 0])
     hi = np.array([min(1 / max(start[c]), 2.0) for c in chips]
-                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads) + [1.0])  # fmt: skip
-    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads) + [0.1])
+                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads) + [1.0, 1.0])  # fmt: skip
+    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads) + [0.1, 0.1])
     res0 = residuals(x0)
     # soft_l1 at 10%: a row the physics cannot yet explain (an MoE run 3x off) weighs as a
     # 10% miss, not its square; every finite difference a 1% step of its value
@@ -733,6 +736,7 @@ def fit_today() -> dict:
         "fp8_rows": len(fp8),
         "datasets": sorted({n for n, _ in fp8}),
     }
+    out["overlap_interference"] = {"value": float(sol.x[io]), "rows": len(rows)}
     out["seconds"] = time.perf_counter() - t0
     print(f"   {len(rows)} fit rows; rms log error {out['rms_log_error_before']:.3f} -> "
           f"{out['rms_log_error_after']:.3f} ({sol.nfev} evaluations, {out['seconds']:.0f} s)")  # fmt: skip
@@ -746,6 +750,7 @@ def fit_today() -> dict:
     v = out["fp8_matmul_efficiency_ratio"]
     print(f"   fp8_matmul_efficiency_ratio {v['value']:.3f} ({v['fp8_rows']} FP8 fit rows of "
           f"{', '.join(v['datasets'])}, with the BF16 ones)")  # fmt: skip
+    print(f"   overlap_interference {out['overlap_interference']['value']:.3f} (every fit row)")
     return out
 
 

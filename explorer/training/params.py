@@ -162,6 +162,12 @@ class TrainingParams:
             TP-8 at one NIC each. False (default): one NIC per ring, the two-level model
             Narayanan et al. 2021's tables were set with (the ``megatron-lm-2021`` stack);
             the current stacks set True.
+        aligned_nvlink_domains: the job places its devices so that its power-of-two
+            parallel groups never straddle a link level's group: of a level whose group
+            holds a count of child groups that is not a power of two it uses the largest
+            power of two (16 of a GB200 NVL72 rack's 18 compute trays: 64 GPUs a rack, the
+            other two trays spare), so an EP-64 or TP/DP group stays in one NVLink domain.
+            False (default): the job fills every group of every level in order.
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
@@ -191,6 +197,7 @@ class TrainingParams:
     p2p_overlap_fraction          fraction   of pipeline sends hidden behind compute
     fp8_cast_bytes_per_element    bytes      moved per FP8 GEMM input element (the cast)
     fp8_matmul_efficiency_ratio   1          FP8 GEMM share of FP8 peak / BF16's of BF16's
+    overlap_interference          fraction   of hidden communication added to the compute
     grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
     op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
     ============================  =========  ===============================================
@@ -321,6 +328,12 @@ class TrainingParams:
         "(3; current scaling adds an amax pass, 2 more); weights are cast once per step "
         "(TE caches the FP8 weight over the microbatches), not counted; assumption: the cast "
         "runs as its own memory-bound pass at hbm_efficiency")  # fmt: skip
+    overlap_interference: float = knob(
+        0.0, "fraction of the hidden communication time", 0.0, 1.0,
+        source="assumption (0: communication behind compute costs the compute nothing); "
+        "NCCL's and Transformer Engine userbuffers' kernels hold SMs and HBM bandwidth "
+        "while they run, so the compute they hide behind runs slower; the current stacks "
+        "set the value fitted on the fit rows of datasets/published")  # fmt: skip
     fp8_matmul_efficiency_ratio: float = knob(
         1.0, "FP8 GEMM fraction of FP8 peak / BF16 GEMM fraction of BF16 peak", 0.0, 1.0,
         low_open=True,
@@ -344,6 +357,7 @@ class TrainingParams:
     zero3_gather_granularity: Literal["tensor", "block"] = "tensor"
     fp8_weight_gather: bool = False
     multi_rail_collectives: bool = False
+    aligned_nvlink_domains: bool = False
 
     def __post_init__(self) -> None:
         kinds = (
@@ -383,7 +397,8 @@ class TrainingParams:
                 "(PyTorch FSDP: one flat all-gather and one reduce-scatter per wrapped layer)"
             )
         for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather",
-                     "fp8_weight_gather", "multi_rail_collectives"):  # fmt: skip
+                     "fp8_weight_gather", "multi_rail_collectives",
+                     "aligned_nvlink_domains"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"

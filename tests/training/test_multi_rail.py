@@ -82,3 +82,18 @@ def test_maxtext_rows_run_with_the_maxtext_preset() -> None:
     st = ex.stacks.get("maxtext")
     for key, _ in st.values:
         assert st.source(key).strip()
+
+
+def test_aligned_nvlink_domains_keep_an_ep64_group_in_one_gb200_rack() -> None:
+    """pp=4 x EP64 on 256 GB200: filled in order, the second stage's group straddles two
+    72-GPU racks and its all-to-all runs on InfiniBand; aligned (64 GPUs a rack) it stays
+    on NVLink."""
+    cfg, hw = ex.models.load("deepseek-v3"), load("gb200-nvl72")
+    par = ex.ParallelConfig(dp=64, pp=4, ep=64, recompute="full", zero=1)
+    on = ex.stacks.params("nemo")
+    off = on.replace(aligned_nvlink_domains=False)
+    ep_on = dict(ex.estimate(cfg, par, hw, 4096, 4096, on).time_by_kind)["ep-comm"]
+    ep_off = dict(ex.estimate(cfg, par, hw, 4096, 4096, off).time_by_kind)["ep-comm"]
+    assert ep_on < ep_off / 5
+    with pytest.raises(TrainingParamsError, match="aligned_nvlink_domains"):
+        TrainingParams(aligned_nvlink_domains=1)

@@ -41,7 +41,7 @@ class StepModel:
     def __init__(
         self, cfg, par: ParallelConfig, cluster: Cluster, gb: int, seq: int, tp_: TrainingParams
     ):
-        cluster = _sized(cluster, par)
+        cluster = _sized(_job_cluster(cluster, tp_), par)
         self.cfg, self.par, self.cluster, self.seq, self.tparams = cfg, par, cluster, seq, tp_
         _validate(cfg, par, cluster, seq)
         _check_precision(tp_, cluster)
@@ -62,7 +62,7 @@ class StepModel:
         self.costs: StageCosts = cp.split_costs(whole, par.cp)
         self.costs = dense.ep_kernels(self.costs, cfg, par, cluster.chip, tp_)  # experts over ep
         # devices over (pp, dp, ep, cp, tp); across datacenters dp goes outermost
-        self.mesh = Mesh(mesh_axes(par, cluster), hardware=_rails(cluster, tp_))
+        self.mesh = Mesh(mesh_axes(par, cluster), hardware=cluster)
         self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
         self.cap = tp_.cost.device_memory_cap_bytes or float(cluster.chip.memory_bytes)
         # Parameters on one device per part.
@@ -109,19 +109,20 @@ class StepModel:
         fwd, bwd = self.stage_compute_s(part, g)
         tpf, tpb = tp.stage_comm_s(self, part, g)
         tp_frac = self.tparams.tp_comm_overlap_fraction  # TP comm overlap / async TP
-        tpf, tpb = exposed_s(tpf, fwd, tp_frac), exposed_s(tpb, bwd, tp_frac)
+        io = self.tparams.overlap_interference
+        tpf, tpb = exposed_s(tpf, fwd, tp_frac, io), exposed_s(tpb, bwd, tp_frac, io)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
         ep_s = ep.stage_s(self, dense.moe_layers_in(self, part, (g,)))
         zg_raw = zero.gather_s(self, params, n)
         z_frac = self.tparams.zero_gather_overlap_fraction
-        zg = exposed_s(zg_raw, fwd, z_frac)  # forward gather behind the forward
-        zgb = exposed_s(zg_raw, bwd, z_frac)  # backward gather behind the backward
+        zg = exposed_s(zg_raw, fwd, z_frac, io)  # forward gather behind the forward
+        zgb = exposed_s(zg_raw, bwd, z_frac, io)  # backward gather behind the backward
         zgr_raw = zg_raw * zero.regather_fraction(self, n, n_full)
-        zgr = exposed_s(zgr_raw, rec, z_frac)  # recompute's gather behind the recompute
+        zgr = exposed_s(zgr_raw, rec, z_frac, io)  # recompute's gather behind the recompute
         free = max(bwd + rec - (zg_raw - zgb) - (zgr_raw - zgr), 0.0)  # not yet hiding any
         grads = exposed_s(
-            dp.microbatch_s(self, params, n), free, self.tparams.zero_grad_overlap_fraction
+            dp.microbatch_s(self, params, n), free, self.tparams.zero_grad_overlap_fraction, io
         )  # ZeRO 2/3: each microbatch's reduce-scatter behind its backward
         cpf, cpb = cp.stage_s(self, n, n_full)
         f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s),
@@ -168,10 +169,12 @@ class StepModel:
         tp_ = self.tparams
         local = zero.updated_params(self, params)
         opt_s = optimizer_step_s(local, self.cluster.chip, tp_)
-        grads = exposed_s(dp.tail_s(self, params), backward_window_s, tp_.grad_overlap_fraction)
+        io = tp_.overlap_interference
+        grads = exposed_s(dp.tail_s(self, params), backward_window_s, tp_.grad_overlap_fraction, io)
         gather = exposed_s(
-            zero.tail_gather_s(self, params), forward_window_s, tp_.param_gather_overlap_fraction
-        )
+            zero.tail_gather_s(self, params), forward_window_s,
+            tp_.param_gather_overlap_fraction, io,
+        )  # fmt: skip
         return [("dp-comm", grads), ("optimizer", opt_s), ("zero-gather", gather)]
 
     # --- memory -----------------------------------------------------------------------
@@ -256,16 +259,20 @@ class StepModel:
         )
 
 
-def exposed_s(comm_s: float, window_s: float, fraction: float) -> float:
+def exposed_s(comm_s: float, window_s: float, fraction: float, interference: float = 0.0) -> float:
     """Seconds of ``comm_s`` still on the critical path when ``fraction`` of it runs
-    behind ``window_s`` seconds of compute: ``comm_s - min(fraction * comm_s, window_s)``.
+    behind ``window_s`` seconds of compute: ``comm_s - min(fraction * comm_s, window_s)``,
+    plus ``interference`` times the hidden part (the compute it hides behind runs that
+    much slower: the communication kernels hold SMs and HBM bandwidth;
+    ``TrainingParams.overlap_interference``).
     The one overlap model of the step: ZeRO gathers and gradient reductions here, the host
     offload's PCIe copies and weight streaming (`explorer.training.offload`).
 
     >>> exposed_s(3.0, 2.0, 1.0), exposed_s(3.0, 2.0, 0.5), exposed_s(3.0, 2.0, 0.0)
     (1.0, 1.5, 3.0)
     """
-    return comm_s - min(fraction * comm_s, max(window_s, 0.0))
+    hidden = min(fraction * comm_s, max(window_s, 0.0))
+    return comm_s - hidden * (1.0 - interference)
 
 
 @memoize(maxsize=100_000, name="training.collective_s")
@@ -275,18 +282,50 @@ def _collective_s(mesh: Mesh, kind: str, size: float, axes: tuple[str, ...]) -> 
     return dc_collective_time(mesh, kind, size, axes)
 
 
-def _rails(cluster: Cluster, p: TrainingParams) -> Cluster:
-    """The cluster the mesh prices collectives on: with ``multi_rail_collectives`` its
-    ring collectives spread over the NICs of their members on a node
-    (`Cluster.multi_rail_rings`)."""
-    if p.multi_rail_collectives == cluster.multi_rail_rings:
+def _job_cluster(cluster: Cluster, p: TrainingParams) -> Cluster:
+    """The cluster as the job sees it: with ``multi_rail_collectives`` its ring
+    collectives spread over the NICs of their members on a node (`Cluster.
+    multi_rail_rings`); with ``aligned_nvlink_domains`` it uses the largest power-of-two
+    number of child groups of each level that holds another count (`_aligned_levels`)."""
+    rails, aligned = p.multi_rail_collectives, p.aligned_nvlink_domains
+    if rails == cluster.multi_rail_rings and not (aligned and cluster.link_levels):
         return cluster
-    return _with_rails(cluster, p.multi_rail_collectives)
+    return _with_job_view(cluster, rails, aligned)
 
 
 @functools.lru_cache(maxsize=256)
-def _with_rails(cluster: Cluster, on: bool) -> Cluster:
-    return dataclasses.replace(cluster, multi_rail_rings=on)
+def _with_job_view(cluster: Cluster, rails: bool, aligned: bool) -> Cluster:
+    changes: dict[str, object] = {"multi_rail_rings": rails}
+    if aligned and cluster.link_levels:
+        levels = _aligned_levels(cluster.link_levels)
+        if levels != cluster.link_levels:
+            changes["link_levels"] = levels
+            changes["max_nodes"] = levels[-1].group_size // cluster.chips_per_node
+    return dataclasses.replace(cluster, **changes)
+
+
+def _aligned_levels(levels: tuple) -> tuple:
+    """``levels`` with each group holding the largest power of two of its children's
+    groups (a GB200 NVL72 rack: 16 of its 18 four-GPU trays, 64 GPUs; the levels above it
+    keep their count of such groups), so that power-of-two parallel groups never straddle
+    a level's group.
+
+    >>> from explorer.hardware import load
+    >>> [lv.group_size for lv in _aligned_levels(load("gb200-nvl72").link_levels)]
+    [4, 64, 512]
+    """
+    out = []
+    for i, lv in enumerate(levels):
+        child = 1 if i == 0 else levels[i - 1].group_size
+        new_child = 1 if i == 0 else out[-1].group_size
+        count = lv.group_size // child
+        kept = 1 << (count.bit_length() - 1)
+        size = new_child * (kept if count != kept else count)
+        note = f"{lv.source} | job view: {size} of the level's {lv.group_size} chips".strip(" |")
+        out.append(
+            lv if size == lv.group_size else dataclasses.replace(lv, group_size=size, source=note)
+        )
+    return tuple(out)
 
 
 def _sized(cluster: Cluster, par: ParallelConfig) -> Cluster:

@@ -42,7 +42,7 @@ def all_to_all(s: StepView) -> tuple[float, float]:
     if not par.experts_folded:
         seconds = 2 * s.collective_s("all-to-all", size, ("ep",)) / bw_eff
         return seconds, 2 * s.mesh.collective_bytes("all-to-all", size, ("ep",))
-    mesh = expert_mesh(par, s.cluster)
+    mesh = expert_mesh(par, s.mesh.hardware)
     seconds = 2 * _collective_s(mesh, "all-to-all", size, ("ep",)) / bw_eff
     return seconds, 2 * mesh.collective_bytes("all-to-all", size, ("ep",))
 
