@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 
 from .. import trace as _trace
-from ..ir import Graph, Node
+from ..ir import Graph, Node, opdef
+from ..ir.errors import IRError
 from ..ir.interpreter import Interpreter
 
 __all__ = ["TimedInterpreter"]
@@ -36,43 +37,70 @@ __all__ = ["TimedInterpreter"]
 class TimedInterpreter(Interpreter):
     """Run ``graph`` node by node, recording one ``op`` event per node into ``recorder``.
 
-    Float results the numpy impls computed in float64 are cast back to the node's type
-    (as the framework's eager ops do), so the eager run computes in the model's precision.
+    Each node's impl, attributes (defaults filled in), shapes, FLOPs and the values dying
+    after it are looked up once, when the interpreter is made: a run pays the op calls,
+    the clock and the events, not the registry lookups (``Interpreter.call_op`` does them
+    per node per run). Float results the numpy impls computed in float64 are cast back to
+    the node's type (as the framework's eager ops do), so the eager run computes in the
+    model's precision.
     """
 
     def __init__(self, graph: Graph, recorder: _trace.Recorder) -> None:
         super().__init__(graph, free_dead=True)
         self.recorder = recorder
         self.live = 0
-        self._sizes: dict[str, int] = {}
+        self._steps = [self._step(i, n) for i, n in enumerate(graph.nodes)]
 
-    def run(self, inputs):
-        """Interpreter.run, keeping the bytes of the values alive (inputs included)."""
+    def _step(self, i: int, n: Node) -> tuple:
+        dead = self._dead_after[i]
+        if n.is_source:
+            return (n.name, None, None, (), None, (), 0, "", dead)
+        op = opdef.get(n.op)
+        shapes = tuple(self.graph.node(a).type.shape for a in n.inputs) + (n.type.shape,)
+        detail = f"%{n.name}" + (f" in {n.scope}" if n.scope else "")
+        return (n.name, n.op, op.impl, n.inputs, op.full_attrs(dict(n.attrs)), shapes,
+                int(self.graph.node_flops(n.name)), detail, dead, n.type.dtype.numpy)  # fmt: skip
+
+    def run(self, inputs, recorder: _trace.Recorder | None = None):
+        """Every node once, in order, its event into ``recorder`` (default: the one given
+        when made); returns graph output name -> value."""
         self._check_inputs(inputs)
-        self.inputs = inputs
-        self.env = env = {}
-        self.live = sum(np.asarray(v).nbytes for v in inputs.values())
-        for i, node in enumerate(self.graph.nodes):
-            env[node.name] = self.run_node(node, env)
-            for name in self._dead_after[i]:
-                self.live -= self._sizes.pop(name, 0)
-                del env[name]
+        rec = self.recorder if recorder is None else recorder
+        t_origin, add, clock = rec.t0, rec.add, time.perf_counter
+        env: dict[str, Any] = {}
+        sizes: dict[str, int] = {}
+        live = sum(np.asarray(v).nbytes for v in inputs.values())
+        for step in self._steps:
+            name, op, impl, ins, kw, shapes, flops, detail, dead = step[:9]
+            if op is None:
+                env[name] = inputs[name]
+            else:
+                args = [env[a] for a in ins]
+                t0 = clock()
+                try:
+                    out = np.asarray(impl(*args, **kw))
+                except _KERNEL_ERRORS as e:
+                    raise self._failed(name, args, e) from e
+                if out.dtype != step[9]:
+                    out = out.astype(step[9])
+                t1 = clock()
+                nbytes = out.nbytes if out.base is None else 0  # a view allocates nothing
+                live += nbytes
+                sizes[name] = nbytes
+                env[name] = out
+                add(_trace.TraceEvent(op, "op", (t0 - t_origin) * 1e6, (t1 - t0) * 1e6, shapes,
+                                      nbytes, flops, live, (), detail))  # fmt: skip
+            for d in dead:
+                live -= sizes.pop(d, 0)
+                del env[d]
+        self.live = live
         return {o: env[o] for o in self.graph.outputs}
 
-    def call_op(self, node: Node, args: list[Any]) -> Any:
-        rec = self.recorder
-        t0 = time.perf_counter()
-        out = super().call_op(node, args)
-        if isinstance(out, np.ndarray) and out.dtype != (want := node.type.dtype.numpy):
-            out = out.astype(want)
-        t1 = time.perf_counter()
-        nbytes = out.nbytes if isinstance(out, np.ndarray) and out.base is None else 0
-        self.live += nbytes
-        self._sizes[node.name] = nbytes
-        rec.add(_trace.TraceEvent(
-            node.op, "op", (t0 - rec.t0) * 1e6, (t1 - t0) * 1e6,
-            tuple(np.shape(a) for a in args) + (node.type.shape,), nbytes,
-            int(self.graph.node_flops(node.name)), self.live, (),
-            f"%{node.name}" + (f" in {node.scope}" if node.scope else ""),
-        ))  # fmt: skip
-        return out
+    def _failed(self, name: str, args: list, e: Exception) -> IRError:
+        shapes = ", ".join(f"{np.shape(v)}" for v in args)
+        return IRError(f"node %{name} ({shapes}) failed in graph {self.graph.name!r}: "
+                       f"{type(e).__name__}: {e}; check the inputs' shapes and dtypes "
+                       "against the traced ones")  # fmt: skip
+
+
+_KERNEL_ERRORS = (ValueError, TypeError, IndexError, KeyError)

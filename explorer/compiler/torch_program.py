@@ -176,6 +176,7 @@ class TorchProgram:
         self._single = self._out_index[0] if sig.out_spec.is_leaf() else None
         self.last_trace: _trace.Trace | None = None
         self._lock = threading.Lock()
+        self._eager: TimedInterpreter | None = None
 
     # --- calls ------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -195,7 +196,9 @@ class TorchProgram:
         feeds.update(zip(self._user, arrays, strict=True))
         outer = _trace.active()
         rec = outer if outer is not None else _trace.Recorder(f"{self.name} eager")
-        values = TimedInterpreter(self.graph, rec).run(feeds)
+        if self._eager is None:  # its per-node lookups are made once
+            self._eager = TimedInterpreter(self.graph, rec)
+        values = self._eager.run(feeds, rec)
         self.last_trace = rec.finish() if outer is None else None
         return self._structure([values[o] for o in self.graph.outputs], as_torch)
 
