@@ -31,16 +31,17 @@ KIND_LABELS = {
     "data": "data (gradient all-reduce)",
     "sequence": "sequence (gather / scatter)",
     "zero": "ZeRO-3 (gather per use)",
+    "context": "context (all-gather K/V, causal)",
 }
 DEFAULT_AXES = "default"
 
 
 class ParallelismLesson(View):
-    """Step through tensor, data, sequence or ZeRO parallelism on a small mesh.
+    """Step through tensor, data, sequence, ZeRO or context parallelism on a small mesh.
 
     Args:
         mesh: at most 64 devices (default ``Mesh({"dp": 2, "tp": 4})``).
-        kind: ``tensor``, ``data``, ``sequence`` or ``zero``.
+        kind: ``tensor``, ``data``, ``sequence``, ``zero`` or ``context``.
         selection: a shared ``Selection`` (the picked device is shared).
 
     Controls: ``kind``, ``axes`` (the ring axes), ``prev``, ``step``, ``next``, ``device``

@@ -14,7 +14,11 @@ Kinds (the ring axes are ``axes``; the other mesh axes split the batch or hold r
 * ``sequence``: Megatron sequence parallelism, LayerNorm on a sequence shard, all-gather
   before the MLP, reduce-scatter after it;
 * ``zero``: ZeRO-3, parameters stored sharded, all-gathered per use, the gradient
-  reduce-scattered back to its shard.
+  reduce-scattered back to its shard;
+* ``context``: context parallelism, queries, keys and values split by tokens, keys and
+  values all-gathered (Llama 3's all-gather form of the K/V exchange), causal attention
+  over each device's own queries; the causal work per device under a contiguous split and
+  under the load-balanced split (2 x cp chunks, device r taking chunks r and 2cp-1-r).
 
 Ring schedule (``n`` ranks in ring order, every buffer cut into ``n`` chunks): in reduce-
 scatter round ``s`` rank ``r`` sends chunk ``(r - s - 1) mod n`` to rank ``r + 1``, which adds
@@ -49,10 +53,10 @@ from .slices import axes_index, shard_slices
 
 __all__ = [
     "lesson", "ring_collective", "LessonStep", "TensorState", "LessonCollective", "RingRound",
-    "ChunkMove", "Check", "LessonKind", "LESSON_KINDS", "MAX_LESSON_DEVICES",
+    "ChunkMove", "Check", "LessonKind", "LESSON_KINDS", "MAX_LESSON_DEVICES", "causal_work",
 ]  # fmt: skip
 
-LessonKind = Literal["tensor", "data", "sequence", "zero"]
+LessonKind = Literal["tensor", "data", "sequence", "zero", "context"]
 LESSON_KINDS: tuple[str, ...] = get_args(LessonKind)
 MAX_LESSON_DEVICES = 64  # every device is drawn with its numbers
 DTYPE = "fp32"
@@ -475,7 +479,74 @@ def _zero(ls: _Lesson) -> None:
             f"{err:.2g} (float32 rounding).", ys, done, check=Check(("y", "dW"), err))  # fmt: skip
 
 
-_LESSONS = {"tensor": _tensor, "data": _data, "sequence": _sequence, "zero": _zero}
+def _causal_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, first: int) -> np.ndarray:
+    """softmax(q·kᵀ/√d, causal) · v for queries at positions ``first``.. of the sequence."""
+    scores = q.astype(np.float64) @ k.T.astype(np.float64) / math.sqrt(q.shape[-1])
+    rows = np.arange(first, first + q.shape[0])[:, None]
+    scores = np.where(np.arange(k.shape[0])[None, :] <= rows, scores, -np.inf)
+    p = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v.astype(np.float64)
+
+
+def causal_work(tokens: int, cp: int, balanced: bool) -> tuple[int, ...]:
+    """Query-key pairs each of ``cp`` devices scores in causal attention over ``tokens``
+    tokens: a contiguous split (device r: tokens r·t/cp ..) or the load-balanced one (the
+    sequence cut into 2·cp chunks, device r taking chunks r and 2·cp−1−r).
+
+    >>> causal_work(8, 4, False), causal_work(8, 4, True)
+    ((3, 7, 11, 15), (9, 9, 9, 9))
+    """
+    if balanced:
+        c = tokens // (2 * cp)
+        owned = [list(range(r * c, (r + 1) * c)) + list(range((2 * cp - 1 - r) * c,
+                                                              (2 * cp - r) * c))
+                 for r in range(cp)]  # fmt: skip
+    else:
+        b = tokens // cp
+        owned = [list(range(r * b, (r + 1) * b)) for r in range(cp)]
+    return tuple(sum(i + 1 for i in toks) for toks in owned)
+
+
+def _context(ls: _Lesson) -> None:
+    n, cp = ls.n, ls.axes
+    t_, d_ = 2 * n, 4
+    q, k, v = ls.rand(t_, d_), ls.rand(t_, d_), ls.rand(t_, d_)
+    a = format_axes(cp)
+    L_tok = Layout((cp, ()))
+    qs, ks, vs = (ls.state(name, "activation", "td", L_tok, full=arr)
+                  for name, arr in (("q", q), ("k", k), ("v", v)))  # fmt: skip
+    flat, even = causal_work(t_, n, False), causal_work(t_, n, True)
+    others = (f" (the devices along {format_axes(ls.others)} hold other sequences; here they "
+              "repeat this one)") if ls.others else ""  # fmt: skip
+    ls.step("q, k, v split by tokens",
+            f"Context parallelism over {a}: each device holds the queries, keys and values of "
+            f"its own {t_ // n} of the {t_} tokens{others}. Causal attention lets token i look "
+            f"at tokens 0..i only, so a contiguous split gives the devices {list(flat)} "
+            f"query-key pairs to score: the last does {flat[-1] / flat[0]:.1f}x the first's "
+            f"work. Cutting the sequence into {2 * n} chunks and giving device r chunks r and "
+            f"{2 * n - 1}-r balances it: {list(even)}.", qs, ks, vs)  # fmt: skip
+    kf = ls.ring("all-gather", ks, Layout(((), ())), 0, "Every device now holds all keys.",
+                 keep=(qs,))  # fmt: skip
+    vf = ls.ring("all-gather", vs, Layout(((), ())), 0, "Every device now holds all values.",
+                 keep=(qs, kf))  # fmt: skip
+    out = []
+    for d in range(ls.mesh.size):
+        first = qs.slices[d][0][0]
+        out.append(_causal_attention(qs.values[d], kf.values[d], vf.values[d], first)
+                   .astype(np.float32))  # fmt: skip
+    os_ = ls.state("out", "output", "td", L_tok, shape=(t_, d_), local=out)
+    ls.step("causal attention on local queries",
+            "Each device scores its own queries against all the keys up to their positions "
+            "and averages the values: its rows of the output, split by tokens like q. No "
+            "communication.", qs, kf, vf, os_)  # fmt: skip
+    ref = _causal_attention(q, k, v, 0)
+    err = _error(os_, ref, ls.mesh)
+    ls.step("result", f"The token-split attention equals the unsharded causal attention: "
+            f"max |error| = {err:.2g} (float32 rounding).", qs, os_, check=Check(("out",), err))  # fmt: skip
+
+
+_LESSONS = {"tensor": _tensor, "data": _data, "sequence": _sequence, "zero": _zero,
+            "context": _context}  # fmt: skip
 
 
 def lesson(kind: LessonKind, mesh: Mesh, *, axes: tuple[str, ...] | str | None = None,
@@ -483,7 +554,7 @@ def lesson(kind: LessonKind, mesh: Mesh, *, axes: tuple[str, ...] | str | None =
     """The stepped lesson of one parallelism on ``mesh``.
 
     Args:
-        kind: ``tensor``, ``data``, ``sequence`` or ``zero``.
+        kind: ``tensor``, ``data``, ``sequence``, ``zero`` or ``context``.
         mesh: at most `MAX_LESSON_DEVICES` devices (each is drawn).
         axes: the ring axes (default: the last axis for tensor and sequence, every axis for
             data and zero); the other axes split the batch (tensor, sequence) or hold
@@ -506,7 +577,8 @@ def lesson(kind: LessonKind, mesh: Mesh, *, axes: tuple[str, ...] | str | None =
             "Mesh({'dp': 2, 'tp': 4})"
         )
     if axes is None:
-        axes = (mesh.axis_names[-1],) if kind in ("tensor", "sequence") else mesh.axis_names
+        last = (mesh.axis_names[-1],)
+        axes = last if kind in ("tensor", "sequence", "context") else mesh.axis_names
     ls = _Lesson(mesh, _ring_axes(mesh, axes), seed)
     _LESSONS[kind](ls)
     return tuple(ls.steps)

@@ -185,3 +185,18 @@ def test_ring_collective_alone_matches_the_lesson_schedule():
     inside = next(s.collective for s in lesson("tensor", MESH) if s.collective)
     assert alone.rounds == inside.rounds and alone.rings == inside.rings
     assert alone.bytes_per_device == alone.predicted.bytes_per_device == 2 * 3 / 4 * 128
+
+
+def test_context_parallel_gathers_keys_and_values_and_balances_causal_work():
+    from explorer.sharding.lesson import causal_work
+
+    steps = lesson("context", ex.Mesh({"dp": 2, "cp": 4}))
+    kinds = [(s.collective.kind, s.collective.tensor) for s in steps if s.round == 1]
+    assert kinds == [("all-gather", "k"), ("all-gather", "v")]
+    first = steps[0]
+    assert all(t.layout.dims[0] == ("cp",) for t in first.tensors)  # q, k, v split by tokens
+    # the numbers the first step states are the causal work of each device, computed
+    flat, even = causal_work(8, 4, False), causal_work(8, 4, True)
+    assert str(list(flat)) in first.text and str(list(even)) in first.text
+    assert len(set(even)) == 1 and sum(even) == sum(flat) == 8 * 9 // 2  # same pairs, spread
+    assert steps[-1].check.ok and steps[-1].check.tensors == ("out",)

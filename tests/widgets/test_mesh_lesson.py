@@ -100,7 +100,7 @@ def test_every_kind_every_step_draws(view, kind):
             kinds.add(view.current.collective.kind)
     expected = {"tensor": {"all-reduce"}, "data": {"all-reduce"},
                 "sequence": {"all-gather", "reduce-scatter"},
-                "zero": {"all-gather", "reduce-scatter"}}  # fmt: skip
+                "zero": {"all-gather", "reduce-scatter"}, "context": {"all-gather"}}  # fmt: skip
     assert kinds == expected[kind]
     assert "equal to the unsharded result" in view.check_line.value
 
