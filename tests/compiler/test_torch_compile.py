@@ -191,3 +191,15 @@ def test_compare_links_each_fused_kernel_to_the_eager_ops_it_absorbed():
     assert len(fused) == 3  # the tail of each hidden layer's exact GELU
     assert all(names == replaced and "scalar_op" in names for names, replaced in fused)
     assert not cmp.unmatched_eager
+
+
+def test_a_function_reading_a_global_tensor_feeds_it_as_a_lifted_constant():
+    w = torch.randn(4, 3)
+
+    def f(x):
+        return torch.relu(x @ w) + 1.0
+
+    x = torch.randn(2, 4)
+    prog = ex.compile(f, (x,))
+    assert [name for name, _ in prog.graph.lifted] == ["lifted_tensor_0"]
+    torch.testing.assert_close(prog(x), f(x), rtol=RTOL, atol=ATOL)
