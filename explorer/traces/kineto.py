@@ -192,6 +192,8 @@ class _Reader:
         self.steps: list[tuple[int, float, float, object]] = []
         self.backend_dtypes: set[str] = set()
         self.names: dict[str, str] = {}
+        self.tids: dict = {}
+        self.shape_cache: dict[tuple, tuple] = {}
 
     def fail(self, i: int, ev: object, why: str) -> TraceFormatError:
         name = ev.get("name") if isinstance(ev, dict) else None
@@ -225,6 +227,7 @@ class _Reader:
             return
         name = self.names.setdefault(name, name)
         tid = ev.get("tid", 0)
+        tid = self.tids.setdefault(tid, tid) if type(tid) is not dict else tid
         if cat in _GPU_CATS:
             coll = None
             if name[:4].lower() in ("nccl", "rccl"):
@@ -249,6 +252,8 @@ class _Reader:
                 self.backend_dtypes.add(dt)
         # shapes only where they say something: a matmul's, an attention's, a norm's
         shapes = _shapes(args) if category in _SHAPED else ()
+        if shapes:  # a model repeats a few hundred shapes across millions of ops
+            shapes = self.shape_cache.setdefault(shapes, shapes)
         ext = args.get("External id")
         ext = ext if type(ext) is int else None
         if ext is not None:
@@ -260,8 +265,8 @@ class _Reader:
         )
 
     def build(self, head: dict, dist: dict) -> RankTrace:
-        kernels = []
-        for name, cat, ts, dur, tid, stream, corr, ext, comm in self.kernels:
+        kernels = self.kernels  # each record replaced by its Activity in place (no copy)
+        for i, (name, cat, ts, dur, tid, stream, corr, ext, comm) in enumerate(kernels):
             op, shapes, op_coll = self.op_by_ext.get(ext, ("", (), None))
             category = "memcpy" if cat != "kernel" else (
                 classify_name(name) or (classify_name(op) if op else None) or "other"
@@ -270,22 +275,10 @@ class _Reader:
             if comm is not None:
                 coll = _kernel_collective(name, comm, op_coll)
                 category = "communication"
-            kernels.append(
-                Activity(
-                    name,
-                    cat,
-                    ts,
-                    dur,
-                    tid,
-                    stream,
-                    corr if type(corr) is int else None,
-                    ext if type(ext) is int else None,
-                    category,
-                    op,
-                    shapes,
-                    coll,
-                )  # fmt: skip
-            )
+            kernels[i] = Activity(name, cat, ts, dur, tid, stream,
+                                  corr if type(corr) is int else None,
+                                  ext if type(ext) is int else None, category, op, shapes, coll)  # fmt: skip
+        self.kernels = []
         kernels.sort(key=lambda a: a.ts)
         self.ops.sort(key=lambda a: a.ts)
         self.ops = _fill_collectives(self.ops, dist, self.backend_dtypes)
