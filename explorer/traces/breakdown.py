@@ -16,7 +16,8 @@ The mesh axis of a collective comes from its process group's ranks and ``axes``
 (``{"tp": 2, "dp": 4}``, the first axis varying fastest over the ranks, Megatron's order):
 a group of ranks ``base + k * stride`` of ``n`` ranks is the axis of size ``n`` whose stride
 is the product of the sizes before it. Without ``axes`` (or ranks), a group of the whole
-world is ``world``, another ``group of N``.
+world is ``world``, another ``group of N``; a collective whose group the trace does not
+record is ``?``.
 
 >>> import explorer as ex
 >>> t = ex.traces.load_kineto(ex.traces.vendored("nccl_data.json.gz"))
@@ -162,8 +163,8 @@ def axis_of(c: Collective, world: int | None, axes: Mapping[str, int] | None = N
     axes = _check_axes(axes)
     ranks = c.group_ranks
     n = len(ranks) if ranks else c.group_size
-    if n is None:
-        return "world" if not axes else "?"
+    if n is None:  # the trace does not say (NCCL kernels without their arguments)
+        return "?"
     names, sizes = list(axes), list(axes.values())
     if ranks and len(ranks) > 1:
         r = sorted(ranks)

@@ -90,6 +90,7 @@ def test_breakdown_refuses_bad_input(gpu):
     ],
 )
 def test_axis_of_a_group(ranks, axes, want):
+    assert axis_of(Collective("send/recv"), 8, axes) == "?"  # no group recorded
     world = 2 if axes is None and ranks == (0, 1) else 8
     assert axis_of(Collective("all-reduce", group_ranks=ranks), world, axes) == want
 
