@@ -104,3 +104,19 @@ def test_calibrate_reports_each_category_before_and_after():
     back = ex.Calibration.from_json(cal.to_json())
     assert back.table[0].categories == cal.table[0].categories
     assert cal.determined  # 2 runs x 5 observations for 1 knob
+
+
+def test_cpu_run_arguments_are_checked_before_any_process_starts(tmp_path):
+    from explorer.traces import TracesError
+    from explorer.traces.cpu_runs import host_cluster, profile_cpu_run, tiny_gpt_config
+
+    with pytest.raises(TracesError, match="wrapper='zero'"):
+        profile_cpu_run("zero", tmp_path)
+    with pytest.raises(TracesError, match="microbatch"):
+        profile_cpu_run("ddp", tmp_path, microbatch=True)
+    with pytest.raises(TracesError, match="not a host measurement"):
+        host_cluster(tmp_path)
+    h, layers, vocab, seq = 64, 2, 128, 32  # GPT-2: embeddings, 12h^2 + 13h per layer, ln_f
+    want = vocab * h + seq * h + layers * (12 * h * h + 13 * h) + 2 * h
+    assert tiny_gpt_config(h, layers, 4, vocab, seq).num_params() == want
+    assert list(tmp_path.iterdir()) == []
