@@ -28,7 +28,8 @@ _WIDE = {"description_width": "initial"}
 
 def _given_html(q: Exercise) -> str:
     rows = "".join(
-        f"<tr><td style='padding:0 12px 0 0'>{escape(k)}</td><td><code style='white-space:pre-wrap'>{escape(v)}</code></td></tr>"
+        f"<tr><td style='padding:0 12px 0 0'>{escape(k)}</td>"
+        f"<td><code style='white-space:pre-wrap'>{escape(v)}</code></td></tr>"
         for k, v in q.given
     )
     return f"<table style='border-collapse:collapse;margin:2px 0'>{rows}</table>"

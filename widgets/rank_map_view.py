@@ -23,7 +23,7 @@ from .selection import Selection
 
 __all__ = ["RankMapView"]
 
-_SIZES = ("dp", "tp", "pp", "cp", "ep")
+_SIZES = ("dp", "tp", "pp", "cp", "ep", "dp_replicate")
 _WIDE = {"description_width": "initial"}
 # JupyterLab sets <code> to white-space: pre; long rank lists must wrap, not scroll sideways
 _CODE = "<code style='white-space:pre-wrap;overflow-wrap:anywhere'>"
@@ -33,28 +33,33 @@ class RankMapView(View):
     """The rank map of one layout: a menu per parallel size, the launcher's rank order, the
     GPUs per node, the group axis drawn and a rank whose groups are outlined.
 
-    Controls: ``dp``, ``tp``, ``pp``, ``cp``, ``ep``, ``gpus_per_node``, ``launcher``,
-    ``axis``, ``rank``. A layout the launcher refuses (ep not dividing dp x cp, a pipeline
-    order Megatron-Core refuses) is reported beside the control that was changed, the last
-    valid map stays drawn and is marked stale.
+    Controls: ``dp``, ``tp``, ``pp``, ``cp``, ``ep``, ``dp_replicate``, ``gpus_per_node``,
+    ``launcher``, ``axis``, ``rank``. A layout the launcher refuses (ep not dividing dp x cp, a
+    pipeline order Megatron-Core refuses) is reported beside the control that was changed, the
+    last valid map stays drawn and is marked stale.
     """
 
     name = "rank map"
 
     def __init__(
-        self, dp: int = 2, tp: int = 4, pp: int = 2, cp: int = 1, ep: int = 1, *,
+        self, dp: int = 2, tp: int = 4, pp: int = 2, cp: int = 1, ep: int = 1,
+        dp_replicate: int = 1, *,
         launcher: str = "megatron", gpus_per_node: int = 8, axis: str = "tp", rank: int = 0,
         selection: Selection | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=None)
-        self.map: RankMap = rank_map(RankLayout(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep), launcher,
-                                     gpus_per_node)  # fmt: skip
+        sizes = (dp, tp, pp, cp, ep, dp_replicate)
+        self.map: RankMap = rank_map(RankLayout(*sizes), launcher, gpus_per_node)
         size = ipw.Layout(width="8.5em")
         c: dict[str, ipw.Widget] = {
             k: ipw.BoundedIntText(value=v, min=1, max=1024, description=k, style=_WIDE,
                                   layout=size)
-            for k, v in zip(_SIZES, (dp, tp, pp, cp, ep), strict=True)
+            for k, v in zip(_SIZES[:-1], sizes[:-1], strict=True)
         }  # fmt: skip
+        c["dp_replicate"] = ipw.BoundedIntText(
+            value=dp_replicate, min=1, max=1024, description="dp replicas (HSDP)", style=_WIDE,
+            layout=ipw.Layout(width="14em"),
+        )  # fmt: skip
         c["gpus_per_node"] = ipw.BoundedIntText(value=gpus_per_node, min=1, max=64,
                                                 description="GPUs per node", style=_WIDE,
                                                 layout=ipw.Layout(width="12em"))  # fmt: skip

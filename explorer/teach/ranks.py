@@ -53,27 +53,35 @@ _TOKENS = ("tp", "cp", "ep", "dp", "pp")
 MAX_RANKS = 2**17  # a map lists every rank of every group: beyond this it stops being a picture
 # The groups a map lists: one per parallelism, the data-parallel group with the context-parallel
 # ranks (what gradients are reduced over) and the expert data-parallel group.
-GROUP_AXES = ("tp", "cp", "ep", "dp", "pp", "dp-cp", "edp")
+GROUP_AXES = ("tp", "cp", "ep", "dp", "pp", "dp-cp", "edp", "fsdp", "replicate")
 _DESCRIBE = {
     "tp": "tensor parallel", "cp": "context parallel", "ep": "expert parallel",
     "dp": "data parallel", "pp": "pipeline", "dp-cp": "gradient reduction (dp x cp)",
     "edp": "expert data parallel",
+    "fsdp": "sharded states (dp_shard x cp)", "replicate": "replicas of the shards (HSDP)",
 }  # fmt: skip
 
 
 @dataclass(frozen=True)
 class RankLayout:
     """How many ways each parallelism splits: ``dp * tp * pp * cp`` devices in all; ``ep``
-    splits the experts over part of the ``dp * cp`` ranks (it must divide them)."""
+    splits the experts over part of the ``dp * cp`` ranks (it must divide them).
+
+    ``dp_replicate`` (HSDP) splits the data-parallel ranks into that many replicas of the
+    sharded states: torchtitan's ``dp_replicate`` (its ``dp_shard`` is ``dp / dp_replicate``),
+    Megatron-Core's ``num_distributed_optimizer_instances``. The ``fsdp`` groups (states
+    sharded over ``dp_shard x cp`` ranks) and the ``replicate`` groups follow from it.
+    """
 
     dp: int = 1
     tp: int = 1
     pp: int = 1
     cp: int = 1
     ep: int = 1
+    dp_replicate: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "cp", "ep"):
+        for name in ("dp", "tp", "pp", "cp", "ep", "dp_replicate"):
             v = getattr(self, name)
             if not is_int(v, minimum=1, numpy=True):
                 raise TeachError(f"RankLayout {name} must be an int >= 1, got {v!r}")
@@ -82,6 +90,11 @@ class RankLayout:
             raise TeachError(
                 f"RankLayout {self} has more than MAX_RANKS = {MAX_RANKS:,} ranks; a rank map "
                 "lists every rank of every group: use smaller sizes (the groups repeat)"
+            )
+        if self.dp % self.dp_replicate:
+            raise TeachError(
+                f"RankLayout dp_replicate={self.dp_replicate} does not divide dp={self.dp}; "
+                "the replicas split the data-parallel ranks: choose a divisor of dp"
             )
         if (self.dp * self.cp) % self.ep:
             raise TeachError(
@@ -100,11 +113,17 @@ class RankLayout:
             return self.dp * self.cp // self.ep
         if axis == "dp-cp":
             return self.dp * self.cp
+        if axis == "fsdp":
+            return self.dp * self.cp // self.dp_replicate
+        if axis == "replicate":
+            return self.dp_replicate
         return getattr(self, axis)
 
     def __str__(self) -> str:
         parts = [f"{a}{getattr(self, a)}" for a in ("dp", "tp", "pp", "cp", "ep")
                  if getattr(self, a) > 1 or a in ("dp", "tp", "pp")]  # fmt: skip
+        if self.dp_replicate > 1:
+            parts[0] += f" ({self.dp_replicate} replicas)"
         return " x ".join(parts) + f" = {self.world_size} ranks"
 
 
@@ -205,12 +224,20 @@ class RankMap:
         """``(mesh_shape, mesh_dim_names, mesh)`` for ``init_device_mesh(device, mesh_shape,
         mesh_dim_names=...)`` or ``DeviceMesh(device, mesh, mesh_dim_names=...)``: the dense
         parallelisms of size > 1, slowest first (torchtitan's ``dp`` is ``dp_shard``)."""
-        slow = [a for a in reversed(self.order.split("-")) if a != "ep"]
-        kept = [a for a in slow if self.layout.size(a) > 1] or [slow[-1]]
-        shape = tuple(self.layout.size(a) for a in kept)
-        names = tuple("dp_shard" if (a == "dp" and self.launcher == "torchtitan") else a
-                      for a in kept)  # fmt: skip
-        return shape, names, np.arange(self.world_size).reshape(shape).tolist()
+        lay = self.layout
+        sizes = {"pp": lay.pp, "cp": lay.cp, "tp": lay.tp, "dp_replicate": lay.dp_replicate,
+                 "dp_shard": lay.dp // lay.dp_replicate}  # fmt: skip
+        slow: list[str] = []
+        for a in reversed(self.order.split("-")):
+            if a == "dp":  # torchtitan's two data-parallel dims, the replicas outer
+                slow += ["dp_replicate", "dp_shard"]
+            elif a != "ep":
+                slow.append(a)
+        kept = [a for a in slow if sizes[a] > 1] or [slow[-1]]
+        shape = tuple(sizes[a] for a in kept)
+        if self.launcher != "torchtitan" and "dp_replicate" not in kept:
+            kept = ["dp" if a == "dp_shard" else a for a in kept]
+        return shape, tuple(kept), np.arange(self.world_size).reshape(shape).tolist()
 
     def describe(self, axis: str) -> str:
         """One line: how many groups of what size, and the nodes they span."""
@@ -224,7 +251,7 @@ class RankMap:
         else:
             shown = str(first)
         return (
-            f"{axis:5s} {_DESCRIBE[axis]}: {len(groups)} group(s) of {len(groups[0])}, "
+            f"{axis:9s} {_DESCRIBE[axis]}: {len(groups)} group(s) of {len(groups[0])}, "
             f"{where}; first {shown}"
         )
 
@@ -282,4 +309,12 @@ def rank_map(layout: RankLayout, order: str = "megatron", gpus_per_node: int = 8
         ("dp-cp", _grid_groups(dense, dense_order, ("dp", "cp"))),
         ("edp", _grid_groups(expert, expert_order, ("dp",))),
     )
+    # HSDP: each gradient-reduction group splits into dp_replicate consecutive slices (as
+    # Megatron-Core cuts its distributed-optimizer instances out of the dp x cp ranks); the
+    # states are sharded inside a slice and replicated across slices.
+    dp_cp = dict(table)["dp-cp"]
+    n = layout.size("fsdp")
+    fsdp = tuple(g[i * n : (i + 1) * n] for g in dp_cp for i in range(layout.dp_replicate))
+    replicate = tuple(g[j::n] for g in dp_cp for j in range(n))
+    table += (("fsdp", fsdp), ("replicate", replicate))
     return RankMap(layout, "-".join(tokens), launcher, int(gpus_per_node), table)

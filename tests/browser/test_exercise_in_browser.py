@@ -66,8 +66,9 @@ def test_a_learner_types_checks_and_tabs_through_the_exercise(lab, lab_page, pag
 
         # a word: the reason shows beside the box, no verdict
         _type(page, "lots")
-        page.wait_for_function(f"() => ({TEXT})('explorer-exercise-error').includes('not a number')",
-                               timeout=15_000)  # fmt: skip
+        page.wait_for_function(
+            f"() => ({TEXT})('explorer-exercise-error').includes('not a number')", timeout=15_000
+        )
         assert page.evaluate(TEXT, "explorer-exercise-verdict") == ""
 
         # the typical slip: a cross and why

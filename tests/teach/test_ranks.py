@@ -86,13 +86,23 @@ class _RankGenerator:
 
 
 def _megatron_groups(lay: RankLayout, order: str) -> dict[str, list[list[int]]]:
-    """initialize_model_parallel's groups for ``lay`` (expert tensor parallel = tp)."""
+    """initialize_model_parallel's groups for ``lay`` (expert tensor parallel = tp;
+    ``num_distributed_optimizer_instances = lay.dp_replicate``)."""
     world = lay.world_size
     decoder = _RankGenerator(tp=lay.tp, ep=1, dp=lay.dp, pp=lay.pp, cp=lay.cp, order=order)
     expert_dp = world // (lay.tp * lay.ep * lay.pp)
     expert = _RankGenerator(tp=lay.tp, ep=lay.ep, dp=expert_dp, pp=lay.pp, cp=1, order=order)
     assert decoder.get_ranks("pp") == expert.get_ranks("pp")  # as Megatron-Core asserts
+    # the intra-partial data-parallel groups of the distributed optimizer's instances
+    instances = lay.dp_replicate
+    assert (lay.dp * lay.cp) % instances == 0
+    intra = (lay.dp * lay.cp) // instances
+    partial = []
+    for ranks_with_cp in decoder.get_ranks("dp-cp"):
+        for i in range(instances):
+            partial.append(ranks_with_cp[(i * intra) : ((i + 1) * intra)])
     return {
+        "fsdp": partial,
         "tp": decoder.get_ranks("tp"), "cp": decoder.get_ranks("cp"),
         "dp": decoder.get_ranks("dp"), "pp": decoder.get_ranks("pp"),
         "dp-cp": decoder.get_ranks("dp-cp"), "ep": expert.get_ranks("ep"),
@@ -108,7 +118,10 @@ LAYOUTS = [
     RankLayout(dp=8, tp=1, pp=1, ep=8),
     RankLayout(dp=3, tp=2, pp=5, cp=1, ep=3),
     RankLayout(dp=2, tp=8, pp=3, cp=4, ep=8),
+    RankLayout(dp=4, tp=2, pp=2, cp=2, dp_replicate=2),
+    RankLayout(dp=8, tp=2, pp=1, cp=1, ep=4, dp_replicate=4),
 ]
+MEGATRON_AXES = ("tp", "cp", "ep", "dp", "pp", "dp-cp", "edp", "fsdp")
 
 
 @pytest.mark.parametrize("lay", LAYOUTS, ids=str)
@@ -124,7 +137,7 @@ def test_groups_equal_megatron_cores_rank_generator(lay, order):
         return
     ours = rank_map(lay, order).groups
     theirs = _megatron_groups(lay, order)
-    assert {a: [list(g) for g in ours[a]] for a in GROUP_AXES} == theirs
+    assert {a: [list(g) for g in ours[a]] for a in MEGATRON_AXES} == theirs
 
 
 def test_the_docstring_example_of_megatron_core():
@@ -215,3 +228,23 @@ def test_a_map_larger_than_max_ranks_is_refused_with_the_limit():
 
     with pytest.raises(TeachError, match="MAX_RANKS"):
         RankLayout(dp=MAX_RANKS, tp=2)
+
+
+@pytest.mark.parametrize("lay", [RankLayout(dp=4, tp=2, pp=2, cp=2, dp_replicate=2),
+                                 RankLayout(dp=8, tp=4, dp_replicate=2)], ids=str)  # fmt: skip
+def test_hsdp_groups_are_lines_of_torchtitans_mesh(lay):
+    """torchtitan shards over the flattened (dp_shard, cp) dims of its mesh
+    [pp, dp_replicate, dp_shard, cp, tp] and replicates along dp_replicate."""
+    m = rank_map(lay, "torchtitan")
+    shape, names, mesh = m.device_mesh()
+    sizes = {"pp": lay.pp, "dp_replicate": lay.dp_replicate,
+             "dp_shard": lay.dp // lay.dp_replicate, "cp": lay.cp, "tp": lay.tp}  # fmt: skip
+    full = np.arange(lay.world_size).reshape([sizes[n] for n in sizes])
+    assert np.asarray(mesh).ravel().tolist() == full.ravel().tolist()
+    assert names == tuple(n for n in sizes if sizes[n] > 1)
+    shard = np.moveaxis(full, (2, 3), (3, 4)).reshape(-1, sizes["dp_shard"] * lay.cp)
+    assert sorted(map(tuple, shard.tolist())) == sorted(m.groups["fsdp"])
+    rep = np.moveaxis(full, 1, -1).reshape(-1, lay.dp_replicate)
+    assert sorted(map(tuple, rep.tolist())) == sorted(m.groups["replicate"])
+    with pytest.raises(TeachError, match="dp_replicate=3 does not divide"):
+        RankLayout(dp=4, dp_replicate=3)

@@ -59,3 +59,12 @@ def test_refused_layout_shown_beside_its_control_and_marked_stale():
     assert v.controls["ep"].value == 1 and not v.stale and not err.visible
     v.controls["tp"].value = 8
     assert v.map.layout.tp == 8 and v.controls["rank"].max == v.map.world_size - 1
+
+
+def test_view_draws_hsdp_groups():
+    v = RankMapView(dp=4, tp=2, pp=1, dp_replicate=2, launcher="torchtitan", axis="fsdp")
+    assert v.map.layout.dp_replicate == 2
+    assert "fsdp groups" in v.figure.layout.title.text
+    assert "dp_replicate" in v.summary.value and "dp_shard" in v.summary.value
+    v.controls["dp_replicate"].value = 3
+    assert v.field_errors["dp_replicate"].visible and v.stale
