@@ -54,7 +54,9 @@ class Cluster:
             reduce-scatter) whose group has several members on one node spreads over their
             NICs, one ring per NIC, as NCCL's channels do (``explorer.hardware.levels``);
             False (the profiles' default, the two-level model the 2021 tables were set
-            with): one NIC per ring. The training step model sets it from
+            with): one NIC per ring. With it an all-to-all whose group crosses a level
+            sends across it only the share of the peers beyond it, the rest below it at the
+            same time (`levels.local_share`). The training step model sets it from
             ``TrainingParams.multi_rail_collectives``.
 
     `levels` is the resolved stack (given or derived); `axis_bandwidth` prices a mesh axis

@@ -70,7 +70,7 @@ from explorer.checks import is_int, is_number
 from explorer.hardware.errors import HardwareError, MeshError
 from explorer.memo import memoize
 
-__all__ = ["AxisLink", "Level", "axis_link", "check_levels"]
+__all__ = ["AxisLink", "Level", "axis_link", "check_levels", "local_share"]
 
 
 @dataclass(frozen=True)
@@ -318,6 +318,35 @@ def _flows(child: int, level: int, edges: list[tuple[np.ndarray, np.ndarray]]) -
         else:
             counts[: block.size] += block
     return int(counts.max())
+
+
+def local_share(
+    levels: Sequence[Level], axis_sizes: Iterable[tuple[str, int]], axes: str | Iterable[str]
+) -> tuple[int, int, int]:
+    """``(n, g, top)`` of a collective over ``axes``: its group size ``n``, the fewest
+    members ``g`` of one group inside one child group of ``top``, the highest level its
+    ring edges use (``g = n`` when it stays inside one child group, ``top = 0``). An
+    all-to-all sends ``(g - 1) / n`` of a device's buffer below ``top`` and ``(n - g) / n``
+    across it.
+
+    >>> from explorer.hardware import load
+    >>> local_share(load("h100-sxm").levels, (("ep", 32),), "ep")
+    (32, 8, 1)
+    """
+    pairs = tuple((str(name), int(size)) for name, size in axis_sizes)
+    main = _axis_tuple(pairs, axes)
+    levels = tuple(levels)
+    source, edge_level = _ring_edges(levels, pairs, main)
+    if source.size == 0:
+        return 1, 1, 0
+    n = math.prod(dict(pairs)[a] for a in main)
+    top = int(edge_level.max())
+    if top == 0:
+        return n, n, 0
+    child = levels[top - 1].group_size
+    group = np.arange(source.size) // n
+    _, counts = np.unique(group * (source.max() + 1) + source // child, return_counts=True)
+    return n, int(counts.min()), top
 
 
 def _channels(child: int, level: int, source: np.ndarray, edge_level: np.ndarray) -> int:

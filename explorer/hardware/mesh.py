@@ -23,7 +23,7 @@ from explorer.hardware.collectives import (
     tree_time,
 )
 from explorer.hardware.errors import HardwareError, MeshError
-from explorer.hardware.levels import AxisLink
+from explorer.hardware.levels import AxisLink, local_share
 
 __all__ = ["MAX_DEVICES", "REST_OF_NODE", "Mesh"]
 
@@ -326,6 +326,16 @@ class Mesh:
             self.device_order, names, others, spread_rails=spread
         )
         timer = tree_time if algorithm == "tree" else ring_time
+        cluster = self._cluster("collective_time")
+        if kind is CollectiveKind.ALL_TO_ALL and cluster.multi_rail_rings:
+            n_, g, top = local_share(cluster.levels, self.device_order, names)
+            if top > 0 and g > 1:
+                # peers inside the child group get their share below the top level, the
+                # others across it, both at once: the slower of the two
+                alpha = ring_time(kind, 0.0, n, link.bandwidth_bytes_per_s, link.latency_s)
+                inner = cluster.levels[top - 1].bandwidth_bytes_per_s
+                return alpha + max((n - g) / n * size_bytes / link.bandwidth_bytes_per_s,
+                                   (g - 1) / n * size_bytes / inner)  # fmt: skip
         return timer(kind, size_bytes, n, link.bandwidth_bytes_per_s, link.latency_s)
 
     def hierarchical_time(

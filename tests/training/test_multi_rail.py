@@ -36,10 +36,11 @@ def test_rings_beside_tensor_parallelism_keep_one_nic_each() -> None:
     assert a == b
 
 
-def test_all_to_all_does_not_spread() -> None:
-    a = _mesh({"dp": 64}, False).collective_time("all-to-all", GIB, ("dp",))
+def test_all_to_all_does_not_spread_over_rails() -> None:
+    """Every device of an all-to-all sends at once: its remote share at one NIC's rate."""
     b = _mesh({"dp": 64}, True).collective_time("all-to-all", GIB, ("dp",))
-    assert a == b
+    lat = _mesh({"dp": 64}, True).collective_time("all-to-all", 0.0, ("dp",))
+    assert b - lat == pytest.approx(56 / 64 * GIB / load("h100-sxm").bandwidth("inter"))
 
 
 def test_a_hierarchical_phase_spreads_too() -> None:
@@ -97,3 +98,24 @@ def test_aligned_nvlink_domains_keep_an_ep64_group_in_one_gb200_rack() -> None:
     assert ep_on < ep_off / 5
     with pytest.raises(TrainingParamsError, match="aligned_nvlink_domains"):
         TrainingParams(aligned_nvlink_domains=1)
+
+
+def test_all_to_all_sends_only_the_remote_share_across_nodes() -> None:
+    """EP32 over four 8-GPU nodes: 24 of 32 shares cross InfiniBand, not 31."""
+    a = _mesh({"ep": 32}, False).collective_time("all-to-all", GIB, ("ep",))
+    b = _mesh({"ep": 32}, True).collective_time("all-to-all", GIB, ("ep",))
+    lat = _mesh({"ep": 32}, False).collective_time("all-to-all", 0.0, ("ep",))
+    assert (b - lat) / (a - lat) == pytest.approx(24 / 31)
+
+
+def test_search_space_etp_folds_experts_out_of_tp_x_dp() -> None:
+    """Qwen3-235B on 256 GPUs, TP2 PP8 EP32 ETP1 (Megatron-Bridge): ep=32 does not divide
+    dp=16, so only a space with etp plans it."""
+    from explorer.training.planning.space import SearchSpace, configurations
+
+    cfg = ex.models.load("qwen3-235b-a22b")
+    folded = list(configurations(cfg, 2, 8, 16, 1, 2048, SearchSpace(ep=(32,), etp=(1,))))
+    assert folded and all((c.ep, c.expert_tp, c.edp) == (32, 1, 1) for c in folded)
+    assert not list(configurations(cfg, 2, 8, 16, 1, 2048, SearchSpace(ep=(32,))))
+    with pytest.raises(ex.ExplorerError, match="etp"):
+        SearchSpace(etp=(0,))

@@ -481,8 +481,7 @@ def _stack_run(name, row, skip_unsupported, skipped) -> MeasuredRun | None:
             known.update(_planned(cfg, row, known, missing, hw, gb, seq, c["cp"], params,
                                   pin=True))  # fmt: skip
         except ExplorerError as e:
-            also = "; its etp 1 is not in SearchSpace, which has no etp" if etp_why else ""
-            return skip(f"the planner finds no configuration for the open fields ({e}){also}")
+            return skip(f"the planner finds no configuration for the open fields ({e})")
         source += f"; {', '.join(missing)} chosen by the planner under {which} (not published)"
     try:
         config = ParallelConfig(**known)
@@ -573,6 +572,8 @@ def _planned(cfg, row, known, missing, hw, gb, seq, cp, params, pin=False) -> di
         space["cp_kv_exchange"] = ("all_gather",)  # the run's config keeps the default
     if pin:
         space["ep"] = (known.get("ep", 1),)
+        if "etp" in known:
+            space["etp"] = (known["etp"],)
     # a stack row ranks by `estimate` and simulates the best one only (220 rows are planned)
     plan = plan_homogeneous(
         cfg, _int(row, "gpus"), hw, gb, seq, params, space=SearchSpace(**space), top_k=1,

@@ -27,7 +27,7 @@ from ..config import (
     RecomputePolicy,
     ScheduleKind,
 )
-from ..errors import TrainingPlanError
+from ..errors import ParallelConfigError, TrainingPlanError
 from ..step_model.terms import cp as cp_terms
 from ..step_model.terms import zero as zero_terms
 
@@ -62,6 +62,9 @@ class SearchSpace:
     sp: tuple[bool, ...] | None = None  # None: True when tp > 1
     ep: tuple[int, ...] | None = None  # None: 1 for dense models; for MoE every divisor of
     # gcd(dp, experts)
+    etp: tuple[int, ...] | None = None  # expert tensor parallelism; None: etp = tp (the
+    # unfolded layout, ep dividing dp); given: MoE parallel folding, ep need not divide dp
+    # (ParallelConfig.etp: etp * ep divides tp * cp * dp)
     cp: tuple[int, ...] | None = None  # None: terms.cp.needs_cp(seq, cp_min_positions)
     cp_min_positions: int = 8192
     cp_kv_exchange: tuple[str, ...] = KV_EXCHANGES
@@ -84,9 +87,9 @@ class SearchSpace:
                 raise TrainingPlanError(
                     f"SearchSpace.schedules has {s!r}; expected among {', '.join(SCHEDULES)}"
                 )
-        for name in ("tp", "pp", "microbatch_sizes", "virtual_stages", "ep", "cp"):
+        for name in ("tp", "pp", "microbatch_sizes", "virtual_stages", "ep", "etp", "cp"):
             values = getattr(self, name)
-            optional = name in ("tp", "pp", "ep", "cp")  # None: every valid value
+            optional = name in ("tp", "pp", "ep", "etp", "cp")  # None: every valid value
             if (values is None and not optional) or (
                 values is not None and not _positive_ints(values)
             ):
@@ -213,8 +216,9 @@ def structures(
 def configurations(cfg, tp, pp, dp, cp, gb, space: SearchSpace):
     """Per structure, the configurations to estimate (before the recompute ladder)."""
     exchanges = space.cp_kv_exchange if cp > 1 else ("all_gather",)
-    if space.ep is not None:
-        eps = tuple(e for e in space.ep if dp % e == 0)
+    etps = space.etp if space.etp is not None else (None,)
+    if space.ep is not None:  # folded (etp given): ep need not divide dp
+        eps = tuple(e for e in space.ep if dp % e == 0 or space.etp is not None)
     elif cfg.is_moe:
         eps = tuple(divisors(math.gcd(dp, cfg.num_experts)))
     else:
@@ -236,11 +240,15 @@ def configurations(cfg, tp, pp, dp, cp, gb, space: SearchSpace):
                     continue  # uneven chunks only where the layers do not split over pp
                 for zero in zero_terms.stages_worth_searching(space.zero, dp * cp):
                     sps = space.sp if space.sp is not None else (tp > 1,)
-                    for sp, ep, kv in itertools.product(sps, eps, exchanges):
+                    for sp, ep, etp, kv in itertools.product(sps, eps, etps, exchanges):
                         if sp and tp == 1:
                             continue
-                        yield ParallelConfig(
-                            dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, microbatch_size=mbs,
-                            schedule=sched, virtual_stages=v, zero=zero, cp=cp,
-                            cp_kv_exchange=kv,
-                        )  # fmt: skip
+                        try:
+                            config = ParallelConfig(
+                                dp=dp, tp=tp, pp=pp, sp=sp, ep=ep, etp=etp,
+                                microbatch_size=mbs, schedule=sched, virtual_stages=v,
+                                zero=zero, cp=cp, cp_kv_exchange=kv,
+                            )  # fmt: skip
+                        except ParallelConfigError:
+                            continue  # an etp x ep that does not fold out of tp x cp x dp
+                        yield config
