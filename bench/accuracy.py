@@ -682,6 +682,7 @@ def fit_today() -> dict:
     overheads = [s for s in FIT_OVERHEAD_STACKS if any(p == s for *_, p, _ in rows)]
     r8 = len(chips) + len(overheads)  # the FP8 GEMM ratio, one for every chip and stack
     io = r8 + 1  # overlap_interference, one for every stack
+    mo = r8 + 2  # moe_layer_overhead_s, one for every stack
     start = {c: (ex.hardware.load(c).chip.matmul_efficiency,
                  ex.hardware.load(c).chip.attention_efficiency) for c in chips}  # fmt: skip
     k0 = TrainingParams().kernel_overhead_s
@@ -694,7 +695,8 @@ def fit_today() -> dict:
                             flash_attention_efficiency=min(1.0, att * g),
                             kernel_overhead_s=float(k),
                             fp8_matmul_efficiency_ratio=float(x[r8]),
-                            overlap_interference=float(x[io]))  # fmt: skip
+                            overlap_interference=float(x[io]),
+                            moe_layer_overhead_s=float(x[mo]))  # fmt: skip
 
     def residuals(x):
         return np.array([np.log(predict(r, params_of(x, hw, pre, b)).step_time_s / r.step_time_s)
@@ -702,11 +704,12 @@ def fit_today() -> dict:
 
     r0 = stacks.params("nemo").fp8_matmul_efficiency_ratio
     i0 = stacks.params("nemo").overlap_interference
-    x0 = np.array([1.0] * len(chips) + [k0] * len(overheads) + [r0, max(i0, 0.05)])
-    lo = np.array([0.3] * len(chips) + [_KERNEL_OVERHEAD_BOUNDS[0]] * len(overheads) + [0.3, 0])
+    m0 = stacks.params("nemo").moe_layer_overhead_s
+    x0 = np.array([1.0] * len(chips) + [k0] * len(overheads) + [r0, max(i0, 0.05), max(m0, 1e-3)])
+    lo = np.array([0.3] * len(chips) + [_KERNEL_OVERHEAD_BOUNDS[0]] * len(overheads) + [0.3, 0, 0])
     hi = np.array([min(1 / max(start[c]), 2.0) for c in chips]
-                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads) + [1.0, 1.0])  # fmt: skip
-    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads) + [0.1, 0.1])
+                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads) + [1.0, 1.0, 0.05])  # fmt: skip
+    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads) + [0.1, 0.1, 1e-3])
     res0 = residuals(x0)
     # soft_l1 at 10%: a row the physics cannot yet explain (an MoE run 3x off) weighs as a
     # 10% miss, not its square; every finite difference a 1% step of its value
@@ -737,6 +740,9 @@ def fit_today() -> dict:
         "datasets": sorted({n for n, _ in fp8}),
     }
     out["overlap_interference"] = {"value": float(sol.x[io]), "rows": len(rows)}
+    moe = [(n, r) for n, r, *_ in rows if r.cfg.is_moe]
+    out["moe_layer_overhead_s"] = {"value": float(sol.x[mo]), "moe_rows": len(moe),
+                                   "datasets": sorted({n for n, _ in moe})}  # fmt: skip
     out["seconds"] = time.perf_counter() - t0
     print(f"   {len(rows)} fit rows; rms log error {out['rms_log_error_before']:.3f} -> "
           f"{out['rms_log_error_after']:.3f} ({sol.nfev} evaluations, {out['seconds']:.0f} s)")  # fmt: skip
@@ -751,6 +757,9 @@ def fit_today() -> dict:
     print(f"   fp8_matmul_efficiency_ratio {v['value']:.3f} ({v['fp8_rows']} FP8 fit rows of "
           f"{', '.join(v['datasets'])}, with the BF16 ones)")  # fmt: skip
     print(f"   overlap_interference {out['overlap_interference']['value']:.3f} (every fit row)")
+    v = out["moe_layer_overhead_s"]
+    print(f"   moe_layer_overhead_s {v['value'] * 1e3:.2f} ms ({v['moe_rows']} MoE fit rows of "
+          f"{', '.join(v['datasets'])})")  # fmt: skip
     return out
 
 

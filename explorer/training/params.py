@@ -198,6 +198,7 @@ class TrainingParams:
     fp8_cast_bytes_per_element    bytes      moved per FP8 GEMM input element (the cast)
     fp8_matmul_efficiency_ratio   1          FP8 GEMM share of FP8 peak / BF16's of BF16's
     overlap_interference          fraction   of hidden communication added to the compute
+    moe_layer_overhead_s          s          per MoE layer forward or backward of a microbatch
     grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
     op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
     ============================  =========  ===============================================
@@ -328,6 +329,14 @@ class TrainingParams:
         "(3; current scaling adds an amax pass, 2 more); weights are cast once per step "
         "(TE caches the FP8 weight over the microbatches), not counted; assumption: the cast "
         "runs as its own memory-bound pass at hbm_efficiency")  # fmt: skip
+    moe_layer_overhead_s: float = knob(
+        0.0, "seconds per MoE layer forward or backward of one microbatch", 0.0, 0.1,
+        source="assumption (0: an MoE layer costs its kernels and all-to-alls only); "
+        "Megatron-Core's all-to-all token dispatcher copies the tokens-per-expert counts to "
+        "the host in every MoE layer to size the all-to-all and the grouped GEMM (a device "
+        "synchronisation that drains the stream and exposes the host's launches of the "
+        "router, permutation and grouped-GEMM kernels); the current stacks set the value "
+        "fitted on the MoE fit rows of datasets/published")  # fmt: skip
     overlap_interference: float = knob(
         0.0, "fraction of the hidden communication time", 0.0, 1.0,
         source="assumption (0: communication behind compute costs the compute nothing); "

@@ -1,4 +1,6 @@
-"""Multi-rail ring collectives (NCCL channels, one ring per NIC) and the MaxText preset."""
+"""Today's stack physics: multi-rail ring collectives (NCCL channels, one ring per NIC),
+all-to-alls split by level, NVLink domains aligned to the job, SearchSpace.etp, the MoE
+layer overhead and the MaxText preset."""
 
 from __future__ import annotations
 
@@ -119,3 +121,13 @@ def test_search_space_etp_folds_experts_out_of_tp_x_dp() -> None:
     assert not list(configurations(cfg, 2, 8, 16, 1, 2048, SearchSpace(ep=(32,))))
     with pytest.raises(ex.ExplorerError, match="etp"):
         SearchSpace(etp=(0,))
+
+
+def test_moe_layer_overhead_is_paid_per_moe_layer_each_way_per_microbatch() -> None:
+    cfg, hw = ex.models.load("qwen3-30b-a3b"), load("h100-sxm")
+    par = ex.ParallelConfig(dp=8, ep=8, microbatch_size=1, zero=1)
+    base = ex.stacks.params("nemo", moe_layer_overhead_s=0.0)
+    t0 = ex.estimate(cfg, par, hw, 64, 4096, base).step_time_s
+    t1 = ex.estimate(cfg, par, hw, 64, 4096, base.replace(moe_layer_overhead_s=1e-3)).step_time_s
+    moe_layers = sum(cfg.layer_is_moe(i) for i in range(cfg.num_layers))
+    assert t1 - t0 == pytest.approx(2 * moe_layers * 1e-3 * 8, rel=0.05)  # 8 microbatches

@@ -90,7 +90,8 @@ class StepModel:
     # --- times per part ---------------------------------------------------------------
     def stage_compute_s(self, part: StagePartition, g: int) -> tuple[float, float]:
         """(forward, backward) compute seconds of stage ``g`` for one microbatch: its
-        parts' kernels plus ``microbatch_overhead_s`` each way."""
+        parts' kernels plus ``microbatch_overhead_s`` each way, and ``moe_layer_overhead_s``
+        for each of its MoE layers."""
         c = self.costs
         n = part.layers(g)
         fwd = n * c.layer.forward_s
@@ -101,6 +102,8 @@ class StepModel:
                 bwd += P.backward_s
         fwd, bwd = dense.stage_compute(self, part, g, fwd, bwd)
         over = self.tparams.microbatch_overhead_s
+        if self.cfg.is_moe and self.tparams.moe_layer_overhead_s:
+            over += dense.moe_layers_in(self, part, (g,)) * self.tparams.moe_layer_overhead_s
         return fwd + over, bwd + over
 
     def stage_segments(self, part: StagePartition, g: int, n_full: int | None):
