@@ -10,8 +10,9 @@ torch eager, torch.compile, jax.jit (CPU). Workloads: (a) small GPT inference, b
 under a limit: a tensor ``while``); PyTorch modules through ``ex.compile`` (our eager: the
 IR interpreter, every op timed; our static path: numpy and numba kernels): (e) a
 torch.nn MLP at batch 1 (4 Linear layers, hidden 128) and (f) transformers' GPT-2, tiny
-(2 layers, hidden 64, batch 1, 32 tokens). ``--only e_torch_mlp,f_gpt2_tiny`` keeps the
-other rows of jit.json.
+(2 layers, hidden 64, batch 1, 32 tokens), (g) GPT-2 small (124M, random weights)
+prefilling 512 tokens at batch 1. ``--only e_torch_mlp,f_gpt2_tiny`` keeps the other
+rows of jit.json.
 
 Timing: interleaved rounds (every column once per round, so machine noise hits all alike;
 each round starts at another column, and each column after 50 ms idle so that the spinning
@@ -575,6 +576,28 @@ def gpt2_tiny_columns() -> dict[str, Column]:
     return _compiled_columns(model, (ids,), torch)
 
 
+GPT2_SMALL_PREFILL = 512
+
+
+def gpt2_small_columns() -> dict[str, Column]:
+    """(g) transformers' GPT-2 small (124M, random weights) prefilling 512 tokens at batch 1:
+    matmul-bound, so the columns show what compilation costs or saves on a real model."""
+    torch = _torch()
+    try:
+        import transformers
+    except ImportError:
+        return {}
+    if torch is None:
+        return {}
+    cfg = transformers.GPT2Config(bos_token_id=0, eos_token_id=0)  # 12 layers, hidden 768
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    model = model.eval()
+    ids = (torch.arange(GPT2_SMALL_PREFILL).reshape(1, -1) * 7 + 3) % cfg.vocab_size
+    model.config.use_cache = False
+    return _compiled_columns(model, (ids,), torch)
+
+
 # --- the runner -------------------------------------------------------------------------
 
 
@@ -783,6 +806,7 @@ WORKLOADS = {
     "d_gpt_loop": ("(d) GPT forward, data-dependent loop", lambda: gpt_columns(loop=True)),
     "e_torch_mlp": ("(e) torch MLP b=1, 4 layers, h=128", torch_mlp_columns),
     "f_gpt2_tiny": ("(f) transformers GPT-2 tiny b=1, s=32", gpt2_tiny_columns),
+    "g_gpt2_prefill": (f"(g) GPT-2 small prefill b=1, s={GPT2_SMALL_PREFILL}", gpt2_small_columns),
 }
 
 
