@@ -7,7 +7,19 @@
 124.4
 """
 
-from . import compiler, export, hardware, ir, models, search, sharding, teach, trace, traces, training
+from . import (
+    compiler,
+    export,
+    hardware,
+    ir,
+    models,
+    search,
+    sharding,
+    teach,
+    trace,
+    traces,
+    training,
+)
 from .compiler import F, Tensor, grad, jit, nn, tensor
 from .compiler.torch_program import compile  # noqa: A004 (ex.compile, as torch.compile)
 from .errors import ExplorerError
@@ -51,5 +63,5 @@ __all__ = [
     "SearchSpace", "TrainingParams", "TrainingError", "scaling_curve", "stacks", "Stack",
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
     "Pool", "plan_hetero", "compare_hetero",
-    "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "teach",
+    "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "teach", "traces",
 ]  # fmt: skip
