@@ -37,8 +37,8 @@ from .. import trace as _trace
 from ..ir import DType, Graph
 from .errors import TorchCompileError
 from .executor import Program
-from .passes import Level, MemoryPlan, RewriteStep, optimize
-from .passes.driver import Backend
+from .passes import LEVELS, Level, MemoryPlan, RewriteStep, optimize
+from .passes.driver import BACKENDS, Backend
 from .torch_eager import TimedInterpreter
 from .torch_fold import fold_weights
 from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, weights
@@ -105,6 +105,15 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
             "ex.compile needs PyTorch; install the 'torch' extra (pip install "
             "'parallel-explorer[torch]')"
         ) from None
+    if name is not None and not isinstance(name, str):
+        raise TorchCompileError(f"name={name!r}: expected a str (the graph's name) or None")
+    if use_cache is not None and not isinstance(use_cache, bool):
+        raise TorchCompileError(f"use_cache={use_cache!r}: expected True, False or None")
+    if level not in LEVELS or backend not in BACKENDS:
+        raise TorchCompileError(
+            f"level={level!r}, backend={backend!r}: expected a level of {', '.join(LEVELS)} "
+            f"and a backend of {', '.join(BACKENDS)}"
+        )
     module = _as_module(module_or_fn, torch)
     args = tuple(_to_torch(x, torch) for x in _as_tuple(example_inputs, torch))
     kw = {k: _to_torch(v, torch) for k, v in dict(kwargs or {}).items()}

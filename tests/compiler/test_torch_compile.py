@@ -203,3 +203,11 @@ def test_a_function_reading_a_global_tensor_feeds_it_as_a_lifted_constant():
     prog = ex.compile(f, (x,))
     assert [name for name, _ in prog.graph.lifted] == ["lifted_tensor_0"]
     torch.testing.assert_close(prog(x), f(x), rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"level": "O3"}, {"backend": "cuda"}, {"name": 3}, {"use_cache": 1}]
+)
+def test_bad_options_are_refused_before_tracing(kw):
+    with pytest.raises(TorchCompileError, match=next(iter(kw))):
+        ex.compile(_mlp(), (torch.randn(1, 16),), **kw)
