@@ -19,8 +19,9 @@ compute float32 (bf16, fp16 and fp8 models too: numpy has no narrower float type
 another order of operations than torch, so for an fp32 model every output is within
 ``rtol=1e-5, atol=1e-5`` of torch's (the 31 tiny transformers architectures of
 tests/models: 5.4e-6 at most on logits up to about 7, measured); a bf16 or fp16 model is
-compared with torch computing in its own precision, ``rtol=atol=5e-2`` (bf16) and
-``1e-2`` (fp16).
+compared with torch computing in its own precision, ``rtol=atol=1e-1`` (bf16) and
+``2e-2`` (fp16) (the tiny Llama: 4.3e-2 and 9.8e-3 at most, measured); fp8 ``2e-1``
+(not measured: no fp8 model was run).
 """
 
 from __future__ import annotations
