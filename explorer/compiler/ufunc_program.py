@@ -174,8 +174,9 @@ def _generate(prog: list, n_in: int, n_tmp: int, own: list[np.ndarray] | None,
               shape: tuple[int, ...], dtype: type, select_slot: int) -> Callable[..., np.ndarray]:  # fmt: skip
     """The program as one generated Python function: one line per ufunc call, operands
     and ``out`` passed positionally, constants and ufuncs bound as globals. A loop over
-    the step list (the former kernel) re-decoded every operand at every call: about
-    0.5 us per step, 4 us of a 9-step GELU region at batch 1."""
+    the step list (the former kernel) re-decoded every operand at every call: a tanh-GELU
+    of ``in0 + in1`` at shape (1, 128) took 22 us a call that way and 10 us generated
+    (measured on the shared 2-core machine under load)."""
     ns: dict[str, object] = {"_own": own, "_empty": np.empty, "_shape": shape,
                              "_dtype": dtype, "_copyto": np.copyto}  # fmt: skip
     ins = [f"in{i}" for i in range(n_in)]
