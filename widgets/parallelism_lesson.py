@@ -179,11 +179,13 @@ class ParallelismLesson(View):
     def _draw(self) -> None:
         step = self.current
         n = len(self.steps)
-        replace_figure(self.figure, lesson_blocks_figure(step, title=f"step {step.index + 1} of "
-                                                         f"{n}: {step.op}"))  # fmt: skip
+        # the numbers the step slider reads (0 .. n-1): the text never says "step 10 of 10"
+        # over a slider at 9
+        where = f"step {step.index} of 0–{n - 1}"
+        replace_figure(self.figure, lesson_blocks_figure(step, title=f"{where}: {step.op}"))
         replace_figure(self.ring_figure, self._ring(step))
-        self.text.value = (f"<div style='font-size:14px;line-height:1.4'><b>step {step.index + 1}"
-                           f" of {n} — {_esc(step.op)}</b>: {_esc(step.text)}</div>")  # fmt: skip
+        self.text.value = (f"<div style='font-size:14px;line-height:1.4'><b>{where} — "
+                           f"{_esc(step.op)}</b>: {_esc(step.text)}</div>")  # fmt: skip
         final = self.steps[-1].check
         if step.check is not None:
             ok = "&#10003;" if step.check.ok else "&#10007;"

@@ -410,7 +410,8 @@ class TraceCompare(View):
         d = self._diffs[self.step]
         code = (f"<pre style='font-size:11px;max-height:18em;overflow:auto'>"
                 f"{html.escape(d.source)}</pre>") if d.source else ""  # fmt: skip
-        return (f"step {self.step + 1} of {len(self.steps)}: pass <b>{d.pass_name}</b>, rule "
+        # the number the "pass step" slider reads (0 .. n-1)
+        return (f"step {self.step} of 0–{len(self.steps) - 1}: pass <b>{d.pass_name}</b>, rule "
                 f"<b>{d.rule}</b>{code}")  # fmt: skip
 
     # --- controls -----------------------------------------------------------------------

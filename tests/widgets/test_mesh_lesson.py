@@ -33,8 +33,10 @@ def test_tensor_lesson_walks_the_megatron_mlp(view):
         step = view.current
         ops.append(step.op)
         d = view.figure.to_dict()
-        assert d["layout"]["title"]["text"].startswith(f"step {step.index + 1} of")
-        assert f"step {step.index + 1} of {len(view.steps)}" in view.text.value
+        assert d["layout"]["title"]["text"].startswith(f"step {step.index} of 0–")
+        # the same number as the slider (it said "step 10 of 10" over a slider at 9)
+        assert f"step {step.index} of 0–{len(view.steps) - 1}" in view.text.value
+        assert view.controls["step"].value == step.index
         captions = d["data"][TRACE_TENSORS]["text"]
         assert [t.split(":")[0] for t in captions] == [t.name for t in step.tensors]
         _complete(view.figure)
