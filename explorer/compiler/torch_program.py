@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import trace as _trace
 from ..ir import DType, Graph
+from ..models.torch_import import TorchImportError, from_torch
 from .errors import TorchCompileError
 from .executor import Program
 from .passes import LEVELS, Level, MemoryPlan, RewriteStep, optimize
@@ -379,7 +380,6 @@ def _takes_use_cache(module: Any) -> bool:
 
 
 def _trace_graph(dressed: Any, flat: tuple, title: str, cls: str) -> Graph:
-    from ..models.torch_import import TorchImportError, from_torch
 
     try:
         graph = from_torch(dressed, flat, name=title)
