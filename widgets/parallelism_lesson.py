@@ -32,16 +32,18 @@ KIND_LABELS = {
     "sequence": "sequence (gather / scatter)",
     "zero": "ZeRO-3 (gather per use)",
     "context": "context (all-gather K/V, causal)",
+    "experts": "experts (router, all-to-all)",
 }
 DEFAULT_AXES = "default"
 
 
 class ParallelismLesson(View):
-    """Step through tensor, data, sequence, ZeRO or context parallelism on a small mesh.
+    """Step through tensor, data, sequence, ZeRO, context or expert parallelism on a small
+    mesh.
 
     Args:
         mesh: at most 64 devices (default ``Mesh({"dp": 2, "tp": 4})``).
-        kind: ``tensor``, ``data``, ``sequence``, ``zero`` or ``context``.
+        kind: ``tensor``, ``data``, ``sequence``, ``zero``, ``context`` or ``experts``.
         selection: a shared ``Selection`` (the picked device is shared).
 
     Controls: ``kind``, ``axes`` (the ring axes), ``prev``, ``step``, ``next``, ``device``

@@ -18,7 +18,9 @@ Kinds (the ring axes are ``axes``; the other mesh axes split the batch or hold r
 * ``context``: context parallelism, queries, keys and values split by tokens, keys and
   values all-gathered (Llama 3's all-gather form of the K/V exchange), causal attention
   over each device's own queries; the causal work per device under a contiguous split and
-  under the load-balanced split (2 x cp chunks, device r taking chunks r and 2cp-1-r).
+  under the load-balanced split (2 x cp chunks, device r taking chunks r and 2cp-1-r);
+* ``experts``: expert parallelism, a router, the all-to-all dispatch and combine with their
+  capacity and dropped tokens (`explorer.sharding.lesson_experts`).
 
 Ring schedule (``n`` ranks in ring order, every buffer cut into ``n`` chunks): in reduce-
 scatter round ``s`` rank ``r`` sends chunk ``(r - s - 1) mod n`` to rank ``r + 1``, which adds
@@ -49,6 +51,7 @@ from .collective import Collective, make_collective
 from .errors import ShardingError
 from .executor import gather
 from .layout import Layout, format_axes
+from .lesson_experts import experts_lesson
 from .slices import axes_index, shard_slices
 
 __all__ = [
@@ -56,7 +59,7 @@ __all__ = [
     "ChunkMove", "Check", "LessonKind", "LESSON_KINDS", "MAX_LESSON_DEVICES", "causal_work",
 ]  # fmt: skip
 
-LessonKind = Literal["tensor", "data", "sequence", "zero", "context"]
+LessonKind = Literal["tensor", "data", "sequence", "zero", "context", "experts"]
 LESSON_KINDS: tuple[str, ...] = get_args(LessonKind)
 MAX_LESSON_DEVICES = 64  # every device is drawn with its numbers
 DTYPE = "fp32"
@@ -545,8 +548,12 @@ def _context(ls: _Lesson) -> None:
             f"max |error| = {err:.2g} (float32 rounding).", qs, os_, check=Check(("out",), err))  # fmt: skip
 
 
+def _experts(ls: _Lesson) -> None:
+    experts_lesson(ls, Check, _error, _gelu)
+
+
 _LESSONS = {"tensor": _tensor, "data": _data, "sequence": _sequence, "zero": _zero,
-            "context": _context}  # fmt: skip
+            "context": _context, "experts": _experts}  # fmt: skip
 
 
 def lesson(kind: LessonKind, mesh: Mesh, *, axes: tuple[str, ...] | str | None = None,
@@ -554,7 +561,7 @@ def lesson(kind: LessonKind, mesh: Mesh, *, axes: tuple[str, ...] | str | None =
     """The stepped lesson of one parallelism on ``mesh``.
 
     Args:
-        kind: ``tensor``, ``data``, ``sequence``, ``zero`` or ``context``.
+        kind: ``tensor``, ``data``, ``sequence``, ``zero``, ``context`` or ``experts``.
         mesh: at most `MAX_LESSON_DEVICES` devices (each is drawn).
         axes: the ring axes (default: the last axis for tensor and sequence, every axis for
             data and zero); the other axes split the batch (tensor, sequence) or hold
@@ -578,7 +585,7 @@ def lesson(kind: LessonKind, mesh: Mesh, *, axes: tuple[str, ...] | str | None =
         )
     if axes is None:
         last = (mesh.axis_names[-1],)
-        axes = last if kind in ("tensor", "sequence", "context") else mesh.axis_names
+        axes = last if kind in ("tensor", "sequence", "context", "experts") else mesh.axis_names
     ls = _Lesson(mesh, _ring_axes(mesh, axes), seed)
     _LESSONS[kind](ls)
     return tuple(ls.steps)
