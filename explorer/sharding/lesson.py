@@ -39,7 +39,6 @@ All-reduce is both (``2 (n - 1)`` rounds, ``2 (n-1)/n`` of the buffer sent per d
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 import numpy as np
@@ -47,126 +46,32 @@ import numpy as np
 from ..hardware import Mesh, bytes_sent_per_device
 from ..ir import TensorType
 from ..ir.opdef import get as get_op
-from .collective import Collective, make_collective
+from .collective import make_collective
 from .errors import ShardingError
 from .executor import gather
 from .layout import Layout, format_axes
 from .lesson_experts import experts_lesson
+from .lesson_values import (
+    TOLERANCE,
+    Check,
+    ChunkMove,
+    LessonCollective,
+    LessonStep,
+    RingRound,
+    TensorState,
+)
 from .slices import axes_index, shard_slices
 
 __all__ = [
     "lesson", "ring_collective", "LessonStep", "TensorState", "LessonCollective", "RingRound",
     "ChunkMove", "Check", "LessonKind", "LESSON_KINDS", "MAX_LESSON_DEVICES", "causal_work",
+    "TOLERANCE",
 ]  # fmt: skip
 
 LessonKind = Literal["tensor", "data", "sequence", "zero", "context", "experts"]
 LESSON_KINDS: tuple[str, ...] = get_args(LessonKind)
 MAX_LESSON_DEVICES = 64  # every device is drawn with its numbers
 DTYPE = "fp32"
-TOLERANCE = 1e-4  # float32 sums in another order than the float64 reference
-
-
-@dataclass(frozen=True)
-class TensorState:
-    """One tensor at one step: its layout, the global block and local values per device.
-
-    ``chunks``: while a ring collective runs, per device the number of devices'
-    contributions each chunk of its buffer holds (0: not received yet); else None.
-    """
-
-    name: str
-    role: str
-    ttype: TensorType
-    layout: Layout
-    letters: str
-    slices: tuple[tuple[tuple[int, int], ...], ...]
-    values: tuple[np.ndarray, ...] = field(compare=False, repr=False)
-    chunks: tuple[tuple[int, ...], ...] | None = None
-
-    @property
-    def notation(self) -> str:
-        return self.layout.format(self.ttype, self.letters)
-
-    @property
-    def is_partial(self) -> bool:
-        return bool(self.layout.partial)
-
-
-@dataclass(frozen=True)
-class ChunkMove:
-    """``src`` sends chunk ``chunk`` of its buffer to ``dst``; ``reduce``: dst adds it."""
-
-    src: int
-    dst: int
-    chunk: int
-    reduce: bool
-
-
-@dataclass(frozen=True)
-class RingRound:
-    """One round of a ring: the moves and, per mesh device, contributions per chunk after it."""
-
-    index: int
-    phase: str
-    moves: tuple[ChunkMove, ...]
-    counts: tuple[tuple[int, ...], ...]
-
-
-@dataclass(frozen=True)
-class LessonCollective:
-    """A ring collective done chunk by chunk.
-
-    Args:
-        kind: ``all-reduce``, ``all-gather`` or ``reduce-scatter``.
-        axes: the mesh axes of each ring; ``rings``: device ids in ring order.
-        chunk_dim: the dim of the buffer cut into ``len(ring)`` chunks.
-        start: per device, contributions per chunk before the first round.
-        bytes_per_device: counted from the moves (mean over the mesh's devices).
-        predicted: the cost model's `Collective` (its ``bytes_per_device`` is the same).
-    """
-
-    kind: str
-    axes: tuple[str, ...]
-    tensor: str
-    rings: tuple[tuple[int, ...], ...]
-    chunk_dim: int
-    start: tuple[tuple[int, ...], ...]
-    rounds: tuple[RingRound, ...]
-    bytes_per_device: float
-    predicted: Collective | None
-
-    @property
-    def ring_size(self) -> int:
-        return len(self.rings[0])
-
-
-@dataclass(frozen=True)
-class Check:
-    """The sharded result against the unsharded numpy one."""
-
-    tensors: tuple[str, ...]
-    max_abs_error: float
-    tolerance: float = TOLERANCE
-
-    @property
-    def ok(self) -> bool:
-        return self.max_abs_error <= self.tolerance
-
-
-@dataclass(frozen=True)
-class LessonStep:
-    """One step: the op, a sentence, every tensor's state; a collective's round if any.
-
-    ``round``: 1-based round of ``collective`` this step shows (0 when none).
-    """
-
-    index: int
-    op: str
-    text: str
-    tensors: tuple[TensorState, ...]
-    collective: LessonCollective | None = None
-    round: int = 0
-    check: Check | None = None
 
 
 # --- rings ----------------------------------------------------------------------------------

@@ -23,9 +23,11 @@ from typing import Any
 import numpy as np
 
 from ..hardware import bytes_sent_per_device
+from .collective import make_collective
 from .layout import Layout, format_axes
+from .lesson_values import ChunkMove, LessonCollective, RingRound
 
-__all__ = ["experts_lesson", "CAPACITY_FACTOR"]
+__all__ = ["experts_lesson", "all_to_all", "CAPACITY_FACTOR"]
 
 #: Slots per expert and source device, as a multiple of an even share (tokens / experts).
 CAPACITY_FACTOR = 1.5
@@ -41,6 +43,23 @@ def _route(x: np.ndarray, router: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _pack(expert: np.ndarray, experts: int, capacity: int) -> list[list[int]]:
     """Per expert, the local token indices that get a slot (in token order; the rest drop)."""
     return [[int(t) for t in np.flatnonzero(expert == e)[:capacity]] for e in range(experts)]
+
+
+def all_to_all(
+    tensor: str, rings: tuple[tuple[int, ...], ...], axes: tuple[str, ...], nbytes: float, mesh: Any
+) -> LessonCollective:
+    """The all-to-all of a ``nbytes`` buffer per device over ``rings`` as one round: device
+    ``ring[i]`` sends its block ``j`` to ``ring[j]`` for every ``j != i`` (block ``j`` is for
+    member ``j``; each device keeps its own). ``counts``: one contribution per block, before
+    and after (nothing is summed)."""
+    n = len(rings[0])
+    moves = tuple(ChunkMove(r[i], r[j], j, False) for r in rings for i in range(n)
+                  for j in range(n) if i != j)  # fmt: skip
+    ones = tuple((1,) * n for _ in range(mesh.size))
+    sent = len(moves) / len(rings) * nbytes / n / n
+    pred = make_collective("all-to-all", float(nbytes), axes, mesh, tensor)
+    return LessonCollective("all-to-all", axes, tensor, rings, 0, ones,
+                            (RingRound(1, "all-to-all", moves, ones),), float(sent), pred)  # fmt: skip
 
 
 def experts_lesson(ls: Any, check: Callable, error: Callable, gelu: Callable) -> None:
@@ -88,13 +107,16 @@ def experts_lesson(ls: Any, check: Callable, error: Callable, gelu: Callable) ->
     nbytes = send[0].size * send[0].itemsize
     sent = bytes_sent_per_device("all-to-all", nbytes, n)
     rv = ls.state("recv", "activation", "sh", L_tok, shape=(n * n * cap, h_), local=recv)
+    rings = tuple(sorted({tuple(r) for r in ring_of.values()}))
+    dispatch = all_to_all("send", rings, ep, nbytes, mesh)
     ls.step("all-to-all: dispatch",
             f"Device d sends block e of its buffer to device e of its ring and keeps block d: "
             f"every device ends with the slots of its own expert from all {n} devices. Each "
             f"sends {sent:g} of its {nbytes} bytes ((n-1)/n, the cost model's all-to-all).",
-            ss, rv)  # fmt: skip
-    ws1 = ls.state("W1", "weight", "ehf", Layout((ep, (), ())), full=w1)
-    out = [gelu(recv[d] @ ws1.values[d][0]) @ w2[rank[d]] for d in range(mesh.size)]
+            ss, rv, collective=dispatch, round=1)  # fmt: skip
+    # the experts' W1 stacked: rows e*h .. (e+1)*h are expert e's, on device e of the ring
+    ws1 = ls.state("W1", "weight", "hf", Layout((ep, ())), full=w1.reshape(e_ * h_, f_))
+    out = [gelu(recv[d] @ ws1.values[d]) @ w2[rank[d]] for d in range(mesh.size)]
     os_ = ls.state("expert out", "activation", "sh", L_tok, shape=(n * n * cap, h_), local=out)
     ls.step("each device runs its expert",
             "Every device applies its own expert (GELU(x·W1)·W2) to the slots it received; "
@@ -106,7 +128,8 @@ def experts_lesson(ls: Any, check: Callable, error: Callable, gelu: Callable) ->
     bs = ls.state("combined", "activation", "sh", L_tok, shape=(n * e_ * cap, h_), local=back)
     ls.step("all-to-all: combine",
             f"The reverse all-to-all returns each slot to the device its token came from "
-            f"(again {sent:g} bytes sent per device).", os_, bs)  # fmt: skip
+            f"(again {sent:g} bytes sent per device).", os_, bs,
+            collective=all_to_all("expert out", rings, ep, nbytes, mesh), round=1)  # fmt: skip
     ys = []
     for d in range(mesh.size):
         y = np.zeros((per, h_), np.float32)

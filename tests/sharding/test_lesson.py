@@ -91,9 +91,8 @@ def test_intermediate_round_shows_partially_reduced_chunks():
     assert counts.count(2) == MESH.size and counts.count(1) == MESH.size * 3
 
 
-@pytest.mark.parametrize("kind", [k for k in LESSON_KINDS if k != "experts"])
+@pytest.mark.parametrize("kind", LESSON_KINDS)
 def test_ring_bytes_equal_the_cost_model(kind):
-    # (experts: an all-to-all, no ring; its bytes are checked in the experts test below)
     colls = {s.collective for s in lesson(kind, MESH) if s.collective is not None}
     assert colls
     for c in colls:

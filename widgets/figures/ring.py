@@ -150,6 +150,7 @@ def ring_rounds_figure(
     counts = coll.start if round_index == 0 else coll.rounds[round_index - 1].counts
     moves = coll.rounds[round_index - 1].moves if round_index and active else ()
     gather = coll.kind == "all-gather"
+    a2a = coll.kind == "all-to-all"  # one round: block j of every member goes to member j
     where: dict[int, tuple[float, float]] = {}
     rx: list[float | None] = []
     ry: list[float | None] = []
@@ -167,7 +168,8 @@ def ring_rounds_figure(
         centre = sum(p[0] for p in pts) / n
         lx.append(centre)
         ly.append(-radius - 1.25)
-        ltext.append("ring " + " → ".join(str(d) for d in ring) + f" → {ring[0]}")
+        ltext.append("group " + ", ".join(str(d) for d in ring) if a2a else
+                     "ring " + " → ".join(str(d) for d in ring) + f" → {ring[0]}")  # fmt: skip
         for d, (px, py) in zip(ring, pts, strict=True):
             dx.append(px)
             dy.append(py)
@@ -181,17 +183,33 @@ def ring_rounds_figure(
                 cx.append(ox + (c - (n - 1) / 2) * _CHUNK_STEP)
                 cy.append(oy)
                 have = counts[d][c]
-                cz.append(have if not gather else have * n)
-                ct.append("" if gather or have == 0 else str(have))
-                state = ("held" if have else "not received yet") if gather else \
-                    f"sums {have} of {n} devices' contributions"  # fmt: skip
-                chover.append(f"device {d}, chunk {c}: {state}")
+                cz.append(have if not (gather or a2a) else have * n)
+                ct.append(str(c) if a2a else "" if gather or have == 0 else str(have))
+                if a2a:
+                    state = (f"for device {ring[c]}" if round_index == 0 else
+                             f"from device {ring[c]}")  # fmt: skip
+                else:
+                    state = ("held" if have else "not received yet") if gather else \
+                        f"sums {have} of {n} devices' contributions"  # fmt: skip
+                chover.append(f"device {d}, {'block' if a2a else 'chunk'} {c}: {state}")
     sx, sy, stext, annotations = [], [], [], []
     color = collective_color(coll.kind)
     for m in moves:
         if m.src not in where or m.dst not in where:
             continue
         (x0, y0), (x1, y1) = where[m.src], where[m.dst]
+        if a2a:  # both directions of a pair: each arrow on its own side, its label by its tail
+            length = math.hypot(x1 - x0, y1 - y0)
+            px, py = -(y1 - y0) / length * 0.09, (x1 - x0) / length * 0.09
+            x0, y0, x1, y1 = x0 + px, y0 + py, x1 + px, y1 + py
+            annotations.append({"x": x1, "y": y1, "ax": x0, "ay": y0, "xref": "x", "yref": "y",
+                                "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 3,
+                                "arrowsize": 1.1, "arrowwidth": 2, "arrowcolor": color,
+                                "standoff": 14, "startstandoff": 14, "text": ""})  # fmt: skip
+            sx.append(x0 + 0.32 * (x1 - x0) + px * 1.6)
+            sy.append(y0 + 0.32 * (y1 - y0) + py * 1.6)
+            stext.append(str(m.chunk))
+            continue
         annotations.append({"x": x1, "y": y1, "ax": x0, "ay": y0, "xref": "x", "yref": "y",
                             "axref": "x", "ayref": "y", "showarrow": True, "arrowhead": 3,
                             "arrowsize": 1.2, "arrowwidth": 2.5, "arrowcolor": color,
@@ -215,7 +233,13 @@ def ring_rounds_figure(
         title = f"ring {coll.kind} over {where_axes}: before round 1 of {len(coll.rounds)}"
     else:
         title = f"the devices of the {coll.kind} over {where_axes} (no communication now)"
-    legend = (f"squares: each device's buffer cut into {n} chunks (chunk 0 left); "
+    if a2a and active:
+        title = (f"all-to-all over {where_axes}: every device sends block j to member j of its "
+                 "group" + ("" if round_index else " (before)"))  # fmt: skip
+    legend = (f"squares: each device's buffer cut into {n} blocks, block j for member j "
+              "(afterwards: from member j)<br>arrows: the sends, each numbered by its tail with "
+              "the block it carries; each device keeps its own block") if a2a else (
+              f"squares: each device's buffer cut into {n} chunks (chunk 0 left); "
               + ("green = held, blank = not received yet" if gather else
                  f"number = devices' contributions summed, green = complete ({n})")
               + "<br>arrows: this round's sends, labelled with the chunk they carry")  # fmt: skip
