@@ -64,7 +64,9 @@ class TraceTimelineView(View):
                                               description="profiled step")}  # fmt: skip
         self.table = ipw.HTML(differences_html(self.sbs))
         self.controls["step"].observe(self.errors.guard(self._on_step), names="value")
-        self.children = [self.controls["step"], self.errors, self.figure, self.table]
+        # _layout_children: the errors, and the plot fitted to the notebook column (a bare
+        # FigureWidget is drawn 700 px wide)
+        self._layout_children(self.controls["step"], self.figure, self.table)
 
     def _on_step(self, change: dict[str, Any]) -> None:
         self.sbs = side_by_side(self.trace, self.sim, step=change["new"], axes=self.axes)
