@@ -61,7 +61,9 @@ class TraceTimelineView(View):
         steps = sorted({s.number for r in trace.ranks for s in r.steps})
         self.figure = FigureWidget(side_by_side_figure(self.sbs))
         self.controls = {"step": ipw.Dropdown(options=steps, value=self.sbs.step,
-                                              description="profiled step")}  # fmt: skip
+                                              description="profiled step",
+                                              style={"description_width": "initial"},
+                                              layout=ipw.Layout(width="auto"))}  # fmt: skip
         self.table = ipw.HTML(differences_html(self.sbs))
         self.controls["step"].observe(self.errors.guard(self._on_step), names="value")
         # _layout_children: the errors, and the plot fitted to the notebook column (a bare
