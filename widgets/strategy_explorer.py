@@ -128,9 +128,10 @@ class StrategyExplorer(View):
         self.explain = ipw.HTML("<i>click an op in the graph to see why its strategy won</i>")
         self.note = ipw.HTML()
         self.tabs = ipw.Tab(
-            children=[_placeholder(t) for t in TABS],
+            children=[ipw.VBox([_placeholder(t)], layout=ipw.Layout(width="100%"))
+                      for t in TABS],
             layout=ipw.Layout(flex="1 1 60em", min_width="0"),
-        )
+        )  # fmt: skip
         for i, t in enumerate(TABS):
             self.tabs.set_title(i, t)
         self.tabs.observe(self.errors.guard(self._on_tab), names="selected_index")
@@ -252,11 +253,7 @@ class StrategyExplorer(View):
         self.tabs.selected_index = TABS.index("graph")
 
     def _place(self, name: str) -> None:
-        children = list(self.tabs.children)
-        children[TABS.index(name)] = self.views[name]
-        self.tabs.children = children
-        for i, t in enumerate(TABS):
-            self.tabs.set_title(i, t)
+        self._set_tab(name, self.views[name])
 
     def open_tab(self, name: str) -> View:
         """Show tab ``name`` (building its view the first time); returns the view."""
@@ -304,11 +301,15 @@ class StrategyExplorer(View):
             self._traces_model = plan.model
 
     def _set_tab(self, name: str, widget: ipw.Widget) -> None:
-        children = list(self.tabs.children)
-        children[TABS.index(name)] = widget
-        self.tabs.children = children
-        for i, t in enumerate(TABS):
-            self.tabs.set_title(i, t)
+        """Put ``widget`` in tab ``name``. Each tab holds one box for its whole life and only
+        the box's content changes: replacing the Tab's own children re-renders the tab bar,
+        and a replacement sent while the page's click on another tab was still on its way to
+        the kernel showed the old tab again (the browser test saw it under load)."""
+        self.tabs.children[TABS.index(name)].children = (widget,)
+
+    def tab_content(self, name: str) -> ipw.Widget:
+        """What tab ``name`` shows now (its view, or what building it will do)."""
+        return self.tabs.children[TABS.index(name)].children[0]
 
     def _stale_traces(self) -> None:
         """The traces run a miniature of the chosen model: another model rebuilds them (now

@@ -634,11 +634,10 @@ def test_dashboard_scaling_tab_follows_the_model(dash):
 def test_dashboard_tabs_say_what_they_build_and_traces_follow_the_model(dash):
     """Tabs were empty for seconds on first open, and the traces tab ran a toy GPT whatever
     model was chosen."""
-    from widgets.strategy_explorer import TABS
 
     for name in ("cost tuner", "scaling", "traces"):
         if name not in dash.views:
-            shown = dash.tabs.children[list(TABS).index(name)]
+            shown = dash.tab_content(name)
             assert "building when opened" in shown.value, name
     traces = dash.open_tab("traces")
     assert "miniature of <b>gpt2</b>" in traces.note.value and traces.runs.eager
