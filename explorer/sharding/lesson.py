@@ -60,7 +60,7 @@ from .lesson_values import (
     RingRound,
     TensorState,
 )
-from .slices import axes_index, shard_slices
+from .slices import ring_groups, shard_slices
 
 __all__ = [
     "lesson", "ring_collective", "LessonStep", "TensorState", "LessonCollective", "RingRound",
@@ -75,9 +75,6 @@ DTYPE = "fp32"
 
 
 # --- rings ----------------------------------------------------------------------------------
-def _rings(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(sorted(g, key=lambda d: axes_index(mesh, d, axes)))
-                 for g in mesh.groups(axes))  # fmt: skip
 
 
 def _schedule(kind: str, rings, counts: dict[int, list[int]], chunks=None):
@@ -129,7 +126,7 @@ def ring_collective(kind: str, mesh: Mesh, axes: tuple[str, ...], size_bytes: fl
     """
     kind = _ring_kind(kind)
     axes = _ring_axes(mesh, axes)
-    rings = _rings(mesh, axes)
+    rings = ring_groups(mesh, axes)
     counts = _start_counts(kind, rings)
     start = tuple(tuple(counts[d]) for d in sorted(counts))
     rounds = tuple(r for r in _schedule(kind, rings, counts))
@@ -194,7 +191,7 @@ class _Lesson:
         """Add one step per ring round of ``kind`` on ``state`` along ``dim``; return the
         final state (layout ``after``)."""
         mesh, n = self.mesh, self.n
-        rings = _rings(mesh, self.axes)
+        rings = ring_groups(mesh, self.axes)
         counts = _start_counts(kind, rings)
         start = tuple(tuple(counts[d]) for d in sorted(counts))
         chunks: dict[int, list[np.ndarray]] = {}

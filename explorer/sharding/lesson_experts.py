@@ -26,6 +26,7 @@ from ..hardware import bytes_sent_per_device
 from .collective import make_collective
 from .layout import Layout, format_axes
 from .lesson_values import ChunkMove, LessonCollective, RingRound
+from .slices import ring_groups
 
 __all__ = ["experts_lesson", "all_to_all", "CAPACITY_FACTOR"]
 
@@ -76,9 +77,9 @@ def experts_lesson(ls: Any, check: Callable, error: Callable, gelu: Callable) ->
     pos = {d: xs.slices[d][0][0] for d in range(mesh.size)}
     routes = {d: _route(xs.values[d], router) for d in range(mesh.size)}
     picks = [routes[d][0] for d in range(mesh.size)]
-    ring_of = {d: [q for q in range(mesh.size) if _same_ring(q, d, mesh, ep)]
-               for d in range(mesh.size)}  # fmt: skip
-    rank = {d: ring_of[d].index(d) for d in range(mesh.size)}
+    rings = ring_groups(mesh, ep)  # each in the order of the blocks split over ep
+    ring_of = {d: list(r) for r in rings for d in r}
+    rank = {d: r.index(d) for r in rings for d in r}
     ring_members = ring_of[0]  # the other rings hold the same tokens (replicas)
     load = np.bincount(np.concatenate([picks[d] for d in ring_members]), minlength=e_)
     slots = {d: _pack(picks[d], e_, cap) for d in range(mesh.size)}
@@ -107,7 +108,6 @@ def experts_lesson(ls: Any, check: Callable, error: Callable, gelu: Callable) ->
     nbytes = send[0].size * send[0].itemsize
     sent = bytes_sent_per_device("all-to-all", nbytes, n)
     rv = ls.state("recv", "activation", "sh", L_tok, shape=(n * n * cap, h_), local=recv)
-    rings = tuple(sorted({tuple(r) for r in ring_of.values()}))
     dispatch = all_to_all("send", rings, ep, nbytes, mesh)
     ls.step("all-to-all: dispatch",
             f"Device d sends block e of its buffer to device e of its ring and keeps block d: "
@@ -150,9 +150,3 @@ def experts_lesson(ls: Any, check: Callable, error: Callable, gelu: Callable) ->
             f"dropped); it equals the same layer computed unsharded with the same routing: "
             f"max |error| = {err:.2g} (float32 rounding).", xs, yst,
             check=check(("y",), err))  # fmt: skip
-
-
-def _same_ring(q: int, d: int, mesh: Any, ep: tuple[str, ...]) -> bool:
-    """Whether devices ``q`` and ``d`` differ only along the ``ep`` axes."""
-    cq, cd = mesh.coords(q), mesh.coords(d)
-    return all(cq[i] == cd[i] for i, a in enumerate(mesh.axis_names) if a not in ep)

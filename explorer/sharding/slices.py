@@ -49,6 +49,13 @@ def axes_index(mesh: Mesh, device: int, axes: tuple[str, ...]) -> int:
     return idx
 
 
+def ring_groups(mesh: Mesh, axes: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """The device groups along ``axes``, each in `axes_index` order: the order a dim split
+    over ``axes`` gives its blocks (a lesson's rings, an all-to-all's members)."""
+    return tuple(tuple(sorted(g, key=lambda d: axes_index(mesh, d, axes)))
+                 for g in mesh.groups(axes))  # fmt: skip
+
+
 def _sizes(mesh: Mesh, axes: tuple[str, ...]) -> int:
     n = 1
     for a in axes:

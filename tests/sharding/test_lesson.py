@@ -219,3 +219,11 @@ def test_expert_parallel_dispatch_is_a_block_transpose_and_drops_over_capacity()
     assert f"sends {bytes_sent_per_device('all-to-all', nbytes, 4):g} of its {nbytes}" in (
         by_op["all-to-all: dispatch"].text)  # fmt: skip
     assert "dropped" in steps[0].text and steps[-1].check.ok
+
+
+@pytest.mark.parametrize("axes", [("ep",), ("ep", "dp"), ("dp", "ep")])
+def test_expert_lesson_blocks_follow_the_ring_axes_order(axes):
+    """The all-to-all's members are taken in the order a dim split over the ring axes gives
+    its blocks (ring_groups), not by device id: with ("ep", "dp") the two differ."""
+    steps = lesson("experts", ex.Mesh({"dp": 2, "ep": 4}), axes=axes)
+    assert steps[-1].check.ok, steps[-1].text
