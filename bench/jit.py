@@ -556,14 +556,21 @@ def torch_mlp_columns() -> dict[str, Column]:
     return cols
 
 
-def gpt2_tiny_columns() -> dict[str, Column]:
-    """(f) transformers' GPT2LMHeadModel, tiny (2 layers, hidden 64), batch 1, 32 tokens."""
+def _torch_and_transformers():
+    """``(torch, transformers)``, or ``(None, None)`` when either is missing (the rows that
+    need them are left out)."""
     torch = _torch()
     try:
         import transformers
     except ImportError:
-        return {}
-    if torch is None:
+        return None, None
+    return (torch, transformers) if torch is not None else (None, None)
+
+
+def gpt2_tiny_columns() -> dict[str, Column]:
+    """(f) transformers' GPT2LMHeadModel, tiny (2 layers, hidden 64), batch 1, 32 tokens."""
+    torch, transformers = _torch_and_transformers()
+    if transformers is None:
         return {}
     cfg = transformers.GPT2Config(**{k: v for k, v in GPT2_TINY.items()
                                      if k not in ("seq", "batch")})  # fmt: skip
@@ -582,12 +589,8 @@ GPT2_SMALL_PREFILL = 512
 def gpt2_small_columns() -> dict[str, Column]:
     """(g) transformers' GPT-2 small (124M, random weights) prefilling 512 tokens at batch 1:
     matmul-bound, so the columns show what compilation costs or saves on a real model."""
-    torch = _torch()
-    try:
-        import transformers
-    except ImportError:
-        return {}
-    if torch is None:
+    torch, transformers = _torch_and_transformers()
+    if transformers is None:
         return {}
     cfg = transformers.GPT2Config(bos_token_id=0, eos_token_id=0)  # 12 layers, hidden 768
     torch.manual_seed(0)

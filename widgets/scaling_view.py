@@ -3,6 +3,7 @@ configurations (model, hardware, weak or strong scaling) overlaid."""
 
 from __future__ import annotations
 
+import html
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -210,7 +211,7 @@ class ScalingView(View):
             what = (f"the {n} series drawn are kept; a change of the controls below adds "
                     f"series {n + 1}")  # fmt: skip
         else:
-            what = f"the controls below edit series {n}: {_escape(self.series[-1].label)}"
+            what = f"the controls below edit series {n}: {html.escape(self.series[-1].label)}"
         self.editing.value = f"<span style='color:#444'>{what}</span>"
 
     def set_last(self, series: Series) -> None:
@@ -332,10 +333,6 @@ def _refuse_duplicate(series: Series, drawn: list[Series]) -> None:
             f"{series.label} is drawn already (series {k}); change the model, hardware, mode, "
             "batch or devices first"
         )
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _replace(s: Series, **kw) -> Series:

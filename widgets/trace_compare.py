@@ -57,15 +57,21 @@ def gpt_workload(
     """A small GPT: ``fn(model, tokens)`` and ``make_args(batch, size)`` (size = sequence)."""
     model = ex.nn.GPT(vocab_size=vocab, hidden=hidden, num_layers=layers, num_heads=heads,
                       max_seq_len=max_seq, seed=0)  # fmt: skip
+    return _infer, _token_args(model, vocab, max_seq, "the model")
+
+
+def _token_args(model, vocab: int, max_seq: int, what: str) -> Callable[[int, int], tuple]:
+    """``make_args(batch, size)``: ``model`` and seeded random tokens, refusing a size past
+    ``max_seq``."""
 
     def make_args(batch: int, size: int) -> tuple:
         if size > max_seq:
-            raise ViewError(f"size={size} exceeds the model's max_seq_len={max_seq}; pick "
+            raise ViewError(f"size={size} exceeds {what}'s max_seq_len={max_seq}; pick "
                              f"a size up to {max_seq}")  # fmt: skip
         rng = np.random.default_rng(0)
         return model, ex.tensor(rng.integers(0, vocab, (batch, size)), "int32")
 
-    return _infer, make_args
+    return make_args
 
 
 def miniature_workload(
@@ -96,15 +102,7 @@ def miniature_workload(
     note = (f"a {layers}-layer miniature of <b>{cfg.name}</b> (hidden {hidden}, {heads} heads, "
             f"{kv} key/value heads, {cfg.norm}, {cfg.activation}, FFN x{ffn // hidden})"
             + (f"; {', '.join(differs)}" if differs else ""))  # fmt: skip
-
-    def make_args(batch: int, size: int) -> tuple:
-        if size > max_seq:
-            raise ViewError(f"size={size} exceeds the miniature's max_seq_len={max_seq}; pick "
-                             f"a size up to {max_seq}")  # fmt: skip
-        rng = np.random.default_rng(0)
-        return model, ex.tensor(rng.integers(0, vocab, (batch, size)), "int32")
-
-    return _infer, make_args, note
+    return _infer, _token_args(model, vocab, max_seq, "the miniature"), note
 
 
 def _slider(value: int, lo: int, hi: int, step: int, text: str, tip: str) -> ipw.IntSlider:
