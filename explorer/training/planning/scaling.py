@@ -8,7 +8,7 @@ count that fits (1.0 = perfectly linear).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -100,6 +100,7 @@ def scaling_curve(
     global_batch: int | None = None, seq: int | None = None, mode: ScalingMode = "weak",
     params: TrainingParams | None = None, space: SearchSpace | None = None,
     progress: ProgressFn | None = None,
+    on_point: Callable[[ScalingCurve], None] | None = None,
 ) -> ScalingCurve:  # fmt: skip
     """Plan ``cfg`` at each of ``device_counts`` and compare per-device throughput.
 
@@ -111,6 +112,9 @@ def scaling_curve(
         progress: ``progress(done, total)`` as the points are planned, in hundredths of a
             device count (``total = 100 * len(device_counts)``): each count's
             `plan_training` reports its own progress inside its share.
+        on_point: ``on_point(curve)`` once each count is planned, with the curve of the
+            points planned so far (a view draws them as they come; the last call has them
+            all). An exception it raises stops the planning and propagates.
 
     A count where nothing fits (or the batch cannot be split) becomes a point without a
     configuration whose ``note`` says why; linearity is relative to the first point that
@@ -129,6 +133,8 @@ def scaling_curve(
     ref: float | None = None
     total = _PROGRESS_STEPS * len(counts)
     for i, n in enumerate(counts):
+        if on_point is not None and points:
+            on_point(ScalingCurve(cfg.name, cluster.name, mode, seq, tuple(points)))
         gb = base * n // counts[0] if mode == "weak" else base
         inner = None
         if progress is not None:
@@ -162,4 +168,7 @@ def scaling_curve(
                 linearity=per_dev / ref,
             )  # fmt: skip
         )
-    return ScalingCurve(cfg.name, cluster.name, mode, seq, tuple(points))
+    curve = ScalingCurve(cfg.name, cluster.name, mode, seq, tuple(points))
+    if on_point is not None:
+        on_point(curve)
+    return curve
