@@ -202,7 +202,7 @@ def plan_homogeneous(
         seq=seq, config=best.config, sim=best,
         alternatives=tuple(alts), over_memory=tuple(candidate(r, best, False) for r in over),
         searched=searched, search_time_s=time.perf_counter() - t0, model_config=cfg,
-        stopped_early=stopped_early, pareto=pareto,
+        stopped_early=stopped_early, pareto=pareto, params=tparams, cluster=cluster,
     )  # fmt: skip
 
 

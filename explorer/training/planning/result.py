@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from ...hardware import Mesh, resolve
+from ...hardware import Cluster, Mesh, resolve
 from ...ir import Graph
 from ...models import ModelConfig, build, load
 from ...search.planner import search
 from ..config import ParallelConfig
 from ..errors import TrainingPlanError
+from ..params import TrainingParams
 from ..simulate import SimResult
 from .pareto import ParetoFront
 
@@ -94,6 +95,10 @@ class TrainingPlan:
     pareto: ParetoFront | None = field(compare=False, default=None, repr=False)
     # host offload (`explorer.training.offload`): set when nothing fits on the devices alone
     offload: object | None = field(compare=False, default=None, repr=False)
+    # the cost model and cluster the plan was made with (diff, why_not and robustness
+    # simulate other configurations with them); None: the plan's stack and hardware name
+    params: TrainingParams | None = field(compare=False, default=None, repr=False)
+    cluster: Cluster | None = field(compare=False, default=None, repr=False)
 
     def as_dict(self) -> dict[str, object]:
         return {
