@@ -4,6 +4,7 @@ configurations (model, hardware, weak or strong scaling) overlaid."""
 from __future__ import annotations
 
 import html
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,12 @@ __all__ = ["ScalingView", "Series", "DEVICE_COUNTS", "MAX_SERIES"]
 DEVICE_COUNTS: tuple[int, ...] = tuple(2**k for k in range(3, 13))  # 8 .. 4096
 MAX_SERIES = 6  # trace slots reserved in the figure (traces are updated, never added)
 _CURVES: OrderedDict[tuple, ScalingCurve] = OrderedDict()
+_CURVES_LOCK = threading.Lock()  # views computing in the background share the cache
 CURVE_CACHE_SIZE = 32
+
+
+class _Replaced(Exception):
+    """A background computation whose series were changed since it started stops."""
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,11 @@ class ScalingView(View):
         counts: device counts (powers of two from 8 to 4096 by default).
         lazy: draw empty axes and compute on ``compute()`` (the dashboard computes when
             its tab opens: a 1.3B model over 10 counts takes a few seconds).
+        background: compute in a thread and draw each point as it is planned (the
+            dashboard's tab: GPT-3 175B over ten counts plans for about ten seconds, and the
+            tab shows its axes at once, then the points as they come, with progress);
+            ``wait()`` waits for it. A change of the series stops the computation and
+            starts the new one.
 
     Controls: ``model``, ``hardware``, ``mode``, ``global_batch``, ``counts`` (a range),
     ``metric``, ``add``, ``clear``.
@@ -81,9 +92,14 @@ class ScalingView(View):
         self, series: list[Series] | None = None, *, model: str = "gpt2-medium",
         hardware: str = "a100-80g", global_batch: int | None = None, seq: int | None = None,
         counts: tuple[int, ...] = DEVICE_COUNTS, lazy: bool = False,
-        selection: Selection | None = None,
+        selection: Selection | None = None, background: bool = False,
     ) -> None:  # fmt: skip
         super().__init__(selection=None)
+        self.background = background
+        self._lock = threading.RLock()
+        self._generation = 0  # bumped by every change of the series: stale workers stop
+        self._worker: threading.Thread | None = None
+        self._partial: dict[int, ScalingCurve] = {}  # series index -> points so far
         base = Series(model, hardware, "weak", global_batch, seq, tuple(counts))
         series = list(series or [base, _replace(base, mode="strong")])
         if len(series) > MAX_SERIES:
@@ -151,22 +167,35 @@ class ScalingView(View):
         self.link(selection or Selection())
 
     # --- computing ----------------------------------------------------------------------
-    def _curve(self, s: Series, report) -> ScalingCurve:
+    def _curve(self, s: Series, report, on_point=None) -> ScalingCurve:
         key = (s.model, s.hardware, s.mode, s.global_batch, s.seq, s.counts)
-        curve = _CURVES.get(key)
+        with _CURVES_LOCK:
+            curve = _CURVES.get(key)
         if curve is None:
             curve = ex.scaling_curve(
                 s.model, s.hardware, list(s.counts), global_batch=s.global_batch, seq=s.seq,
-                mode=s.mode, progress=report,
+                mode=s.mode, progress=report, on_point=on_point,
             )  # fmt: skip
-            _CURVES[key] = curve
-            if len(_CURVES) > CURVE_CACHE_SIZE:
-                _CURVES.popitem(last=False)
+            with _CURVES_LOCK:
+                _CURVES[key] = curve
+                if len(_CURVES) > CURVE_CACHE_SIZE:
+                    _CURVES.popitem(last=False)
         return curve
 
+    def _replace_series(self) -> None:
+        """The series are about to change: a background computation of the old ones stops
+        at its next point and draws nothing more."""
+        with self._lock:
+            self._generation += 1
+            self._partial.clear()
+
     def compute(self) -> None:
-        """Compute every series not computed yet (with progress) and redraw."""
+        """Compute every series not computed yet (with progress) and redraw (in a thread
+        with ``background``: each point is drawn as it is planned)."""
         self.auto = True
+        if self.background:
+            self._start()
+            return
         todo = [i for i, c in enumerate(self.curves) if c is None]
         curves = list(self.curves)
         for i in todo:
@@ -176,6 +205,65 @@ class ScalingView(View):
                 curves[i] = self._curve(s, report)
         self.curves = curves
         self._draw()
+
+    def _start(self) -> None:
+        with self._lock:
+            self._generation += 1
+            generation, series = self._generation, list(self.series)
+            todo = [i for i, c in enumerate(self.curves) if c is None]
+            if not todo:
+                self._draw()
+                return
+            self._draw()  # the axes (and the series computed before) at once
+            worker = threading.Thread(
+                target=self.errors.guard(self._work), args=(generation, series, todo),
+                name=f"scaling view {generation}", daemon=True,
+            )  # fmt: skip
+            self._worker = worker
+        worker.start()
+
+    def _work(self, generation: int, series: list[Series], todo: list[int]) -> None:
+        """The background computation of ``series[i]`` for each ``i`` in ``todo``."""
+
+        def live() -> bool:
+            return generation == self._generation
+
+        try:
+            for i in todo:
+                s = series[i]
+
+                def drawn(curve: ScalingCurve, i: int = i) -> None:
+                    with self._lock:
+                        if not live():
+                            raise _Replaced
+                        self._partial[i] = curve
+                        self._draw()
+
+                with self.progress.task(f"scaling {s.label}"):
+                    report = self.errors.guard(self.progress.callback(f"scaling {s.model}"))
+                    curve = self._curve(s, report, drawn)
+                with self._lock:
+                    if not live():
+                        return
+                    curves = list(self.curves)
+                    curves[i] = curve
+                    self.curves = curves
+                    self._partial.pop(i, None)
+                    self._draw()
+        except _Replaced:
+            return
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Wait for the background computation (nothing to wait for without one)."""
+        worker = self._worker
+        if worker is None:
+            return
+        worker.join(timeout_s)
+        if worker.is_alive():
+            raise ViewError(
+                f"the scaling curves are still being planned after {timeout_s} s; wait "
+                "longer or fewer device counts"
+            )
 
     @property
     def computed(self) -> bool:
@@ -219,6 +307,7 @@ class ScalingView(View):
         series, or, after "add series" kept that one, it is added. Its curve is computed
         first, so a series that cannot be planned (a chip without the model's precision)
         raises and leaves the drawn ones as they were."""
+        self._replace_series()
         adding = self._kept >= len(self.series)
         kept = self.series if adding else self.series[:-1]
         if adding and len(self.series) >= MAX_SERIES:
@@ -253,6 +342,7 @@ class ScalingView(View):
                 f"the view holds at most {MAX_SERIES} series; press clear or edit the last one"
             )
         _refuse_duplicate(series, self.series)
+        self._replace_series()
         self.series = [*self.series, series]
         self.curves = [*self.curves, None]
         self._kept = len(self.series) - 1
@@ -261,16 +351,21 @@ class ScalingView(View):
 
     def clear(self) -> None:
         """Keep only the last series (the controls edit it)."""
+        self._replace_series()
         self.series, self.curves = self.series[-1:], self.curves[-1:]
         self._kept = 0
         self._say_editing()
         self._draw()
 
     # --- drawing ------------------------------------------------------------------------
+    def _shown(self) -> list[ScalingCurve | None]:
+        """The curves drawn: the computed ones, and the points so far of those computing."""
+        return [c if c is not None else self._partial.get(i) for i, c in enumerate(self.curves)]
+
     def _build(self) -> go.Figure:
         labels = [s.label for s in self.series]
         title = "per-device throughput and linearity vs devices"
-        return scaling_figure(self.curves, labels, self.metric, slots=MAX_SERIES, title=title)
+        return scaling_figure(self._shown(), labels, self.metric, slots=MAX_SERIES, title=title)
 
     def _draw(self) -> None:
         """Copy the fresh figure's traces property by property (plotly sends only what
@@ -286,13 +381,15 @@ class ScalingView(View):
             for a, b in zip(lay.annotations, new.layout.annotations, strict=True):
                 a.text = b.text
         lines = []
-        for c in self.curves:
+        for s, c in zip(self.series, self._shown(), strict=True):
             if c is None:
                 continue
             fits = [p for p in c.points if p.fits]
             last = fits[-1] if fits else None
             tail = (f"linearity {last.linearity:.2f} at {last.devices} devices"
                     if last else "nothing fits")  # fmt: skip
+            if len(c.points) < len(s.counts):
+                tail += f" (planned {len(c.points)} of {len(s.counts)} device counts so far)"
             lines.append(f"{curve_label(c)}: {tail}")
         self.info.value = "<br>".join(lines)
 
@@ -312,6 +409,7 @@ class ScalingView(View):
             self.controls["hardware"].value = plan.hardware
         finally:
             self._bulk = False
+        self._replace_series()
         self.series = [_replace(x, model=plan.model, hardware=plan.hardware, seq=plan.seq)
                        for x in self.series]  # fmt: skip
         self.curves = [None] * len(self.series)

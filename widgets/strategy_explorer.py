@@ -283,7 +283,8 @@ class StrategyExplorer(View):
                              selection=self.selection)  # fmt: skip
         elif name == "scaling":
             view = ScalingView(model=plan.model, hardware=plan.hardware, seq=plan.seq,
-                               counts=DEVICE_CHOICES, selection=self.selection)  # fmt: skip
+                               counts=DEVICE_CHOICES, selection=self.selection,
+                               background=True)  # fmt: skip
         else:  # traces: a miniature of the chosen model, eager and under @jit
             from .trace_compare import TraceCompare, miniature_workload
 
@@ -401,7 +402,7 @@ class StrategyExplorer(View):
 _BUILT_LATER = {
     "mesh": "layouts and collectives of the selected op",
     "cost tuner": "cost tables of every op's strategies: a few seconds",
-    "scaling": "plans the job at ten device counts: a few seconds",
+    "scaling": "plans the job at ten device counts, drawing each as it is planned",
     "traces": "runs a miniature of the model eagerly and under @jit",
 }
 

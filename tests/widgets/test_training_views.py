@@ -542,6 +542,42 @@ def test_scaling_view_refuses_a_chip_beside_its_control_and_keeps_the_curves():
     assert v.controls["hardware"].value == "a100-80g" and not err.visible and not v.stale
 
 
+def test_scaling_view_in_the_background_draws_each_point_as_it_is_planned(monkeypatch):
+    """The dashboard's scaling tab planned ten counts for GPT-3 175B before drawing anything
+    (16 s on this machine): in the background the axes show at once and each point is drawn
+    as it is planned."""
+    drawn: list[tuple[int, ...]] = []
+    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16, 32), lazy=True,
+                    background=True)  # fmt: skip
+    real = v._draw
+
+    def spy() -> None:
+        real()
+        drawn.append(tuple(len(c.points) if c else 0 for c in v._shown()))
+
+    monkeypatch.setattr(v, "_draw", spy)
+    v.compute()
+    v.wait(600)
+    assert v.computed and v.errors.last is None
+    assert [len(c.points) for c in v.curves] == [3, 3]
+    # the weak curve grew one point at a time before the strong one started
+    assert (1, 0) in drawn and (2, 0) in drawn and (3, 1) in drawn, drawn
+    assert len(v.figure.data[0].x) == 3 and "so far" not in v.info.value
+
+
+def test_scaling_view_in_the_background_drops_a_replaced_series():
+    """A change of the series while the old ones are planned stops them: nothing of the old
+    model is drawn after the change, and the new one is computed."""
+    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16, 32, 64), lazy=True,
+                    background=True)  # fmt: skip
+    v.compute()
+    v.controls["model"].value = "gpt3-125m"  # set_last: while the gpt2 curves are planned
+    v.wait(600)
+    assert v.series[-1].model == "gpt3-125m" and v.curves[-1].model == "gpt3-125m"
+    assert v.computed and v.errors.last is None
+    assert v.figure.data[2].name.startswith("gpt3-125m")
+
+
 def test_scaling_view_ideal_line_stays_flat_in_the_page():
     """The ideal linearity line is y = 1 from the fewest to the most devices drawn in what
     the page holds after every update (a cleared y draws as a diagonal 0 -> 1)."""
@@ -627,6 +663,8 @@ def test_dashboard_progress_callback_error_is_shown_not_fatal(dash, monkeypatch)
 
 def test_dashboard_scaling_tab_follows_the_model(dash):
     scaling = dash.open_tab("scaling")
+    assert scaling.background  # the tab shows its axes at once and plans in a thread
+    scaling.wait(600)
     assert scaling.computed and scaling.series[-1].model == dash.plan.model
     assert scaling.figure.data[0].visible is True
 
