@@ -47,6 +47,7 @@ from dataclasses import dataclass, fields
 from functools import lru_cache
 
 from .errors import TrainingParamsError
+from .memory import StateBytes
 from .params import TrainingParams
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "FRAMEWORK_STACKS",
     "TP_COMM_OVERLAP_ON",
     "COMPILE_FUSED_OPS",
+    "OPTIMIZER_STATE_BYTES",
     "names",
     "get",
     "params",
@@ -613,6 +615,29 @@ def resolve(
     return get(DEFAULT_STACK if stack is None else stack).params()
 
 
+# ``optim_dtype`` in a row's knobs: the dtype NeMo's ``distributed_fused_adam`` keeps its
+# state in (the launcher YAML's ``optim.dtype``) -> the model-state bytes per parameter.
+# NeMo (nemo/collections/nlp/models/language_modeling/megatron_base_model.py,
+# setup_optimization) passes ``store_params=False`` to Apex's DistributedFusedAdam when that
+# dtype equals the model's (BF16 with megatron_amp_O2): no master copy, Adam's two moments
+# in BF16 (2 + 2 bytes), sharded over data parallelism like any distributed optimizer;
+# with ``optim.dtype`` fp32 on a BF16 model it keeps FP32 moments and the 16 low bits of
+# each FP32 weight (``store_param_remainders``: 4 + 4 + 2 bytes).
+OPTIMIZER_STATE_BYTES: dict[str, StateBytes] = {
+    "bf16": StateBytes(
+        optimizer_bytes=4.0,
+        source="NeMo distributed_fused_adam with optim.dtype bf16 on a BF16 model "
+        "(megatron_base_model.setup_optimization: store_params=False): Adam's moments in "
+        "BF16, no FP32 master weights",
+    ),
+    "fp32-remainders": StateBytes(
+        optimizer_bytes=10.0,
+        source="NeMo distributed_fused_adam with optim.dtype fp32 on a BF16 model "
+        "(store_param_remainders=True): FP32 moments and the 16 low bits of each weight",
+    ),
+}
+
+
 def row_params(
     dataset: str, framework: str = "", precision: str = "", knobs: str = ""
 ) -> TrainingParams:
@@ -649,4 +674,6 @@ def row_params(
             changes["fp8_weight_gather"] = on
         elif key == "compile" and value[:4] in ("true", "fals"):
             changes["fused_ops"] = COMPILE_FUSED_OPS if on else _FUSED
+        elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
+            changes["state"] = OPTIMIZER_STATE_BYTES[value.split(" ")[0]]
     return params(name, **changes)

@@ -222,3 +222,16 @@ def test_compile_switch_fuses_pointwise_ops():
     fast = ex.estimate("llama3-8b", par, "h100-sxm", 16, 2048, on)
     slow = ex.estimate("llama3-8b", par, "h100-sxm", 16, 2048, off)
     assert fast.step_time_s < slow.step_time_s
+
+
+def test_optimizer_state_dtype_knob_sizes_the_optimizer_states():
+    # NeMo's distributed_fused_adam with optim.dtype bf16 keeps Adam's two moments in BF16
+    # and no master copy: 4 bytes per parameter instead of 12, sharded by ZeRO-1 alike
+    bf16 = stacks.row_params("dgxc_2411_h100", "nemo", "bf16", "optim_dtype=bf16 (yaml)")
+    plain = stacks.row_params("dgxc_2411_h100", "nemo", "bf16", "")
+    assert (bf16.state.optimizer_bytes, plain.state.optimizer_bytes) == (4.0, 12.0)
+    par = ex.ParallelConfig(dp=2, tp=8, pp=8, microbatch_size=1, zero=1)
+    small = ex.estimate("nemotron4-340b", par, "h100-sxm", 32, 4096, bf16).memory
+    big = ex.estimate("nemotron4-340b", par, "h100-sxm", 32, 4096, plain).memory
+    assert small.optimizer_states == pytest.approx(big.optimizer_states / 3)
+    assert small.parameters == big.parameters and small.gradients == big.gradients
