@@ -16,6 +16,7 @@ from ..errors import TrainingPlanError
 from ..params import TrainingParams
 from ..simulate import SimResult
 from .pareto import ParetoFront
+from .why_not import WhyNot, why_not
 
 __all__ = ["Candidate", "TrainingPlan", "stage_of_scope"]
 
@@ -145,6 +146,20 @@ class TrainingPlan:
     def __str__(self) -> str:
         early = f" [{self.stopped_early}]" if self.stopped_early else ""
         return f"TrainingPlan({self.model}, {self.devices} devices): {self.sim}{early}"
+
+    # --- explaining: why not another configuration ---------------------------------------
+    def why_not(self, config: object) -> WhyNot:
+        """Why this plan is not ``config`` (a ParallelConfig, a dict of its fields, or text
+        such as ``"dp16 tp8"`` changing the chosen configuration in the fields it names):
+        the term-by-term difference, the memory row that makes it not fit, or the rule it
+        breaks (`explorer.training.planning.why_not`).
+
+        >>> import explorer as ex
+        >>> plan = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512)
+        >>> plan.why_not("dp8 tp1").verdict
+        'chosen'
+        """
+        return why_not(self, config)
 
     # --- links to the operator-level views: a graph node's pipeline stage, its sharding --
     def stage_of(self, name: str) -> int:
