@@ -26,6 +26,7 @@ from .errors import ExplorerError
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
 from .search import CostBreakdown, CostParams, ShardingPlan
+from .search.constraints import ConstraintError, Forbid, Pin
 from .training import (
     Calibration,
     MeasuredRun,
@@ -64,4 +65,5 @@ __all__ = [
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
     "Pool", "plan_hetero", "compare_hetero",
     "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "teach", "traces",
+    "Pin", "Forbid", "ConstraintError",
 ]  # fmt: skip

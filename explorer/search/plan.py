@@ -35,6 +35,7 @@ class Alternative:
     strategy: Strategy
     cost: CostBreakdown
     delta: CostBreakdown
+    forbidden_by: str = ""  # the constraint that rules it out (its neighbours as chosen)
 
     def __str__(self) -> str:
         d = self.delta
@@ -42,6 +43,7 @@ class Alternative:
             f"{self.strategy.name:24s} total {self.cost.total:.4g}  "
             f"Δ {d.total:+.4g} (compute {d.compute:+.4g}, comm {d.communication_total:+.4g}, "
             f"grad {d.gradient:+.4g}, memory {d.memory_bytes:+.4g} B)"
+            + (f"  forbidden by {self.forbidden_by}" if self.forbidden_by else "")
         )
 
 
@@ -59,6 +61,8 @@ class Explanation:
     def why_not(self, alt: Alternative) -> str:
         """Why a runner-up that is cheaper here (Δ < 0, its neighbours as they are) lost;
         empty for a dearer one (its Δ says why)."""
+        if alt.forbidden_by:
+            return f"forbidden by {alt.forbidden_by}"
         if alt.delta.total >= 0:
             return ""
         saving = f"{-alt.delta.total:.4g} cheaper for this op alone"
@@ -80,7 +84,7 @@ class Explanation:
         for a in self.runners_up:
             lines.append(f"  vs {a}")
             why = self.why_not(a)
-            if why:
+            if why and not a.forbidden_by:
                 lines.append(f"     lost although {why}")
         return "\n".join(lines)
 
@@ -101,6 +105,8 @@ class ShardingPlan:
             heuristic).
         solve_time_s, diagnostics: how the search went (eliminations, repeated layers, the
             solver's objective, ...).
+        constraints: the `Pin` / `Forbid` constraints the plan honours (``explain`` marks
+            the runners-up they rule out: ``Alternative.forbidden_by``).
     """
 
     graph: Graph
@@ -116,6 +122,8 @@ class ShardingPlan:
     _model: CostModel | None = field(default=None, repr=False)
     _choice: tuple[int, ...] = field(default=(), repr=False)
     _others: tuple[ShardingPlan, ...] = field(default=(), repr=False)
+    constraints: tuple = ()
+    _resolved: Any = field(default=None, repr=False)
 
     # --- reading ----------------------------------------------------------------------
     def strategy(self, node: str) -> Strategy:
@@ -212,7 +220,12 @@ class ShardingPlan:
         chosen_k = self._choice[i]
         chosen = next(a for a in alts if a[0] == chosen_k)
         rest = sorted((a for a in alts if a[0] != chosen_k), key=lambda a: a[2].total)[:k]
-        mk = lambda a: Alternative(a[1], a[2], a[2] - chosen[2])  # noqa: E731
+        cons = self._resolved
+
+        def mk(a):
+            why = cons.forbidden_by(m, i, a[0], self._choice, p) if cons is not None else ""
+            return Alternative(a[1], a[2], a[2] - chosen[2], why)
+
         tied = bool(self.diagnostics.get("repeated_layers"))
         return Explanation(node, mk(chosen), tuple(mk(a) for a in rest), self.status_text,
                            self.method, tied)  # fmt: skip

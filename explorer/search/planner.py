@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
+
+import numpy as np
 
 from ..checks import is_int, is_number
 from ..hardware import Mesh
@@ -15,6 +18,13 @@ from ..memo import Memo
 from ..sharding import Strategy
 from .breakdown import plan_breakdown
 from .chain import Chain, build_chain
+from .constraints import (
+    ConstraintError,
+    Resolved,
+    conflict_message,
+    deletion_filter,
+    resolve,
+)
 from .costmodel import CostModel
 from .errors import SearchError
 from .params import CostParams
@@ -123,14 +133,21 @@ class Planner:
     def search(
         self, method: Method = "recursive_programming", params: CostParams | None = None,
         annotations: dict[str, Strategy | str] | None = None, top_k: int = 1,
-        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+        time_limit_s: float = DEFAULT_TIME_LIMIT_S, constraints: Sequence | None = None,
     ) -> ShardingPlan:  # fmt: skip
         """One search; see :func:`search` for the arguments."""
         _check(method, params, annotations, top_k, time_limit_s)
         params = params or self.default_params()
         t0 = time.perf_counter()
-        m = self.model
+        cons = self.resolve(constraints)
+        # a constraint that hits only some of the repeated layers cannot be said of the
+        # tile that stands for them all: the whole graph's tables are solved instead
+        partial = cons.uniform(self.repeats.rep) if cons and self.repeats else None
+        unfolded = partial is not None
+        m = self.full_model if unfolded else self.model
         w = m.weigh(params)
+        if cons is not None:
+            w = cons.mask(m, w)
         p = Problem.build(m, w, fold=method != "sharding_propagation")
         cap = m.device_memory_cap(params)
         if cap is not None and p.min_memory() > cap:
@@ -141,18 +158,37 @@ class Planner:
                 "device_memory_cap_bytes"
             )
         fixed = self._fixed(annotations or {}) if method == "sharding_propagation" else {}
+        if cons is not None:
+            self._check_fixed(p, fixed, cons)
         chain, alike = None, "sharding propagation repeats the tile"
-        if self.repeats is not None and method != "sharding_propagation":
+        if self.repeats is not None and method != "sharding_propagation" and not unfolded:
             chain = build_chain(p, self.repeats)
             alike = "the layers do not meet through one value only"
         full = self.full_model
-        solved = self._solve(method, chain.outer if chain else p, cap, top_k, time_limit_s, fixed)
-        choices = [self._full_choice(p, chain, c) for c in solved.choices]
+        try:
+            solved = self._solve(method, chain.outer if chain else p, cap, top_k, time_limit_s,
+                                 fixed)  # fmt: skip
+        except SearchError:
+            if cons is not None:  # an infeasible ILP, no assignment left to enumerate
+                self._raise_conflict(cons, params, cap)
+            raise
+        cons_note = None
+        if cons is not None and not math.isfinite(solved.diagnostics["objective"]):
+            # no plan honours the constraints, or a heuristic missed every one that does
+            self._raise_conflict(cons, params, cap)
+            cons_note = (f"{method}'s plan broke a constraint; re-solved by "
+                         "dynamic_programming (exact), which honours them")  # fmt: skip
+            method_run = "dynamic_programming"
+            solved = self._solve(method_run, chain.outer if chain else p, cap, 1, time_limit_s,
+                                 fixed)  # fmt: skip
+        choices = [self._full_choice(p, chain, c, unfolded) for c in solved.choices]
         memory = self._memory(choices[0])
         if chain is not None and cap is not None and memory > cap * (1 + 1e-9):
             # the chain does not see the memory cap: every layer alike, under the cap
             solved = self._solve(method, p, cap, top_k, time_limit_s, fixed)
-            choices = [self._full_choice(p, None, c) for c in solved.choices]
+            if cons is not None and not math.isfinite(solved.diagnostics["objective"]):
+                self._raise_conflict(cons, params, cap)
+            choices = [self._full_choice(p, None, c, unfolded) for c in solved.choices]
             memory = self._memory(choices[0])
             chain, alike = None, "the chain's plan was over the memory cap"
         elapsed = time.perf_counter() - t0
@@ -164,7 +200,16 @@ class Planner:
         diag = dict(solved.diagnostics)
         diag["memory_bytes"] = memory
         status = solved.status
-        if self.repeats:
+        if cons is not None:
+            diag["constraints"] = f"{len(cons.constraints)} constraint(s) honoured" + (
+                f"; {cons_note}" if cons_note else ""
+            )
+        if self.repeats and unfolded:
+            diag["repeated_layers"] = (
+                f"{self.repeats.describe()}; planned unfolded (every layer its own tables): "
+                f"{partial} hits only some of the repeated layers"
+            )
+        elif self.repeats:
             how = (
                 "solved as a chain: layers may differ" if chain else f"every layer alike ({alike})"
             )
@@ -174,7 +219,7 @@ class Planner:
                 diag["solver_status"] = status
                 status = "heuristic"
         # a gap over alike layers is not the whole graph's gap
-        alike_only = self.repeats is not None and chain is None
+        alike_only = self.repeats is not None and chain is None and not unfolded
         gap = None if status == "heuristic" or alike_only else solved.gap
         plans = [
             ShardingPlan(
@@ -182,6 +227,7 @@ class Planner:
                 assignment={n: full.nodes[i].strategies[c[i]] for i, n in enumerate(full.names)},
                 cost=plan_breakdown(full, params, c), status=status, gap=gap,
                 solve_time_s=elapsed, diagnostics=dict(diag), _model=full, _choice=tuple(c),
+                constraints=cons.constraints if cons else (), _resolved=cons,
             )
             for c in choices
         ]  # fmt: skip
@@ -253,17 +299,78 @@ class Planner:
             return _Solved(choices, status, gap, diagnostics)
         return _Solved(choices, "time-limited", None, {**diagnostics, "stopped_early": ran_out})
 
-    def _full_choice(self, p: Problem, chain: Chain | None, choice: dict[int, int]) -> list[int]:
-        """Strategy index of every node of the full graph."""
+    def _full_choice(
+        self, p: Problem, chain: Chain | None, choice: dict[int, int], unfolded: bool = False
+    ) -> list[int]:
+        """Strategy index of every node of the full graph (``unfolded``: ``p`` was built on
+        the full graph's tables)."""
         full = self.full_model
         if chain is not None:
             by_name = chain.expand(choice)
             return [by_name[n] for n in full.names]
         reduced = p.expand(choice)
-        if self.repeats is None:
+        if self.repeats is None or unfolded:
             return reduced
         rep, index = self.repeats.rep, self.model.index
         return [reduced[index[rep(n)]] for n in full.names]
+
+    def resolve(self, constraints: Sequence | None) -> Resolved | None:
+        """``constraints`` checked against this graph and mesh (None when there are none)."""
+        m, rep = self.model, (self.repeats.rep if self.repeats else (lambda n: n))
+        return resolve(constraints, self.graph, self.mesh, lambda n: m.strategies[rep(n)])
+
+    def satisfiable(self, cons: Resolved | None, params: CostParams, cap) -> str | None:
+        """None when some plan honours ``cons`` (and the memory cap), else why not. Exact:
+        dynamic programming over the whole graph's tables with the forbidden choices at
+        infinite cost (elimination, then the remainder exhaustively or by the ILP)."""
+        m = self.full_model
+        w = m.weigh(params)
+        if cons is not None:
+            w = cons.mask(m, w)
+        p = Problem.build(m, w)
+        for i in p.active:
+            if not np.isfinite(p.cost[i]).any():
+                name = m.names[i]
+                return (f"%{name} has no strategy left (its {len(m.nodes[i].strategies)} "
+                        "strategies are each forbidden, or each needs a forbidden collective)")  # fmt: skip
+        if cap is not None:
+            least = sum(float(p.mem[i][np.isfinite(p.cost[i])].min()) for i in p.active)
+            if least > cap * (1 + 1e-9):
+                return (f"the strategies left need at least {format_bytes(least)} per device, "
+                        f"above the cap of {format_bytes(cap)}")  # fmt: skip
+        choice, _ = solve_dynamic(p)
+        if not math.isfinite(p.objective(choice)):
+            return ("every assignment left needs a forbidden collective on some edge (a "
+                    "redistribution between two pinned or restricted nodes)")  # fmt: skip
+        return None
+
+    def _raise_conflict(self, cons: Resolved, params: CostParams, cap) -> None:
+        """Raise `ConstraintError` with the smallest conflicting subset, when no plan
+        honours ``cons``; return when one does (a heuristic missed it)."""
+        if self.satisfiable(cons, params, cap) is None:
+            return
+
+        def test(subset: tuple) -> str | None:
+            return self.satisfiable(self.resolve(list(subset)) if subset else None, params, cap)
+
+        conflict, reason = deletion_filter(cons.constraints, test)
+        raise ConstraintError(conflict_message(conflict, reason, "sharding plan"), conflict,
+                              reason)  # fmt: skip
+
+    @staticmethod
+    def _check_fixed(p: Problem, fixed: dict[int, int], cons: Resolved) -> None:
+        """An annotation (sharding propagation) that a constraint forbids."""
+        m = p.model
+        for i, k in fixed.items():
+            ok = cons.node_allowed(m, i)
+            if ok is not None and not ok[k]:
+                by = cons.forbidden_by(m, i, k, [0] * len(m.names), p.weighted.params)
+                raise ConstraintError(
+                    f"annotation %{m.names[i]}={m.nodes[i].strategies[k].name} is forbidden by "
+                    f"{by}; drop the annotation or the constraint",
+                    tuple(c for c in cons.constraints if str(c) == by),
+                    f"the annotation of %{m.names[i]} is forbidden by {by}",
+                )
 
     def _memory(self, choice: list[int]) -> float:
         return float(sum(nt.mem_bytes[k] for nt, k in zip(self.full_model.nodes, choice,
@@ -314,6 +421,7 @@ def search(
     graph: Graph, mesh: Mesh, method: Method = "recursive_programming",
     params: CostParams | None = None, annotations: dict[str, Strategy | str] | None = None,
     top_k: int = 1, reuse_layers: bool = True, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+    constraints: Sequence | None = None,
 ) -> ShardingPlan:  # fmt: skip
     """Find a strategy for every node of ``graph`` on ``mesh``.
 
@@ -335,10 +443,17 @@ def search(
             descent; ``sharding_propagation`` gives the nodes not yet reached their cheapest
             own strategy. A plan stopped early has status ``"time-limited"`` and says where
             it stopped in ``plan.diagnostics["stopped_early"]``.
+        constraints: ``ex.Pin(pattern, strategy)`` and ``ex.Forbid(pattern, axis=...,
+            collective=...)`` (`explorer.search.constraints`); every method honours them
+            (the tables are narrowed before solving, so exact methods stay exact). A
+            constraint that hits only some repeated layers plans the graph unfolded
+            (``plan.diagnostics["repeated_layers"]`` says so); ``plan.constraints`` keeps them.
 
     Raises:
         SearchError: an unknown method, ``top_k < 1``, ``time_limit_s`` not > 0, no plan
             under the memory cap.
+        ConstraintError: a malformed constraint, or constraints no plan satisfies (its
+            ``conflict`` is the smallest conflicting subset).
 
     Cost tables are cached per (graph, mesh), so a second search with other CostParams
     only re-weighs them.
@@ -353,4 +468,4 @@ def search(
     _check_inputs(graph, mesh)
     planner = _PLANNERS.get((graph, mesh, reuse_layers),
                             lambda: Planner(graph, mesh, reuse_layers))  # fmt: skip
-    return planner.search(method, params, annotations, top_k, time_limit_s)
+    return planner.search(method, params, annotations, top_k, time_limit_s, constraints)

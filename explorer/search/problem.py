@@ -84,8 +84,9 @@ class Problem:
         parallelism without ever outweighing a real difference."""
         if not self.weighted.params.prefer_data_parallel_on_ties:
             return 0.0
-        scale = max((float(np.abs(c).max()) for c in self.cost if c is not None and c.size),
-                    default=1.0)  # fmt: skip
+        # forbidden choices (constraints, followers) cost inf: the scale is the finite ones'
+        scale = max((float(np.abs(c[np.isfinite(c)]).max(initial=0.0)) for c in self.cost
+                     if c is not None and c.size), default=1.0)  # fmt: skip
         return 1e-9 * (scale or 1.0)
 
     def min_memory(self) -> float:

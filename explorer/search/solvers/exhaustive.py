@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
+
 from ..errors import SearchError
 from ..problem import Problem
 from .deadline import Deadline
@@ -18,13 +20,16 @@ def solve_exhaustive(
     p: Problem, cap: float | None, k: int = 1, deadline: Deadline | None = None
 ) -> list[tuple[float, dict]]:
     """Every assignment of the active nodes; the ``k`` best as ``(objective, choice)``.
-    When ``deadline`` passes, the best of the assignments visited so far."""
-    sizes = [len(p.cost[i]) for i in p.active]
+    When ``deadline`` passes, the best of the assignments visited so far. Strategies at
+    infinite cost (forbidden by a constraint) are not enumerated, nor are assignments whose
+    objective is infinite (a forbidden strategy pair)."""
+    ranges = [np.flatnonzero(np.isfinite(p.cost[i])) for i in p.active]
+    sizes = [len(r) for r in ranges]
     check_size(sizes)
     total = math.prod(sizes)
     eps = p.eps
     found: list[tuple[float, dict]] = []
-    for n, combo in enumerate(itertools.product(*(range(s) for s in sizes))):
+    for n, combo in enumerate(itertools.product(*(r.tolist() for r in ranges))):
         if (
             deadline is not None
             and n % 1024 == 1023
@@ -35,6 +40,8 @@ def solve_exhaustive(
         if cap is not None and sum(p.mem[i][c] for i, c in choice.items()) > cap:
             continue
         obj = p.objective(choice) + eps * sum(p.tie[i][c] for i, c in choice.items())
+        if not math.isfinite(obj):
+            continue
         found.append((obj, choice))
         if len(found) > 4 * k + 64:
             found.sort(key=lambda t: t[0])

@@ -68,6 +68,9 @@ def solve_ilp(
     c = np.zeros(n)
     for i in p.active:
         c[off[i] : off[i] + len(p.cost[i])] = p.cost[i] + eps * p.tie[i]
+    # a forbidden choice (infinite cost: a constraint) is a variable bounded to 0, at cost 0
+    upper = np.where(np.isfinite(c), 1.0, 0.0)
+    c = np.where(np.isfinite(c), c, 0.0)
     rows, cols, vals, lo, hi = [], [], [], [], []
     r = 0
 
@@ -100,7 +103,9 @@ def solve_ilp(
         for b in range(kv):
             add_row([(base + a * kv + b, 1.0) for a in range(ku)] + [(off[j] + b, -1.0)], 0, 0)
     total = n + len(pair_c)
-    cvec = np.concatenate([c, np.array(pair_c)]) if pair_c else c
+    pair_c = np.array(pair_c, dtype=float)
+    upper = np.concatenate([upper, np.where(np.isfinite(pair_c), 1.0, 0.0)])
+    cvec = np.concatenate([c, np.where(np.isfinite(pair_c), pair_c, 0.0)])
     # HiGHS's tolerances are absolute (~1e-7): costs in seconds can be far smaller, so the
     # objective is scaled to a largest coefficient of one, and the memory row to a cap of one.
     finite = np.abs(cvec[np.isfinite(cvec)])
@@ -127,7 +132,7 @@ def solve_ilp(
             HI.append(len(cut) - 1)
         A = sp.csr_array((V, (R, C)), shape=(len(LO), total))
         res = milp(cvec, constraints=LinearConstraint(A, LO, HI), integrality=integrality,
-                   bounds=Bounds(0, 1),
+                   bounds=Bounds(0, upper),
                    options={"time_limit": max(left, 1e-3), "mip_rel_gap": 1e-9})  # fmt: skip
         if res.x is None:
             if not results:
