@@ -26,10 +26,10 @@ compared with torch computing in its own precision, ``rtol=atol=1e-1`` (bf16) an
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,11 +41,13 @@ from .errors import TorchCompileError
 from .executor import Program
 from .passes import LEVELS, Level, MemoryPlan, RewriteStep, optimize
 from .passes.driver import BACKENDS, Backend
+from .torch_buckets import BucketedProgram
 from .torch_eager import TimedInterpreter
 from .torch_fold import fold_weights
 from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, weights
+from .torch_verify import Verification, verify_runs
 
-__all__ = ["compile", "TorchProgram", "Verification", "TOLERANCE"]
+__all__ = ["compile", "TorchProgram", "BucketedProgram", "Verification", "TOLERANCE"]
 
 #: (rtol, atol) of our outputs against torch's, by the model's weight dtype.
 TOLERANCE: dict[str, tuple[float, float]] = {
@@ -53,28 +55,11 @@ TOLERANCE: dict[str, tuple[float, float]] = {
 }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Verification:
-    """Largest absolute differences of our outputs from torch's on one call, and whether
-    each run is within ``rtol``/``atol`` (``|ours - torch| <= atol + rtol * |torch|``)."""
-
-    static_max_abs: float
-    eager_max_abs: float
-    rtol: float
-    atol: float
-    static_ok: bool
-    eager_ok: bool
-
-    @property
-    def ok(self) -> bool:
-        return self.static_ok and self.eager_ok
-
-
 def compile(  # noqa: A001 (ex.compile, as torch.compile)
     module_or_fn: Any, example_inputs: Any = (), kwargs: Mapping[str, Any] | None = None, *,
     level: Level = "O2", backend: Backend = "numpy", name: str | None = None,
-    use_cache: bool | None = False,
-) -> TorchProgram:  # fmt: skip
+    use_cache: bool | None = False, buckets: Sequence[int] | None = None, seq_dim: int = 1,
+) -> TorchProgram | BucketedProgram:  # fmt: skip
     """Trace ``module_or_fn(*example_inputs, **kwargs)`` with its real weights into the IR
     and build both runs of it; returns a `TorchProgram`, called like the module.
 
@@ -93,12 +78,21 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
             ``use_cache``, the value passed when the call does not say (default False: the
             key/value cache is an output object torch.export cannot trace); None passes
             nothing.
+        buckets: sequence lengths to compile for (ascending, e.g. ``(32, 64, 128)``): a
+            call of any length up to the last runs the program of the smallest bucket that
+            holds it, its inputs padded with zeros and its outputs cut back
+            (`BucketedProgram`; each bucket compiled on its first call). None (default):
+            one program for the example's shapes.
+        seq_dim: with ``buckets``, the dim of the inputs and outputs that holds the
+            sequence (default 1: ``[batch, seq, ...]``).
 
     Raises:
         TorchCompileError: torch is missing, ``module_or_fn`` is not callable, an input is
             neither a tensor nor a Python constant, tracing fails (torch.export's error is
             summarised with the fix), the traced graph has ops the IR cannot run, or the
-            module returns an object that is neither a tensor nor a Python constant.
+            module returns an object that is neither a tensor nor a Python constant; with
+            ``buckets``: bad buckets, an example longer than the last bucket, or a module
+            whose outputs change when its sequence is padded (neither causal nor masked).
     """
     try:
         import torch
@@ -122,10 +116,22 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
     defaults = {}
     if use_cache is not None and "use_cache" not in kw and _takes_use_cache(module):
         defaults["use_cache"] = bool(use_cache)
+    if buckets is not None:
+        opts = {"level": level, "backend": backend, "name": name, "use_cache": use_cache}
+        return BucketedProgram(
+            module, args, kw, buckets, seq_dim, lambda a, k: compile(module, a, k, **opts)
+        )
     dressed, flat, sig = flat_module(module, args, {**defaults, **kw})
     title = name or type(module).__name__
-    graph = _trace_graph(dressed, flat, title, type(module).__name__)
-    return TorchProgram(module, graph, sig, defaults, level, backend)
+    with _eager_attention(module) as switched:
+        graph = _trace_graph(dressed, flat, title, type(module).__name__)
+    prog = TorchProgram(module, graph, sig, defaults, level, backend)
+    if switched:
+        prog.notes += (
+            f"attention traced as 'eager' (the module's {', '.join(switched)}: its mask "
+            "builder is not traceable into the IR; the same function up to rounding)",
+        )  # fmt: skip
+    return prog
 
 
 class TorchProgram:
@@ -192,17 +198,23 @@ class TorchProgram:
     # --- calls ------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         arrays, as_torch = self._arrays(args, kwargs)
-        feeds = list(self._template)
-        for s, a in zip(self._user_slots, arrays, strict=True):
-            feeds[s] = a
-        with self._lock:
-            outs = self.program.run(feeds)
-        return self._structure(outs, as_torch)
+        return self._structure(self._static_outs(arrays), as_torch)
 
     def run_eager(self, *args: Any, **kwargs: Any) -> Any:
         """The eager run: the IR interpreter over the traced graph, op by op, each op timed
         into a `Trace` (``last_trace``; into the active ``ex.trace.record`` block too)."""
         arrays, as_torch = self._arrays(args, kwargs)
+        return self._structure(self._eager_outs(arrays), as_torch)
+
+    def _static_outs(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """The static run of checked flat inputs: the graph's outputs in order."""
+        feeds = list(self._template)
+        for s, a in zip(self._user_slots, arrays, strict=True):
+            feeds[s] = a
+        with self._lock:
+            return self.program.run(feeds)
+
+    def _eager_outs(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         feeds = dict(self.weights)
         feeds.update(zip(self._user, arrays, strict=True))
         outer = _trace.active()
@@ -211,7 +223,7 @@ class TorchProgram:
             self._eager = TimedInterpreter(self.graph, rec)
         values = self._eager.run(feeds, rec)
         self.last_trace = rec.finish() if outer is None else None
-        return self._structure([values[o] for o in self.graph.outputs], as_torch)
+        return [values[o] for o in self.graph.outputs]
 
     def run_static_traced(self, *args: Any, **kwargs: Any) -> tuple[Any, _trace.Trace]:
         """The static run with one ``kernel`` event per step: (the output, its Trace)."""
@@ -231,26 +243,8 @@ class TorchProgram:
     def verify(self, *args: Any, **kwargs: Any) -> Verification:
         """Run torch, the static path and the eager run on one input; compare every tensor
         output with torch's at `tolerance`."""
-        import torch
-        from torch.utils._pytree import tree_flatten
-
-        targs = tuple(_to_torch(a, torch) for a in args)
-        tkw = {k: _to_torch(v, torch) for k, v in kwargs.items()}
-        with torch.no_grad():
-            want = self.module(*targs, **{**self._defaults, **tkw})
-        rtol, atol = self.tolerance
-        results = []
-        for run in (self.__call__, self.run_eager):
-            got = run(*targs, **tkw)
-            worst, ok = 0.0, True
-            for g, w in zip(tree_flatten(got)[0], tree_flatten(want)[0], strict=True):
-                if isinstance(w, torch.Tensor):
-                    gn, wn = as_array(g).astype(np.float64), as_array(w).astype(np.float64)
-                    worst = max(worst, float(np.abs(gn - wn).max(initial=0.0)))
-                    ok = ok and bool(np.allclose(gn, wn, rtol=rtol, atol=atol))
-            results.append((worst, ok))
-        (s, s_ok), (e, e_ok) = results
-        return Verification(s, e, rtol, atol, s_ok, e_ok)
+        return verify_runs(self.module, self._defaults, self.tolerance, self.__call__,
+                           self.run_eager, args, kwargs)  # fmt: skip
 
     def __repr__(self) -> str:
         return (f"TorchProgram({self.name!r}: {len(self.graph.ops)} ops traced, "
@@ -258,24 +252,27 @@ class TorchProgram:
 
     # --- inputs and outputs ---------------------------------------------------------------
     def _arrays(self, args: tuple, kwargs: dict) -> tuple[list[np.ndarray], bool]:
+        return self._checked(self._tensors(args, kwargs))
+
+    def _tensors(self, args: tuple, kwargs: dict) -> list[Any] | tuple:
+        """The call's tensor leaves, in the traced order (not converted, not checked)."""
         if self._fast and not kwargs:
-            tensors = args
-            if len(tensors) != len(self._types):
+            if len(args) != len(self._types):
                 raise TorchCompileError(
                     f"{self.name} was compiled for {len(self._types)} positional tensors "
-                    f"({', '.join(self._sig.names)}), got {len(tensors)} arguments"
+                    f"({', '.join(self._sig.names)}), got {len(args)} arguments"
                 )
-        else:
-            tensors = self._flat_call(args, kwargs)
+            return args
+        return self._flat_call(args, kwargs)
+
+    def _checked(self, tensors: Any) -> tuple[list[np.ndarray], bool]:
+        """Numpy arrays of the traced shapes and dtypes, and whether any input was torch's."""
         as_torch = False
         arrays = []
         for k, (x, (shape, dt)) in enumerate(zip(tensors, self._types, strict=True)):
             if type(x) is not np.ndarray:
                 as_torch = as_torch or _is_torch(x)
-                try:  # a CPU tensor without grad in a numpy dtype: a view, no checks
-                    x = x.numpy()
-                except (AttributeError, TypeError, RuntimeError):
-                    x = as_array(x)
+                x = numpy_of(x)
             if x.shape != shape:
                 raise TorchCompileError(
                     f"{self.name}: input {self._sig.names[k]} has shape {x.shape}, compiled "
@@ -356,6 +353,14 @@ def _to_torch(x: Any, torch: Any) -> Any:
     return torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray) else x
 
 
+def numpy_of(x: Any) -> np.ndarray:
+    """A tensor's numpy array (a view for a CPU tensor without grad in a numpy dtype)."""
+    try:
+        return x.numpy()
+    except (AttributeError, TypeError, RuntimeError):
+        return as_array(x)
+
+
 def _is_torch(x: Any) -> bool:
     return type(x).__module__.startswith("torch")
 
@@ -377,6 +382,28 @@ def _takes_use_cache(module: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return "use_cache" in params
+
+
+@contextlib.contextmanager
+def _eager_attention(module: Any) -> Iterator[list[str]]:
+    """Trace a transformers model with its ``eager`` attention: the ``sdpa`` path builds its
+    mask with ops the IR does not map (``aten.diff``, boolean indexing: found on GPT-2 as
+    ``GPT2LMHeadModel(config)`` makes it), and flash/flex kernels do not trace on a CPU.
+    Yields the implementations switched (empty when none); restores them after."""
+    configs = {}
+    for m in module.modules():
+        cfg = getattr(m, "config", None)
+        impl = getattr(cfg, "_attn_implementation", None)
+        if isinstance(impl, str) and impl != "eager":
+            configs[id(cfg)] = (cfg, impl)
+    switched = sorted({impl for _, impl in configs.values()})
+    try:
+        for cfg, _ in configs.values():
+            cfg._attn_implementation = "eager"
+        yield switched
+    finally:
+        for cfg, impl in configs.values():
+            cfg._attn_implementation = impl
 
 
 def _trace_graph(dressed: Any, flat: tuple, title: str, cls: str) -> Graph:
