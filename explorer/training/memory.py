@@ -286,7 +286,7 @@ def reduce_buffer_bytes(
 GPT_REPLICATED, GPT_SPLIT, GPT_ATTENTION = 10.0, 24.0, 5.0
 
 
-def layer_counts(cfg: ModelConfig) -> tuple[float, float, float]:
+def layer_counts(cfg: ModelConfig, gemm_input_bytes: float = 2.0) -> tuple[float, float, float]:
     """(replicated, split, attention-core) activation bytes of one layer of ``cfg``, per
     token over ``h`` (the last per token, head and key position over ``h``), counted as
     Korthikanti et al. 2022 count a GPT layer: what autograd keeps for the backward, every
@@ -317,18 +317,30 @@ def layer_counts(cfg: ModelConfig) -> tuple[float, float, float]:
     An ``mlp`` model's block (``act(x W1) W2``, no norm, attention or dropout) keeps
     ``(2, 4 f/h, 0)``.
 
+    ``gemm_input_bytes=1`` counts FP8 training whose GEMMs keep the FP8 copies of their
+    inputs (TransformerEngine, ``TrainingParams.fp8_saved_inputs``): the QKV and first MLP
+    GEMMs' inputs ``1 + 1`` (replicated), the down projection's input ``f`` not ``2 f``,
+    and the output projection's FP8 input ``n d`` beside the BF16 ``O`` the fused
+    attention keeps for its own backward. Llama 3 405B: ``(6, 21.5, 2)``.
+
     >>> from explorer.models import load
     >>> layer_counts(load("gpt3-175b").replace(dropout=0.1))
     (10.0, 24.0, 5.0)
     >>> layer_counts(load("llama3-405b"))
     (8.0, 23.75, 2.0)
+    >>> layer_counts(load("llama3-405b"), gemm_input_bytes=1.0)
+    (6.0, 21.5, 2.0)
     """
     h, drop = cfg.hidden_size, cfg.dropout > 0
     if cfg.arch == "mlp":  # act(x @ w1) @ w2 blocks: fc1's input; act's and fc2's inputs
         return 2.0, 4.0 * cfg.ffn / h, 0.0
-    replicated = 8.0 + (2.0 if drop else 0.0)
+    g = gemm_input_bytes
+    replicated = 4.0 + 2.0 * g + (2.0 if drop else 0.0)
     attention = 2.0 + (3.0 if drop else 0.0)
-    return replicated, inner_bytes_per_token(cfg) / h, attention
+    split = inner_bytes_per_token(cfg) / h
+    if g != 2.0 and not (cfg.is_moe or cfg.is_mla):  # FP8 copies of proj's and fc2's inputs
+        split += (g * cfg.num_heads * cfg.dim_head - (2.0 - g) * cfg.ffn) / h
+    return replicated, split, attention
 
 
 def inner_bytes_per_token(cfg: ModelConfig) -> float:
@@ -357,12 +369,17 @@ def inner_bytes_per_token(cfg: ModelConfig) -> float:
 
 
 def layer_terms(
-    cfg: ModelConfig, terms: ActivationTerms = ActivationTerms(), split: bool = True
+    cfg: ModelConfig,
+    terms: ActivationTerms = ActivationTerms(),
+    split: bool = True,
+    gemm_input_bytes: float = 2.0,
 ) -> ActivationTerms:
     """``terms`` (a GPT layer's, Korthikanti et al.) scaled to a layer of ``cfg`` by
     `layer_counts` over the GPT counts (10, 24, 5); ``embedding_dropout_bytes`` 0 without
     dropout. ``split=False`` leaves ``split_bytes`` as given (MoE and MLA layers: their
-    split term is ``step_model/terms/dense.py``'s). Unchanged when ``terms.per_architecture`` is False.
+    split term is ``step_model/terms/dense.py``'s). ``gemm_input_bytes``: as in
+    `layer_counts` (1 for FP8 GEMMs that keep their FP8 inputs). Unchanged when
+    ``terms.per_architecture`` is False.
 
     >>> from explorer.models import load
     >>> t = layer_terms(load("llama3-405b"))
@@ -371,12 +388,14 @@ def layer_terms(
     """
     if not terms.per_architecture:
         return terms
-    return _scaled(cfg, terms, split)
+    return _scaled(cfg, terms, split, gemm_input_bytes)
 
 
 @lru_cache(maxsize=256)  # the planner asks for the same layer ~50 000 times (thread-safe)
-def _scaled(cfg: ModelConfig, terms: ActivationTerms, split: bool) -> ActivationTerms:
-    rep, spl, att = layer_counts(cfg)
+def _scaled(
+    cfg: ModelConfig, terms: ActivationTerms, split: bool, gemm_input_bytes: float
+) -> ActivationTerms:
+    rep, spl, att = layer_counts(cfg, gemm_input_bytes)
     out = replace(
         terms, replicated_bytes=terms.replicated_bytes * rep / GPT_REPLICATED,
         attention_bytes=terms.attention_bytes * att / GPT_ATTENTION,

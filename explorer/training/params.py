@@ -168,6 +168,14 @@ class TrainingParams:
             power of two (16 of a GB200 NVL72 rack's 18 compute trays: 64 GPUs a rack, the
             other two trays spare), so an EP-64 or TP/DP group stays in one NVLink domain.
             False (default): the job fills every group of every level in order.
+        fp8_saved_inputs: with ``precision="fp8"``, the GEMM inputs kept for the backward
+            are the FP8 copies the forward cast (1 byte an element): TransformerEngine's
+            Linear, LayerNormLinear and LayerNormMLP save their quantized inputs for the
+            weight gradient, so the norms' outputs and the output projection's and the
+            down projection's inputs are kept in one byte; the attention's Q, K, V and O
+            (the fused kernel's) and the nonlinearity's input stay BF16, and the output
+            projection's FP8 copy is kept beside the BF16 O (`memory.layer_counts`).
+            False (default): BF16 copies (2 bytes), as autograd keeps a plain BF16 model.
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
@@ -367,6 +375,7 @@ class TrainingParams:
     fp8_weight_gather: bool = False
     multi_rail_collectives: bool = False
     aligned_nvlink_domains: bool = False
+    fp8_saved_inputs: bool = False
 
     def __post_init__(self) -> None:
         kinds = (
@@ -407,7 +416,7 @@ class TrainingParams:
             )
         for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather",
                      "fp8_weight_gather", "multi_rail_collectives",
-                     "aligned_nvlink_domains"):  # fmt: skip
+                     "aligned_nvlink_domains", "fp8_saved_inputs"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"

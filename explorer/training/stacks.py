@@ -251,6 +251,13 @@ _MEGATRON_CORE_VALUES: dict[str, tuple[object, str]] = {
     "moe_layer_overhead_s": (0.8e-3, _MOE_OVERHEAD),
     "multi_rail_collectives": (True, _MULTI_RAIL),
     "flash_attention": (True, _FLASH_TE),
+    "fp8_saved_inputs": (
+        True,
+        "Transformer Engine's Linear, LayerNormLinear and LayerNormMLP save the FP8 copies "
+        "of their inputs for the weight gradient (transformer_engine/pytorch/module/"
+        "linear.py, _Linear.forward: the quantized inputmat is what ctx saves when fp8 is "
+        "on); Megatron-Core's layers are TE modules",
+    ),
     "fused_ops": (
         (*_FUSED, "silu"),
         "Megatron-LM's fused kernels (scale-mask-softmax, bias-GeLU, bias-dropout-add) and "

@@ -235,3 +235,19 @@ def test_optimizer_state_dtype_knob_sizes_the_optimizer_states():
     big = ex.estimate("nemotron4-340b", par, "h100-sxm", 32, 4096, plain).memory
     assert small.optimizer_states == pytest.approx(big.optimizer_states / 3)
     assert small.parameters == big.parameters and small.gradients == big.gradients
+
+
+def test_fp8_saved_inputs_keep_one_byte_gemm_inputs():
+    # Transformer Engine keeps the FP8 copies of the GEMM inputs for the weight gradient:
+    # a Llama 3 405B layer keeps (6, 21.5) bytes per token over h instead of (8, 23.75)
+    par = ex.ParallelConfig(dp=2, tp=4, pp=16, sp=True, microbatch_size=1, zero=1)
+    base = ex.stacks.params("megatron-core")
+    assert base.fp8_saved_inputs and not ex.TrainingParams().fp8_saved_inputs
+
+    def act(**kw):
+        p = base.replace(**kw)
+        return ex.estimate("llama3-405b", par, "gb200-nvl72", 64, 8192, p).memory.activations
+
+    fp8, fp8_bf16_copies = act(precision="fp8"), act(precision="fp8", fp8_saved_inputs=False)
+    assert fp8 / fp8_bf16_copies == pytest.approx((6 + 21.5) / (8 + 23.75), rel=0.02)
+    assert act(precision="bf16") == act(precision="bf16", fp8_saved_inputs=False)

@@ -44,10 +44,12 @@ def layer_policies(policy: str, n_layers: int, n_full: int | None) -> tuple[int,
 def activation_terms(s: StepView) -> ActivationTerms:
     """The activation terms of one layer of ``s.cfg``: Korthikanti et al.'s GPT constants
     (``TrainingParams.activations``) scaled to the model's norms, dropout, attention and MLP
-    (`memory.layer_terms`); a MoE or MLA layer's split term is `dense.activation_terms`'."""
-    cfg = s.cfg
+    (`memory.layer_terms`); a MoE or MLA layer's split term is `dense.activation_terms`'.
+    FP8 GEMMs with ``TrainingParams.fp8_saved_inputs`` keep their inputs in one byte."""
+    cfg, tp_ = s.cfg, s.tparams
     plain = not (cfg.is_moe or cfg.is_mla)
-    return layer_terms(cfg, dense.activation_terms(s), split=plain)
+    g = 1.0 if tp_.precision == "fp8" and tp_.fp8_saved_inputs else 2.0
+    return layer_terms(cfg, dense.activation_terms(s), split=plain, gemm_input_bytes=g)
 
 
 def layer_act(s: StepView, policy: str) -> float:
