@@ -22,6 +22,7 @@ from . import (
 )
 from .compiler import F, Tensor, grad, jit, nn, tensor
 from .compiler.torch_program import compile  # noqa: A004 (ex.compile, as torch.compile)
+from .diff import DiffError, diff
 from .errors import ExplorerError
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
@@ -53,6 +54,9 @@ from .training import (
     simulate,
     stacks,
 )
+from .training.planning.constraints import Bound, Fix, PlanConstraintError, StageLayers, Within
+
+from .robustness import robustness
 
 __version__ = "0.1.0"
 
@@ -65,5 +69,6 @@ __all__ = [
     "MeasuredRun", "calibrate", "Calibration", "ParetoFront",
     "Pool", "plan_hetero", "compare_hetero",
     "replan", "NodeLoss", "Straggler", "MemoryCap", "NewGlobalBatch", "teach", "traces",
-    "Pin", "Forbid", "ConstraintError",
+    "Pin", "Forbid", "ConstraintError", "diff", "DiffError", "robustness",
+    "Bound", "Fix", "Within", "StageLayers", "PlanConstraintError",
 ]  # fmt: skip

@@ -14,8 +14,8 @@ from typing import Any
 from .errors import ExplorerError
 from .search.diff import PlanDiff, diff_plans
 from .search.plan import ShardingPlan
-from .training.config import ParallelConfig
 from .training import TrainingPlan
+from .training.config import ParallelConfig
 from .training.planning.diff import TrainingDiff, diff_training
 from .training.simulate import SimResult
 

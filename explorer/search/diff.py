@@ -202,8 +202,8 @@ def diff_plans(a: ShardingPlan, b: ShardingPlan) -> PlanDiff:
 
     >>> import explorer as ex
     >>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
-    >>> mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g")
-    >>> a, b = ex.search(g, mesh, "exhaustive", top_k=2).top_k(2)
+    >>> mesh = ex.Mesh({"dp": 2, "tp": 2}, hardware="a100-80g")
+    >>> a, b = ex.search(g, mesh, "ilp", top_k=2).top_k(2)
     >>> d = ex.diff(a, b)
     >>> abs(sum(v for _, v in d.terms) - d.total) < 1e-12
     True

@@ -16,6 +16,7 @@ from ..errors import TrainingPlanError
 from ..params import TrainingParams
 from ..simulate import SimResult
 from .pareto import ParetoFront
+from .robustness import Robustness, robustness
 from .why_not import WhyNot, why_not
 
 __all__ = ["Candidate", "TrainingPlan", "stage_of_scope"]
@@ -100,6 +101,8 @@ class TrainingPlan:
     # simulate other configurations with them); None: the plan's stack and hardware name
     params: TrainingParams | None = field(compare=False, default=None, repr=False)
     cluster: Cluster | None = field(compare=False, default=None, repr=False)
+    # the constraints the plan honours (`planning.constraints`: Bound, Fix, Within, ...)
+    constraints: tuple = field(compare=False, default=())
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -116,8 +119,10 @@ class TrainingPlan:
     def to_json(self) -> str:
         return json.dumps(self.as_dict(), indent=2)
 
-    def report(self) -> str:
-        """The chosen plan, the alternatives and the memory breakdown, as text."""
+    def report(self, robust: bool = True) -> str:
+        """The chosen plan, the alternatives, the memory breakdown and (``robust``) the
+        robustness of the choice (`robustness`: a few seconds on the largest models), as
+        text."""
         s = self.sim
         lines = [
             f"{self.model} on {self.devices} x {self.hardware}, global batch "
@@ -141,6 +146,8 @@ class TrainingPlan:
         lines.append(s.memory.table(s.memory_cap_bytes))
         if self.pareto is not None:
             lines.append(str(self.pareto) + " (plan.pareto.table() lists the front)")
+        if robust and self.offload is None and self.alternatives:
+            lines.append(self.robustness().text())
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -160,6 +167,13 @@ class TrainingPlan:
         'chosen'
         """
         return why_not(self, config)
+
+    def robustness(self, k: int = 5, knobs: tuple[str, ...] | None = None) -> Robustness:
+        """How far each efficiency, bandwidth and overlap knob can move (one at a time, and
+        jointly within the prediction band) before one of the top ``k`` alternatives is
+        faster; verdict ``robust`` or ``fragile`` (`explorer.training.planning.robustness`).
+        """
+        return robustness(self, k, knobs)
 
     # --- links to the operator-level views: a graph node's pipeline stage, its sharding --
     def stage_of(self, name: str) -> int:
