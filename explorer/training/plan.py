@@ -15,6 +15,7 @@ from .errors import ParetoError, TrainingPlanError
 from .hetero.plan import HeteroPlan, plan_hetero
 from .hetero.pools import Pool
 from .params import TrainingParams
+from .planning.constraints import PlanConstraintError
 from .planning.homogeneous import DEFAULT_TIME_LIMIT_S, ProgressFn, plan_homogeneous
 from .planning.result import TrainingPlan
 from .planning.space import SearchSpace
@@ -30,6 +31,7 @@ def plan_training(
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     objectives: tuple[str, ...] | None = None, pools: Sequence[Pool] | None = None,
     offload: bool = False, stack: str | Stack | None = None,
+    constraints: Sequence | None = None,
 ) -> TrainingPlan | HeteroPlan:  # fmt: skip
     """The fastest configuration of ``cfg`` on ``devices`` chips that fits in memory.
 
@@ -60,6 +62,13 @@ def plan_training(
             the optimizer states (then of the parameters too; `planning.offload.offload_fallback`);
             the plan then has ``offload`` set (`offload.OffloadTerms`: bytes moved, time
             added). False: the no-fit error names the offload plan that would fit.
+        constraints: ``ex.Bound(knob, min, max)``, ``ex.Fix(knob, value)``,
+            ``ex.Within("tp", "node")``, ``ex.StageLayers((...))``
+            (`planning.constraints`): they narrow the space and the enumeration before
+            any estimate (the plan is the fastest that honours them; ``plan.constraints``
+            keeps them). A set no configuration satisfies raises `PlanConstraintError`
+            (a `ConstraintError` and a `TrainingPlanError`) naming the smallest conflicting
+            subset.
 
     Raises `TrainingPlanError` when no configuration is valid (device count, batch) or
     none fits, naming the smallest memory any needs and the device count that would fit.
@@ -77,6 +86,12 @@ def plan_training(
                 "plan_training(pools=...) takes its chips and hardware from the pools; leave "
                 "devices and hardware out"
             )
+        if constraints:  # not silently dropped: pools have their own search
+            raise PlanConstraintError(
+                f"constraints={list(constraints)!r} with pools=...: the pooled search does not "
+                "take constraints yet; plan each pool alone with constraints=..., or narrow "
+                "the pooled search with space=SearchSpace(...)"
+            )
         if objectives is not None:  # not silently dropped: the front is per cluster today
             raise ParetoError(
                 f"objectives={objectives!r} with pools=...: the Pareto front is computed for "
@@ -88,5 +103,5 @@ def plan_training(
         )
     return plan_homogeneous(
         cfg, devices, hardware, global_batch, seq, params, space, top_k, simulate_top,
-        progress, time_limit_s, objectives, offload,
+        progress, time_limit_s, objectives, offload, constraints,
     )  # fmt: skip

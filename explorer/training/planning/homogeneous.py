@@ -34,7 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ...checks import is_int, is_number
 from ...hardware import Cluster, HardwareError, resolve
@@ -48,6 +48,7 @@ from ..simulate import SimResult, check_seq, estimate, simulate
 from ..step_model.terms import cp as cp_terms
 from . import pareto as _pareto
 from . import space as search_space
+from .constraints import narrow
 from .offload import offload_fallback
 from .ranking import candidate, normalize, rank
 from .result import TrainingPlan
@@ -71,11 +72,13 @@ def plan_homogeneous(
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     objectives: tuple[str, ...] | None = None, offload: bool = False,
+    constraints: Sequence | None = None,
 ) -> TrainingPlan:  # fmt: skip
     """`plan_training` on one cluster: the search of ``dp x tp x pp x cp`` structures, the
     ladder of recomputation, the simulation of the best few, and (``offload``) the host
     offload fallback (`explorer.training.planning.offload`). The arguments are
-    `plan_training`'s."""
+    `plan_training`'s; ``constraints`` (`planning.constraints`) narrow the space and the
+    enumeration before any estimate."""
     if devices is None:
         raise TrainingPlanError(
             "plan_training needs devices=<chips in the job> (or pools=[Pool(...), ...])"
@@ -94,7 +97,14 @@ def plan_homogeneous(
         objectives = _pareto.check_objectives(
             objectives, cluster.price_per_chip_hour, f"hardware {cluster.name!r}"
         )
-    structures, why_not = search_space.structures(cfg, devices, cluster, global_batch, seq, space)
+    narrowed = narrow(constraints, cfg, devices, cluster, global_batch, seq, space)
+    if narrowed is not None:
+        space = narrowed.space
+        structures, why_not = narrowed.structures()
+    else:
+        structures, why_not = search_space.structures(
+            cfg, devices, cluster, global_batch, seq, space
+        )
     if not structures:
         why = "; ".join(why_not[:4]) or "tp must divide the heads and the device count"
         raise TrainingPlanError(
@@ -116,7 +126,12 @@ def plan_homogeneous(
                 f"(tp, pp, dp, cp) structures; raise time_limit_s to search them all"
             )
             break
-        for base in configurations(cfg, tp, pp, dp, cp, global_batch, space):
+        bases = (
+            narrowed.configurations(tp, pp, dp, cp)
+            if narrowed is not None
+            else configurations(cfg, tp, pp, dp, cp, global_batch, space)
+        )
+        for base in bases:
             tried = cheapest_recompute(  # the ladder: the cheapest policy that fits
                 space.recompute,
                 lambda rec, base=base: _estimate(
@@ -203,6 +218,7 @@ def plan_homogeneous(
         alternatives=tuple(alts), over_memory=tuple(candidate(r, best, False) for r in over),
         searched=searched, search_time_s=time.perf_counter() - t0, model_config=cfg,
         stopped_early=stopped_early, pareto=pareto, params=tparams, cluster=cluster,
+        constraints=narrowed.constraints if narrowed is not None else (),
     )  # fmt: skip
 
 

@@ -100,7 +100,7 @@ def scaling_curve(
     global_batch: int | None = None, seq: int | None = None, mode: ScalingMode = "weak",
     params: TrainingParams | None = None, space: SearchSpace | None = None,
     progress: ProgressFn | None = None,
-    on_point: Callable[[ScalingCurve], None] | None = None,
+    on_point: Callable[[ScalingCurve], None] | None = None, constraints: Sequence | None = None,
 ) -> ScalingCurve:  # fmt: skip
     """Plan ``cfg`` at each of ``device_counts`` and compare per-device throughput.
 
@@ -115,6 +115,8 @@ def scaling_curve(
         on_point: ``on_point(curve)`` once each count is planned, with the curve of the
             points planned so far (a view draws them as they come; the last call has them
             all). An exception it raises stops the planning and propagates.
+        constraints: passed to each count's `plan_training` (`planning.constraints`); a
+            count they leave without a configuration becomes a point whose note says why.
 
     A count where nothing fits (or the batch cannot be split) becomes a point without a
     configuration whose ``note`` says why; linearity is relative to the first point that
@@ -145,7 +147,7 @@ def scaling_curve(
         try:
             plan = plan_homogeneous(
                 cfg, n, cluster, gb, seq, params, space=space, top_k=1, simulate_top=1,
-                progress=inner,
+                progress=inner, constraints=constraints,
             )  # fmt: skip
         except TrainingPlanError as e:
             if progress is not None:
