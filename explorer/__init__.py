@@ -26,6 +26,7 @@ from .diff import DiffError, diff
 from .errors import ExplorerError
 from .hardware import Mesh
 from .ir import DType, Graph, GraphBuilder, TensorType
+from .robustness import robustness
 from .search import CostBreakdown, CostParams, ShardingPlan
 from .search.constraints import ConstraintError, Forbid, Pin
 from .training import (
@@ -55,8 +56,6 @@ from .training import (
     stacks,
 )
 from .training.planning.constraints import Bound, Fix, PlanConstraintError, StageLayers, Within
-
-from .robustness import robustness
 
 __version__ = "0.1.0"
 
