@@ -16,6 +16,7 @@ import traceback
 from pathlib import Path
 
 from . import hardware, models
+from .diff import diff
 from .errors import ExplorerError
 from .ir import format_flops, format_graph
 from .training import plan_training, stacks
@@ -118,6 +119,25 @@ def _plan(args) -> int:
     return 0
 
 
+def _diff(args) -> int:
+    """Two configurations of one job, side by side; ``plan`` stands for the chosen one."""
+    cfg = _load_model(args)
+    _argument("--hardware", args.hardware, hardware.load)
+    sides = [args.a, args.b]
+    if "plan" in sides:
+        plan = plan_training(
+            cfg, devices=args.devices, hardware=args.hardware,
+            global_batch=args.global_batch, seq=args.seq, stack=args.stack,
+        )  # fmt: skip
+        sides = [plan if x == "plan" else x for x in sides]
+        d = diff(*sides)
+    else:
+        d = diff(*sides, model=cfg, hardware=args.hardware, global_batch=args.global_batch,
+                 seq=args.seq or cfg.max_seq_len, stack=args.stack)  # fmt: skip
+    print(json.dumps(d.as_dict(), indent=2) if args.json else d.text())
+    return 0
+
+
 def _report(args) -> int:
     """Drawn with plotly by the widgets package, which the core must not import: the command
     is found through the ``explorer.commands`` entry point that package declares."""
@@ -187,6 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
     _stack_argument(s)
     s.add_argument("--json", action="store_true", help="write the TrainingPlan as JSON")
     s.set_defaults(func=_plan)
+    s = sub.add_parser("diff", help="two configurations side by side, b - a term by term")
+    s.add_argument("model", help="a zoo name or a model .json file")
+    s.add_argument("a", help="'plan' (the chosen configuration) or one such as 'dp16 tp8 pp8'")
+    s.add_argument("b", help="the same; text changes the other side's plan in what it names")
+    s.add_argument("--devices", type=_positive, required=True)
+    s.add_argument("--hardware", default="a100-80g")
+    s.add_argument("--global-batch", type=_positive, required=True)
+    s.add_argument("--seq", type=_positive, default=None)
+    _stack_argument(s)
+    s.add_argument("--json", action="store_true", help="write the diff as JSON")
+    s.set_defaults(func=_diff)
     s = sub.add_parser("report", help="one standalone HTML page: the plan and its figures")
     s.add_argument("model", help="a zoo name or a model .json file")
     s.add_argument("--devices", type=_positive, required=True)
