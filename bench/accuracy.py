@@ -775,7 +775,46 @@ def fit_today() -> dict:
     return out
 
 
+def fit_rowwise() -> dict:
+    """``stacks.FP8_ROWWISE_MATMUL_RATIO``: minimize_scalar of the summed squared
+    log(predicted / measured) over the FIT rows whose knobs name torchao's rowwise FP8
+    recipe (``float8_recipe=rowwise``), every other value as stored. Check rows unread."""
+    from explorer.training import stacks
+
+    print("5c. torchao rowwise FP8: fp8_scaling_matmul_ratio on its FIT rows (check rows unread)")
+    rows = []
+    for name in measured_datasets("stacks"):
+        for r in published_runs(name, skipped=[]):
+            p = measured_params(r)
+            if r.role == "fit" and p.fp8_scaling_matmul_ratio != 1.0:
+                rows.append((name, r, p))
+
+    def loss(x: float) -> float:
+        return sum(
+            np.log(predict(r, p.replace(fp8_scaling_matmul_ratio=x)).step_time_s / r.step_time_s)
+            ** 2
+            for _, r, p in rows
+        )
+
+    sol = minimize_scalar(loss, bounds=(0.05, 1.0), method="bounded")
+    out = {"value": float(sol.x), "stored": stacks.FP8_ROWWISE_MATMUL_RATIO,
+           "rows": [f"{n}: {r.label} ({r.source.split('column')[-1].strip()[:40]})"
+                    for n, r, _ in rows]}  # fmt: skip
+    for n, r, p in rows:
+        e = predict(r, p.replace(fp8_scaling_matmul_ratio=sol.x)).step_time_s / r.step_time_s - 1
+        print(f"   {n} fit {r.label}: error {e:+.1%} at the fitted value")
+    print(f"   fp8_scaling_matmul_ratio {sol.x:.3f} on {len(rows)} fit rows "
+          f"(stored: {stacks.FP8_ROWWISE_MATMUL_RATIO})")  # fmt: skip
+    return out
+
+
 def main() -> None:
+    if "--fit-rowwise" in sys.argv[1:]:
+        result = json.loads(OUT.read_text()) if OUT.is_file() else {}
+        result["today_fit_rowwise"] = fit_rowwise()
+        OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
+        print(f"wrote {OUT} (today_fit_rowwise)")
+        return
     if "--fit" in sys.argv[1:]:
         result = json.loads(OUT.read_text()) if OUT.is_file() else {}
         result["today_fit"] = fit_today()

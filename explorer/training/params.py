@@ -205,6 +205,7 @@ class TrainingParams:
     p2p_overlap_fraction          fraction   of pipeline sends hidden behind compute
     fp8_cast_bytes_per_element    bytes      moved per FP8 GEMM input element (the cast)
     fp8_matmul_efficiency_ratio   1          FP8 GEMM share of FP8 peak / BF16's of BF16's
+    fp8_scaling_matmul_ratio      1          FP8 GEMM rate of the scaling recipe / per-tensor's
     overlap_interference          fraction   of hidden communication added to the compute
     moe_layer_overhead_s          s          per MoE layer forward or backward of a microbatch
     grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
@@ -357,6 +358,16 @@ class TrainingParams:
         source="assumption (1: an FP8 GEMM reaches the same share of the FP8 peak as a BF16 "
         "GEMM of the BF16 peak); the current stacks set the value fitted on the FP8 and BF16 "
         "fit rows of datasets/published")  # fmt: skip
+    fp8_scaling_matmul_ratio: float = knob(
+        1.0, "FP8 GEMM rate with the run's scaling recipe / with per-tensor scaling", 0.0, 1.0,
+        low_open=True,
+        source="assumption (1: per-tensor scaling, TransformerEngine's delayed or current "
+        "scaling and torchao's tensorwise); torchao's rowwise recipe scales every row of "
+        "both operands (a cast along each axis of each input, the scales applied in a "
+        "rowwise-scaled GEMM's epilogue) and ran slower than BF16 in torchtitan's 2025-06 "
+        "benchmark (benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md; "
+        "pytorch/torchtitan#1207): stacks.FP8_ROWWISE_MATMUL_RATIO, fitted on its fit "
+        "rows (bench/accuracy.py --fit-rowwise)")  # fmt: skip
     grad_reduce_bytes_per_param: float | None = knob(
         None, "bytes per parameter in the gradient reduction", 0.5, 8.0,
         auto="state.gradient_bytes",

@@ -59,6 +59,7 @@ __all__ = [
     "TP_COMM_OVERLAP_ON",
     "COMPILE_FUSED_OPS",
     "OPTIMIZER_STATE_BYTES",
+    "FP8_ROWWISE_MATMUL_RATIO",
     "names",
     "get",
     "params",
@@ -364,6 +365,13 @@ _TORCHTITAN_VALUES = _FSDP_COMMON | {
         "async TP off by default (parallelism.enable_async_tensor_parallel = False; needs "
         "torch.compile); switch on with tp_comm_overlap_fraction=stacks.TP_COMM_OVERLAP_ON",
     ),
+    "fp8_cast_bytes_per_element": (
+        5.0,
+        "torchao's Float8Linear scales each GEMM input dynamically (per-tensor current "
+        "scaling, the 'tensorwise' recipe torchtitan's float8 converter uses): an amax "
+        "reduction reads the BF16 tensor (2 bytes) before the cast reads it again and writes "
+        "FP8 (2 + 1); TrainingParams' 3 is the cast alone",
+    ),
     "fp8_weight_gather": (
         False,
         "float8.enable_fsdp_float8_all_gather is off by default; switch on with "
@@ -622,6 +630,13 @@ def resolve(
     return get(DEFAULT_STACK if stack is None else stack).params()
 
 
+#: ``float8_recipe=rowwise`` in a row's knobs (torchao's rowwise FP8 scaling): the
+#: ``fp8_scaling_matmul_ratio`` fitted by bench/accuracy.py --fit-rowwise (minimize_scalar
+#: on log(predicted / measured), the other values as stored) on the two rowwise FIT rows of
+#: datasets/published/torchtitan_2025_asynctp.csv (Llama 3 70B vanilla TP, Llama 3 8B async
+#: TP; its two rowwise check rows unread).
+FP8_ROWWISE_MATMUL_RATIO = 0.52
+
 # ``optim_dtype`` in a row's knobs: the dtype NeMo's ``distributed_fused_adam`` keeps its
 # state in (the launcher YAML's ``optim.dtype``) -> the model-state bytes per parameter.
 # NeMo (nemo/collections/nlp/models/language_modeling/megatron_base_model.py,
@@ -681,6 +696,8 @@ def row_params(
             changes["fp8_weight_gather"] = on
         elif key == "compile" and value[:4] in ("true", "fals"):
             changes["fused_ops"] = COMPILE_FUSED_OPS if on else _FUSED
+        elif key == "float8_recipe" and value.split(" ")[0] == "rowwise":
+            changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
             changes["state"] = OPTIMIZER_STATE_BYTES[value.split(" ")[0]]
     return params(name, **changes)

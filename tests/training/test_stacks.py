@@ -251,3 +251,19 @@ def test_fp8_saved_inputs_keep_one_byte_gemm_inputs():
     fp8, fp8_bf16_copies = act(precision="fp8"), act(precision="fp8", fp8_saved_inputs=False)
     assert fp8 / fp8_bf16_copies == pytest.approx((6 + 21.5) / (8 + 23.75), rel=0.02)
     assert act(precision="bf16") == act(precision="bf16", fp8_saved_inputs=False)
+
+
+def test_rowwise_fp8_recipe_slows_fp8_gemms_only():
+    knobs = "compile=true; float8=true; float8_recipe=rowwise"
+    row = stacks.row_params("torchtitan_2025_asynctp", "torchtitan", "fp8", knobs)
+    plain = stacks.row_params("torchtitan_2025_asynctp", "torchtitan", "fp8", "float8=true")
+    assert row.fp8_scaling_matmul_ratio == stacks.FP8_ROWWISE_MATMUL_RATIO < 1.0
+    assert plain.fp8_scaling_matmul_ratio == 1.0
+    par = ex.ParallelConfig(dp=8, tp=8, sp=True, zero=3, microbatch_size=2)
+    fp8 = [ex.estimate("llama3-8b", par, "h100-sxm", 16, 4096, p).step_time_s for p in (row, plain)]
+    assert fp8[0] > fp8[1]
+    bf16 = [p.replace(precision="bf16") for p in (row, plain)]
+    t = [ex.estimate("llama3-8b", par, "h100-sxm", 16, 4096, p).step_time_s for p in bf16]
+    assert t[0] == t[1]
+    with pytest.raises(TrainingParamsError):
+        ex.TrainingParams(fp8_scaling_matmul_ratio=0.0)

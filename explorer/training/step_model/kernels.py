@@ -91,7 +91,7 @@ KERNEL_FIELDS = (
     "matmul_efficiency_cap", "tile_reuse_exponent", "hbm_efficiency", "kernel_overhead_s",
     "memory_bound_backward_ratio", "flash_attention", "flash_attention_efficiency",
     "flash_backward_flops_ratio", "flash_block_tokens", "precision", "fp8_cast_bytes_per_element",
-    "fp8_matmul_efficiency_ratio",
+    "fp8_matmul_efficiency_ratio", "fp8_scaling_matmul_ratio",
 )  # fmt: skip
 
 
@@ -204,13 +204,13 @@ def gemm_s(
     roofline, plus the kernel overhead. Without compute units or tiles (TPU, Ascend
     profiles) the compute time is the FLOPs at ``matmul_efficiency_cap`` of peak (None:
     the chip's ``matmul_efficiency``); an FP8 GEMM at that ceiling times
-    ``fp8_matmul_efficiency_ratio``."""
+    ``fp8_matmul_efficiency_ratio`` and the scaling recipe's ``fp8_scaling_matmul_ratio``."""
     flops = 2.0 * batch * m * n * k
     if flops == 0:
         return 0.0
     rate = chip.peak_flops(dtype) * matmul_cap(chip, p)
     if dtype == "fp8":
-        rate *= p.fp8_matmul_efficiency_ratio
+        rate *= p.fp8_matmul_efficiency_ratio * p.fp8_scaling_matmul_ratio
     nbytes = itemsize * batch * (m * k + k * n + m * n)
     tiles, units = chip.matmul_tile_shapes, chip.compute_units
     if not tiles or not units:
