@@ -3,7 +3,11 @@
 Prints, per (graph, mesh, method): cost relative to the ILP optimum (where ILP finishes),
 search time, and whether the numpy SPMD verification passed (small graphs on <= 8 devices;
 "-" where executing the model in numpy is too big). Then the search speed targets,
-measured side by side in this run. Writes bench/results/search.json.
+measured side by side in this run, and the time of searches under 0, 10 and 100
+constraints (issue 29): plan_training on gpt3-175b / 1024 A100s (target 1 s) and
+llama3-405b / 8192 H100s (target 3 s), and the operator-sharding search of gpt3-175b-96l
+on 1024 devices (tables + search, as the 1 s target above), each from cold caches.
+Writes bench/results/search.json.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 
 import explorer as ex
 from explorer.ir import GraphBuilder
+from explorer.memo import clear_all
 from explorer.models import ModelConfig
 from explorer.models.layers import attention
 from explorer.search import METHODS, CostParams, Planner, SearchError
@@ -51,6 +56,101 @@ MESHES = [
     ex.Mesh({"dp": 8, "tp": 8}, hardware=HW),
     ex.Mesh({"d": 1024}, hardware=HW),
 ]
+
+
+def sharding_constraints(graph) -> list:
+    """100 constraints on gpt3-175b-96l, each over every layer (``layers.*.<op>``, so the
+    repeated layers stay folded): pins of every weight and bias to replicated, forbids of
+    all-to-all, send/recv and reduce-scatter on the layer's ops, in that order (the first 10
+    are the 10-constraint case)."""
+    ops = [n for n in graph.nodes if n.name.startswith("layers.1.")]
+    suffix = [n.name[len("layers.1.") :] for n in ops]
+    weights = [s for s, n in zip(suffix, ops, strict=True) if n.op == "param"]
+    others = [s for s, n in zip(suffix, ops, strict=True) if not n.is_source]
+    cons = [ex.Pin(f"layers.*.{w}", "replicated") for w in weights]
+    for kind in ("all-to-all", "send/recv", "reduce-scatter"):
+        cons += [ex.Forbid(f"layers.*.{o}", collective=kind) for o in others]
+    return cons[:100]
+
+
+def training_constraints() -> list:
+    """100 loose bounds over the knobs (each wide enough to keep the unconstrained plan),
+    the first 10 one per knob plus tp within a node."""
+    first = [
+        ex.Within("tp", "node"), ex.Bound("tp", max=8), ex.Bound("pp", max=64),
+        ex.Bound("dp", min=1), ex.Bound("cp", max=8), ex.Bound("zero", max=3),
+        ex.Bound("microbatch", max=8), ex.Bound("virtual_stages", max=4),
+        ex.Bound("ep", max=64), ex.Bound("etp", max=8),
+    ]  # fmt: skip
+    knobs = ("dp", "tp", "pp", "cp", "microbatch", "zero", "virtual_stages", "ep", "etp")
+    more = [ex.Bound(knobs[i % len(knobs)], max=10_000 - i) for i in range(90)]
+    return first + more
+
+
+def constraint_timings() -> dict:
+    """Search time under 0, 10 and 100 constraints, each run from cold caches."""
+    out: dict = {"plan_training": {}, "sharding": {}}
+    jobs = [
+        ("gpt3-175b / 1024 a100-80g", "gpt3-175b", 1024, "a100-80g", 1536, 2048, 1.0),
+        ("llama3-405b / 8192 h100-sxm", "llama3-405b", 8192, "h100-sxm", 2048, 8192, 3.0),
+    ]
+    cons = training_constraints()
+    for label, model, devices, hw, gb, seq, target in jobs:
+        rows = {}
+        for n in (0, 10, 100):
+            clear_all()
+            t, cpu = time.perf_counter(), time.process_time()
+            plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
+                                    seq=seq, constraints=cons[:n])  # fmt: skip
+            rows[n] = {"time_s": time.perf_counter() - t, "cpu_s": time.process_time() - cpu,
+                       "config": str(plan.config), "searched": plan.searched}  # fmt: skip
+        out["plan_training"][label] = {"target_s": target, "runs": rows}
+    g = ex.models.build(ex.models.load("gpt3-175b"), batch=1024, seq=2048)
+    mesh = MESHES[-1]
+    scons = sharding_constraints(g)
+    for method in ("recursive_programming", "dynamic_programming"):
+        rows = {}
+        for n in (0, 10, 100):
+            clear_all()
+            t, cpu = time.perf_counter(), time.process_time()
+            plan = Planner(g, mesh).search(method, PARAMS, constraints=scons[:n])
+            rows[n] = {"time_s": time.perf_counter() - t, "cpu_s": time.process_time() - cpu,
+                       "cost": plan.cost.total,
+                       "repeated_layers": plan.diagnostics.get("repeated_layers", "")}  # fmt: skip
+        out["sharding"][f"gpt3-175b-96l {str(mesh).split(' on ')[0]} {method}"] = {
+            "target_s": 1.0, "runs": rows,
+        }  # fmt: skip
+    # one constraint on one layer only: the repeated layers are planned unfolded
+    clear_all()
+    t, cpu = time.perf_counter(), time.process_time()
+    plan = Planner(g, mesh).search("dynamic_programming", PARAMS,
+                                   constraints=[ex.Pin("layers.5.attn.q_w", "replicated"),
+                                                ex.Forbid("layers.5.mlp.fc1", axis="d")])  # fmt: skip
+    out["sharding"]["one layer constrained (unfolded), dynamic_programming"] = {
+        "target_s": None,
+        "runs": {2: {"time_s": time.perf_counter() - t, "cpu_s": time.process_time() - cpu,
+                     "cost": plan.cost.total,
+                     "repeated_layers": plan.diagnostics.get("repeated_layers", "")}},
+    }  # fmt: skip
+    return out
+
+
+def print_constraint_timings(c: dict) -> None:
+    print("\nsearch time under constraints (each from cold caches; measured under load: "
+          "other helpers ran on the 2-core machine)")  # fmt: skip
+    for area in ("plan_training", "sharding"):
+        for label, r in c[area].items():
+            times = ", ".join(f"{n}: {v['time_s']:.2f} s (cpu {v['cpu_s']:.2f} s)"
+                              for n, v in r["runs"].items())  # fmt: skip
+            target = f" (target {r['target_s']:g} s)" if r["target_s"] else ""
+            print(f"  {area} {label}, constraints {times}{target}")
+            if area == "sharding":
+                same = len({v["cost"] for v in r["runs"].values()}) == 1
+                print(f"    cost {'unchanged' if same else 'changed'} by the constraints")
+            if area == "plan_training":
+                same = len({v["config"] for v in r["runs"].values()}) == 1
+                print(f"    plan {'unchanged' if same else 'CHANGED'} by the loose bounds: "
+                      f"{r['runs'][0]['config']}")  # fmt: skip
 
 
 def main() -> None:
@@ -179,11 +279,13 @@ def main() -> None:
     print(f"SPMD verification failures: {len(failed)}")
     for k, v in speed.items():
         print(f"{k}: ratio {v:.2f} ({'met' if v < 1 else 'MISSED'})")
+    constrained = constraint_timings()
+    print_constraint_timings(constrained)
     out = Path(__file__).parent / "results" / "search.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "worst_rp_ratio": worst_rp, "replan_s": replans,
                                "time_limited_rows": len(limited), "error_rows": len(errors),
-                               "repeated_layers": tiling,
+                               "repeated_layers": tiling, "constraints": constrained,
                                "speed_ratios_to_target": speed}, indent=2) + "\n")  # fmt: skip
 
 
