@@ -91,10 +91,13 @@ def _child(kind: str, path: str, q) -> None:
     import explorer  # noqa: F401 -- the baseline process imports it too
 
     t0 = time.perf_counter()
-    if kind == "stream":
+    if kind in ("stream", "objects"):
         import explorer as ex
 
-        events = ex.traces.load_kineto(path).events
+        t = ex.traces.load_kineto(path)
+        events = t.events
+        if kind == "objects":  # every kernel and op as a Python tuple (how they were kept)
+            held = [(tuple(r.kernels), tuple(r.ops)) for r in t.ranks]  # noqa: F841
     elif kind == "json.load":
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt") as f:
@@ -119,9 +122,13 @@ def import_rows(paths: dict[str, Path], whole_file: bool) -> list[dict]:
     rows = []
     for label, path in paths.items():
         events, secs, kb = _in_child("stream", str(path))
-        row = {"trace": label, "bytes": path.stat().st_size, "events": events,
+        _, _, okb = _in_child("objects", str(path))
+        size = path.stat().st_size
+        row = {"trace": label, "bytes": size, "events": events,
                "seconds": secs, "events_per_s": events / secs,
-               "peak_mib_above_import": max(kb - base_kb, 0) / 1024}  # fmt: skip
+               "peak_mib_above_import": max(kb - base_kb, 0) / 1024,
+               "peak_mib_per_gib": max(kb - base_kb, 0) / 1024 / (size / 2**30),
+               "as_objects_peak_mib_above_import": max(okb - base_kb, 0) / 1024}  # fmt: skip
         if whole_file:
             _, jsecs, jkb = _in_child("json.load", str(path))
             row.update(json_load_seconds=jsecs,
@@ -130,6 +137,8 @@ def import_rows(paths: dict[str, Path], whole_file: bool) -> list[dict]:
         print(
             f"{label:34s} {row['bytes'] / 2**20:8.1f} MiB {events:>10,} events "
             f"{row['events_per_s']:>10,.0f} ev/s  peak +{row['peak_mib_above_import']:7.1f} MiB"
+            f" ({row['peak_mib_per_gib']:6.0f} MiB per GiB; every event as a tuple: "
+            f"+{row['as_objects_peak_mib_above_import']:.1f} MiB)"
             + (
                 f"  (json.load: {row['json_load_seconds']:.2f} s, peak "
                 f"+{row['json_load_peak_mib_above_import']:.1f} MiB)"
@@ -196,7 +205,7 @@ def main() -> None:
     )
     paths = {"HTA nccl_data.json.gz (real)": real, "HTA nccl_data.json (plain)": plain,
              f"generated {gen.stat().st_size / 2**20:.0f} MiB": gen}  # fmt: skip
-    rows = import_rows(paths, whole_file=not args.gb)
+    rows = import_rows(paths, whole_file=size <= 128 * 2**20)  # json.load of more: GBs
     shutil.rmtree(tmp, ignore_errors=True)
     cal = calibration_rows(args.fresh)
     OUT.parent.mkdir(exist_ok=True)

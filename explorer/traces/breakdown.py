@@ -29,14 +29,17 @@ record is ``?``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from ..checks import is_int
 from .classify import CATEGORIES
 from .errors import TracesError
 from .events import Activity, Collective, KinetoTrace, RankTrace, Step
 from .intervals import clip, length, merge, overlap, subtract
+from .table import ActivityTable
 
 __all__ = ["StepBreakdown", "Breakdown", "breakdown", "axis_of"]
 
@@ -244,20 +247,43 @@ def _row(r: RankTrace, st: Step, lo, hi, compute, comm, cats, comm_acts, world, 
     )  # fmt: skip
 
 
+def kernels_by_step(r: RankTrace) -> list[Sequence[Activity]]:
+    """Per step of ``r.steps``, the kernels launched inside its CPU window (by their
+    ``launched`` time, else their start), in start order. On a columnar trace
+    (`explorer.traces.table.ActivityTable`) the assignment is done on the columns and each
+    step's kernels stay a table: no more than one step's tuples are made at a time."""
+    steps, ks = r.steps, r.kernels
+    if not isinstance(ks, ActivityTable):
+        per: list[list[Activity]] = [[] for _ in steps]
+        starts = [s.ts for s in steps]
+        for k in ks:
+            i = _step_index(starts, steps, k.ts if k.launched is None else k.launched)
+            if i is not None:
+                per[i].append(k)
+        return per
+    launched, ts = ks.column("launched"), ks.column("ts")
+    at = np.where(np.isnan(launched), ts, launched)
+    starts = np.array([s.ts for s in steps])
+    ends = np.array([s.end for s in steps])
+    i = np.searchsorted(starts, at, side="right") - 1
+    ok = i >= 0
+    ok[ok] = at[ok] <= ends[i[ok]]
+    rows = np.flatnonzero(ok)
+    order = np.argsort(i[rows], kind="stable")  # by step, start order within each
+    rows, i = rows[order], i[rows][order]
+    cuts = np.searchsorted(i, np.arange(len(steps) + 1))
+    return [ks.rows(rows[a:b]) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
 def _gpu_rows(r: RankTrace, world, axes) -> list[StepBreakdown]:
     steps = r.steps
-    per: list[list[Activity]] = [[] for _ in steps]
-    starts = [s.ts for s in steps]
-    for k in r.kernels:
-        at = r.launches.get(k.correlation, k.ts)
-        i = _step_index(starts, steps, at)
-        if i is not None:
-            per[i].append(k)
+    per = kernels_by_step(r)
     rows = []
-    firsts = [min((k.ts for k in ks), default=None) for ks in per]
+    firsts = [ks[0].ts if len(ks) else None for ks in per]  # each step's in start order
     for i, (st, ks) in enumerate(zip(steps, per, strict=True)):
         if not ks:
             continue
+        ks = list(ks)
         lo = firsts[i]
         nxt = next((f for f in firsts[i + 1 :] if f is not None), None)
         hi = nxt if nxt is not None and nxt > lo else max(k.end for k in ks)

@@ -7,6 +7,7 @@ Times are microseconds as the trace writes them (``ts``, ``dur``); every value i
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -61,6 +62,8 @@ class Activity(NamedTuple):
         shapes: the input shapes the trace records (``Input Dims``), of the op or, for a
             kernel, of the op that launched it.
         collective: the collective it runs, or None.
+        launched: for a kernel, the CPU time (us) of the runtime call that launched it
+            (``cudaLaunchKernel`` with the same correlation id), or None when not recorded.
     """
 
     name: str
@@ -75,6 +78,7 @@ class Activity(NamedTuple):
     op: str = ""
     shapes: tuple = ()
     collective: Collective | None = None
+    launched: float | None = None
 
     @property
     def end(self) -> float:
@@ -114,13 +118,16 @@ class RankTrace:
             ``rank-3.json``, when the trace has none; None when neither says).
         groups: the process groups (``pg_config``).
         device: ``gpu`` when the trace holds GPU activity, else ``cpu``.
-        kernels: GPU kernels, copies and memsets, in start order (with their launch time in
-            ``launches``: correlation id -> CPU launch time, for step assignment).
-        ops: CPU ops and annotations, in start order.
+        kernels: GPU kernels, copies and memsets, in start order, each with its launch time
+            (``launched``, for step assignment); an `explorer.traces.table.ActivityTable`
+            (columnar: a GB trace's millions of kernels stay compact) or a tuple.
+        ops: CPU ops and annotations, in start order (the same kind of sequence).
         steps: the ``ProfilerStep#N`` markers, in order.
         main_tid: the thread that ran the steps (the markers' thread).
         events: how many trace events the file held (all phases).
         meta: the file's other top-level scalar fields (``schemaVersion``, ...).
+        launches: correlation id -> CPU launch time (us) of each kernel's runtime launch call
+            (`explorer.traces.table.LaunchTimes`, read from the kernels' columns).
     """
 
     path: str
@@ -129,13 +136,13 @@ class RankTrace:
     backend: str
     groups: tuple[ProcessGroup, ...]
     device: str
-    kernels: tuple[Activity, ...]
-    ops: tuple[Activity, ...]
+    kernels: Sequence[Activity]
+    ops: Sequence[Activity]
     steps: tuple[Step, ...]
     main_tid: int | str | None
     events: int
     meta: tuple[tuple[str, object], ...] = ()
-    launches: dict = field(default_factory=dict, repr=False, compare=False)
+    launches: Mapping = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def collectives(self) -> tuple[Activity, ...]:

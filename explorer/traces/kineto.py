@@ -27,15 +27,19 @@ import io
 import os
 import re
 import zlib
+from array import array
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from ..models import datasets_dir
 from .classify import classify_name, collective_kind, dtype_name, nelems
 from .errors import TraceFormatError, TracesError
-from .events import Activity, Collective, KinetoTrace, ProcessGroup, RankTrace, Step
+from .events import Collective, KinetoTrace, ProcessGroup, RankTrace, Step
 from .stream import StreamError, read_document
+from .table import NONE_ID, ActivityColumns, LaunchTimes, ids64
 
 __all__ = ["load_kineto", "load_rank", "vendored", "trace_files", "Progress"]
 
@@ -179,21 +183,20 @@ def _rank_from_name(path: Path) -> int | None:
 
 
 class _Reader:
-    """Accumulates one file's events; `build` links kernels to their ops."""
+    """Accumulates one file's events into columns (`explorer.traces.table`); `build` links
+    kernels to their ops and launches and freezes the columns sorted by start time."""
 
     def __init__(self, path: Path):
         self.path = path
         self.count = 0
         self.last = ""
-        self.kernels: list[tuple] = []
-        self.ops: list[Activity] = []
-        self.op_by_ext: dict[int, tuple[str, tuple, Collective | None]] = {}
-        self.launches: dict[int, float] = {}
+        self.kernels = ActivityColumns()
+        self.ops = ActivityColumns(share=self.kernels)
+        self.kernel_comm: dict[int, dict] = {}  # kernel row -> its NCCL arguments
+        self.launch_ids, self.launch_ts = array("q"), array("d")
         self.steps: list[tuple[int, float, float, object]] = []
         self.backend_dtypes: set[str] = set()
-        self.names: dict[str, str] = {}
-        self.tids: dict = {}
-        self.shape_cache: dict[tuple, tuple] = {}
+        self.category_of: dict[str, str | None] = {}
 
     def fail(self, i: int, ev: object, why: str) -> TraceFormatError:
         name = ev.get("name") if isinstance(ev, dict) else None
@@ -223,19 +226,17 @@ class _Reader:
         if cat in _RUNTIME_CATS:
             c = args.get("correlation")
             if type(c) is int:
-                self.launches[c] = float(ts)
+                self.launch_ids.append(c)
+                self.launch_ts.append(float(ts))
             return
-        name = self.names.setdefault(name, name)
         tid = ev.get("tid", 0)
-        tid = self.tids.setdefault(tid, tid) if type(tid) is not dict else tid
         if cat in _GPU_CATS:
-            coll = None
-            if name[:4].lower() in ("nccl", "rccl"):
-                coll = {k: args[k] for k in _COMM_ARGS if k in args}
             stream = args.get("stream", tid)
-            self.kernels.append((name, cat, float(ts), float(dur), tid,
-                                 stream if type(stream) is int else None,
-                                 args.get("correlation"), args.get("External id"), coll))  # fmt: skip
+            row = self.kernels.append(name, cat, float(ts), float(dur), tid=tid, stream=stream,
+                                      correlation=args.get("correlation"),
+                                      external_id=args.get("External id"))  # fmt: skip
+            if name[:4].lower() in ("nccl", "rccl"):
+                self.kernel_comm[row] = {k: args[k] for k in _COMM_ARGS if k in args}
             return
         if cat not in _CPU_CATS:
             return
@@ -243,7 +244,9 @@ class _Reader:
             m = _STEP.match(name)
             if m:
                 self.steps.append((int(m.group(1)), float(ts), float(dur), tid))
-        category = classify_name(name)
+        category = self.category_of.get(name, False)
+        if category is False:
+            category = self.category_of[name] = classify_name(name)
         coll = _op_collective(name, args) if category == "communication" else None
         if name.startswith("gloo:") and name[5:] not in ("broadcast", "barrier"):
             types = args.get("Input type") or []
@@ -252,38 +255,77 @@ class _Reader:
                 self.backend_dtypes.add(dt)
         # shapes only where they say something: a matmul's, an attention's, a norm's
         shapes = _shapes(args) if category in _SHAPED else ()
-        if shapes:  # a model repeats a few hundred shapes across millions of ops
-            shapes = self.shape_cache.setdefault(shapes, shapes)
-        ext = args.get("External id")
-        ext = ext if type(ext) is int else None
-        if ext is not None:
-            self.op_by_ext.setdefault(ext, (name, shapes, coll))
-        self.ops.append(
-            Activity(
-                name, cat, float(ts), float(dur), tid, None, None, ext, category, "", shapes, coll
-            )  # fmt: skip
-        )
+        self.ops.append(name, cat, float(ts), float(dur), tid=tid,
+                        external_id=args.get("External id"), category=category,
+                        shapes=shapes, collective=coll)  # fmt: skip
+
+    def _link_kernels(self) -> dict[str, np.ndarray]:
+        """The kernels' columns with the op that launched each (the first op with its
+        External id, in file order: its name, shapes and collective), its category and its
+        launch time. Full-width temporaries are made one column at a time."""
+        k, o = self.kernels.arrays(), self.ops.arrays()
+        n = len(k["ts"])
+        o_ext = ids64(o["external_id"])
+        o_rows = np.flatnonzero(o_ext != NONE_ID)
+        exts, first = np.unique(o_ext[o_rows], return_index=True)
+        o_rows = o_rows[first]
+        del o_ext, first
+        k_ext = ids64(k["external_id"])
+        hit = np.zeros(n, bool)
+        op_row = np.zeros(n, np.intp)
+        if len(exts) and n:
+            j = np.minimum(np.searchsorted(exts, k_ext), len(exts) - 1)
+            hit = (k_ext != NONE_ID) & (exts[j] == k_ext)
+            op_row = np.where(hit, o_rows[j], 0)
+            del j
+        del k_ext, exts, o_rows
+        linked = hit.any()
+        k["op"] = np.where(hit, o["name"][op_row], 0) if linked else np.zeros(n, np.int32)
+        k["shapes"] = np.where(hit, o["shapes"][op_row], 0) if linked else np.zeros(n, np.int32)
+        # one category per (kernel name, cat, op): a trace repeats a few thousand of them
+        strings, cats = self.kernels.strings.values, self.kernels.categories
+        ns = len(strings)
+        category = np.zeros(n, np.int32)
+        if n:
+            key = (k["name"].astype(np.int64) * ns + k["cat"]) * ns + k["op"]
+            if ns**3 >= 2**62:  # too many names for one int64 key: a 2-D unique instead
+                key = np.stack([k["name"], k["cat"], k["op"]], axis=1).astype(np.int64)
+            uniq, inverse = np.unique(key, axis=0 if key.ndim == 2 else None,
+                                      return_inverse=True)  # fmt: skip
+            del key
+            codes = []
+            for u in uniq.tolist():
+                name, cat, op = u if isinstance(u, list) else (u // ns // ns, u // ns % ns, u % ns)
+                name, op = strings[name], strings[op]
+                c = "memcpy" if strings[cat] != "kernel" else (
+                    classify_name(name) or (classify_name(op) if op else None) or "other"
+                )  # fmt: skip
+                codes.append(cats.code(c))
+            category = np.asarray(codes, np.int32)[inverse.reshape(-1)]
+            del inverse
+        coll = np.zeros(n, np.int32)
+        op_colls = self.ops.collectives.values
+        for row, comm in self.kernel_comm.items():
+            op_coll = op_colls[o["collective"][op_row[row]]] if hit[row] else None
+            c = _kernel_collective(strings[k["name"][row]], comm, op_coll)
+            coll[row] = self.kernels.collectives.code(c)
+            category[row] = cats.code("communication")
+        k["category"], k["collective"] = category, coll
+        launches = LaunchTimes.of(np.frombuffer(self.launch_ids, np.int64),
+                                  np.frombuffer(self.launch_ts, np.float64))  # fmt: skip
+        self.launch_ids = self.launch_ts = None
+        k["launched"] = launches.lookup(ids64(k["correlation"]))
+        return k
 
     def build(self, head: dict, dist: dict) -> RankTrace:
-        kernels = self.kernels  # each record replaced by its Activity in place (no copy)
-        for i, (name, cat, ts, dur, tid, stream, corr, ext, comm) in enumerate(kernels):
-            op, shapes, op_coll = self.op_by_ext.get(ext, ("", (), None))
-            category = "memcpy" if cat != "kernel" else (
-                classify_name(name) or (classify_name(op) if op else None) or "other"
-            )  # fmt: skip
-            coll = None
-            if comm is not None:
-                coll = _kernel_collective(name, comm, op_coll)
-                category = "communication"
-            kernels[i] = Activity(name, cat, ts, dur, tid, stream,
-                                  corr if type(corr) is int else None,
-                                  ext if type(ext) is int else None, category, op, shapes, coll)  # fmt: skip
-        self.kernels = []
-        kernels.sort(key=lambda a: a.ts)
-        self.ops.sort(key=lambda a: a.ts)
-        self.ops = _fill_collectives(self.ops, dist, self.backend_dtypes)
+        kernels = self.kernels.freeze(self._link_kernels())
+        pool = self.ops.collectives
+        pool.values = _fill_collectives(pool.values, dist, self.backend_dtypes)
+        o = self.ops.arrays()
+        ops = self.ops.freeze(o)
         steps = sorted({s[0]: s for s in self.steps}.values())
-        main_tid = steps[0][3] if steps else _busiest_thread(self.ops)
+        main_tid = steps[0][3] if steps else _busiest_thread(o, self.ops.tids.values)
+        self.kernels = self.ops = None
         groups = tuple(
             ProcessGroup(
                 str(g.get("pg_name", "")),
@@ -302,41 +344,38 @@ class _Reader:
         return RankTrace(
             path=str(self.path), rank=rank, world_size=world if isinstance(world, int) else None,
             backend=str(dist.get("backend", "")), groups=groups,
-            device="gpu" if kernels else "cpu", kernels=tuple(kernels), ops=tuple(self.ops),
+            device="gpu" if len(kernels) else "cpu", kernels=kernels, ops=ops,
             steps=tuple(Step(n, ts, dur) for n, ts, dur, _ in steps), main_tid=main_tid,
-            events=self.count, meta=meta, launches=self.launches,
+            events=self.count, meta=meta, launches=LaunchTimes(kernels=kernels),
         )  # fmt: skip
 
 
-def _fill_collectives(ops: list[Activity], dist: dict, backend_dtypes: set) -> list[Activity]:
+def _fill_collectives(colls: list, dist: dict, backend_dtypes: set) -> list:
     """c10d ops record neither their process group nor, for a tensor list, their dtype:
     the group is the trace's only one (``pg_config`` with one distinct rank set); the dtype
     is the one the backend's own slices (``gloo:all_reduce`` with its ``Input type``) all
     show, when there is one (gloo runs FSDP's reduce-scatter as an all-reduce, so the
-    slices of every kind count)."""
+    slices of every kind count). ``colls``: the ops' collectives (None for an op without)."""
     sets = {tuple(g.get("ranks", ())) for g in dist.get("pg_config", ()) or ()
             if isinstance(g, dict)}  # fmt: skip
     ranks = tuple(int(x) for x in next(iter(sets))) if len(sets) == 1 else None
     dtype = next(iter(backend_dtypes)) if len(backend_dtypes) == 1 else None
     out = []
-    for a in ops:
-        c = a.collective
+    for c in colls:
         if c is not None and (c.group_ranks is None or c.dtype is None):
             same = ranks is not None and c.group_size in (None, len(ranks))
             gr = c.group_ranks if c.group_ranks is not None else (ranks if same else None)
             fill = dtype if c.kind not in ("broadcast", "barrier") else None
             c = replace(c, dtype=c.dtype or fill, group_ranks=gr,
                         group_size=c.group_size or (len(gr) if gr else None))  # fmt: skip
-            a = a._replace(collective=c)
-        out.append(a)
+        out.append(c)
     return out
 
 
-def _busiest_thread(ops) -> int | str | None:
-    totals: dict = {}
-    for a in ops:
-        totals[a.tid] = totals.get(a.tid, 0.0) + a.dur
-    return max(totals, key=totals.get) if totals else None
+def _busiest_thread(ops: dict[str, np.ndarray], tids: list) -> int | str | None:
+    if len(ops["tid"]) == 0:
+        return None
+    return tids[int(np.argmax(np.bincount(ops["tid"], weights=ops["dur"])))]
 
 
 def _shapes(args: dict) -> tuple:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import is_int
-from .breakdown import _check_axes, _self_segments, _step_index, axis_of
+from .breakdown import _check_axes, _self_segments, axis_of, kernels_by_step
 from .errors import TracesError
 from .events import Collective, KinetoTrace, RankTrace
 from .intervals import clip, merge, subtract
@@ -142,10 +142,7 @@ def _measured_lane(r: RankTrace, step: int, world, axes) -> Lane | None:
         return None
     comm: dict[str, list] = {}
     if r.device == "gpu":
-        starts = [s.ts for s in r.steps]
-        i = r.steps.index(st)
-        ks = [k for k in r.kernels
-              if _step_index(starts, r.steps, r.launches.get(k.correlation, k.ts)) == i]  # fmt: skip
+        ks = list(kernels_by_step(r)[r.steps.index(st)])
         if not ks:
             return None
         lo, hi = min(k.ts for k in ks), max(k.end for k in ks)
