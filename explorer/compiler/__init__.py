@@ -17,9 +17,11 @@ from .jit import JitFunction, capture, jit
 from .passes import MemoryPlan, RewriteStep, optimize
 from .rewrite_diff import NodeStatus, RewriteDiff, rewrite_diff
 from .tensor import Parameter, Tensor, spec, tensor
+from .torch_decode import Decoder
 
 __all__ = [
     "F", "nn", "jit", "JitFunction", "capture", "grad", "value_and_grad", "Tensor", "Parameter",
     "tensor", "spec", "Program", "optimize", "RewriteStep", "MemoryPlan", "CompilerError",
     "JitSyntaxError", "ShapeError", "GraphBreak", "RewriteDiff", "rewrite_diff", "NodeStatus",
+    "Decoder",
 ]  # fmt: skip

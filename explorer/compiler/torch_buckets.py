@@ -3,10 +3,12 @@ lengths (``ex.compile(model, (ids,), buckets=(16, 32, 64))``).
 
 A call of length ``L`` runs the program of the smallest bucket ``b >= L``: its sequence
 inputs (the tensor inputs whose ``seq_dim`` has the example's length) are padded with zeros
-to ``b``, its sequence outputs (those whose ``seq_dim`` follows the input's length) cut
-back to ``L``. A bucket is compiled on its first call (a ``compile`` or ``recompile``
-event with the reason in the active trace, and a `BucketCompile` in ``compiles``), so a
-program serving lengths 1..512 over buckets of powers of two compiles at most 10 times.
+to ``b``, its sequence outputs cut back to ``L`` (an output's sequence dim is the one that
+grows with the input's, ``seq_dim`` where several do: a key/value cache
+``[batch, heads, seq, dim]`` is cut on dim 2). A bucket is compiled on its first call (a
+``compile`` or ``recompile`` event with the reason in the active trace, and a
+`BucketCompile` in ``compiles``), so a program serving lengths 1..512 over buckets of
+powers of two compiles at most 10 times.
 
 Padding at the end is exact when no output at the first ``L`` positions reads a padded
 one: a causal model (GPT-2, Llama: position ``i`` attends to positions ``<= i``), or an
@@ -210,10 +212,9 @@ class BucketedProgram:
 
     def _cut(self, prog: TorchProgram, outs: list[np.ndarray], length: int) -> list[np.ndarray]:
         outs = list(outs)
-        cut = (slice(None),) * self.seq_dim + (slice(0, length),)
-        for k in self._seq_outputs:
+        for k, d in self._seq_outputs.items():
             i = prog._out_index[k]
-            outs[i] = outs[i][cut]
+            outs[i] = outs[i][(slice(None),) * d + (slice(0, length),)]
         return outs
 
     def _example_length(self, leaves: list[Any]) -> int:
@@ -225,10 +226,11 @@ class BucketedProgram:
             "seq_dim= the dim that holds the sequence length"
         )
 
-    def _check_padding(self, leaves: list[Any], prog: TorchProgram) -> list[int]:
+    def _check_padding(self, leaves: list[Any], prog: TorchProgram) -> dict[int, int]:
         """Run torch on the example and on it padded by half its length (at least 1); the
-        outputs whose ``seq_dim`` grows with the input are the sequence outputs (their
-        tensor leaf indices); raise when the first ``length`` positions differ."""
+        outputs with a dim that grows with the input are the sequence outputs ({tensor leaf
+        index: that dim}, ``seq_dim`` where several grow); raise when the first ``length``
+        positions differ."""
         import torch
         from torch.utils._pytree import tree_flatten, tree_map
 
@@ -247,11 +249,13 @@ class BucketedProgram:
         want_t = [w for w in tree_flatten(want)[0] if isinstance(w, torch.Tensor)]
         got_t = [g for g in tree_flatten(got)[0] if isinstance(g, torch.Tensor)]
         rtol, atol = self.tolerance
-        seq, worst = [], 0.0
+        seq: dict[int, int] = {}
+        worst = 0.0
         for k, (w, g) in enumerate(zip(want_t, got_t, strict=True)):
-            d = self.seq_dim
-            if w.dim() > d and w.shape[d] == self.length and g.shape[d] == pad:
-                seq.append(k)
+            grown = [i for i in range(w.dim()) if w.shape[i] == self.length and g.shape[i] == pad]
+            if len(grown) == 1 or self.seq_dim in grown:  # a key/value cache: [b, h, seq, d]
+                d = self.seq_dim if self.seq_dim in grown else grown[0]
+                seq[k] = d
                 g = g.narrow(d, 0, self.length)
             if g.shape != w.shape:
                 raise TorchCompileError(
