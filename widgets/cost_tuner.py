@@ -25,6 +25,7 @@ from .figures.cost import SCALES, change_rows, changes_html, cost_figure, fmt_co
 from .figures.errors import ViewError
 from .format import fmt_bytes, fmt_number, fmt_percent, human_label
 from .selection import Selection
+from .steer import SteerPanel
 
 __all__ = ["CostTuner", "PRESETS", "mesh_shapes", "method_notes", "preset_of"]
 
@@ -179,6 +180,7 @@ class CostTuner(View):
     baseline = tl.Any(None, allow_none=True, help="the pinned plan every change compares to")
     previous = tl.Any(None, allow_none=True, help="the plan before the last re-plan")
     changed = tl.Tuple(help="ops whose strategy differs from the baseline")
+    constraints = tl.Tuple(help="ex.Pin / ex.Forbid the search honours (the steer panel)")
     # --- timings (seconds, last re-plan) --------------------------------------------------
     search_s = tl.Float(0.0)
     update_s = tl.Float(0.0)
@@ -211,7 +213,8 @@ class CostTuner(View):
         # responsive, and its synced state kept current (see widgets.figure_widget)
         self.figure = FigureWidget(self._figure())
         self._publish()
-        self._layout_children(*self._rows())
+        self.steer = SteerPanel(self.set_constraints, selection=self.selection)
+        self._layout_children(*self._rows(), self.steer)
 
     # --- layout -------------------------------------------------------------------------
     def _boxed(self, key: str) -> ipw.Widget:
@@ -418,13 +421,27 @@ class CostTuner(View):
             self._planners[mesh] = planner
         return planner
 
+    def set_constraints(self, constraints: tuple) -> None:
+        """Re-plan now under ``constraints`` (the steer panel's list); a set no plan
+        satisfies raises its ConstraintError and the constraints and plan stay as they were.
+        """
+        before = self.constraints
+        self.constraints = tuple(constraints)
+        try:
+            self._search()
+        except Exception:
+            self.constraints = before
+            raise
+        self._replan()
+
     def _search(self):
-        key = (self.mesh, self.method, self.params)
+        key = (self.mesh, self.method, self.params, self.constraints)
         plan = self._plans.get(key)
         if plan is None:
             planner = self._planner(self.mesh)
             with self.progress.task(f"re-planning ({self.method})"):
-                plan = planner.search(self.method, self.params)
+                plan = planner.search(self.method, self.params,
+                                      constraints=self.constraints or None)  # fmt: skip
             self._plans[key] = plan
             if len(self._plans) > PLAN_CACHE_SIZE:
                 self._plans.popitem(last=False)

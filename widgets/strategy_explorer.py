@@ -36,6 +36,7 @@ from .mesh_view import MeshView
 from .pipeline_view import PipelineView
 from .scaling_view import ScalingView
 from .selection import Selection
+from .steer import TrainingSteer
 
 __all__ = ["StrategyExplorer", "TABS", "DEVICE_CHOICES", "SEQ_CHOICES"]
 
@@ -81,6 +82,7 @@ class StrategyExplorer(View):
     plan = tl.Any(None, allow_none=True, help="the current TrainingPlan")
     sharding = tl.Any(None, allow_none=True, help="its ShardingPlan (draw_layers layers)")
     plan_s = tl.Float(0.0, help="seconds of the last plan_training + sharding plan")
+    constraints = tl.Tuple(help="ex.Fix / ex.Bound / ex.Within / ex.StageLayers in force")
 
     selection_traits = ("node",)
     name = "dashboard"
@@ -136,13 +138,17 @@ class StrategyExplorer(View):
             self.tabs.set_title(i, t)
         self.tabs.observe(self.errors.guard(self._on_tab), names="selected_index")
         self.replan()  # builds the graph, pipeline and memory views the first time
+        self.steer = TrainingSteer(self.set_constraints, selection=self.selection)
+        steer = ipw.Accordion(children=[self.steer], titles=("steer the plan: fix or bound dp, "
+                                                             "tp, pp, ... and pin an "
+                                                             "alternative",))  # fmt: skip
         wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         f = self._fields
         # Errors and progress sit under the controls, in view, not under the tabs.
         self.children = (
             ipw.HBox([*(f[k] for k in FIELDS), self.controls["plan"]], layout=wrap),
             self.stale_banner, self.progress, self.errors, self.summary,
-            ipw.Accordion(children=[self.report], titles=("full report",)),
+            ipw.Accordion(children=[self.report], titles=("full report",)), steer,
             ipw.HBox([self.tabs, ipw.VBox([ipw.HTML("<b>explain</b>"), self.explain],
                                           layout=ipw.Layout(flex="1 1 20em", min_width="0"))],
                      layout=wrap),
@@ -186,6 +192,20 @@ class StrategyExplorer(View):
         """Run a coalesced re-plan now (tests and scripts; the kernel does it by itself)."""
         self._replan_soon.flush()
 
+    def set_constraints(self, constraints: tuple) -> None:
+        """Re-plan now under ``constraints`` (the steering row's); a set no configuration
+        satisfies raises its error and the constraints and the plan stay as they were."""
+        before = self.constraints
+        self.constraints = tuple(constraints)
+        try:
+            self.replan()
+        except Exception:
+            self.constraints = before
+            raise
+
+    def _constraint_args(self) -> dict[str, Any]:
+        return {"constraints": list(self.constraints)} if self.constraints else {}
+
     def replan(self) -> None:
         """Run ``plan_training`` for the controls' job (with progress), then publish the
         plan and its operator-level plan to every linked view."""
@@ -198,7 +218,8 @@ class StrategyExplorer(View):
         with self.progress.task(f"planning {model} on {devices} x {hw}", steps=2) as step:
             report = self.errors.guard(self.progress.callback("configurations"))
             plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
-                                    seq=seq, progress=report, stack=stack)  # fmt: skip
+                                    seq=seq, progress=report, stack=stack,
+                                    **self._constraint_args())  # fmt: skip
             step("operator strategies of the chosen dp x tp mesh")
             sharding = self._sharding_plan(plan)
         self.plan_s = time.perf_counter() - t0
