@@ -90,10 +90,32 @@ class View(ipw.VBox):
 
     def _layout_children(self, *rows: ipw.Widget) -> None:
         # FitWidth: the view's plots take the width the page gives them (see widgets/fit.py).
+        # figure_text: every plot in words, hidden from sight, read by screen readers.
+        self.figure_text = ipw.HTML(layout=ipw.Layout(width="auto", margin="0"))
         self.children = (
-            self.stale_banner, *rows, self.progress, self.errors,
+            self.stale_banner, *rows, self.figure_text, self.progress, self.errors,
             FitWidth(self._repair_plot, self._fit_plot),
         )  # fmt: skip
+        self.describe_figures()
+
+    def describe_figures(self) -> str:
+        """Put every plot of the view in words into ``figure_text`` (visually hidden, for
+        screen readers; refreshed after each update of a plot) and return the text."""
+        from .figures.summary import figure_summary
+
+        figures = self.figures_in_page_order()
+        for f in figures:
+            f.listen(self._describe_soon)
+        text = " ".join(figure_summary(f) for f in figures)
+        if hasattr(self, "figure_text"):
+            self.figure_text.value = (
+                f"<div role='note' aria-label='figure summary' style='{_SR_ONLY}'>"
+                f"{_escape(text)}</div>"
+            )  # fmt: skip
+        return text
+
+    def _describe_soon(self) -> None:
+        self.describe_figures()
 
     def figures_in_page_order(self) -> list:
         """This view's FigureWidgets in the order the page lays their plots out (depth first
@@ -139,6 +161,11 @@ class View(ipw.VBox):
                     if value is old:
                         setattr(w, name, new)
             stack.extend(k for k in kids if k is not old)
+
+
+#: visually hidden but read by screen readers (the usual "sr-only" rules)
+_SR_ONLY = ("position:absolute;width:1px;height:1px;padding:0;margin:-1px;overflow:hidden;"
+            "clip:rect(0,0,0,0);white-space:nowrap;border:0")  # fmt: skip
 
 
 def _escape(text: str) -> str:

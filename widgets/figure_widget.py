@@ -37,6 +37,7 @@ class FigureWidget(go.FigureWidget):
 
     state_syncs = 0  # full-state sends after updates (tests read it); plotly only lets
     # attributes it knows be set, so this one is declared on the class
+    _listeners: tuple = ()  # called after each update (the view's text summary follows)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -50,6 +51,13 @@ class FigureWidget(go.FigureWidget):
         self._widget_layout = deepcopy(self._layout_obj._props)
         self._widget_data = deepcopy(self._data)
         self.state_syncs += 1
+        for fn in self._listeners:
+            fn()
+
+    def listen(self, fn) -> None:
+        """Call ``fn()`` after every update sent to the page (once per ``fn``)."""
+        if fn not in self._listeners:
+            self._listeners = (*self._listeners, fn)
 
     # Every Python -> page update of plotly goes through one of these.
     def _send_relayout_msg(self, *args: Any, **kwargs: Any) -> None:
