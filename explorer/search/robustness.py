@@ -4,7 +4,9 @@ can move before another of the top ``k`` plans costs less.
 The plans compared are the ones the search kept (``ex.search(..., top_k=k)`` with
 ``method='ilp'`` or ``'exhaustive'``); each is re-costed under the changed knob on the
 plan's own cost tables (`breakdown.plan_breakdown`, the solver's formula), so a scan needs
-no search. One knob at a time, the factor goes from 1 towards 0.5 and towards 2 (an
+no search. A plan that kept no rivals (the other methods) is searched again, with its method
+and constraints, at every factor tried (what the CostTuner's sliders do): the first plan
+that differs is the rival, and the scan costs one search per factor (~40-70). One knob at a time, the factor goes from 1 towards 0.5 and towards 2 (an
 efficiency stops at 1), and where the cheapest plan changes it is bisected. Jointly, the
 compute knobs and the communication knobs move to the corners of `SPAN` together.
 
@@ -26,6 +28,7 @@ from .breakdown import plan_breakdown
 from .errors import SearchError
 from .params import CostParams
 from .plan import ShardingPlan
+from .planner import search
 
 __all__ = ["SearchRobustness", "SearchFlip", "search_robustness", "SEARCH_KNOBS", "SPAN"]
 
@@ -91,7 +94,8 @@ class SearchRobustness:
         if self.nearest is None:
             return f"{self.verdict} (no knob flips it within x0.5-x2)"
         f = self.nearest
-        return f"{self.verdict} (flips to plan #{f.rival} if {f.knob} x{f.factor:.2f})"
+        return (f"{self.verdict} (flips to plan #{f.rival}, {f.changed_ops} ops changed, if "
+                f"{f.knob} x{f.factor:.2f})")  # fmt: skip
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -127,6 +131,28 @@ def _limit(params: CostParams, knob: str, factor: float) -> float:
     if SEARCH_KNOBS[knob][1] and factor > 1:
         return min(factor, 1.0 / getattr(params, knob))
     return factor
+
+
+class _Research:
+    """The winner at a factor: the plan's method run again (0: the same assignment)."""
+
+    def __init__(self, plan: ShardingPlan) -> None:
+        self.plans = [plan]
+        self._seen: dict[tuple, int] = {}
+
+    def winner(self, params: CostParams, changes: tuple[tuple[str, float], ...]) -> int:
+        if changes not in self._seen:
+            first = self.plans[0]
+            q = search(first.graph, first.mesh, first.method, params=scaled(params, changes),
+                       constraints=first.constraints or None)  # fmt: skip
+            names = [s.name for s in q.assignment.values()]
+            same = [i for i, p in enumerate(self.plans)
+                    if [s.name for s in p.assignment.values()] == names]  # fmt: skip
+            if not same:
+                self.plans.append(q)
+                same = [len(self.plans) - 1]
+            self._seen[changes] = same[0]
+        return self._seen[changes]
 
 
 class _Costs:
@@ -182,10 +208,11 @@ def search_robustness(plan: ShardingPlan, k: int = 5,
     if not is_int(k, minimum=2):
         raise SearchError(f"robustness(k={k!r}): expected an int >= 2 (the chosen plan and "
                           "its rivals)")  # fmt: skip
-    if not plan._others:
+    if not plan._others and plan.method == "sharding_propagation":
         raise SearchError(
-            f"robustness: the {plan.method} plan kept no rivals to compare; search with "
-            f"top_k={k} and method='ilp' or 'exhaustive'"
+            "robustness: a sharding_propagation plan follows annotations it does not keep, "
+            f"so it cannot be searched again; search with method='ilp' and top_k={k} (or any "
+            "other method)"
         )
     names = tuple(knobs) if knobs is not None else tuple(SEARCH_KNOBS)
     bad = [n for n in names if n not in SEARCH_KNOBS]
@@ -195,8 +222,7 @@ def search_robustness(plan: ShardingPlan, k: int = 5,
     p = plan.params
     if p.unit == "bytes":  # efficiencies and overlap do not enter a byte-based cost
         names = tuple(n for n in names if not SEARCH_KNOBS[n][1])
-    plans = plan.top_k(min(k, 1 + len(plan._others)))
-    costs = _Costs(plans)
+    costs = _Costs(plan.top_k(min(k, 1 + len(plan._others)))) if plan._others else _Research(plan)
     flips = []
     for n in names:
         if getattr(p, n) <= 0:
@@ -216,4 +242,5 @@ def search_robustness(plan: ShardingPlan, k: int = 5,
     nearest = min(found, key=lambda f: abs(math.log(f.factor)), default=None)
     inside = any(SPAN[0] <= f.factor <= SPAN[1] for f in found)
     verdict = "fragile" if inside or any(w for _, _, w in corners) else "robust"
-    return SearchRobustness(plans, tuple(flips), tuple(corners), SPAN, verdict, nearest)
+    return SearchRobustness(tuple(costs.plans), tuple(flips), tuple(corners), SPAN, verdict,
+                            nearest)  # fmt: skip

@@ -95,9 +95,28 @@ def test_flip_factor_really_flips_the_searched_plan():
     assert r.verdict == ("fragile" if inside or any(w for *_, w in r.corners) else "robust")
 
 
-def test_robustness_needs_rivals(gpt_plans):
+def test_a_plan_without_rivals_is_searched_again(gpt_plans):
+    a, _ = gpt_plans  # dynamic programming keeps one plan: every factor is re-searched
+    r = ex.robustness(a, knobs=("beta_communication", "gamma_param_comm"))
+    names = lambda p: [s.name for s in p.assignment.values()]  # noqa: E731
+    assert any(f.factor for f in r.flips), r.text()
+    for f in r.flips:
+        if f.factor is None:
+            continue
+        again = ex.search(a.graph, a.mesh, a.method,
+                          params=scaled(P, ((f.knob, f.factor),)))  # fmt: skip
+        assert names(again) == names(r.plans[f.rival]) != names(a)
+        before = f.factor * (1.005 if f.direction == "down" else 1 / 1.005)
+        assert names(ex.search(a.graph, a.mesh, a.method,
+                               params=scaled(P, ((f.knob, before),)))) == names(a)  # fmt: skip
+
+
+def test_robustness_refuses_what_it_cannot_scan(gpt_plans):
     a, _ = gpt_plans
-    with pytest.raises(ex.search.SearchError, match="top_k"):
-        ex.robustness(a)
+    prop = ex.search(a.graph, a.mesh, "sharding_propagation", params=P)
+    with pytest.raises(ex.search.SearchError, match="annotations"):
+        ex.robustness(prop)
+    with pytest.raises(ex.search.SearchError, match="unknown knob"):
+        ex.robustness(a, knobs=("warp",))
     with pytest.raises(ex.ExplorerError):
         ex.robustness("dp8")
