@@ -120,3 +120,34 @@ def test_cpu_run_arguments_are_checked_before_any_process_starts(tmp_path):
     want = vocab * h + seq * h + layers * (12 * h * h + 13 * h) + 2 * h
     assert tiny_gpt_config(h, layers, 4, vocab, seq).num_params() == want
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_on_a_cluster_of_ones_own_round_trips_through_json():
+    import dataclasses
+    import json
+
+    from explorer.traces.cpu_runs import host_cluster, tiny_gpt_config
+
+    host = host_cluster(vendored("cpu_gloo_ddp"))  # not in the catalog
+    changed = dataclasses.replace(ex.hardware.load("a100-80g"), inter_node_latency_s=9e-6)
+    for hw in (host, changed):
+        run = ex.MeasuredRun(tiny_gpt_config(), ex.ParallelConfig(dp=2, microbatch_size=4),
+                             hw, 8, 32, 0.1, categories=(("compute", 0.05),))  # fmt: skip
+        d = json.loads(json.dumps(run.as_dict()))
+        assert "hardware_profile" in d
+        back = ex.MeasuredRun.from_dict(d)
+        assert back == run and back.cluster == hw
+    # a catalog profile is still written by name
+    plain = ex.MeasuredRun("gpt2", CFG, ex.hardware.load("a100-80g"), 8, 1024, 0.1)
+    assert "hardware_profile" not in plain.as_dict()
+    bad = {**d, "hardware_profile": {**d["hardware_profile"], "chips_per_node": 0}}
+    with pytest.raises(ex.training.CalibrationError, match="chips_per_node"):
+        ex.MeasuredRun.from_dict(bad)
+
+
+def test_labels_tell_ddp_from_fsdp():
+    ddp = ex.MeasuredRun("gpt2", CFG, "a100-80g", 8, 1024, 0.1)
+    fsdp = ex.MeasuredRun("gpt2", ex.ParallelConfig(dp=2, zero=3, microbatch_size=4),
+                          "a100-80g", 8, 1024, 0.1)  # fmt: skip
+    assert ddp.label == "gpt2 dp2 tp1 pp1 mb4"
+    assert fsdp.label == "gpt2 dp2 tp1 pp1 zero3 mb4"

@@ -30,7 +30,8 @@ from functools import cached_property
 from typing import Literal, get_args
 
 from ...checks import is_int, is_number
-from ...hardware import Cluster, resolve
+from ...hardware import Chip, Cluster, HardwareError, Level, resolve
+from ...hardware import names as hardware_names
 from ...models import ModelConfig, datasets_dir, load
 from ...traces import KinetoTrace, RankTrace, TracesError, breakdown
 from ..config import ParallelConfig
@@ -294,7 +295,8 @@ class MeasuredRun:
         """A short name for tables and plots: model and layout."""
         c = self.config
         cp = f" cp{c.cp}" if getattr(c, "cp", 1) > 1 else ""
-        return f"{self.model_name} dp{c.dp} tp{c.tp} pp{c.pp}{cp} mb{c.microbatch_size}"
+        zero = f" zero{c.zero}" if c.zero else ""  # DDP and FSDP runs of one layout differ
+        return f"{self.model_name} dp{c.dp} tp{c.tp} pp{c.pp}{cp}{zero} mb{c.microbatch_size}"
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON values; a model given as a `ModelConfig` is written out in full."""
@@ -312,17 +314,22 @@ class MeasuredRun:
         }  # fmt: skip
         if isinstance(self.model, ModelConfig):
             out["model_config"] = asdict(self.model)
+        if _custom(self.hardware):
+            out["hardware_profile"] = asdict(self.hardware)
         return out
 
     @classmethod
     def from_dict(cls, d: dict) -> MeasuredRun:
-        """Inverse of `as_dict` (hardware by catalog name; a profile grown to more nodes
-        by `cluster_with_devices` keeps its node count)."""
+        """Inverse of `as_dict` (hardware by catalog name, or a cluster of one's own
+        written out in full; a profile grown to more nodes by `cluster_with_devices` keeps
+        its node count)."""
         try:
             config = ParallelConfig(**d["config"])
             hw = d["hardware"]
             nodes = d.get("hardware_max_nodes")
-            if nodes is not None and nodes > resolve(hw).max_nodes:
+            if d.get("hardware_profile") is not None:
+                hw = _cluster_from(d["hardware_profile"])
+            elif nodes is not None and nodes > resolve(hw).max_nodes:
                 base = resolve(hw)
                 hw = base.extended(nodes * base.chips_per_node)
             model = d["model"]
@@ -340,14 +347,41 @@ class MeasuredRun:
                 knobs=tuple(tuple(k) for k in d.get("knobs", ())),
                 categories=tuple(tuple(k) for k in d.get("categories", ())),
             )  # fmt: skip
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise CalibrationError(
                 f"a measured run's record {d!r} is malformed ({e}); expected the keys of "
                 "MeasuredRun.as_dict()"
             ) from None
+        except HardwareError as e:
+            raise CalibrationError(
+                f"a measured run's record names hardware that cannot be rebuilt: {e}"
+            ) from None
 
     def __str__(self) -> str:
         return f"{self.label} on {self.hardware_name}: {self.step_time_s:.4g} s/step"
+
+
+def _custom(hw: str | Cluster) -> bool:
+    """Whether ``hw`` is a cluster the catalog cannot give back by its name (a profile of
+    one's own, or a catalog profile changed), so `as_dict` writes it out in full."""
+    if not isinstance(hw, Cluster):
+        return False
+    if hw.name not in hardware_names():
+        return True
+    base = resolve(hw.name)
+    return hw != base and hw != base.extended(hw.capacity)
+
+
+def _tuples(x):
+    return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
+
+
+def _cluster_from(d: dict) -> Cluster:
+    """A `Cluster` from ``dataclasses.asdict`` of one (lists back to tuples)."""
+    d = {k: _tuples(v) for k, v in d.items()}
+    chip = Chip(**{k: _tuples(v) for k, v in d.pop("chip").items()})
+    levels = tuple(Level(**lv) for lv in d.pop("link_levels", ()))
+    return Cluster(chip=chip, link_levels=levels, **d)
 
 
 def _check_categories(cats: object) -> tuple[tuple[str, float], ...]:
