@@ -73,6 +73,9 @@ class ParallelConfig:
         etp: expert tensor parallelism: each expert's weights split over ``etp`` devices
             (Megatron-Core's ``--expert-tensor-parallel-size``). None, the default, follows
             ``tp`` as Megatron-Core's does; an ``etp`` equal to ``tp`` is stored as None.
+        stage_layers: layers per pipeline stage, given (``plan_training``'s `StageLayers`
+            constraint; one count per stage, one chunk per device); None: the step model
+            chooses the split (`simulate`).
 
     An ``ep`` that divides ``dp`` with ``etp = tp`` is the unfolded layout (the experts
     split over ``ep`` of the data-parallel replicas, `experts_folded` False); any other
@@ -101,6 +104,7 @@ class ParallelConfig:
     cp: int = 1
     cp_kv_exchange: KvExchange = "all_gather"
     etp: int | None = None
+    stage_layers: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.virtual_stages is None:  # Megatron-LM's usual two chunks when interleaving
@@ -154,6 +158,8 @@ class ParallelConfig:
                 "ranks, but cp=1; set cp > 1 or cp_kv_exchange='all_gather'"
             )
         _check_fold(self)
+        if self.stage_layers is not None:
+            _check_stage_layers(self)
         if self.recompute_num_layers is not None:
             if self.recompute != "per_layer":
                 raise ParallelConfigError(
@@ -268,9 +274,32 @@ class ParallelConfig:
         rec = self.recompute
         if self.recompute_num_layers is not None:
             rec += f"({self.recompute_num_layers})"
+        split = (
+            "" if self.stage_layers is None else f", layers {'/'.join(map(str, self.stage_layers))}"
+        )
         return (
             f"dp{self.dp} x tp{self.tp} x pp{self.pp}{extra}, mb{self.microbatch_size}, "
-            f"{sched}, zero{self.zero}, recompute {rec}"
+            f"{sched}, zero{self.zero}, recompute {rec}{split}"
+        )
+
+
+def _check_stage_layers(par: ParallelConfig) -> None:
+    """``stage_layers``: one count >= 0 per pipeline stage, one chunk per device."""
+    layers = par.stage_layers
+    if isinstance(layers, list):
+        layers = tuple(layers)
+        object.__setattr__(par, "stage_layers", layers)
+    if (not isinstance(layers, tuple) or not all(is_int(n, minimum=0, numpy=True) for n in layers)
+            or sum(layers) < 1):  # fmt: skip
+        raise ParallelConfigError(
+            f"stage_layers={par.stage_layers!r}; expected a tuple of layer counts, one per "
+            "pipeline stage, e.g. (24, 24, 24, 24)"
+        )
+    if len(layers) != par.pp or par.virtual_stages != 1:
+        raise ParallelConfigError(
+            f"stage_layers={layers} gives {len(layers)} stages, but pp={par.pp} x "
+            f"virtual_stages={par.virtual_stages}; give one count per pipeline stage with one "
+            "chunk per device (virtual_stages=1)"
         )
 
 

@@ -37,7 +37,7 @@ __all__ = [
     "COMM_KINDS", "CALIBRATED_COST",
 ]  # fmt: skip
 
-PartitionMethod = Literal["uniform", "time_balanced", "memory_capped"]
+PartitionMethod = Literal["uniform", "time_balanced", "memory_capped", "given"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,8 @@ class PartitionChoice:
     Attributes:
         method: ``uniform`` (Megatron-LM's even split), ``time_balanced`` (the dynamic
             programme over the parts' times) or ``memory_capped`` (the same programme
-            under each stage's memory cap).
+            under each stage's memory cap); ``given``: the configuration's own
+            ``stage_layers``.
         reason: one sentence: why this split, and what was tried before it.
 
     >>> print(PartitionChoice("uniform", "one pipeline stage"))
@@ -442,6 +443,14 @@ def _partition(
     to stay fast and keeps whichever of the two needs less memory."""
     par = step.par
     L = step.cfg.num_layers
+    if par.stage_layers is not None:
+        if sum(par.stage_layers) != L:
+            raise ParallelConfigError(
+                f"stage_layers={par.stage_layers} holds {sum(par.stage_layers)} layers, the "
+                f"model {L}; give counts adding up to {L}"
+            )
+        split = StagePartition.from_layers(par.stage_layers)
+        return split, PartitionChoice("given", "the configuration's stage_layers")
     uni = uniform_partition(L, par.stages)
     if par.pp == 1:
         return uni, PartitionChoice("uniform", "one pipeline stage")
