@@ -138,9 +138,24 @@ def test_constraints_that_do_not_apply_are_named(con, words):
         ex.plan_training("gpt2", **GPT2, constraints=[con])
 
 
-def test_stage_layers_fix_the_pipeline_depth():
-    plan = ex.plan_training("gpt2", **GPT2, constraints=[ex.StageLayers((6, 6))])
+def test_stage_layers_are_the_split_simulated():
+    plan = ex.plan_training("gpt2", **GPT2, constraints=[ex.StageLayers((3, 9))])
     assert plan.config.pp == 2 and plan.config.virtual_stages == 1
+    assert plan.config.stage_layers == (3, 9)
+    assert plan.sim.partition.layer_counts() == (3, 9)
+    assert plan.sim.partition_choice.method == "given"
+    assert all(a.config.stage_layers == (3, 9) for a in plan.alternatives)
+    # the free plan's own split of the same configuration differs, so the split is priced
+    own = ex.simulate("gpt2", plan.config.replace(stage_layers=None), "a100-80g", 64, 512)
+    assert own.partition.layer_counts() != (3, 9)
+    assert own.step_time_s != plan.sim.step_time_s
+
+
+def test_parallel_config_checks_its_stage_layers():
+    with pytest.raises(ex.training.ParallelConfigError, match="gives 3 stages, but pp=2"):
+        ex.ParallelConfig(dp=2, pp=2, stage_layers=(4, 4, 4))
+    with pytest.raises(ex.training.ParallelConfigError, match="adding up to 12"):
+        ex.simulate("gpt2", ex.ParallelConfig(dp=4, pp=2, stage_layers=(4, 4)), "a100-80g", 64, 512)
 
 
 def test_scaling_curve_passes_constraints():

@@ -197,7 +197,8 @@ class Within:
 @dataclass(frozen=True)
 class StageLayers:
     """Pipeline stages of ``layers[i]`` layers each (``pp = len(layers)``, one chunk per
-    device).
+    device): every configuration searched carries the split (``ParallelConfig.stage_layers``),
+    which `simulate` and `estimate` then use instead of choosing their own.
 
     >>> str(StageLayers((6, 6)))
     'StageLayers((6, 6))'
@@ -212,11 +213,11 @@ class StageLayers:
             object.__setattr__(self, "layers", layers)
         if (
             not isinstance(layers, tuple)
-            or not layers
-            or not all(is_int(x, minimum=1) for x in layers)
+            or not all(is_int(x, minimum=0) for x in layers)
+            or sum(layers) < 1
         ):
             raise PlanConstraintError(
-                f"StageLayers({self.layers!r}): expected a tuple of layer counts >= 1, one per "
+                f"StageLayers({self.layers!r}): expected a tuple of layer counts >= 0, one per "
                 "pipeline stage, e.g. (24, 24, 24, 24)"
             )
 
@@ -288,10 +289,12 @@ class Narrowed:
         return [s for s in found if self.structure_ok(*s)], why
 
     def configurations(self, tp: int, pp: int, dp: int, cp: int):
-        """`space.configurations` of one structure, narrowed."""
+        """`space.configurations` of one structure, narrowed (with `StageLayers`, each
+        configuration carries the split: ``ParallelConfig.stage_layers``)."""
+        split = next((c.layers for c in self.constraints if isinstance(c, StageLayers)), None)
         for c in configurations(self.ctx.cfg, tp, pp, dp, cp, self.ctx.global_batch, self.space):
             if self.config_ok(c):
-                yield c
+                yield c if split is None else c.replace(stage_layers=split)
 
     def empty(self) -> bool:
         """No configuration left to estimate (before any estimate: cheap)."""
