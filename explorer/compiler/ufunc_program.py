@@ -197,7 +197,9 @@ def _generate(prog: list, n_in: int, n_tmp: int, own: list[np.ndarray] | None,
                 args.append(f"c{j}_{q}")
             else:
                 args.append(f"t{v}")
-        args.append("out" if dst < 0 else f"t{dst}")
+        dest = "out" if dst < 0 else f"t{dst}"
+        # numpy 2.x deprecates a positional out for maximum and minimum (a third operand)
+        args.append(f"out={dest}" if uf in (np.maximum, np.minimum) else dest)
         lines.append(f"    u{j}({', '.join(args)})")
     if select_slot >= 0:
         lines.append(f"    _copyto(out, t{select_slot})")
