@@ -157,7 +157,11 @@ class Planner:
                 f"{format_bytes(cap)}; use more devices, a smaller batch, or raise "
                 "device_memory_cap_bytes"
             )
-        fixed = self._fixed(annotations or {}) if method == "sharding_propagation" else {}
+        fixed = (
+            self._fixed(annotations or {}, m, None if unfolded else self.repeats)
+            if method == "sharding_propagation"
+            else {}
+        )
         if cons is not None:
             self._check_fixed(p, fixed, cons)
         chain, alike = None, "sharding propagation repeats the tile"
@@ -176,6 +180,12 @@ class Planner:
         if cons is not None and not math.isfinite(solved.diagnostics["objective"]):
             # no plan honours the constraints, or a heuristic missed every one that does
             self._raise_conflict(cons, params, cap)
+            if fixed:  # dynamic programming would drop the annotations: say so instead
+                raise SearchError(
+                    "sharding propagation from these annotations reached a node whose every "
+                    "strategy the constraints forbid; pass the annotations as ex.Pin(name, "
+                    "strategy) constraints with method='dynamic_programming' (exact)"
+                )
             cons_note = (f"{method}'s plan broke a constraint; re-solved by "
                          "dynamic_programming (exact), which honours them")  # fmt: skip
             method_run = "dynamic_programming"
@@ -376,11 +386,14 @@ class Planner:
         return float(sum(nt.mem_bytes[k] for nt, k in zip(self.full_model.nodes, choice,
                                                             strict=True)))  # fmt: skip
 
-    def _fixed(self, annotations: dict[str, Strategy | str]) -> dict[int, int]:
-        m = self.model
+    def _fixed(
+        self, annotations: dict[str, Strategy | str], m: CostModel, repeats: Repeats | None
+    ) -> dict[int, int]:
+        """Annotations as strategy indexes of ``m`` (the tiled tables, where ``repeats``
+        maps a name to its tile node, or the whole graph's)."""
         fixed: dict[int, int] = {}
         for name, want in annotations.items():
-            rep = self.repeats.rep(name) if self.repeats else name
+            rep = repeats.rep(name) if repeats else name
             if rep not in m.index:
                 raise SearchError(f"annotation names %{name}, which is not a node of the graph")
             strats = m.nodes[m.index[rep]].strategies

@@ -219,3 +219,31 @@ def test_malformed_constraints_are_refused():
 
 def test_top_level_names():
     assert ex.Pin is Pin and ex.Forbid is Forbid and ex.ConstraintError is ConstraintError
+
+
+def test_a_heuristic_that_breaks_a_constraint_is_re_solved_exactly(gpt2_4):
+    # propagation settles attn.q before it sees that the pinned mask needs it split over
+    # tp, which the forbid rules out: its plan breaks a constraint, so the planner re-solves
+    mesh = ex.Mesh({"dp": 2, "tp": 2}, hardware=HW)
+    cons = [
+        ex.Forbid("layers.*.attn.mask", collective="all-to-all"),
+        ex.Forbid("layers.*.attn.q", axis="tp"),
+        ex.Pin("layers.*.attn.mask", "a=dp+tp"),
+    ]
+    plan = ex.search(gpt2_4, mesh, "sharding_propagation", constraints=cons)
+    assert "re-solved by dynamic_programming" in plan.diagnostics["constraints"]
+    exact = ex.search(gpt2_4, mesh, "dynamic_programming", constraints=cons)
+    assert plan.cost.total == pytest.approx(exact.cost.total, rel=1e-9)
+    assert all(s.name == "a=dp+tp" for n, s in plan.assignment.items() if n.endswith("attn.mask"))
+
+
+def test_annotations_with_a_constraint_on_one_layer(gpt2_4):
+    mesh = ex.Mesh({"dp": 2, "tp": 2}, hardware=HW)
+    plan = ex.search(gpt2_4, mesh, "sharding_propagation",
+                     annotations={"layers.0.attn.q": "a=dp"},
+                     constraints=[Forbid("layers.2.*", axis="tp")])  # fmt: skip
+    assert plan.assignment["layers.0.attn.q"].name == "a=dp"
+    assert "planned unfolded" in plan.diagnostics["repeated_layers"]
+    assert all(
+        "tp" not in _axes(s) for n, s in plan.assignment.items() if n.startswith("layers.2.")
+    )
