@@ -162,3 +162,17 @@ def test_scaling_curve_passes_constraints():
     curve = ex.scaling_curve("gpt2", "a100-80g", [8, 16], global_batch=64, seq=512,
                              constraints=[ex.Fix("pp", 2)])  # fmt: skip
     assert [p.config.pp for p in curve.points] == [2, 2]
+
+
+def test_forbidden_by_names_the_constraint_a_configuration_breaks():
+    from explorer.training.planning.constraints import forbidden_by
+
+    a100 = resolve("a100-80g")
+    cons = (ex.Bound("tp", max=4), ex.Within("tp", "node"), ex.Fix("schedule", "1f1b"))
+    assert forbidden_by(cons, ex.ParallelConfig(dp=2, tp=8), a100) == "Bound('tp', max=4)"
+    assert forbidden_by(cons[1:], ex.ParallelConfig(dp=1, tp=16), a100) == "Within('tp', 'node')"
+    gpipe = ex.ParallelConfig(dp=2, tp=2, pp=2, schedule="gpipe")
+    assert forbidden_by(cons, gpipe, a100) == "Fix('schedule', '1f1b')"
+    assert forbidden_by(cons, ex.ParallelConfig(dp=2, tp=2, pp=2), a100) == ""
+    split = (ex.StageLayers((6, 6)),)
+    assert forbidden_by(split, ex.ParallelConfig(dp=2, pp=4), a100) == "StageLayers((6, 6))"

@@ -38,7 +38,7 @@ from .space import SearchSpace, configurations, divisors, structures
 
 __all__ = [
     "KNOBS", "Bound", "Fix", "Within", "StageLayers", "PlanConstraintError", "Narrowed",
-    "narrow", "check_constraints",
+    "narrow", "check_constraints", "forbidden_by",
 ]  # fmt: skip
 
 KNOBS: tuple[str, ...] = (
@@ -300,6 +300,28 @@ class Narrowed:
         """No configuration left to estimate (before any estimate: cheap)."""
         found, _ = self.structures()
         return not any(next(self.configurations(*s), None) is not None for s in found)
+
+
+def forbidden_by(constraints: tuple, config: ParallelConfig, cluster: Cluster) -> str:
+    """The first of ``constraints`` that ``config`` breaks, printed (``""``: none): what
+    ``plan.why_not`` and the views say of a configuration outside a constrained search.
+
+    >>> forbidden_by((Bound("tp", max=4),), ParallelConfig(dp=1, tp=8), None)
+    "Bound('tp', max=4)"
+    """
+    for c in constraints:
+        if isinstance(c, (Bound, Fix)) and not c.allows(_value(config, c.knob)):
+            return str(c)
+        if isinstance(c, Within):
+            group = config.tp if c.knob == "tp" else config.tp * config.cp
+            if not c.allows_group(group, cluster):
+                return str(c)
+        if isinstance(c, StageLayers) and (
+            config.pp != len(c.layers) or config.virtual_stages != 1
+            or config.stage_layers not in (None, c.layers)
+        ):  # fmt: skip
+            return str(c)
+    return ""
 
 
 def _narrow_values(values: tuple, constraints, knob: str) -> tuple:
