@@ -38,6 +38,7 @@ from .mesh_view import MeshView
 from .parallelism_lesson import ParallelismLesson
 from .pareto_view import ParetoView
 from .pipeline_view import PipelineView
+from .plan_diff import PlanDiffView
 from .pools_view import PoolsView
 from .progress import Progress
 from .rank_map_view import RankMapView
@@ -52,4 +53,5 @@ __all__ = [
     "MemoryView", "ScalingView", "Series", "TrainingView", "Selection", "link", "View",
     "ErrorPane", "Coalescer", "Progress", "busy", "figure_box", "ParallelismLesson",
     "CalibrationView", "ParetoView", "PoolsView", "ExerciseWidget", "ExerciseSet", "RankMapView",
+    "PlanDiffView",
 ]  # fmt: skip
