@@ -87,11 +87,16 @@ class MemoryView(TrainingView):
             boxes[key], self.fields[key] = field(w)
             w.observe(self.errors.guard(self._on_control), names="value")
         self._sync_controls()
+        # the keyboard's way to what a click on a bar does
+        self.stage_menu = ipw.Dropdown(options=self._stage_options(), value=-1,
+                                       description="select", style=_WIDE,
+                                       layout=ipw.Layout(width="auto"))  # fmt: skip
+        self.stage_menu.observe(self.errors.guard(self._on_stage_menu), names="value")
         self.info = ipw.HTML(self._info(), layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
-            ipw.HBox([boxes["zero"], boxes["recompute"], boxes["microbatch_size"]],
-                     layout=wrap),
+            ipw.HBox([boxes["zero"], boxes["recompute"], boxes["microbatch_size"],
+                      self.stage_menu], layout=wrap),
             self.figure, self.info,
         )  # fmt: skip
         self._finish(selection)
@@ -146,14 +151,46 @@ class MemoryView(TrainingView):
                                             self._selected(len(mems)), memory_title(sim),
                                             sim.config.virtual_stages))  # fmt: skip
         self.info.value = self._info()
+        self._sync_stage_menu()
 
     def _selected(self, n: int) -> int | None:
         # stage g runs on pipeline device g % pp (interleaved: one bar per device)
         return None if self.stage is None or self.stage < 0 else self.stage % n
 
+    def _stage_options(self) -> list[tuple[str, int]]:
+        where = "stage" if self.sim.config.virtual_stages == 1 else "pipeline device"
+        n = len(self.sim.memory_per_device)
+        return [("no stage", -1)] + [(f"{where} {k}", k) for k in range(n)]
+
+    def _sync_stage_menu(self) -> None:
+        """The stage menu lists the bars drawn and shows the one selected."""
+        menu = getattr(self, "stage_menu", None)
+        if menu is None:
+            return
+        x = self._selected(len(self.sim.memory_per_device))
+        self._bulk = True
+        try:
+            options = self._stage_options()
+            if menu.options != tuple(options):
+                menu.options = options
+            menu.value = -1 if x is None else x
+        finally:
+            self._bulk = False
+
+    def _on_stage_menu(self, change: dict[str, Any]) -> None:
+        if self._bulk:
+            return
+        if change["new"] == -1:
+            self.stage = None
+            self._mark()
+            self._select(stage=None)
+        else:
+            self.click(change["new"])
+
     def _mark(self) -> None:
         n = len(self.sim.memory_per_device)
         x = self._selected(n)
+        self._sync_stage_menu()
         with self.figure.batch_update():
             frame = self.figure.layout.shapes[1]
             frame.visible = x is not None

@@ -103,6 +103,11 @@ class MeshView(View):
         }  # fmt: skip
         for key in ("operand", "dims", "collective", "teach_kind", "teach_axis", "step"):
             self.controls[key].observe(guard(self._on_control), names="value")
+        # the keyboard's way to what a click on a cell does
+        self.controls["device"] = ipw.Dropdown(options=_device_options(mesh), value=-1,
+                                               description="device", **words)  # fmt: skip
+        self.controls["device"].observe(guard(self._on_device_menu), names="value")
+        self.observe(guard(self._device_menu_follows), names="device")
         axis_box, self.axis_error = field(self.controls["teach_axis"])
         self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
         self.scope = ipw.HTML(layout=ipw.Layout(width="auto"))
@@ -110,7 +115,8 @@ class MeshView(View):
         c = self.controls
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
         self._layout_children(
-            ipw.HBox([c["operand"], c["dims"], c["collective"]], layout=wrap), self.scope,
+            ipw.HBox([c["operand"], c["dims"], c["collective"], c["device"]], layout=wrap),
+            self.scope,
             self.levels_line, self.figure, self.info, self.tensor_figure,
             ipw.HBox([c["teach_kind"], axis_box, c["step"]], layout=wrap), self.ring_figure,
         )  # fmt: skip
@@ -433,6 +439,25 @@ class MeshView(View):
             self._redraw()
             replace_figure(self.ring_figure, self._ring())
 
+    def _on_device_menu(self, change: dict[str, Any]) -> None:
+        if getattr(self, "_updating_controls", False) or change["new"] == -1:
+            return
+        if change["new"] != self.device:
+            self.click_device(change["new"])
+
+    def _device_menu_follows(self, change: dict[str, Any]) -> None:
+        menu = self.controls.get("device")
+        if menu is None:
+            return
+        self._updating_controls = True
+        try:
+            options = _device_options(self.mesh)
+            if menu.options != tuple(options):
+                menu.options = options
+            menu.value = -1 if change["new"] is None else change["new"]
+        finally:
+            self._updating_controls = False
+
     def _set_mesh(self, mesh: Mesh) -> None:
         self.mesh = mesh
         self.levels_line.value = levels_text(mesh)
@@ -478,3 +503,8 @@ def _placeholder() -> go.Figure:
     fig.update_layout(base_layout("no tensor selected", height=300, legend=False))
     fig.update_layout(plot_bgcolor="white", xaxis={"visible": False}, yaxis={"visible": False})
     return fig
+
+
+def _device_options(mesh: Mesh) -> list[tuple[str, int]]:
+    """The device menu: "none" and every device id of the mesh."""
+    return [("none", -1)] + [(str(d), d) for d in range(mesh.size)]

@@ -124,11 +124,22 @@ class PipelineView(TrainingView):
             boxes[key], self.fields[key] = field(w)
             w.observe(self.errors.guard(self._on_control), names="value")
         self._sync_controls()
+        # the keyboard's way to what a click on a bar does (select a stage, a microbatch)
+        self.pick = {
+            "stage": ipw.Dropdown(options=[("no stage", -1)], value=-1, description="select",
+                                  style=_WIDE, layout=ipw.Layout(width="auto")),
+            "microbatch": ipw.Dropdown(options=[("every microbatch", -1)], value=-1,
+                                       style=_WIDE, layout=ipw.Layout(width="auto")),
+        }  # fmt: skip
+        for w in self.pick.values():
+            w.observe(self.errors.guard(self._on_pick), names="value")
+        self._sync_pick()
         self.info = ipw.HTML(self._info(), layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
             ipw.HBox([boxes["schedule"], boxes["pp"], boxes["virtual_stages"]], layout=wrap),
-            ipw.HBox([boxes["microbatches"], boxes["zoom"]], layout=wrap),
+            ipw.HBox([boxes["microbatches"], boxes["zoom"], self.pick["stage"],
+                      self.pick["microbatch"]], layout=wrap),
             self.figure, self.info,
         )  # fmt: skip
         self._finish(selection)
@@ -285,6 +296,7 @@ class PipelineView(TrainingView):
         finally:
             self._zooming = False
         self.info.value = self._info()
+        self._sync_pick()
         self._set_zoom_control()
 
     def _set_zoom_control(self) -> None:
@@ -338,7 +350,37 @@ class PipelineView(TrainingView):
         # a stage alone outlines that stage's steps; with a microbatch, the microbatch
         return self.stage if self.microbatch is None else None
 
+    def _sync_pick(self) -> None:
+        """The stage and microbatch menus list what is drawn and show what is selected."""
+        pick = getattr(self, "pick", None)
+        if pick is None:
+            return
+        c = self.sim.config
+        stages = [("no stage", -1)] + [(f"stage {k}", k) for k in range(c.pp)]
+        mbs = [("every microbatch", -1)] + [(f"microbatch {m}", m)
+                                            for m in range(c.num_microbatches)]  # fmt: skip
+        self._bulk = True
+        try:
+            for key, options, value in (("stage", stages, self.stage),
+                                        ("microbatch", mbs, self.microbatch)):  # fmt: skip
+                w = pick[key]
+                if w.options != tuple(options):
+                    w.options = options
+                w.value = value if value is not None and 0 <= value < len(options) - 1 else -1
+        finally:
+            self._bulk = False
+
+    def _on_pick(self, change: dict[str, Any]) -> None:
+        if self._bulk:
+            return
+        stage, mb = (w.value for w in self.pick.values())
+        self.stage = None if stage == -1 else stage
+        self.microbatch = None if mb == -1 else mb
+        self._mark()
+        self._select(stage=self.stage, microbatch=self.microbatch)
+
     def _mark(self) -> None:
+        self._sync_pick()
         sel = selected_arrays(self._cols, self.microbatch, self._stage_filter())
         with self.figure.batch_update():
             t = self.figure.data[TRACE_SELECTED_MB]
