@@ -13,6 +13,7 @@ import ipywidgets as ipw
 import plotly.graph_objects as go
 import traitlets as tl
 
+import explorer as ex
 from explorer.hardware import Mesh
 from explorer.ir import Graph
 from explorer.search import EXHAUSTIVE_LIMIT, METHODS, CostParams, Planner
@@ -180,6 +181,7 @@ class CostTuner(View):
     baseline = tl.Any(None, allow_none=True, help="the pinned plan every change compares to")
     previous = tl.Any(None, allow_none=True, help="the plan before the last re-plan")
     changed = tl.Tuple(help="ops whose strategy differs from the baseline")
+    robustness = tl.Any(None, allow_none=True, help="ex.robustness of the plan, once checked")
     constraints = tl.Tuple(help="ex.Pin / ex.Forbid the search honours (the steer panel)")
     # --- timings (seconds, last re-plan) --------------------------------------------------
     search_s = tl.Float(0.0)
@@ -208,6 +210,7 @@ class CostTuner(View):
         self.controls = self._make_controls()
         self.changes = ipw.HTML(layout=ipw.Layout(width="auto", overflow="auto"))
         self.status = ipw.HTML(layout=ipw.Layout(width="auto"))
+        self.robust = ipw.HTML(layout=ipw.Layout(width="auto"))
         self._replan(publish=False)
         self.baseline = self.plan
         # responsive, and its synced state kept current (see widgets.figure_widget)
@@ -238,9 +241,9 @@ class CostTuner(View):
             [self._boxed(k) for k in self.params.fields()],
             layout=ipw.Layout(flex="0 0 auto", width="30em", margin="0 12px 0 0"),
         )
-        buttons = ipw.HBox([c["scale"], c["pin"], c["reset"]], layout=wrap)
+        buttons = ipw.HBox([c["scale"], c["pin"], c["reset"], c["robustness"]], layout=wrap)
         results = ipw.VBox(
-            [buttons, self.figure, self.status, self.changes],
+            [buttons, self.figure, self.status, self.robust, self.changes],
             layout=ipw.Layout(flex="1 1 30em", min_width="0", width="auto"),
         )
         return top, ipw.HBox([fields, results], layout=wrap)
@@ -286,7 +289,13 @@ class CostTuner(View):
             if isinstance(w, ipw.Button):
                 continue
             w.observe(self.errors.guard(lambda ch, k=k: self._on_control(k, ch)), names="value")
+        controls["robustness"] = ipw.Button(
+            description="check robustness", icon="balance-scale", layout=ipw.Layout(width="auto"),
+            tooltip="how far each cost weight can move before the search picks another plan "
+            "(searches again at every factor tried: ~40-70 searches)",
+        )  # fmt: skip
         controls["pin"].on_click(self.errors.guard(lambda _: self.pin()))
+        controls["robustness"].on_click(self.errors.guard(lambda _: self.check_robustness()))
         controls["reset"].on_click(self.errors.guard(lambda _: self.reset()))
         return controls
 
@@ -479,12 +488,27 @@ class CostTuner(View):
             self._redraw()
             self._publish()
         self.search_s, self.update_s = t1 - t0, time.perf_counter() - t1
+        self.robustness = None
+        self.robust.value = ("<span style='color:#555'>robustness: not checked for this plan "
+                             "(<i>check robustness</i>)</span>")  # fmt: skip
         word = STATUS_WORDS.get(plan.status, f"time-limited ({plan.status}): best found")
         self.status.value = (
             f"<b>{plan.method.replace('_', ' ')}</b> on {plan.mesh}: {word}; "
             f"search {fmt_cost(self.search_s, 'seconds')}, "
             f"views {fmt_cost(self.update_s, 'seconds')}"
         )
+
+    def check_robustness(self) -> None:
+        """How far each knob can move before the search picks another plan (the core's
+        ``ex.robustness``, on this tuner's cost tables); its label is shown under the
+        status: ``robust (...)`` or ``fragile (flips to plan #k, n ops changed, if knob
+        x0.8)``."""
+        with self.progress.task("robustness: searching again at each factor"):
+            r = ex.robustness(self.plan, k=5, planner=self._planner(self.mesh))
+        self.robustness = r
+        color = "#D55E00" if r.verdict == "fragile" else "#009E73"
+        self.robust.value = (f"<span style='color:{color}'><b>{r.verdict}</b></span> "
+                             f"{r.label[len(r.verdict):]}")  # fmt: skip
 
     def _valid(self) -> None:
         """Every control's value was planned: record them as the last valid ones."""

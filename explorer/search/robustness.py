@@ -136,15 +136,19 @@ def _limit(params: CostParams, knob: str, factor: float) -> float:
 class _Research:
     """The winner at a factor: the plan's method run again (0: the same assignment)."""
 
-    def __init__(self, plan: ShardingPlan) -> None:
+    def __init__(self, plan: ShardingPlan, planner=None) -> None:
         self.plans = [plan]
+        self.planner = planner
         self._seen: dict[tuple, int] = {}
 
     def winner(self, params: CostParams, changes: tuple[tuple[str, float], ...]) -> int:
         if changes not in self._seen:
-            first = self.plans[0]
-            q = search(first.graph, first.mesh, first.method, params=scaled(params, changes),
-                       constraints=first.constraints or None)  # fmt: skip
+            first, p = self.plans[0], scaled(params, changes)
+            cons = first.constraints or None
+            if self.planner is not None:
+                q = self.planner.search(first.method, p, constraints=cons)
+            else:
+                q = search(first.graph, first.mesh, first.method, params=p, constraints=cons)
             names = [s.name for s in q.assignment.values()]
             same = [i for i, p in enumerate(self.plans)
                     if [s.name for s in p.assignment.values()] == names]  # fmt: skip
@@ -192,10 +196,11 @@ def _flip(costs: _Costs, params: CostParams, knob: str, direction) -> SearchFlip
     return SearchFlip(knob, direction, None, None, limit)
 
 
-def search_robustness(plan: ShardingPlan, k: int = 5,
-                      knobs: tuple[str, ...] | None = None) -> SearchRobustness:  # fmt: skip
+def search_robustness(plan: ShardingPlan, k: int = 5, knobs: tuple[str, ...] | None = None,
+                      planner=None) -> SearchRobustness:  # fmt: skip
     """Scan how far each CostParams knob can move before another of the plan's top ``k``
-    plans costs less.
+    plans costs less. ``planner``: the `Planner` that made a plan without rivals (its
+    cost tables are reused for the searches again; default: ``ex.search``'s own).
 
     >>> import explorer as ex
     >>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
@@ -222,7 +227,13 @@ def search_robustness(plan: ShardingPlan, k: int = 5,
     p = plan.params
     if p.unit == "bytes":  # efficiencies and overlap do not enter a byte-based cost
         names = tuple(n for n in names if not SEARCH_KNOBS[n][1])
-    costs = _Costs(plan.top_k(min(k, 1 + len(plan._others)))) if plan._others else _Research(plan)
+    if planner is not None and (planner.graph is not plan.graph or planner.mesh != plan.mesh):
+        raise SearchError(
+            "robustness: planner= plans another graph or mesh than the plan; pass the Planner "
+            "that made it, or none"
+        )
+    costs = (_Costs(plan.top_k(min(k, 1 + len(plan._others)))) if plan._others
+             else _Research(plan, planner))  # fmt: skip
     flips = []
     for n in names:
         if getattr(p, n) <= 0:

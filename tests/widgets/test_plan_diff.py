@@ -78,3 +78,20 @@ def test_training_diff_shows_rows_and_terms():
     )
     assert len(view.figure.data[0].x) == len(view.diff.terms)
     assert f"{view.diff.total:+.4g}" in view.summary.value
+
+
+def test_cost_tuner_shows_the_core_robustness_label():
+    from widgets import CostTuner
+
+    g = ex.models.build(ex.models.load("gpt2").replace(num_layers=2), batch=16, seq=512)
+    tuner = CostTuner(g, ex.Mesh({"dp": 4, "tp": 8}, hardware=HW))
+    assert "not checked" in tuner.robust.value
+    tuner.controls["robustness"].click()
+    r = tuner.robustness
+    assert r is not None and tuner.errors.last is None
+    expect = ex.robustness(tuner.plan, k=5)  # the core's own scan of the same plan
+    assert r.label == expect.label and r.verdict in tuner.robust.value
+    assert r.label[len(r.verdict) :] in tuner.robust.value
+    tuner.controls["beta_communication"].value = 2.0
+    tuner.flush()
+    assert tuner.robustness is None and "not checked" in tuner.robust.value
