@@ -4,7 +4,8 @@
 (``stream``); ``breakdown`` splits each rank's steps into compute, exposed and overlapped
 communication and idle time, per kernel category (``classify``); ``gemm_table`` lists the
 GEMMs by shape with the FLOP/s they reached; ``side_by_side`` puts a measured step next to
-the simulator's predicted step; ``cpu_runs`` makes real traces on CPU (DDP, FSDP2 over gloo).
+the simulator's predicted step; ``link_fit`` fits each link level's latency and bandwidth
+to the collectives timed; ``cpu_runs`` makes real traces on CPU (DDP, FSDP2 over gloo).
 ``explorer.training.MeasuredRun.from_trace`` turns a trace into a run ``calibrate`` fits.
 (``explorer.trace`` is the compiler's own trace.)
 
@@ -19,6 +20,7 @@ from .classify import CATEGORIES, Category, classify_name, collective_kind
 from .errors import TraceFormatError, TracesError
 from .events import Activity, Collective, KinetoTrace, ProcessGroup, RankTrace, Step
 from .kineto import load_kineto, load_rank, trace_files, vendored
+from .links import LinkFit, LinkFits, link_fit
 from .matmuls import GemmRow, gemm_dims, gemm_table
 from .side_by_side import TRACKS, Lane, SideBySide, Slice, side_by_side
 
@@ -26,4 +28,5 @@ __all__ = [
     "load_kineto", "load_rank", "breakdown", "Breakdown", "StepBreakdown", "axis_of", "trace_files", "vendored", "KinetoTrace", "RankTrace",
     "Activity", "Collective", "ProcessGroup", "Step", "Category", "CATEGORIES",
     "classify_name", "collective_kind", "side_by_side", "SideBySide", "gemm_table", "GemmRow", "gemm_dims", "Lane", "Slice", "TRACKS", "TracesError", "TraceFormatError",
+    "link_fit", "LinkFit", "LinkFits",
 ]  # fmt: skip
