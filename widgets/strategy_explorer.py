@@ -126,6 +126,14 @@ class StrategyExplorer(View):
                                      "value")  # fmt: skip
         self.controls["plan"].on_click(self.errors.guard(lambda _: self._on_control(None, 0)))
         self.summary = ipw.HTML()
+        # the robustness of the choice (issue 29): a scan re-simulates the rivals at ~40
+        # knob factors (seconds on a 96-layer model), so it runs when asked, not per re-plan
+        self.robust = ipw.HTML(layout=ipw.Layout(width="auto"))
+        self.controls["robustness"] = ipw.Button(
+            description="check robustness", icon="balance-scale", layout=ipw.Layout(width="auto"),
+            tooltip="how far each efficiency, bandwidth and overlap knob can move before an "
+            "alternative is faster (plan.robustness())")  # fmt: skip
+        self.controls["robustness"].on_click(self.errors.guard(lambda _: self.check_robustness()))
         self.report = ipw.HTML()
         self.explain = ipw.HTML("<i>click an op in the graph to see why its strategy won</i>")
         self.note = ipw.HTML()
@@ -148,6 +156,7 @@ class StrategyExplorer(View):
         self.children = (
             ipw.HBox([*(f[k] for k in FIELDS), self.controls["plan"]], layout=wrap),
             self.stale_banner, self.progress, self.errors, self.summary,
+            ipw.HBox([self.controls["robustness"], self.robust], layout=wrap),
             ipw.Accordion(children=[self.report], titles=("full report",)), steer,
             ipw.HBox([self.tabs, ipw.VBox([ipw.HTML("<b>explain</b>"), self.explain],
                                           layout=ipw.Layout(flex="1 1 20em", min_width="0"))],
@@ -236,9 +245,23 @@ class StrategyExplorer(View):
         self._stale_tuner()
         self._stale_traces()
         self.summary.value = self._summary()
-        self.report.value = f"<pre style='font-size:11px'>{_escape(plan.report())}</pre>"
+        self.report.value = (
+            f"<pre style='font-size:11px'>{_escape(plan.report(robust=False))}</pre>"
+        )
+        self.robust.value = "<span style='color:#555'>robustness: not checked for this plan</span>"
         self.note.value = self._note()
         self.explain.value = self._explain(self.selection.node)
+
+    def check_robustness(self) -> None:
+        """``plan.robustness()`` (the core's scan): its label beside the button, its table
+        at the end of the full report."""
+        with self.progress.task("robustness: simulating the alternatives at each factor"):
+            r = self.plan.robustness()
+        color = "#D55E00" if r.verdict == "fragile" else "#009E73"
+        self.robust.value = (f"<span style='color:{color}'><b>{r.verdict}</b></span>"
+                             f"{_escape(r.label[len(r.verdict):])}")  # fmt: skip
+        self.report.value = (f"<pre style='font-size:11px'>{_escape(self.plan.report())}"
+                             "</pre>")  # fmt: skip
 
     def _sharding_plan(self, plan):
         c, layers = plan.config, self.draw_layers

@@ -95,3 +95,15 @@ def test_cost_tuner_shows_the_core_robustness_label():
     tuner.controls["beta_communication"].value = 2.0
     tuner.flush()
     assert tuner.robustness is None and "not checked" in tuner.robust.value
+
+
+def test_dashboard_shows_the_plan_robustness_when_asked():
+    from widgets import StrategyExplorer
+
+    dash = StrategyExplorer("gpt2", devices=8, global_batch=64, seq=512)
+    assert "not checked" in dash.robust.value
+    assert "robustness:" not in dash.report.value  # a re-plan does not pay for the scan
+    dash.controls["robustness"].click()
+    r = dash.plan.robustness()
+    assert dash.errors.last is None and r.verdict in dash.robust.value
+    assert r.text().splitlines()[0] in dash.report.value
