@@ -135,6 +135,53 @@ def constraint_timings() -> dict:
     return out
 
 
+# --- plan diff and robustness (issue 29) ---------------------------------------------------
+def diff_and_robustness() -> dict:
+    """Time of ``ex.diff`` and of the robustness scans: the top 5 ILP plans of a 24-layer
+    GPT on 2x4 re-costed under every CostParams knob (target 2 s), a diff of two plans of
+    gpt3-175b-96l on 1024 devices, and a training plan's diff and robustness scan
+    (gpt3-175b on 1024 A100s: its 5 alternatives re-simulated at each knob factor)."""
+    out: dict = {}
+    g24 = ex.models.build(ex.models.load("gpt2-medium"), batch=8, seq=1024)
+    t = time.perf_counter()
+    top = Planner(g24, MESHES[1]).search("ilp", PARAMS, top_k=5)
+    out["gpt2-medium 2x4 ilp top_k=5 search_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    d = ex.diff(top, top.top_k(5)[-1])
+    out["gpt2-medium diff plan 1 vs plan 5 s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    r = ex.robustness(top, k=5)
+    out["gpt2-medium robustness top 5 s"] = time.perf_counter() - t
+    out["gpt2-medium robustness"] = r.label
+    out["gpt2-medium diff rows"] = len(d.rows)
+    g175 = ex.models.build(ex.models.load("gpt3-175b"), batch=1024, seq=2048)
+    planner = Planner(g175, MESHES[-1])
+    a = planner.search("dynamic_programming", PARAMS)
+    b = planner.search("dynamic_programming", PARAMS.replace(beta_communication=4.0))
+    t = time.perf_counter()
+    d = ex.diff(a, b)
+    out["gpt3-175b-96l d=1024 diff s"] = time.perf_counter() - t
+    out["gpt3-175b-96l diff rows (ops changed)"] = f"{len(d.rows)} ({len(d.changed_ops)})"
+    plan = ex.plan_training("gpt3-175b", devices=1024, hardware="a100-80g", global_batch=1536,
+                            seq=2048)  # fmt: skip
+    t = time.perf_counter()
+    ex.diff(plan, plan.alternatives[0].config)
+    out["gpt3-175b/1024 training diff s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    tr = plan.robustness(k=5)
+    out["gpt3-175b/1024 training robustness k=5 s"] = time.perf_counter() - t
+    out["gpt3-175b/1024 training robustness"] = tr.label
+    out["robustness top 5 / 2 s"] = out["gpt2-medium robustness top 5 s"] / 2.0
+    return out
+
+
+def print_diff_and_robustness(c: dict) -> None:
+    print("\nplan diff and robustness (measured under load: other helpers ran on the 2-core "
+          "machine)")  # fmt: skip
+    for k, v in c.items():
+        print(f"  {k}: {v:.3f}" if isinstance(v, float) else f"  {k}: {v}")
+
+
 def print_constraint_timings(c: dict) -> None:
     print("\nsearch time under constraints (each from cold caches; measured under load: "
           "other helpers ran on the 2-core machine)")  # fmt: skip
@@ -281,11 +328,14 @@ def main() -> None:
         print(f"{k}: ratio {v:.2f} ({'met' if v < 1 else 'MISSED'})")
     constrained = constraint_timings()
     print_constraint_timings(constrained)
+    compared = diff_and_robustness()
+    print_diff_and_robustness(compared)
     out = Path(__file__).parent / "results" / "search.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"rows": rows, "worst_rp_ratio": worst_rp, "replan_s": replans,
                                "time_limited_rows": len(limited), "error_rows": len(errors),
                                "repeated_layers": tiling, "constraints": constrained,
+                               "diff_robustness": compared,
                                "speed_ratios_to_target": speed}, indent=2) + "\n")  # fmt: skip
 
 
