@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .errors import TracesError
 from .events import KinetoTrace, RankTrace
 
-__all__ = ["GemmRow", "gemm_table", "gemm_dims"]
+__all__ = ["GemmRow", "gemm_table", "gemm_dims", "gemm_calls"]
 
 US = 1e-6
 _LEAVES = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
@@ -76,8 +76,11 @@ def gemm_dims(op: str, shapes: tuple) -> tuple[int, int, int, int] | None:
     return None
 
 
-def gemm_table(trace: KinetoTrace | RankTrace) -> tuple[GemmRow, ...]:
-    """Every GEMM shape the trace records, the most time first (see the module doc).
+def gemm_calls(
+    trace: KinetoTrace | RankTrace, caller: str = "gemm_calls"
+) -> dict[tuple[str, tuple[int, int, int, int]], list]:
+    """``{(op, (batch, M, K, N)): [calls, seconds]}`` over all ranks: the GEMMs whose shapes
+    the trace records (see the module doc), in the order first seen.
 
     Raises:
         TracesError: not a trace.
@@ -85,8 +88,8 @@ def gemm_table(trace: KinetoTrace | RankTrace) -> tuple[GemmRow, ...]:
     if isinstance(trace, RankTrace):
         trace = KinetoTrace((trace,))
     if not isinstance(trace, KinetoTrace):
-        raise TracesError(f"gemm_table({trace!r}): expected a KinetoTrace from load_kineto")
-    acc: dict[tuple[str, tuple[int, ...]], list[float]] = {}
+        raise TracesError(f"{caller}({trace!r}): expected a KinetoTrace from load_kineto")
+    acc: dict[tuple[str, tuple[int, int, int, int]], list] = {}
     for r in trace.ranks:
         if r.device == "gpu":  # the kernels one op launched (a GEMM and its split-K reduce)
             per_op: dict[int, list] = {}
@@ -103,6 +106,16 @@ def gemm_table(trace: KinetoTrace | RankTrace) -> tuple[GemmRow, ...]:
             row = acc.setdefault((op, dims), [0, 0.0])
             row[0] += 1
             row[1] += dur * US
+    return acc
+
+
+def gemm_table(trace: KinetoTrace | RankTrace) -> tuple[GemmRow, ...]:
+    """Every GEMM shape the trace records, the most time first (see the module doc).
+
+    Raises:
+        TracesError: not a trace.
+    """
+    acc = gemm_calls(trace, "gemm_table")
     out = []
     for (op, (b, m, k, n)), (count, secs) in acc.items():
         shape = f"{m} x {k} x {n}" if b == 1 else f"{b} x {m} x {k} x {n}"
