@@ -42,7 +42,7 @@ from .figures.trace import (
 from .format import fmt_seconds
 from .selection import Selection
 
-__all__ = ["TraceCompare", "gpt_workload", "miniature_workload"]
+__all__ = ["TraceCompare", "TorchRuns", "gpt_workload", "miniature_workload"]
 
 DATA_URI_MAX_BYTES = 4 * 2**20  # a larger trace is offered as a file path only
 
@@ -105,6 +105,69 @@ def miniature_workload(
     return _infer, _token_args(model, vocab, max_seq, "the miniature"), note
 
 
+class TorchRuns:
+    """A PyTorch module for `TraceCompare`, through ``ex.compile``: the eager track is our
+    IR interpreter over the traced graph (op by op, each op named with its module path),
+    the static track the compiled program, both from one trace with the real weights.
+    Sequence lengths run in ``buckets`` (one program per bucket, a ``recompile`` with its
+    reason when a new bucket or a new batch size compiles).
+
+    ``TraceCompare(runs.eager, runs.make_args, static=runs)``; ``make_args(batch, size)``
+    gives seeded token ids ``[batch, size]`` below ``vocab``.
+    """
+
+    def __init__(self, module: Any, vocab: int, buckets: tuple[int, ...] = (16, 32, 64, 128),
+                 **compile_kw: Any) -> None:  # fmt: skip
+        self.module, self.vocab, self.buckets = module, vocab, tuple(buckets)
+        self.compile_kw = compile_kw
+        self.programs: dict[int, Any] = {}  # batch size -> BucketedProgram
+        self.level = compile_kw.get("level", "O2")
+
+    def make_args(self, batch: int, size: int) -> tuple:
+        if size > self.buckets[-1]:
+            raise ViewError(f"size={size} exceeds the last bucket {self.buckets[-1]}; pick a "
+                            f"size up to {self.buckets[-1]}")  # fmt: skip
+        rng = np.random.default_rng(0)
+        return (rng.integers(0, self.vocab, (batch, size)).astype(np.int64),)
+
+    def program(self, ids: np.ndarray) -> Any:
+        """The `BucketedProgram` of this batch size (compiled on its first call)."""
+        b = ids.shape[0]
+        prog = self.programs.get(b)
+        if prog is None:
+            outer = ex.trace.active()
+            with ex.trace.record("compile"):  # its own compile note, replaced below
+                prog = ex.compile(self.module, (ids,), buckets=self.buckets, **self.compile_kw)
+            self.programs[b] = prog
+            if outer is not None:
+                c = prog.compiles[0]
+                kind = "recompile" if len(self.programs) > 1 else "compile"
+                why = (
+                    "the first call"
+                    if kind == "compile"
+                    else f"batch {b}: compiled for "
+                    f"batch {', '.join(str(k) for k in sorted(self.programs) if k != b)}"
+                )
+                outer.note(kind, f"{prog.name}[{b}x{c.bucket}]",
+                           f"{why}; sequence bucket {c.bucket}", dur_us=c.ms * 1e3)  # fmt: skip
+        return prog
+
+    def eager(self, ids: np.ndarray) -> Any:
+        return self.program(ids).run_eager(ids)
+
+    def __call__(self, ids: np.ndarray) -> Any:
+        return self.program(ids)(ids)
+
+    def steps(self, ids: np.ndarray) -> list:
+        """The rewrite steps of the program that runs ``ids`` (its bucket's)."""
+        return list(self.program(ids).program_for(ids.shape[1]).steps)
+
+    @property
+    def cache(self) -> list[tuple[int, int]]:
+        """The (batch, bucket) programs compiled so far."""
+        return [(b, k) for b, p in sorted(self.programs.items()) for k in sorted(p.programs)]
+
+
 def _slider(value: int, lo: int, hi: int, step: int, text: str, tip: str) -> ipw.IntSlider:
     return ipw.IntSlider(
         value=value, min=lo, max=hi, step=step, description=text, tooltip=tip,
@@ -120,6 +183,9 @@ class TraceCompare(View):
         fn: the Python function (defined in a file: ``@jit`` converts its source); default:
             a 2-layer GPT forward (``gpt_workload``).
         make_args: ``(batch, size) -> args`` for ``fn``.
+        static: the static side when it is not ``ex.jit(fn)``: a `TorchRuns` (a PyTorch
+            module through ``ex.compile``; ``fn`` its ``eager``); ``level``, ``dynamic`` and
+            ``backend`` then come from it.
         batch, size: the starting input; the controls of the same names re-run both modes.
         level: ``@jit`` optimisation level (``"O0"``, ``"O1"``, ``"O2"``).
         runs: how many eager and static runs the speed-up is the median of.
@@ -159,7 +225,7 @@ class TraceCompare(View):
         *, batch: int = 2, size: int = 32, level: str = "O2", runs: int = 7,
         perfetto_path: str | Path = "eager_vs_jit.trace.json",
         selection: Selection | None = None, dynamic: Mapping[str, Mapping[int, str]] | None = None,
-        backend: str = "numpy", note: str = "",
+        backend: str = "numpy", note: str = "", static: TorchRuns | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         if (fn is None) != (make_args is None):
@@ -167,10 +233,14 @@ class TraceCompare(View):
         if fn is None:
             fn, make_args = gpt_workload()
         self.fn, self.make_args = fn, make_args
-        self.level = level
+        self.level = static.level if static is not None else level
         self.perfetto_path = Path(perfetto_path)
         # dynamic: symbolic dims; backend="numba": generated kernels, their source per step
-        self.jitted = ex.jit(fn, level=level, dynamic=dynamic, backend=backend)
+        self.jitted = (
+            static
+            if static is not None
+            else ex.jit(fn, level=level, dynamic=dynamic, backend=backend)
+        )
         self._compiles = 0
         self._rerun_soon = Coalescer(self._rerun)
         self._compute(batch, size, runs)  # bad starting values raise here, to the caller
@@ -245,8 +315,8 @@ class TraceCompare(View):
             raise ViewError(f"runs={n!r}: need a whole number >= 1 (7 gives a stable median)")
         args = self.make_args(batch, size)
         with self.progress.task("running eager and @jit", steps=3) as step:
-            self.fn(*args)  # warm-up, as the static side gets its first call
             with ex.trace.record("static") as first:  # compiles when the shape is new
+                self.fn(*args)  # warm-up, as the static side gets its first call
                 self.jitted(*args)
             step("compiled")
             runs = repeat_runs(self.fn, self.jitted, args, n)

@@ -290,8 +290,11 @@ def _checked_buckets(buckets: Any) -> tuple[int, ...]:
 
 
 def _torch_pad(x: Any, dim: int, length: int) -> Any:
+    """``x`` padded with zeros (or cut: a bucket below the example's length) to ``length``."""
     import torch
 
+    if x.shape[dim] >= length:
+        return x.narrow(dim, 0, length)
     shape = list(x.shape)
     shape[dim] = length - shape[dim]
     return torch.cat([x, torch.zeros(shape, dtype=x.dtype)], dim)

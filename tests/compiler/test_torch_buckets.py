@@ -52,6 +52,14 @@ def test_one_compile_per_bucket_and_the_reason_of_each(gpt2):
     assert prog.seq_inputs == ("input_ids",)
 
 
+def test_a_bucket_below_the_examples_length_compiles_from_the_example_cut():
+    m = real_model("gpt2")
+    prog = ex.compile(m, (_ids(m.config.vocab_size, 12),), buckets=(8, 16))
+    v = prog.verify(_ids(m.config.vocab_size, 5))
+    assert v.ok, v
+    assert [c.bucket for c in prog.compiles] == [16, 8]
+
+
 def test_a_new_bucket_is_a_recompile_event_in_the_trace():
     m = real_model("gpt2")
     prog = ex.compile(m, (_ids(m.config.vocab_size, 4),), buckets=(4, 8))
