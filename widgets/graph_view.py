@@ -194,8 +194,8 @@ class GraphView(View):
         self._mark_found()
 
     def _relayout(self) -> None:
-        """Groups opened or closed: new positions, then redraw."""
-        self._layout = graph_layout(self.graph, expanded=self.expanded)
+        """Groups opened or closed: new positions (every unit keeps its row), then redraw."""
+        self._layout = graph_layout(self.graph, expanded=self.expanded, keep_rows=self._layout)
         self._redraw()
 
     def _mark(self, trace: int, names) -> None:
@@ -398,7 +398,8 @@ class GraphView(View):
         new = tuple(dict.fromkeys([*self.expanded, *opened]))
         if new != self.expanded:
             self.expanded = new
-            self._layout = graph_layout(self.graph, expanded=self.expanded)
+            self._layout = graph_layout(self.graph, expanded=self.expanded,
+                                        keep_rows=self._layout)  # fmt: skip
         if m.is_group:
             self.selected = None
             self._redraw()

@@ -425,3 +425,37 @@ def test_op_labels_never_overlap_on_a_line(llama, px):
             assert c0 + w0 / 2 <= c1 - w1 / 2 + 1e-6, (px, c0, c1)
     if px >= 3000:  # wide enough: most ops are named
         assert sum(bool(t) for t in text) > len(lay.units) / 2
+
+
+def test_opening_or_closing_a_group_keeps_every_other_unit_in_its_row_and_place():
+    """The top level wraps into rows; the breaks used to follow the open groups' widths, so
+    opening layers.0 of GPT-2 sent layers.10 from the end of the first row to the second
+    (it jumped 58 units left and 4 down). Now every unit keeps its row and its place: those
+    left of the opened group and in rows above stay put, those right of it in its row shift
+    right together, those in rows below shift down together."""
+    g = ex.models.build(ex.models.load("gpt2"), batch=8)
+    view = GraphView(g)
+
+    def where():
+        lay = view.layout_data
+        return {u: (float(x), float(y)) for u, x, y in zip(lay.units, lay.x, lay.y, strict=True)}
+
+    for unit in ("scope:layers.0", "scope:layers.6", "scope:embed", "scope:layers.10"):
+        before = where()
+        if unit not in before:
+            continue
+        ux, uy = before[unit]
+        view.click(unit)
+        after = where()
+        row = {u for u, (_, y) in before.items() if abs(y - uy) < 1e-9}
+        right = {(round(after[u][0] - x, 6), round(after[u][1] - y, 6))
+                 for u, (x, y) in before.items() if u in row and x > ux and u in after}  # fmt: skip
+        assert len(right) <= 1 and all(dy == 0 for _, dy in right), (unit, right)
+        for u, (x, y) in before.items():
+            if u == unit or u not in after:
+                continue
+            dx, dy = after[u][0] - x, after[u][1] - y
+            if y > uy + 1e-9 or (u in row and x < ux):  # rows above, or left in its row
+                assert (dx, dy) == (0.0, 0.0), (unit, u, dx, dy)
+            elif u not in row and y < uy - 1e-9:  # rows below: down, never sideways
+                assert dx == 0.0 and dy <= 0.0, (unit, u, dx, dy)

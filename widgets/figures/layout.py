@@ -80,6 +80,7 @@ class GraphLayout:
         arrow_x, arrow_y: the end point of every edge (the arrow heads).
         edge_tip: per point of ``edge_x``, True where an arrow head is drawn.
         expanded: the open group paths this layout was made for.
+        rows: the row of each column of the model's top level (kept by ``keep_rows``).
     """
 
     units: tuple[str, ...]
@@ -98,6 +99,7 @@ class GraphLayout:
     arrow_y: np.ndarray = field(default_factory=lambda: np.zeros(0))
     edge_tip: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
     expanded: frozenset[str] = frozenset()
+    rows: tuple[int, ...] = ()  # per top-level column: its row (``keep_rows``)
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     _unit_of: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -227,6 +229,7 @@ class _Block:
     leaves: list[tuple[str, float, float, float, float, str]]  # id, cx, cy, w, h, kind
     frames: list[tuple[str, float, float, float, float]]  # path, x0, y0, x1, y1
     rows: list[float] = field(default_factory=list)  # per leaf: bottom of its row (root)
+    col_rows: tuple[int, ...] = ()  # per column of the model's top level: its row (root)
 
 
 def _leaf(uid: str, w: float, top: float, bottom: float, kind: str) -> _Block:
@@ -235,8 +238,9 @@ def _leaf(uid: str, w: float, top: float, bottom: float, kind: str) -> _Block:
 
 
 def _place(path: str, plans: dict[str, _GroupPlan], h: Hierarchy, open_: frozenset[str],
-           wrap: float | None) -> _Block:  # fmt: skip
-    """Lay out the open group ``path`` (recursion depth = scope depth, a handful)."""
+           wrap: float | None, keep_rows: tuple[int, ...] | None = None) -> _Block:  # fmt: skip
+    """Lay out the open group ``path`` (recursion depth = scope depth, a handful);
+    ``keep_rows``: the row of each top-level column from an earlier layout, kept."""
     plan = plans[path]
     blocks: list[_Block] = []
     for is_group, uid in plan.units:
@@ -256,10 +260,17 @@ def _place(path: str, plans: dict[str, _GroupPlan], h: Hierarchy, open_: frozens
     for b, r in zip(blocks, plan.rank, strict=True):
         col_w[r] = max(col_w[r], b.w)
     # Columns left to right; at the model level they wrap into rows of width ``wrap``.
+    # With ``keep_rows`` (a group was opened or closed) every column keeps its row: the
+    # columns after the group in its row shift right, the rows below shift down, nothing
+    # jumps to another row.
+    kept = wrap is not None and keep_rows is not None and len(keep_rows) == ncol
     col_x, col_row, rows_x = [0.0] * ncol, [0] * ncol, 0.0
     row = 0
     for r in range(ncol):
-        if wrap is not None and rows_x > 0 and rows_x + col_w[r] > wrap:
+        if kept:
+            if keep_rows[r] != row:
+                row, rows_x = keep_rows[r], 0.0
+        elif wrap is not None and rows_x > 0 and rows_x + col_w[r] > wrap:
             row, rows_x = row + 1, 0.0
         col_x[r], col_row[r] = rows_x, row
         rows_x += col_w[r] + GAP_X
@@ -312,6 +323,7 @@ def _place(path: str, plans: dict[str, _GroupPlan], h: Hierarchy, open_: frozens
         top, bot = -OP_H / 2, OP_H / 2
     out.w = right + pad_l
     out.top, out.bottom = top - pad_t, bot + pad_b
+    out.col_rows = tuple(col_row) if wrap is not None else ()
     if not is_root:
         out.frames.insert(0, (path, 0.0, out.top, out.w, out.bottom))
     return out
@@ -333,7 +345,7 @@ def _open_groups(h: Hierarchy, collapsed: Iterable[str], expanded: Iterable[str]
 
 def graph_layout(
     graph: Graph, collapsed: Iterable[str] = (), *, expanded: Iterable[str] | None = None,
-    wrap: float | None = ROW_W,
+    wrap: float | None = ROW_W, keep_rows: GraphLayout | None = None,
 ) -> GraphLayout:  # fmt: skip
     """Lay out ``graph`` as nested groups.
 
@@ -342,6 +354,8 @@ def graph_layout(
         expanded: instead, the groups drawn open (their ancestors open too); every other
             group is closed. ``expanded=()`` shows the model's top level only.
         wrap: the model's top level wraps into rows this wide (None: one row).
+        keep_rows: an earlier layout of the same graph whose rows are kept (a group opened
+            or closed moves no unit to another row: the GraphView passes its last layout).
 
     >>> import explorer as ex
     >>> g = ex.models.build(ex.models.load("mlp-small"), batch=8)
@@ -351,7 +365,8 @@ def graph_layout(
     """
     h, plans = _structure(graph)
     open_ = _open_groups(h, collapsed, expanded)
-    block = _place(ROOT, plans, h, open_, wrap)
+    rows = keep_rows.rows if keep_rows is not None and keep_rows.rows else None
+    block = _place(ROOT, plans, h, open_, wrap, rows)
     pos = {n.name: i for i, n in enumerate(graph.nodes)}
     first = {}
     for leaf in block.leaves:
@@ -387,7 +402,7 @@ def graph_layout(
         units=units, members=members, x=x, y=-y_down, edges=edges,
         is_box=kind == "box", kind=kind, w=w, h=hh, frames=frames,
         edge_x=ex, edge_y=-ey if len(ey) else ey, arrow_x=ax, arrow_y=-ay, edge_tip=tip, expanded=open_,
-        _index=index, _unit_of=unit_of,
+        rows=block.col_rows, _index=index, _unit_of=unit_of,
     )  # fmt: skip
 
 
