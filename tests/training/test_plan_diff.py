@@ -68,6 +68,8 @@ def test_why_not_names_the_rule_broken(plan):
     assert w.verdict == "invalid" and "devices" in w.reason
     w = plan.why_not("tp3 dp1")
     assert w.verdict == "invalid"
+    w = plan.why_not("tp16")  # dp filled in (4), but 16 does not divide the 40 heads
+    assert w.verdict == "invalid" and "heads" in w.reason and w.diff is None
 
 
 def test_diff_refuses_mixed_and_mismatched_plans(plan):
