@@ -61,8 +61,8 @@ MESHES = [
 def sharding_constraints(graph) -> list:
     """100 constraints on gpt3-175b-96l, each over every layer (``layers.*.<op>``, so the
     repeated layers stay folded): pins of every weight and bias to replicated, forbids of
-    all-to-all, send/recv and reduce-scatter on the layer's ops, in that order (the first 10
-    are the 10-constraint case)."""
+    all-to-all, send/recv and reduce-scatter on the layer's ops, then of all-to-all on its
+    weights, in that order (the first 10 are the 10-constraint case)."""
     ops = [n for n in graph.nodes if n.name.startswith("layers.1.")]
     suffix = [n.name[len("layers.1.") :] for n in ops]
     weights = [s for s, n in zip(suffix, ops, strict=True) if n.op == "param"]
@@ -70,6 +70,8 @@ def sharding_constraints(graph) -> list:
     cons = [ex.Pin(f"layers.*.{w}", "replicated") for w in weights]
     for kind in ("all-to-all", "send/recv", "reduce-scatter"):
         cons += [ex.Forbid(f"layers.*.{o}", collective=kind) for o in others]
+    cons += [ex.Forbid(f"layers.*.{w}", collective="all-to-all") for w in weights]
+    assert len(cons) >= 100, len(cons)  # gpt3-175b's layer: 16 weights, 26 other ops
     return cons[:100]
 
 

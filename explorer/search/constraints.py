@@ -40,7 +40,7 @@ from .params import CostParams
 
 __all__ = [
     "Pin", "Forbid", "Constraint", "ConstraintError", "Resolved", "resolve", "deletion_filter",
-    "collective_kind",
+    "collective_kind", "Matcher",
 ]  # fmt: skip
 
 
@@ -146,18 +146,28 @@ class Forbid:
 Constraint = Pin | Forbid
 
 
-def _matcher(pattern: str) -> Callable[[str, str], bool]:
-    rx = re.compile(fnmatch.translate(pattern))
-    prefix = pattern + "."
+class _Lines:
+    """Strings joined one per line, searched by one regex pass (a pattern over thousands
+    of node names is one C-level scan, not a Python call per name)."""
 
-    def match(name: str, scope: str) -> bool:
-        return (
-            rx.match(name) is not None
-            or name.startswith(prefix)
-            or (bool(scope) and (rx.match(scope) is not None or scope.startswith(prefix)))
-        )
+    def __init__(self, items: list[str]) -> None:
+        self.text = "\n".join(items)
+        self.starts = np.cumsum([0] + [len(x) + 1 for x in items[:-1]])
 
-    return match
+    def hits(self, rx: re.Pattern) -> np.ndarray:
+        found = [m.start() for m in rx.finditer(self.text)]
+        return np.searchsorted(self.starts, found, side="right") - 1
+
+
+def _regex(pattern: str) -> re.Pattern:
+    """``pattern`` as fnmatch reads it, or the pattern followed by ``.anything`` (a scope
+    prefix), matched against whole lines (wildcards never cross a line)."""
+    body = fnmatch.translate(pattern)
+    if body.startswith("(?s:") and body.endswith(")\\Z"):
+        body = body[4:-3].replace("[^", "[^\\n")  # '.' without DOTALL stops at a newline
+    else:  # another Python's spelling: match the literal text (no wildcard)
+        body = re.escape(pattern)
+    return re.compile(rf"^(?:{body})(?:\.[^\n]*)?$", re.MULTILINE)
 
 
 def _axes(s: Strategy) -> frozenset[str]:
@@ -279,13 +289,43 @@ class Resolved:
         return ""
 
 
+class Matcher:
+    """Which nodes of a graph a pattern matches (its name, or its scope, matches the glob,
+    or lies inside it), each pattern scanned once: a planner keeps one, so the subsets the
+    deletion filter tries and live re-solves match nothing twice."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.nodes = graph.nodes
+        self.names = _Lines([n.name for n in self.nodes])
+        scopes = sorted({n.scope for n in self.nodes if n.scope})
+        self.scopes = _Lines(scopes)
+        where: dict[str, list[int]] = {}
+        for i, n in enumerate(self.nodes):
+            if n.scope:
+                where.setdefault(n.scope, []).append(i)
+        self.in_scope = [where[sc] for sc in scopes]
+        self.cache: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, pattern: str) -> tuple[str, ...]:
+        hit = self.cache.get(pattern)
+        if hit is None:
+            rx = _regex(pattern)
+            at = set(self.names.hits(rx).tolist())
+            for k in self.scopes.hits(rx).tolist():
+                at.update(self.in_scope[k])
+            hit = self.cache[pattern] = tuple(self.nodes[i].name for i in sorted(at))
+        return hit
+
+
 def resolve(
-    constraints: object, graph: Graph, mesh: Mesh, strategies: Callable[[str], tuple]
-) -> Resolved | None:
+    constraints: object, graph: Graph, mesh: Mesh, strategies: Callable[[str], tuple],
+    matcher: Matcher | None = None,
+) -> Resolved | None:  # fmt: skip
     """Check ``constraints`` against ``graph`` and ``mesh`` (``strategies(name)``: a node's
-    strategies); None when there are none. Raises `ConstraintError` naming a constraint
-    that is not one, a pattern that matches no node, an axis not in the mesh, or a pinned
-    strategy a matching node does not have."""
+    strategies; ``matcher``: the graph's `Matcher`, kept by the caller); None when there
+    are none. Raises `ConstraintError` naming a constraint that is not one, a pattern that
+    matches no node, an axis not in the mesh, or a pinned strategy a matching node does not
+    have."""
     if constraints is None:
         return None
     if isinstance(constraints, (Pin, Forbid)):
@@ -299,6 +339,7 @@ def resolve(
         return None
     keys: dict[str, list[int]] = {}
     nodes = graph.nodes
+    match = matcher or Matcher(graph)
     for c_i, c in enumerate(cons):
         if not isinstance(c, (Pin, Forbid)):
             raise ConstraintError(
@@ -313,8 +354,7 @@ def resolve(
                 f"{', '.join(mesh.axis_names)}",
                 (c,),
             )
-        match = _matcher(c.pattern)
-        hit = [n.name for n in nodes if match(n.name, n.scope)]
+        hit = match(c.pattern)
         if not hit:
             close = fnmatch.filter([n.name for n in nodes], f"*{c.pattern.strip('*')}*")[:3]
             hint = f" (names like it: {', '.join(close)})" if close else ""

@@ -20,6 +20,7 @@ from .breakdown import plan_breakdown
 from .chain import Chain, build_chain
 from .constraints import (
     ConstraintError,
+    Matcher,
     Resolved,
     conflict_message,
     deletion_filter,
@@ -113,6 +114,7 @@ class Planner:
         g = self.repeats.reduced if self.repeats else graph
         r = self.repeats
         self._full: CostModel | None = None
+        self._matcher: Matcher | None = None  # node names per constraint pattern
         self.model = CostModel(
             g, mesh, r.multiplicity if r else None, r.edge_multiplicity if r else None,
             tuple((w.src, w.dst, w.pos, w.count) for w in r.wrap_edges) if r else (),
@@ -327,7 +329,10 @@ class Planner:
     def resolve(self, constraints: Sequence | None) -> Resolved | None:
         """``constraints`` checked against this graph and mesh (None when there are none)."""
         m, rep = self.model, (self.repeats.rep if self.repeats else (lambda n: n))
-        return resolve(constraints, self.graph, self.mesh, lambda n: m.strategies[rep(n)])
+        if self._matcher is None and constraints:
+            self._matcher = Matcher(self.graph)
+        return resolve(constraints, self.graph, self.mesh, lambda n: m.strategies[rep(n)],
+                       self._matcher)  # fmt: skip
 
     def satisfiable(self, cons: Resolved | None, params: CostParams, cap) -> str | None:
         """None when some plan honours ``cons`` (and the memory cap), else why not. Exact:
