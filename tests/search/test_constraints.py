@@ -247,3 +247,14 @@ def test_annotations_with_a_constraint_on_one_layer(gpt2_4):
     assert all(
         "tp" not in _axes(s) for n, s in plan.assignment.items() if n.startswith("layers.2.")
     )
+
+
+def test_ranked_plans_all_honour_the_constraints(one_layer):
+    mesh = ex.Mesh({"d": 2}, hardware=HW)
+    con = Forbid("layers.0.fc2", axis="d")
+    for method in ("exhaustive", "ilp"):
+        plans = ex.search(one_layer, mesh, method, top_k=4, constraints=[con]).top_k(4)
+        assert len(plans) == 4
+        totals = [p.cost.total for p in plans]
+        assert totals == sorted(totals)
+        assert all(p.assignment["layers.0.fc2"].name == "replicated" for p in plans)
