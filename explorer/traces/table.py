@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
+from .errors import NoLaunchError, RowError, TracesError
 from .events import Activity
 
 __all__ = ["ActivityTable", "ActivityColumns", "LaunchTimes", "NONE_ID", "Pool", "ids64"]
@@ -287,10 +288,10 @@ class ActivityTable(Sequence):
         if isinstance(i, slice):
             return self.rows(np.arange(self._n)[i])
         if not isinstance(i, (int, np.integer)):
-            raise TypeError(f"ActivityTable indices are integers or slices, not {i!r}")
+            raise TracesError(f"ActivityTable[{i!r}]: rows are indexed by an int or a slice")
         j = int(i) + self._n if i < 0 else int(i)
         if not 0 <= j < self._n:
-            raise IndexError(f"row {i} of a table of {self._n} activities")
+            raise RowError(f"ActivityTable[{i}]: the table holds {self._n} activities")
         return next(self._rows(j, j + 1))
 
     def __eq__(self, other) -> bool:
@@ -349,7 +350,7 @@ class LaunchTimes(Mapping):
             j = int(np.searchsorted(keys, key))
             if j < len(keys) and keys[j] == key:
                 return float(times[j])
-        raise KeyError(key)
+        raise NoLaunchError(f"no kernel of the trace was launched with correlation id {key!r}")
 
     def __iter__(self):
         return iter(self._arrays()[0].tolist())

@@ -1,4 +1,4 @@
-"""explorer.traces.kernel_efficiency: GEMM and attention efficiency from a trace's kernels,
+"""explorer.training.kernel_efficiency: GEMM and attention efficiency from a trace's kernels,
 fitted with the step model's kernel times: recovered exactly from synthetic timings, real
 CPU runs reproduced at the fitted value, named errors."""
 
@@ -9,16 +9,9 @@ from dataclasses import replace
 import pytest
 
 import explorer as ex
-from explorer.traces import (
-    Activity,
-    KinetoTrace,
-    RankTrace,
-    TracesError,
-    kernel_efficiency,
-    load_kineto,
-    vendored,
-)
+from explorer.traces import Activity, KinetoTrace, RankTrace, load_kineto, vendored
 from explorer.traces.cpu_runs import host_cluster
+from explorer.training import CalibrationError, kernel_efficiency
 from explorer.training.step_model.kernels import attention_s, gemm_s
 
 A100 = ex.hardware.load("a100-80g")
@@ -81,11 +74,11 @@ def test_the_cpu_runs_are_reproduced_at_the_fitted_value(name):
 
 
 def test_what_cannot_be_fitted_is_named():
-    with pytest.raises(TracesError, match="no GEMM or fused attention shape"):
+    with pytest.raises(CalibrationError, match="no GEMM or fused attention shape"):
         kernel_efficiency(load_kineto(vendored("nccl_data.json.gz")), A100)
-    with pytest.raises(TracesError, match="expected a KinetoTrace"):
+    with pytest.raises(CalibrationError, match="expected a KinetoTrace"):
         kernel_efficiency("trace.json", A100)
-    with pytest.raises(TracesError, match="expected a Cluster"):
+    with pytest.raises(CalibrationError, match="expected a Cluster"):
         kernel_efficiency(_trace(0.5, 0.5), "a100-80g")
-    with pytest.raises(TracesError, match="dtype='int4'"):
+    with pytest.raises(CalibrationError, match="dtype='int4'"):
         kernel_efficiency(_trace(0.5, 0.5), A100, dtype="int4")

@@ -1,5 +1,7 @@
 """``kernel_efficiency(trace, cluster)``: the GEMM and fused-attention efficiency a trace's
-kernels reached, fitted with the step model's own kernel times.
+kernels reached, fitted with the step model's own kernel times (``ex.training``; it stands
+on ``explorer.traces`` for the shapes and times and on ``step_model.kernels`` for the
+model).
 
 Every GEMM whose shape the trace records (`explorer.traces.matmuls.gemm_calls`) and every
 fused attention op with its shapes (``aten::_scaled_dot_product_flash_attention`` and its
@@ -19,7 +21,7 @@ unless told.
 >>> import explorer as ex
 >>> from explorer.traces.cpu_runs import host_cluster
 >>> t = ex.traces.load_kineto(ex.traces.vendored("cpu_gloo_ddp"))
->>> eff = ex.traces.kernel_efficiency(t, host_cluster(ex.traces.vendored("cpu_gloo_ddp")))
+>>> eff = ex.training.kernel_efficiency(t, host_cluster(ex.traces.vendored("cpu_gloo_ddp")))
 >>> [(r.part, r.shape_class) for r in eff.rows]  # the tiny model's GEMMs: one class
 [('matmul', 'all'), ('attention', 'all'), ('attention', 'forward'), ('attention', 'backward')]
 """
@@ -29,10 +31,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..hardware import Cluster
-from .errors import TracesError
-from .events import KinetoTrace, RankTrace
-from .matmuls import gemm_calls
+from ...hardware import Cluster
+from ...traces import KinetoTrace, RankTrace
+from ...traces.matmuls import gemm_calls
+from ..errors import CalibrationError
+from ..params import TrainingParams
+from ..step_model.kernels import attention_efficiency, attention_s, gemm_s, matmul_cap
 
 __all__ = ["EfficiencyRow", "KernelEfficiency", "kernel_efficiency", "attention_calls"]
 
@@ -91,14 +95,12 @@ class KernelEfficiency:
         return next((r.efficiency for r in self.rows
                      if r.part == part and r.shape_class == "all"), None)  # fmt: skip
 
-    def params(self, base=None):
+    def params(self, base: TrainingParams | None = None) -> TrainingParams:
         """``base`` (`TrainingParams`, default the defaults) with each fitted part's knob
         set (``matmul_efficiency_cap``, ``flash_attention_efficiency``)."""
-        from ..training.params import TrainingParams
-
         base = TrainingParams() if base is None else base
         if not isinstance(base, TrainingParams):
-            raise TracesError(f"KernelEfficiency.params({base!r}): expected TrainingParams")
+            raise CalibrationError(f"KernelEfficiency.params({base!r}): expected TrainingParams")
         fitted = {_KNOB[p]: v for p in _KNOB if (v := self.value(p)) is not None}
         return replace(base, **fitted)
 
@@ -139,7 +141,7 @@ def _dims4(x) -> bool:
 def kernel_efficiency(
     trace: KinetoTrace | RankTrace,
     cluster: Cluster,
-    params=None,
+    params: TrainingParams | None = None,
     *,
     dtype: str = "bf16",
     causal: bool = True,
@@ -154,29 +156,28 @@ def kernel_efficiency(
         causal: whether the attention was causal.
 
     Raises:
-        TracesError: not a trace, not a cluster, a dtype the chip has no peak for, or a
+        CalibrationError: not a trace, not a cluster, a dtype the chip has no peak for, or a
             trace without any GEMM or attention shape.
     """
-    from ..training.params import TrainingParams
-    from ..training.step_model.kernels import attention_s, gemm_s
-
     if isinstance(trace, RankTrace):
         trace = KinetoTrace((trace,))
     if not isinstance(trace, KinetoTrace):
-        raise TracesError(f"kernel_efficiency({trace!r}): expected a KinetoTrace from load_kineto")
+        raise CalibrationError(
+            f"kernel_efficiency({trace!r}): expected a KinetoTrace from load_kineto"
+        )
     if not isinstance(cluster, Cluster):
-        raise TracesError(
+        raise CalibrationError(
             f"kernel_efficiency(cluster={cluster!r}): expected a Cluster "
             "(ex.hardware.load('h100'), or the run's own)"
         )
     if dtype not in _ITEMSIZE or dtype not in dict(cluster.chip.peak_flops_per_s):
-        raise TracesError(
+        raise CalibrationError(
             f"kernel_efficiency(dtype={dtype!r}): {cluster.chip.name} has peaks for "
             f"{', '.join(dict(cluster.chip.peak_flops_per_s))}; give one of them"
         )
     base = TrainingParams() if params is None else params
     if not isinstance(base, TrainingParams):
-        raise TracesError(f"kernel_efficiency(params={params!r}): expected TrainingParams")
+        raise CalibrationError(f"kernel_efficiency(params={params!r}): expected TrainingParams")
     chip, size = cluster.chip, _ITEMSIZE[dtype]
 
     def gemm(dims):
@@ -204,7 +205,7 @@ def kernel_efficiency(
             if sel and len(sel) < len(atts):
                 groups.append(("attention", name, sel))
     if not groups:
-        raise TracesError(
+        raise CalibrationError(
             "kernel_efficiency: the trace records no GEMM or fused attention shape; profile "
             "with record_shapes=True (torch.profiler.profile(record_shapes=True))"
         )
@@ -213,9 +214,7 @@ def kernel_efficiency(
     )
 
 
-def _row(part: str, cls: str, items: list, base, chip) -> EfficiencyRow:
-    from ..training.step_model.kernels import attention_efficiency, matmul_cap
-
+def _row(part: str, cls: str, items: list, base: TrainingParams, chip) -> EfficiencyRow:
     knob = _KNOB[part]
     measured = sum(s for _, _, s, _ in items)
     calls = sum(c for _, c, _, _ in items)
