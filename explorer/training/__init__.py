@@ -20,6 +20,7 @@ True
 """
 
 from . import stacks
+from .calibration.efficiency import EfficiencyRow, KernelEfficiency, kernel_efficiency
 from .calibration.fit import Calibration, CalibrationRow, calibrate
 from .calibration.knobs import float_fields
 from .calibration.measured import MeasuredRun
@@ -112,7 +113,7 @@ __all__ = [
     # published runs and calibration
     "load_published", "megatron_flops_per_iteration", "compare_megatron", "MeasuredRun",
     "published_runs", "megatron_table1_runs", "calibrate", "Calibration", "CalibrationRow",
-    "float_fields",
+    "float_fields", "kernel_efficiency", "KernelEfficiency", "EfficiencyRow",
     # pools of different chips, replanning, training across datacenters
     "Pool", "CrossPoolLink", "PoolAssignment", "HeteroPlan", "HeteroComparison",
     "plan_hetero", "compare_hetero", "replan", "NodeLoss", "Straggler", "MemoryCap",
