@@ -113,7 +113,13 @@ class PlanDiffView(View):
         if self.sharding:
             d = self.diff
             self.graph_figure = FigureWidget(
-                graph_figure(d.a.graph, d.b, color_by="strategy", highlight=d.changed_ops)
+                graph_figure(
+                    d.a.graph,
+                    d.b,
+                    color_by="strategy",
+                    highlight=d.changed_ops,
+                    change_threshold=0.0,
+                )  # ringed: every op whose strategy changed
             )
             self.graph_figure.data[1].on_click(self._on_click)
             options = [(f"%{r.label}" + (f" (x{r.count})" if r.count > 1 else ""), r.ops[0])
