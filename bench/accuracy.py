@@ -26,7 +26,10 @@ calibration, and how fast calibration is. Not a timed test.
    layouts); the rows skipped, each with its reason; the FLOP conventions checked against
    the rows that publish both TFLOP/s and tokens/s. Targets on the check rows: >= 80%
    within 10%, median |error| <= 6%, no run predicted not to fit. ``--today`` runs this
-   section alone.
+   section alone; ``--fit`` and ``--fit-rowwise`` fit the stored values on fit rows only.
+6. The best open peer side by side (``--peer`` alone): MooreThreads' SimuMax on the same rows
+   with the layout this project predicts each with (bench/simumax_peer.py says what it is
+   given); needs ``SIMUMAX_PYTHON`` (and ``SIMUMAX_PATH``), else it prints why not.
 
 Cost: sections 0-4 as before; section 5 plans the open fields of ~200 rows (one
 `plan_homogeneous` each, within the row's layout, best one simulated) and predicts every
@@ -808,7 +811,97 @@ def fit_rowwise() -> dict:
     return out
 
 
+def _peer_line(label: str, xs: list[dict]) -> tuple[str, dict]:
+    ours = np.abs([x["ours"] for x in xs])
+    peer = np.abs([x["simumax"] for x in xs])
+    st = {"n": len(xs), "ours_within_10": int((ours <= 0.1).sum()),
+          "simumax_within_10": int((peer <= 0.1).sum()),
+          "ours_median": float(np.median(ours)), "simumax_median": float(np.median(peer))}  # fmt: skip
+    line = (f"   {label:44s} {st['n']:4d}   {st['ours_within_10']:4d} {st['ours_median']:7.1%}"
+            f"   {st['simumax_within_10']:4d} {st['simumax_median']:7.1%}")  # fmt: skip
+    return line, st
+
+
+def peer_simumax() -> dict:
+    """Section 6: SimuMax (bench/simumax_peer.py) and this project on the same rows of
+    today's stack files, each row with the layout this project predicts it with."""
+    import simumax_peer as peer
+
+    print("6. The best open peer on the same rows: SimuMax", peer.SIMUMAX_COMMIT)
+    python, why = peer.available()
+    if python is None:
+        print(f"   not run: {why}")
+        return {"available": False, "why": why}
+    t0 = time.perf_counter()
+    jobs, ours, skipped = [], {}, defaultdict(list)
+    for name in measured_datasets("stacks"):
+        for r in published_runs(name, skipped=[]):
+            key = f"{name} | {r.role} | {r.label} | {r.precision} | {r.hardware_name}"
+            params = measured_params(r)
+            try:
+                sim = predict(r, params)
+            except ex.ExplorerError:
+                continue
+            try:
+                job = {"key": key, "model": peer.model_config(r.cfg),
+                       "strategy": peer.strategy_config(r, params),
+                       "system": peer.system_config(r.hardware_name.split("+")[0])}  # fmt: skip
+            except ValueError as e:
+                skipped[str(e)].append(key)
+                continue
+            jobs.append(job)
+            ours[key] = (r, sim.step_time_s / r.step_time_s - 1)
+    res = peer.run_simumax(jobs, python)
+    rows = []
+    for key, (r, err) in ours.items():
+        got = res.get(key, {})
+        if got.get("step_time_s") is None:
+            skipped[f"SimuMax refused: {got.get('error')}"].append(key)
+            continue
+        rows.append({"dataset": key.split(" | ")[0], "stack": r.stack, "role": r.role,
+                     "run": r.label, "precision": r.precision,
+                     "hardware": r.hardware_name.split("+")[0], "measured_s": r.step_time_s,
+                     "ours": err, "simumax": got["step_time_s"] / r.step_time_s - 1})  # fmt: skip
+    print("   SimuMax's system configs: this project's hardware profiles' datasheet figures "
+          "with SimuMax's template efficiencies (0.75 compute, 0.9 HBM, 0.5 links); no "
+          "measured tables (it ships an A100 PCIe and a one-node B200 only); layouts, "
+          "recomputation and ZeRO stage as this project predicts each row with")  # fmt: skip
+    print(f"   error = predicted / measured step time - 1; {len(rows)} rows run by both "
+          f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+    print(f"   {'dataset / stack / role, or group':44s} {'n':>4s}   ours: 10% median   "
+          "SimuMax: 10% median")  # fmt: skip
+    out: dict = {"available": True, "rows": rows, "groups": {},
+                 "skipped": {k: len(v) for k, v in skipped.items()}}  # fmt: skip
+    groups: dict = defaultdict(list)
+    for x in rows:
+        groups[f"{x['dataset']} / {x['stack']} / {x['role']}"].append(x)
+    for g in sorted(groups):
+        line, out["groups"][g] = _peer_line(g, groups[g])
+        print(line)
+    for role in ROLES:
+        xs = [x for x in rows if x["role"] == role]
+        if xs:
+            line, out["groups"][f"all / {role}"] = _peer_line(f"all {role} rows", xs)
+            print(line)
+    for stack in STACK_NAMES:
+        xs = [x for x in rows if x["stack"] == stack and x["role"] == "check"]
+        if xs:
+            line, out["groups"][f"{stack} / check"] = _peer_line(f"{stack} check rows", xs)
+            print(line)
+    print("   rows not run by SimuMax (reason: count):")
+    for why_, keys in sorted(skipped.items()):
+        print(f"     {why_}: {len(keys)}")
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
 def main() -> None:
+    if "--peer" in sys.argv[1:]:
+        result = json.loads(OUT.read_text()) if OUT.is_file() else {}
+        result["peer_simumax"] = peer_simumax()
+        OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
+        print(f"wrote {OUT} (peer_simumax)")
+        return
     if "--fit-rowwise" in sys.argv[1:]:
         result = json.loads(OUT.read_text()) if OUT.is_file() else {}
         result["today_fit_rowwise"] = fit_rowwise()
@@ -838,6 +931,7 @@ def main() -> None:
         "recovery": recovery(),
         "speed": speed(),
         "today_stacks": today_stacks(),
+        "peer_simumax": peer_simumax(),
     }
     result["total_s"] = time.perf_counter() - t0
     OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
