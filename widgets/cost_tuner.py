@@ -528,9 +528,13 @@ class CostTuner(View):
 
     def _on_linked(self, selection: Selection) -> None:
         """A new shared selection gets the current plan at once (views linked later or
-        ``link(tuner, ...)`` after the first plan see it without waiting for a change)."""
+        ``link(tuner, ...)`` after the first plan see it without waiting for a change); the
+        steer panel follows the tuner to the new selection (its op is the one clicked there)."""
         if self.plan is not None:
             self._publish()
+        steer = getattr(self, "steer", None)
+        if steer is not None and steer.selection is not selection:
+            steer.link(selection)
 
     def _publish(self) -> None:
         self.selection.publish(graph=self.graph, plan=self.plan, highlight=self.changed)

@@ -27,12 +27,12 @@ EXPECTED = {
     ),
     "03_strategy_search.ipynb": (
         ["exhaustive", "optimal", "ops that differ from ilp", "vs ", "propagated",
-         "verify OK"], 2,
+         "verify OK", "terms of b - a, largest first", "ConstraintError - the conflict"], 3,
     ),
     "04_cost_model_tuning.ipynb": (
         ["ops changed strategy", "beta_communication=100", "NVLink x", "mindspore:",
          "raising beta 1 -> 100: ops on tp",
-         "| bytes", "| seconds"], 2,
+         "| bytes", "| seconds", "constraints: (Forbid(", "robustness: ", "as the scan said"], 2,
     ),
     "05_dynamic_vs_static.ipynb": (
         ["max |eager - static|", "speedup (total time)", "fused kernels", "'cond'", "'loop'",

@@ -134,3 +134,16 @@ def test_training_steer_refuses_an_impossible_value_beside_its_menu():
     steer.controls["stage_layers"].value = "3,x"
     assert steer.field_errors["stage_layers"].visible
     assert "positive whole numbers" in steer.field_errors["stage_layers"].text
+
+
+def test_the_panel_follows_the_tuner_to_a_linked_selection(graph):
+    """``link(tuner, graph_view)`` gives both a new selection: the steer panel went on
+    listening to the old one and never saw the op clicked in the graph."""
+    from widgets import GraphView, link
+
+    tuner = CostTuner(graph, ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g"))
+    view = GraphView(graph)
+    link(tuner, view)
+    assert tuner.steer.selection is tuner.selection is view.selection
+    view.click("layers.0.fc1")
+    assert [v for _, v in tuner.steer.controls["scope"].options][0] == "layers.0.fc1"
