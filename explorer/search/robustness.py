@@ -92,7 +92,7 @@ class SearchRobustness:
     def label(self) -> str:
         """``fragile (flips to plan #2 if beta_communication x0.83)``: shown by the views."""
         if self.nearest is None:
-            return f"{self.verdict} (no knob flips it within x0.5-x2)"
+            return f"{self.verdict} (no knob flips it from x0.5 to x2, fractions up to 1)"
         f = self.nearest
         return (f"{self.verdict} (flips to plan #{f.rival}, {f.changed_ops} ops changed, if "
                 f"{f.knob} x{f.factor:.2f})")  # fmt: skip
@@ -110,9 +110,7 @@ class SearchRobustness:
                  f"  against the {len(self.plans) - 1} next plans; fragile if a knob flips it "
                  f"within x{self.span[0]:.2f}-x{self.span[1]:.2f}"]  # fmt: skip
         lines += [f"  {f}" for f in self.flips if f.factor is not None]
-        quiet = sorted({f.knob for f in self.flips} - {f.knob for f in self.flips if f.factor})
-        if quiet:
-            lines.append(f"  no flip within x0.5-x2: {', '.join(quiet)}")
+        lines += _quiet(self.flips)
         for fc, fm, w in self.corners:
             lines.append(f"  compute knobs x{fc:.2f}, communication knobs x{fm:.2f}: "
                          f"plan #{w} cheapest" + (" (flips)" if w else ""))  # fmt: skip
@@ -255,3 +253,15 @@ def search_robustness(plan: ShardingPlan, k: int = 5, knobs: tuple[str, ...] | N
     verdict = "fragile" if inside or any(w for _, _, w in corners) else "robust"
     return SearchRobustness(tuple(costs.plans), tuple(flips), tuple(corners), SPAN, verdict,
                             nearest)  # fmt: skip
+
+
+def _quiet(flips) -> list[str]:
+    """The knobs that flipped nothing, with the range scanned (a fraction stops at 1)."""
+    ranges: dict[str, list[float]] = {}
+    for f in flips:
+        ranges.setdefault(f.knob, [1.0, 1.0])
+        if f.factor is None:
+            ranges[f.knob][f.direction == "up"] = f.limit
+    flipped = {f.knob for f in flips if f.factor is not None}
+    quiet = [f"{k} x{lo:.2f}-x{hi:.2f}" for k, (lo, hi) in ranges.items() if k not in flipped]
+    return [f"  no flip within: {', '.join(quiet)}"] if quiet else []

@@ -81,3 +81,21 @@ def test_diff_refuses_mixed_and_mismatched_plans(plan):
                              seq=2048)  # fmt: skip
     with pytest.raises(ex.TrainingError, match="device"):
         ex.diff(plan, other)
+
+
+def test_pipeline_device_rows_hold_the_layers_and_memory(plan):
+    alt = next((a for a in plan.alternatives if a.config.pp != plan.config.pp), None)
+    other = alt.config if alt is not None else "pp2"
+    d = ex.diff(plan, other)
+    rows = [r for r in d.rows if r.group.startswith("pipeline devices")]
+    assert rows
+    for r in rows:
+        first = int(r.name.split()[-1].split("-")[0])
+        for side, sim in (("a", d.a), ("b", d.b)):
+            text = getattr(r, side)
+            if text == "no stage":
+                assert first >= sim.config.pp
+                continue
+            layers = int(text.split()[0])
+            counts = sim.partition.layer_counts()
+            assert layers == sum(counts[first :: sim.config.pp])

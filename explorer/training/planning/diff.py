@@ -181,6 +181,7 @@ def _rows(a: SimResult, b: SimResult) -> list[DiffRow]:
     add("memory policy", "recompute", ca.recompute + _n(ca), cb.recompute + _n(cb))
     add("stages", "split", _stages(a), _stages(b))
     add("stages", "layer strategies", a.strategies, b.strategies)
+    rows += _stage_rows(a, b)
     ba, bb = dict(a.comm_bytes), dict(b.comm_bytes)
     for k in sorted(set(ba) | set(bb)):
         x, y = ba.get(k, 0.0), bb.get(k, 0.0)
@@ -192,6 +193,43 @@ def _rows(a: SimResult, b: SimResult) -> list[DiffRow]:
             rows.append(DiffRow("memory per device", r, f"{x / _GIB:.2f} GiB",
                                 f"{y / _GIB:.2f} GiB", y - x, "bytes"))  # fmt: skip
     return rows
+
+
+def _per_device(s: SimResult) -> list[tuple[int, float]]:
+    """Per pipeline device: the layers it holds (its chunks) and its peak memory."""
+    counts = s.partition.layer_counts()
+    pp = s.config.pp
+    layers = [sum(counts[g] for g in range(d, len(counts), pp)) for d in range(pp)]
+    mems = [m.total for m in s.memory_per_device]
+    if len(mems) != pp:  # an estimate keeps one breakdown per distinct stage shape
+        mems = [s.memory.total] * pp
+    return list(zip(layers, mems, strict=True))
+
+
+def _stage_rows(a: SimResult, b: SimResult) -> list[DiffRow]:
+    """One row per pipeline device (runs of equal rows merged): layers held, peak memory."""
+    da, db = _per_device(a), _per_device(b)
+    n = max(len(da), len(db))
+    cells = []
+    for d in range(n):
+        x = da[d] if d < len(da) else None
+        y = db[d] if d < len(db) else None
+        cells.append((_cell(x), _cell(y), y[1] - x[1] if x and y else None))
+    rows, start = [], 0
+    for d in range(1, n + 1):
+        if d < n and cells[d] == cells[start]:
+            continue
+        if cells[start][0] != cells[start][1]:
+            name = f"device {start}" if d - start == 1 else f"devices {start}-{d - 1}"
+            x, y, delta = cells[start]
+            rows.append(DiffRow("pipeline devices (layers, peak memory)", name, x, y, delta,
+                                "bytes"))  # fmt: skip
+        start = d
+    return rows
+
+
+def _cell(v: tuple[int, float] | None) -> str:
+    return "no stage" if v is None else f"{v[0]} layers, {v[1] / _GIB:.1f} GiB"
 
 
 def _n(c: ParallelConfig) -> str:

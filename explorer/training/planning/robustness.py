@@ -152,7 +152,7 @@ class Robustness:
     def label(self) -> str:
         """``robust (flips to X if knob Y x0.8)``: what the views show next to the plan."""
         if self.nearest is None:
-            return f"{self.verdict} (no knob flips it within x0.5-x2)"
+            return f"{self.verdict} (no knob flips it from x0.5 to x2, fractions up to 1)"
         f = self.nearest
         rival = f.rival.split(", mb")[0] if f.rival else f.rival  # the layout is enough here
         return f"{self.verdict} (flips to {rival} if {f.knob} x{f.factor:.2f})"
@@ -170,9 +170,7 @@ class Robustness:
                  f"  against {len(self.rivals)} rivals; fragile if a knob flips it within "
                  f"x{self.span[0]:.2f}-x{self.span[1]:.2f} ({self.span_basis})"]  # fmt: skip
         lines += [f"  {f}" for f in self.flips if f.factor is not None]
-        quiet = sorted({f.knob for f in self.flips} - {f.knob for f in self.flips if f.factor})
-        if quiet:
-            lines.append(f"  no flip within x0.5-x2: {', '.join(quiet)}")
+        lines += _quiet(self.flips)
         for c in self.corners:
             lines.append(f"  band corner: compute knobs x{c.compute:.2f}, bandwidth knobs "
                          f"x{c.communication:.2f}: {c.winner} fastest"
@@ -327,3 +325,15 @@ def _corners(scan: _Scan, names, span, ctx: Context) -> tuple[Corner, ...]:
             w = scan.winner(tuple(changes))
             out.append(Corner(fc, fm, str(scan.configs[w]), w != 0))
     return tuple(out)
+
+
+def _quiet(flips) -> list[str]:
+    """The knobs that flipped nothing, with the range scanned (a fraction stops at 1)."""
+    ranges: dict[str, list[float]] = {}
+    for f in flips:
+        ranges.setdefault(f.knob, [1.0, 1.0])
+        if f.factor is None:
+            ranges[f.knob][f.direction == "up"] = f.limit
+    flipped = {f.knob for f in flips if f.factor is not None}
+    quiet = [f"{k} x{lo:.2f}-x{hi:.2f}" for k, (lo, hi) in ranges.items() if k not in flipped]
+    return [f"  no flip within: {', '.join(quiet)}"] if quiet else []
