@@ -38,7 +38,7 @@ from ..checks import is_int
 from .classify import CATEGORIES
 from .errors import TracesError
 from .events import Activity, Collective, KinetoTrace, RankTrace, Step
-from .intervals import clip, length, merge, overlap, subtract
+from .intervals import Intervals, clip, length, merge, overlap, subtract
 from .table import ActivityTable
 
 __all__ = ["StepBreakdown", "Breakdown", "breakdown", "axis_of"]
@@ -318,13 +318,23 @@ def _cpu_rows(r: RankTrace, world, axes) -> list[StepBreakdown]:
         for a, b, cat in selfs:
             cats[cat] = cats.get(cat, 0.0) + (b - a)
         compute = merge((a, b) for a, b, cat in selfs if cat != "communication")
-        comm_main = merge((a, b) for a, b, cat in selfs if cat == "communication")
-        comm_bg = clip(((a.ts, a.end) for a in others), lo, hi)
-        comm = merge(comm_main + comm_bg)
+        comm = cpu_communication(selfs, others, lo, hi)
         cats["communication"] = length(comm)
         calls = [a for a in ops if a.collective is not None]
         rows.append(_row(r, st, lo, hi, compute, comm, cats, calls, world, axes))
     return rows
+
+
+def cpu_communication(selfs, others: list[Activity], lo: float, hi: float) -> Intervals:
+    """A CPU step's communication: where the backend runs collectives on a thread of its own
+    (gloo's ``gloo:all_reduce`` slices; ``others``, the trace's communication slices off the
+    main thread), that thread's busy time: the bytes on the wire. The main thread's
+    communication code outside it is the framework's host work around the collective
+    (FSDP2's copy-in and bookkeeping, its hooks) and counts as idle, as a GPU's launch gaps
+    do. Without such a thread, the main thread's communication self time (``selfs``)."""
+    if others:
+        return clip(((a.ts, a.end) for a in others), lo, hi)
+    return merge((a, b) for a, b, cat in selfs if cat == "communication")
 
 
 def _self_segments(ops: list[Activity], hi: float) -> list[tuple[float, float, str]]:

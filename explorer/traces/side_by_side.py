@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks import is_int
-from .breakdown import _check_axes, _self_segments, axis_of, kernels_by_step
+from .breakdown import _check_axes, _self_segments, axis_of, cpu_communication, kernels_by_step
 from .errors import TracesError
 from .events import Collective, KinetoTrace, RankTrace
 from .intervals import clip, merge, subtract
@@ -156,13 +156,11 @@ def _measured_lane(r: RankTrace, step: int, world, axes) -> Lane | None:
                 and not a.name.startswith("ProfilerStep#")]  # fmt: skip
         segs = _self_segments(main, hi)
         compute = merge((a, b) for a, b, c in segs if c != "communication")
+        others = [a for a in r.ops if a.tid != r.main_tid and a.category == "communication"]
         # a CPU trace's backend slices carry no group: the trace's one group, if one
         group = r.groups[0].ranks if len({g.ranks for g in r.groups}) == 1 else None
         track = _track_of(Collective("?", group_ranks=group), world, axes) if group else "comm"
-        spans = [(a, b) for a, b, c in segs if c == "communication"]
-        spans += [(a.ts, a.end) for a in r.ops
-                  if a.tid != r.main_tid and a.category == "communication"]  # fmt: skip
-        comm[track] = spans
+        comm[track] = list(cpu_communication(segs, others, lo, hi))
     comm = {t: list(clip(s, lo, hi)) for t, s in comm.items()}
     return _lane(r.rank, lo, hi, compute, comm)
 
