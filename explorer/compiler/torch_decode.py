@@ -32,6 +32,7 @@ bucket 32 until the cache holds 32 tokens, then compiles bucket 64 once.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -251,4 +252,7 @@ class Decoder:
 
 
 def _compile(module: Any, example: tuple, buckets: Sequence[int] | None, opts: dict) -> Any:
-    return compile_torch(module, example, buckets=buckets, **opts)
+    with warnings.catch_warnings():  # torch.export copies the step's *kv spec with a
+        # deprecated isinstance (torch 2.13): a FutureWarning per compile, not the user's
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        return compile_torch(module, example, buckets=buckets, **opts)
