@@ -127,7 +127,9 @@ class PlanDiff:
             n = f" (x{r.count})" if r.count > 1 else ""
             how = (f"{r.strategy_a} -> {r.strategy_b}" if r.changed
                    else f"{r.strategy_a} in both, its inputs arrive differently")  # fmt: skip
-            lines.append(f"  %{r.label}{n}: {how}   b - a {r.delta:+.4g} {u}")
+            ma, mb = format_bytes(r.cost_a.memory_bytes), format_bytes(r.cost_b.memory_bytes)
+            mem = f", memory {ma} -> {mb}" if ma != mb else ""
+            lines.append(f"  %{r.label}{n}: {how}   b - a {r.delta:+.4g} {u}{mem}")
             for side, colls in (("a", r.collectives_a), ("b", r.collectives_b)):
                 if colls:
                     lines.append(f"      {side}: " + "; ".join(colls))
