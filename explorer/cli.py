@@ -138,6 +138,19 @@ def _diff(args) -> int:
     return 0
 
 
+def _why_not(args) -> int:
+    """Plan the job, then answer "why not CONFIG?" (`TrainingPlan.why_not`)."""
+    cfg = _load_model(args)
+    _argument("--hardware", args.hardware, hardware.load)
+    plan = plan_training(
+        cfg, devices=args.devices, hardware=args.hardware,
+        global_batch=args.global_batch, seq=args.seq, stack=args.stack,
+    )  # fmt: skip
+    answer = plan.why_not(args.config)
+    print(json.dumps(answer.as_dict(), indent=2) if args.json else str(answer))
+    return 0
+
+
 def _report(args) -> int:
     """Drawn with plotly by the widgets package, which the core must not import: the command
     is found through the ``explorer.commands`` entry point that package declares."""
@@ -218,6 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
     _stack_argument(s)
     s.add_argument("--json", action="store_true", help="write the diff as JSON")
     s.set_defaults(func=_diff)
+    s = sub.add_parser("why-not", help="why the plan is not CONFIG, e.g. 'dp16 tp8'")
+    s.add_argument("model", help="a zoo name or a model .json file")
+    s.add_argument("config", help="a configuration such as 'dp16 tp8' (changes the plan's)")
+    s.add_argument("--devices", type=_positive, required=True)
+    s.add_argument("--hardware", default="a100-80g")
+    s.add_argument("--global-batch", type=_positive, required=True)
+    s.add_argument("--seq", type=_positive, default=None)
+    _stack_argument(s)
+    s.add_argument("--json", action="store_true", help="write the answer as JSON")
+    s.set_defaults(func=_why_not)
     s = sub.add_parser("report", help="one standalone HTML page: the plan and its figures")
     s.add_argument("model", help="a zoo name or a model .json file")
     s.add_argument("--devices", type=_positive, required=True)
@@ -226,6 +249,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seq", type=_positive, default=None)
     s.add_argument("--layers", type=_positive, default=2, help="layers drawn in the graph")
     s.add_argument("-o", "--output", default="report.html")
+    s.add_argument("--trace", default=None,
+                   help="a PyTorch profiler trace (file or folder): adds its breakdown and its "
+                   "step next to the predicted one")  # fmt: skip
     _stack_argument(s)
     s.set_defaults(func=_report)
     return p

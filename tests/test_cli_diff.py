@@ -23,3 +23,11 @@ def test_diff_against_the_plan_and_a_bad_word(capsys):
     assert "x tp2" in capsys.readouterr().out
     assert main(["diff", "gpt2", "dp8", "dp4 foo", *JOB]) == 2
     assert "'foo'" in capsys.readouterr().err
+
+
+def test_why_not_answers_with_the_verdict(capsys):
+    assert main(["why-not", "gpt2", "dp4 tp2", *JOB]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("why not dp4 tp2? slower:") and "b - a" in out
+    assert main(["why-not", "gpt2", "tp5", *JOB, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "invalid"

@@ -128,7 +128,8 @@ def _over_memory(asked, cand, sim: SimResult, d: TrainingDiff, tried) -> WhyNot:
     row, value = max(rows, key=lambda kv: kv[1])
     grew, a, b = d.largest_memory_row
     more = f"; {grew} grows most against the chosen plan ({a / _GIB:.1f} -> {b / _GIB:.1f} GiB)"
-    policies = f" with recompute {', '.join(tried)}" if len(tried) > 1 else ""
+    policies = (f" (nor does it fit with recompute {' or '.join(tried[1:])})"
+                if len(tried) > 1 else "")  # fmt: skip
     return WhyNot(
         asked, cand, "over memory",
         f"{cand} needs {sim.memory.total / _GIB:.1f} GiB per device on stage "
