@@ -131,7 +131,8 @@ def check_claims(name: str, printed: str, shown: dict[str, str]) -> None:
 
 def check_outputs(name: str, outputs: list[dict]) -> str:
     """The outputs of a run (nbformat dicts) hold no error or traceback, every expected text
-    and at least the expected number of widgets; returns their text (stream and text/plain).
+    and at least the expected number of widgets; returns their text (stream, text/plain and
+    text/markdown).
 
     >>> check_outputs("x.ipynb", [{"output_type": "stream", "name": "stdout", "text": "hi"}])
     'hi'
@@ -144,6 +145,8 @@ def check_outputs(name: str, outputs: list[dict]) -> str:
     assert not errors, f"{name} raised: {errors}"
     text = "".join(_text(o.get("text", "")) for o in outputs)
     text += "".join(_text(o.get("data", {}).get("text/plain", "")) for o in outputs)
+    # prose the notebook renders from its values (IPython.display.Markdown)
+    text += "".join(_text(o.get("data", {}).get("text/markdown", "")) for o in outputs)
     assert "Traceback" not in text, (
         f"{name} printed a traceback: {text[text.find('Traceback') :][:800]}"
     )
