@@ -1,5 +1,6 @@
 """A standalone HTML report of one training plan: the summary and the graph, mesh, memory,
-pipeline and scaling figures, drawn by the same builders as the widgets.
+pipeline and scaling figures, drawn by the same builders as the widgets; with a profiler
+trace, a section of its breakdown and its step next to the predicted one.
 
 One file, plotly.js inlined once, no server: open it in any browser or attach it to a mail.
 Every piece of text that comes from a config (the model name, node and op names) is escaped
@@ -26,6 +27,7 @@ import explorer as ex
 from explorer.models import ModelConfig
 
 from .figures import graph_figure, memory_figure, mesh_figure, pipeline_figure, scaling_figure
+from .figures.trace_breakdown import breakdown_figure, side_by_side_figure
 
 __all__ = ["Report", "build_report", "write_report", "scaling_counts", "escape_figure"]
 
@@ -129,6 +131,8 @@ SECTIONS = {
     "memory": "Memory per pipeline device",
     "pipeline": "Pipeline schedule of one step",
     "scaling": "Scaling (weak: the global batch grows with the devices)",
+    "trace": "Measured trace (PyTorch profiler)",
+    "trace-vs-predicted": "Measured and predicted step on one time axis",
 }
 
 STYLE = """
@@ -138,11 +142,28 @@ h1 { margin-bottom: 0.2em; } .meta { color: #666; } section { margin-top: 2em; }
 """
 
 
+def _trace_section(trace, axes, config, plan, cfg, hardware, params) -> tuple[str, list]:
+    """The measured-trace section: the trace's breakdown and its step next to the predicted
+    step of ``config`` (default: the plan's layout), both as text and as figures."""
+    t = trace if isinstance(trace, ex.traces.KinetoTrace) else ex.traces.load_kineto(trace)
+    config = config or plan.config
+    sim = ex.simulate(cfg, config, hardware, plan.global_batch, plan.seq, params)
+    b = ex.traces.breakdown(t, axes)
+    sbs = ex.traces.side_by_side(t, sim, axes=axes)
+    e = html.escape
+    text = (f"<pre>{e(str(t))}\n\n{e(str(b))}</pre><p>Measured step {sbs.step} next to the "
+            f"predicted step of {e(str(config))}:</p><pre>{e(sbs.text())}</pre>")  # fmt: skip
+    figs = [("trace", breakdown_figure(b, "where each measured step went")),
+            ("trace-vs-predicted", side_by_side_figure(sbs))]  # fmt: skip
+    return text, figs
+
+
 def build_report(
     model: str | ModelConfig, devices: int, hardware: str = "a100-80g",
     global_batch: int | None = None, seq: int | None = None, *,
     draw_layers: int = DRAW_LAYERS, counts: Sequence[int] | None = None,
-    stack: str | None = None,
+    stack: str | None = None, trace=None, trace_axes: dict[str, int] | None = None,
+    trace_config=None,
 ) -> Report:  # fmt: skip
     """Plan ``model`` on ``devices`` chips and lay the result out as one HTML page.
 
@@ -154,6 +175,10 @@ def build_report(
         counts: device counts of the scaling section (default ``scaling_counts(devices)``).
         stack: the training stack the plan and the scaling section assume (``ex.stacks``;
             default ``ex.stacks.DEFAULT_STACK``), named on the page.
+        trace: a PyTorch profiler trace (a path for ``ex.traces.load_kineto``, or a loaded
+            `KinetoTrace`): adds a section with its breakdown and its step next to the
+            predicted step of ``trace_config`` (the `ParallelConfig` it ran; default the
+            plan's), collective groups named with ``trace_axes`` (``{"tp": 8, "dp": 4}``).
     """
     t0 = time.perf_counter()
     cfg = ex.models.load(model) if isinstance(model, str) else model
@@ -164,6 +189,11 @@ def build_report(
     counts = tuple(counts or scaling_counts(devices))
     figs, sharding, curve = _figures(plan, cfg, hardware, counts, draw_layers,
                                      ex.stacks.params(stack_name))  # fmt: skip
+    trace_html = ""
+    if trace is not None:
+        trace_html, trace_figs = _trace_section(trace, trace_axes, trace_config, plan, cfg,
+                                                hardware, ex.stacks.params(stack_name))  # fmt: skip
+        figs += trace_figs
     names = _user_strings(cfg, sharding.graph)
     figs = [(k, escape_figure(f, names)) for k, f in figs]
     e = html.escape
@@ -183,6 +213,8 @@ def build_report(
         title = SECTIONS[key].format(layers=min(draw_layers, cfg.num_layers), total=cfg.num_layers)
         body = fig.to_html(full_html=False, include_plotlyjs=i == 0, div_id=f"fig-{key}",
                            config={"displaylogo": False})  # fmt: skip
+        if key == "trace":
+            body = trace_html + body
         parts += [f"<section id='{key}'><h2>{e(title)}</h2>", body, "</section>"]
     parts.append("</body></html>")
     return Report("\n".join(parts), tuple(figs), plan, time.perf_counter() - t0)
@@ -203,7 +235,7 @@ def run_cli(args) -> int:
     report = write_report(
         args.output, cfg, args.devices, hardware=args.hardware,
         global_batch=args.global_batch, seq=args.seq, draw_layers=args.layers,
-        stack=getattr(args, "stack", None),
+        stack=getattr(args, "stack", None), trace=getattr(args, "trace", None),
     )  # fmt: skip
     size = Path(args.output).stat().st_size
     print(f"wrote {args.output} ({size / 2**20:.1f} MiB, {report.build_s:.1f} s): "
