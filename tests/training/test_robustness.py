@@ -15,12 +15,12 @@ def plan():
 
 @pytest.fixture(scope="module")
 def result(plan):
-    return plan.robustness(k=3, knobs=("matmul_efficiency_cap", "inter-node bandwidth"))
+    return plan.robustness(k=3, knobs=("matmul_efficiency_cap", "bandwidth inter-node"))
 
 
 def _winner(plan, configs, knob, factor):
     ctx = rb.context_of(plan)
-    k = rb._KNOB[knob]
+    k = rb.knobs_for(ctx.cluster)[knob]
     p, c = k.set(ctx.params, ctx.cluster, k.get(ctx.params, ctx.cluster) * factor)
     sims = [ex.simulate(ctx.model, cfg, c, ctx.global_batch, ctx.seq, p) for cfg in configs]
     fitting = [s for s in sims if s.fits]
@@ -51,3 +51,15 @@ def test_bad_arguments_are_named(plan):
         plan.robustness(knobs=("warp_speed",))
     with pytest.raises(ex.TrainingError, match="int >= 1"):
         plan.robustness(k=0)
+
+
+def test_each_link_level_of_the_cluster_is_a_knob():
+    gb200 = ex.hardware.load("gb200-nvl72")
+    names = set(rb.knobs_for(gb200))
+    assert {f"bandwidth {lv.name}" for lv in gb200.link_levels} <= names
+    k = rb.knobs_for(gb200)["bandwidth nvlink"]
+    _, scaled = k.set(None, gb200, k.get(None, gb200) * 0.5)
+    by_name = {lv.name: lv.bandwidth_bytes_per_s for lv in scaled.levels}
+    assert by_name["nvlink"] == 0.5 * k.get(None, gb200)
+    assert by_name["ib"] == next(lv.bandwidth_bytes_per_s for lv in gb200.link_levels
+                                 if lv.name == "ib")  # fmt: skip

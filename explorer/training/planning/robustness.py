@@ -29,7 +29,8 @@ from ..params import TrainingParams
 from ..simulate import SimResult, simulate
 from .diff import Context, context_of, is_plan
 
-__all__ = ["Knob", "Flip", "Corner", "Robustness", "robustness", "KNOBS", "DEFAULT_SPAN"]
+__all__ = ["Knob", "Flip", "Corner", "Robustness", "robustness", "KNOBS", "knobs_for",
+           "DEFAULT_SPAN"]  # fmt: skip
 
 #: Without a prediction band: a knob that flips the choice within x0.8 .. x1.25 makes it
 #: fragile (the "20% lower bandwidth" the planner is asked about).
@@ -67,34 +68,49 @@ def _param(name: str, group, fraction=True) -> Knob:
     return Knob(name, group, fraction, get, put)
 
 
-def _bandwidth(level: Literal["intra", "inter"]) -> Knob:
-    field = f"{level}_node_bandwidth_bytes_per_s"
+def _bandwidth(level: str) -> Knob:
+    """The bandwidth of one link level of the cluster (``Cluster.levels``): a level of its
+    ``link_levels``, or the intra-/inter-node figure of the two-level default."""
+    fields = {"intra-node": "intra_node_bandwidth_bytes_per_s",
+              "inter-node": "inter_node_bandwidth_bytes_per_s"}  # fmt: skip
 
     def get(p, c):
-        return float(getattr(c, field))
+        if c.link_levels:
+            return float(next(lv.bandwidth_bytes_per_s for lv in c.link_levels
+                              if lv.name == level))  # fmt: skip
+        return float(getattr(c, fields[level]))
 
     def put(p, c, v):
-        f = v / getattr(c, field)
-        inside = lambda lv: lv.group_size <= c.chips_per_node  # noqa: E731
-        levels = tuple(
-            dataclasses.replace(lv, bandwidth_bytes_per_s=lv.bandwidth_bytes_per_s * f)
-            if inside(lv) == (level == "intra") else lv
-            for lv in c.link_levels
-        )  # fmt: skip
-        return p, dataclasses.replace(c, **{field: v}, link_levels=levels)
+        if c.link_levels:
+            levels = tuple(dataclasses.replace(lv, bandwidth_bytes_per_s=v)
+                           if lv.name == level else lv for lv in c.link_levels)  # fmt: skip
+            # the intra/inter fields mirror the node's level and the one above it
+            node = next(i for i, lv in enumerate(levels) if lv.group_size == c.chips_per_node)
+            mirror = {node: "intra-node", node + 1: "inter-node"}
+            i = next(i for i, lv in enumerate(levels) if lv.name == level)
+            extra = {fields[mirror[i]]: v} if i in mirror else {}
+            return p, dataclasses.replace(c, link_levels=levels, **extra)
+        return p, dataclasses.replace(c, **{fields[level]: v})
 
-    return Knob(f"{level}-node bandwidth", "communication", False, get, put)
+    return Knob(f"bandwidth {level}", "communication", False, get, put)
 
 
+#: The knobs of the step model every cluster has; `knobs_for` adds one bandwidth knob per
+#: link level of the plan's cluster.
 KNOBS: tuple[Knob, ...] = (
     _param("matmul_efficiency_cap", "compute"),
     _param("flash_attention_efficiency", "compute"),
     _param("hbm_efficiency", "compute"),
-    _bandwidth("intra"),
-    _bandwidth("inter"),
     _param("grad_overlap_fraction", "communication"),
     _param("tp_comm_overlap_fraction", "communication"),
 )
+
+
+def knobs_for(cluster: Cluster) -> dict[str, Knob]:
+    """The knobs a scan of a plan on ``cluster`` moves, by name: `KNOBS` and the bandwidth
+    of each of its link levels (``bandwidth intra-node``, ``bandwidth nvlink``, ...)."""
+    names = [lv.name for lv in (cluster.link_levels or ())] or ["intra-node", "inter-node"]
+    return {k.name: k for k in (*KNOBS[:3], *(_bandwidth(n) for n in names), *KNOBS[3:])}
 
 
 @dataclass(frozen=True)
@@ -186,13 +202,14 @@ class _Scan:
 
     def __init__(self, ctx: Context, configs: list[ParallelConfig]) -> None:
         self.ctx, self.configs = ctx, configs
+        self.knobs = knobs_for(ctx.cluster)
         self._seen: dict[tuple, list[SimResult]] = {}
 
     def sims(self, changes: tuple[tuple[str, float], ...]) -> list[SimResult]:
         if changes not in self._seen:
             p, c = self.ctx.params, self.ctx.cluster
             for name, f in changes:
-                k = _KNOB[name]
+                k = self.knobs[name]
                 p, c = k.set(p, c, k.get(self.ctx.params, self.ctx.cluster) * f)
             self._seen[changes] = [simulate(self.ctx.model, cfg, c, self.ctx.global_batch,
                                             self.ctx.seq, p) for cfg in self.configs]  # fmt: skip
@@ -202,9 +219,6 @@ class _Scan:
         sims = self.sims(changes)
         fitting = [i for i, s in enumerate(sims) if s.fits] or list(range(len(sims)))
         return min(fitting, key=lambda i: rank(sims[i]))
-
-
-_KNOB = {k.name: k for k in KNOBS}
 
 
 def rank(r: SimResult) -> tuple[float, float]:
@@ -257,12 +271,13 @@ def robustness(plan, k: int = 5, knobs: tuple[str, ...] | None = None) -> Robust
         raise TrainingError(f"robustness: {plan!r:.60} is not a TrainingPlan (ex.plan_training)")
     if not is_int(k, minimum=1):
         raise TrainingError(f"robustness(k={k!r}): expected an int >= 1 (rivals to compare)")
-    names = tuple(knobs) if knobs is not None else tuple(_KNOB)
-    bad = [n for n in names if n not in _KNOB]
+    known = knobs_for(context_of(plan).cluster)
+    names = tuple(knobs) if knobs is not None else tuple(known)
+    bad = [n for n in names if n not in known]
     if bad:
         raise TrainingError(
-            f"robustness: unknown knob {', '.join(map(repr, bad))}; the knobs are "
-            f"{', '.join(map(repr, _KNOB))}"
+            f"robustness: unknown knob {', '.join(map(repr, bad))}; the knobs of this plan "
+            f"are {', '.join(map(repr, known))}"
         )
     key = (id(plan), k, names)
     seen = _LAST.get(key)
@@ -286,7 +301,7 @@ def _scan(plan, k: int, names: tuple[str, ...]) -> Robustness:
     scan._seen[()] = [base[i] for i in keep]
     flips = []
     for n in names:
-        knob = _KNOB[n]
+        knob = scan.knobs[n]
         value = knob.get(ctx.params, ctx.cluster)
         if value <= 0:
             continue  # a knob at 0 (an overlap switched off) has no factor to move
@@ -317,7 +332,7 @@ def _corners(scan: _Scan, names, span, ctx: Context) -> tuple[Corner, ...]:
         for fm in span:
             changes = []
             for n in names:
-                knob = _KNOB[n]
+                knob = scan.knobs[n]
                 value = knob.get(ctx.params, ctx.cluster)
                 f = fc if knob.group == "compute" else fm
                 if value > 0:
