@@ -42,6 +42,7 @@ Writes bench/results/accuracy.json (``--today``: only its ``today_stacks`` key i
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -921,8 +922,10 @@ def main() -> None:
         print(f"wrote {OUT} (today_stacks)")
         return
     t0 = time.perf_counter()
+    old = json.loads(OUT.read_text()) if OUT.is_file() else {}
     data = datasets()
     result = {
+        "conditions": os.environ.get("BENCH_CONDITIONS", "not stated"),
         "datasets": {k: [r.source for r in v] for k, v in data.items()},
         "skipped_rows": SKIPPED,
         "fitted_facts": fit_dataset_facts(data),
@@ -934,6 +937,9 @@ def main() -> None:
         "peer_simumax": peer_simumax(),
     }
     result["total_s"] = time.perf_counter() - t0
+    for key in ("today_fit", "today_fit_rowwise"):  # written by --fit / --fit-rowwise only
+        if key in old:
+            result[key] = old[key]
     OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
     print(f"wrote {OUT} ({result['total_s']:.0f} s)")
 
