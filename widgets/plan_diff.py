@@ -111,31 +111,54 @@ class PlanDiffView(View):
         self.controls = {}
         rows: list[ipw.Widget] = [self.summary, self.figure]
         if self.sharding:
-            d = self.diff
-            self.graph_figure = FigureWidget(
-                graph_figure(
-                    d.a.graph,
-                    d.b,
-                    color_by="strategy",
-                    highlight=d.changed_ops,
-                    change_threshold=0.0,
-                )  # ringed: every op whose strategy changed
-            )
+            self.graph_figure = FigureWidget(self._graph())
             self.graph_figure.data[1].on_click(self._on_click)
-            options = [(f"%{r.label}" + (f" (x{r.count})" if r.count > 1 else ""), r.ops[0])
-                       for r in d.rows]  # fmt: skip
             self.controls["op"] = ipw.Dropdown(
-                options=options or [("(no op differs)", None)], description="op",
-                style=_STYLE, layout=ipw.Layout(width="auto", max_width="40em"),
+                options=self._options(), description="op", style=_STYLE,
+                layout=ipw.Layout(width="auto", max_width="40em"),
             )  # fmt: skip
             self.controls["op"].observe(self._on_op, names="value")
-            self.op = options[0][1] if options else None
+            self.op = self.controls["op"].value
             self.mesh_figure = FigureWidget(self._layouts())
             rows += [self.graph_figure, self.controls["op"], self.mesh_figure]
         rows.append(self.table)
         self._fill()
         self._layout_children(*rows)
         self.link(selection or Selection())
+
+    def set_plans(self, a: Any, b: Any) -> None:
+        """Diff two other plans of the same kind (sharding plans: of the same graph) and
+        redraw; an error leaves the view as it was."""
+        d = ex.diff(a, b)
+        if isinstance(d, PlanDiff) != self.sharding or (
+            self.sharding and d.a.graph is not self.diff.a.graph
+        ):
+            raise ex.ExplorerError(
+                "set_plans: this view draws "
+                + (f"sharding plans of {self.diff.a.graph.name!r}" if self.sharding
+                   else "training plans")
+                + "; build a new PlanDiffView for other plans"
+            )  # fmt: skip
+        self.diff = d
+        replace_figure(self.figure, terms_figure(d))
+        if self.sharding:
+            replace_figure(self.graph_figure, self._graph())
+            self.op = None
+            self.controls["op"].options = self._options()  # selects the first: no redraw yet
+            self.op = self.controls["op"].value
+            replace_figure(self.mesh_figure, self._layouts())
+        self._fill()
+
+    def _graph(self):
+        d = self.diff
+        # ringed: every op whose strategy changed
+        return graph_figure(d.a.graph, d.b, color_by="strategy", highlight=d.changed_ops,
+                            change_threshold=0.0)  # fmt: skip
+
+    def _options(self) -> list[tuple[str, str | None]]:
+        rows = self.diff.rows
+        return [(f"%{r.label}" + (f" (x{r.count})" if r.count > 1 else ""), r.ops[0])
+                for r in rows] or [("(no op differs)", None)]  # fmt: skip
 
     @property
     def sharding(self) -> bool:

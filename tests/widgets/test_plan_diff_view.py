@@ -107,3 +107,21 @@ def test_dashboard_shows_the_plan_robustness_when_asked():
     r = dash.plan.robustness()
     assert dash.errors.last is None and r.verdict in dash.robust.value
     assert r.text().splitlines()[0] in dash.report.value
+
+
+def test_set_plans_redraws_and_refuses_another_graph(plans):
+    a, b = plans
+    view = PlanDiffView(a, b)
+    c = ex.search(a.graph, a.mesh, "dynamic_programming",
+                  params=ex.CostParams(gamma_param_comm=4.0))  # fmt: skip
+    view.set_plans(a, c)
+    d = ex.diff(a, c)
+    assert view.diff.total == d.total
+    assert list(view.figure.data[0].x)[::-1] == [v for _, v in d.terms]
+    assert [v for _, v in view.controls["op"].options] == [r.ops[0] for r in d.rows]
+    assert view.op == d.rows[0].ops[0]
+    g = ex.models.build(ex.models.load("mlp-small"), batch=8)
+    other = ex.search(g, a.mesh, "dynamic_programming")
+    with pytest.raises(ex.ExplorerError, match="new PlanDiffView"):
+        view.set_plans(other, other)
+    assert view.diff.total == d.total
