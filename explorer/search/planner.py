@@ -26,7 +26,7 @@ from .constraints import (
     deletion_filter,
     resolve,
 )
-from .costmodel import CostModel
+from .costmodel import CostModel, Weighted
 from .errors import SearchError
 from .params import CostParams
 from .plan import ShardingPlan, Status
@@ -334,20 +334,27 @@ class Planner:
         return resolve(constraints, self.graph, self.mesh, lambda n: m.strategies[rep(n)],
                        self._matcher)  # fmt: skip
 
-    def satisfiable(self, cons: Resolved | None, params: CostParams, cap) -> str | None:
+    def satisfiable(
+        self, cons: Resolved | None, params: CostParams, cap, w: Weighted | None = None
+    ) -> str | None:
         """None when some plan honours ``cons`` (and the memory cap), else why not. Exact:
-        dynamic programming over the whole graph's tables with the forbidden choices at
-        infinite cost (elimination, then the remainder exhaustively or by the ILP)."""
+        a node with no strategy left answers at once; otherwise dynamic programming over
+        the whole graph's tables (``w``: their weights, when the caller has them) with the
+        forbidden choices at infinite cost (elimination, then the remainder exhaustively or
+        by the ILP)."""
         m = self.full_model
-        w = m.weigh(params)
+        if cons is not None:  # cheap and exact: most conflicts empty one node
+            for i in range(len(m.names)):
+                ok = cons.node_allowed(m, i)
+                if ok is not None and not ok.any():
+                    return _no_strategy(m, i)
+        w = m.weigh(params) if w is None else w
         if cons is not None:
             w = cons.mask(m, w)
         p = Problem.build(m, w)
         for i in p.active:
             if not np.isfinite(p.cost[i]).any():
-                name = m.names[i]
-                return (f"%{name} has no strategy left (its {len(m.nodes[i].strategies)} "
-                        "strategies are each forbidden, or each needs a forbidden collective)")  # fmt: skip
+                return _no_strategy(m, i)
         if cap is not None:
             least = sum(float(p.mem[i][np.isfinite(p.cost[i])].min()) for i in p.active)
             if least > cap * (1 + 1e-9):
@@ -362,11 +369,13 @@ class Planner:
     def _raise_conflict(self, cons: Resolved, params: CostParams, cap) -> None:
         """Raise `ConstraintError` with the smallest conflicting subset, when no plan
         honours ``cons``; return when one does (a heuristic missed it)."""
-        if self.satisfiable(cons, params, cap) is None:
+        w = self.full_model.weigh(params)
+        if self.satisfiable(cons, params, cap, w) is None:
             return
 
         def test(subset: tuple) -> str | None:
-            return self.satisfiable(self.resolve(list(subset)) if subset else None, params, cap)
+            return self.satisfiable(self.resolve(list(subset)) if subset else None, params, cap,
+                                    w)  # fmt: skip
 
         conflict, reason = deletion_filter(cons.constraints, test)
         raise ConstraintError(conflict_message(conflict, reason, "sharding plan"), conflict,
@@ -429,6 +438,11 @@ class Planner:
                             )
                     needs[et.dst] = lay
         return fixed
+
+
+def _no_strategy(m: CostModel, i: int) -> str:
+    return (f"%{m.names[i]} has no strategy left (its {len(m.nodes[i].strategies)} strategies "
+            "are each forbidden, or each needs a forbidden collective)")  # fmt: skip
 
 
 # Graphs compare by identity, so the key holds every input of a Planner.
