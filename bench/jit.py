@@ -11,8 +11,12 @@ under a limit: a tensor ``while``); PyTorch modules through ``ex.compile`` (our 
 IR interpreter, every op timed; our static path: numpy and numba kernels): (e) a
 torch.nn MLP at batch 1 (4 Linear layers, hidden 128) and (f) transformers' GPT-2, tiny
 (2 layers, hidden 64, batch 1, 32 tokens), (g) GPT-2 small (124M, random weights)
-prefilling 512 tokens at batch 1. ``--only e_torch_mlp,f_gpt2_tiny`` keeps the other
-rows of jit.json.
+prefilling 512 tokens at batch 1, (h) GPT-2 small decoding one token at batch 1 after a
+128-token prefix, the key/value cache carried (ours: the step `Decoder` runs, the cache as
+inputs; torch eager: the model on its own DynamicCache), (i) the same for a 1.1B Llama
+(TinyLlama's shape, random float32 weights, 4.4 GB). ``--only e_torch_mlp,f_gpt2_tiny``
+keeps the other rows of jit.json; issue 27's targets on rows (e)-(h) are printed and kept
+as ``torch_targets``.
 
 Timing: interleaved rounds (every column once per round, so machine noise hits all alike;
 each round starts at another column, and each column after 50 ms idle so that the spinning
@@ -30,6 +34,12 @@ torch.compile and jax.jit, first call minus a steady call. Peak memory: tracemal
 ours and numpy (numpy reports its buffers to it; a @jit program's buffers are allocated
 inside the measured call); jax.jit: XLA's compiled memory analysis (temporaries + outputs);
 torch: its CPU allocations are not traced by tracemalloc and are reported as n/a.
+Peak RSS of a call (``peak_rss_bytes``): one method for every column, torch's included:
+the kernel's peak resident size (VmHWM, reset through /proc/self/clear_refs before the
+call) minus the resident size before it, with glibc's mmap and trim thresholds pinned at
+64 KiB and the heap trimmed before the call, so that freed buffers leave the RSS
+(`pin_malloc`); the static path adds its memory plan's
+buffers (allocated once, before the call). Weights are shared and not counted.
 
 Threads: numpy's BLAS and torch single-threaded (OPENBLAS_NUM_THREADS=1, torch
 ``set_num_threads(1)``; ``--torch-threads N`` to change: small ops on a shared 2-core
@@ -40,6 +50,7 @@ elements: only (b)) and XLA use both cores. Run: ``.venv/bin/python bench/jit.py
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -66,6 +77,7 @@ from explorer.compiler.codegen import (  # noqa: E402
     numba_available,
     wait_compiled,
 )
+from explorer.compiler.torch_decode import step_mask, step_module  # noqa: E402
 from explorer.ir.activations import GELU_C, GELU_K, gelu_grad  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "jit.json"
@@ -112,6 +124,60 @@ def _tracemalloc_peak(fn: Callable) -> int:
     tracemalloc.stop()
     del out
     return peak
+
+
+def _proc_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _libc():
+    import ctypes
+    import ctypes.util
+
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+    except OSError:
+        return None
+
+
+def pin_malloc() -> bool:
+    """Pin glibc's mmap and trim thresholds at `MMAP_THRESHOLD` bytes (by default both grow
+    with the blocks freed, up to 32 and 64 MiB, after which freed buffers stay resident and
+    a call's peak no longer shows in the RSS): every larger buffer, numpy's and torch's
+    alike, is mapped when allocated and unmapped when freed, and a freed heap top is given
+    back. False where there is no glibc."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt"):
+        return False
+    # -3: M_MMAP_THRESHOLD, -1: M_TRIM_THRESHOLD
+    return bool(libc.mallopt(-3, MMAP_THRESHOLD) and libc.mallopt(-1, MMAP_THRESHOLD))
+
+
+MMAP_THRESHOLD = 64 * 1024
+
+
+def _rss_peak(fn: Callable) -> int | None:
+    """One method for every column (ours, numpy's and torch's): the process's peak resident
+    memory during one call above its resident memory before it (Linux: the peak reset by
+    writing 5 to /proc/self/clear_refs, read as VmHWM). None off Linux."""
+    libc = _libc()
+    try:
+        gc.collect()
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)  # free heap memory left resident by earlier calls goes back
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _proc_kib("VmRSS")
+        out = fn()
+        peak = _proc_kib("VmHWM")
+    except (OSError, KeyError):
+        return None
+    del out
+    return (peak - before) * 1024
 
 
 def _jit_column(jf, call: Callable[[object], object]) -> Column:
@@ -509,18 +575,23 @@ def _compiled_columns(module, inputs: tuple, torch) -> dict[str, Column]:
     static path (numpy kernels; numba when it is installed), torch eager and
     torch.compile, all called with the same torch tensors under ``no_grad``."""
 
-    def ours(backend: str, eager: bool = False):
+    def ours(backend: str, eager: bool = False) -> Column:
+        built = []
+
         def make():
             prog = ex.compile(module, inputs, backend=backend)
+            built.append(prog)
             run = prog.run_eager if eager else prog
             return lambda: run(*inputs)
 
-        return make
+        def info():  # the static run's memory-plan buffers live between calls
+            return {} if eager else {"plan_buffer_bytes": built[-1].program.persistent_bytes}
 
-    cols = {"eager": Column(ours("numpy", eager=True), _tracemalloc_peak),
-            "jit_numpy": Column(ours("numpy"), _tracemalloc_peak)}  # fmt: skip
+        return Column(make, _tracemalloc_peak, info)
+
+    cols = {"eager": ours("numpy", eager=True), "jit_numpy": ours("numpy")}
     if numba_available():
-        cols["jit_numba"] = Column(ours("numba"), _tracemalloc_peak)
+        cols["jit_numba"] = ours("numba")
     cols["torch"] = Column(lambda: _bind(_no_grad, torch, module, *inputs))
     cols["torch_compile"] = Column(lambda: _bind(_no_grad, torch, torch.compile(module), *inputs))
     return cols
@@ -601,6 +672,65 @@ def gpt2_small_columns() -> dict[str, Column]:
     return _compiled_columns(model, (ids,), torch)
 
 
+GPT2_DECODE_PREFIX = 128
+
+
+def gpt2_decode_columns() -> dict[str, Column]:
+    """(h) GPT-2 small (random weights) decoding one token at batch 1 after a 128-token
+    prefix (`_decode_columns`)."""
+    torch, transformers = _torch_and_transformers()
+    if transformers is None:
+        return {}
+    cfg = transformers.GPT2Config(bos_token_id=0, eos_token_id=0)  # 12 layers, hidden 768
+    torch.manual_seed(0)
+    return _decode_columns(torch, transformers.AutoModelForCausalLM.from_config(cfg).eval())
+
+
+#: (i): TinyLlama-1.1B's shape (hidden 2048, 22 layers, 32 heads, 4 key/value heads, MLP
+#: 5632, vocabulary 32000), random weights in float32 (4.4 GB).
+LLAMA_1B = {"hidden_size": 2048, "num_hidden_layers": 22, "num_attention_heads": 32,
+            "num_key_value_heads": 4, "intermediate_size": 5632, "vocab_size": 32000,
+            "max_position_embeddings": 2048, "bos_token_id": 0, "eos_token_id": 0}  # fmt: skip
+
+
+def llama_1b_decode_columns() -> dict[str, Column]:
+    """(i) a 1.1B Llama (TinyLlama's shape, random weights) decoding one token at batch 1
+    after a 128-token prefix (`_decode_columns`)."""
+    torch, transformers = _torch_and_transformers()
+    if transformers is None:
+        return {}
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(**LLAMA_1B)
+    return _decode_columns(torch, transformers.AutoModelForCausalLM.from_config(cfg).eval())
+
+
+def _decode_columns(torch, model) -> dict[str, Column]:
+    """One token at batch 1 after a `GPT2_DECODE_PREFIX`-token prefix, the key/value cache
+    carried as inputs: ours and torch.compile run ``torch_decode.step_module`` (the cache
+    as tensors, the new token's keys and values out: what `Decoder.step` calls); torch
+    eager runs the model as a torch user does, on its own ``DynamicCache`` (cropped back to
+    the prefix after each call: crop(-1)), with its default attention (sdpa; ours is traced
+    as eager attention, the same function)."""
+    p = GPT2_DECODE_PREFIX
+    prefix = (torch.arange(p).reshape(1, -1) * 7 + 3) % model.config.vocab_size
+    with torch.no_grad():
+        cache = model(prefix, use_cache=True).past_key_values
+    kv = [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+    ids = torch.tensor([[11]])
+    inputs = (ids, torch.from_numpy(step_mask(1, p, p)), torch.tensor([[p]]), *kv)
+    cols = _compiled_columns(step_module(model), inputs, torch)
+
+    def torch_step():
+        with torch.no_grad():
+            out = model(ids, past_key_values=cache, use_cache=True)
+            new = [t[:, :, -1:] for layer in cache.layers for t in (layer.keys, layer.values)]
+            cache.crop(-1)  # back to the prefix
+        return (out.logits, *new)
+
+    cols["torch"] = Column(lambda: torch_step)
+    return cols
+
+
 # --- the runner -------------------------------------------------------------------------
 
 
@@ -671,7 +801,13 @@ def run_workload(name: str, cols: dict[str, Column], rounds: int) -> dict:
         if col in ("torch_compile", "jax_jit"):
             out[col]["compile_ms"] = out[col]["first_call_ms"] - ms
         peak = cols[col].peak
-        out[col]["peak_bytes"] = peak(fn) if peak is not None else None
+        out[col]["peak_bytes"] = (
+            None if peak is None else peak(fn) + out[col].get("plan_buffer_bytes", 0)
+        )
+        rss = _rss_peak(fn)
+        out[col]["peak_rss_bytes"] = (
+            None if rss is None else rss + out[col].get("plan_buffer_bytes", 0)
+        )  # buffers allocated before the call count as the call's (they serve no other)
         if col == "jit_numba":
             out[col] |= _kernel_split(fn)
     print(f"  {name}: done", file=sys.stderr)
@@ -732,10 +868,10 @@ def _fmt_ms(v: dict | None, key: str = "ms") -> str:
     return f"{x:.2f}" if x < 100 else f"{x:.0f}"
 
 
-def _fmt_mib(v: dict | None) -> str:
-    if v is None or "error" in v or v.get("peak_bytes") is None:
+def _fmt_mib(v: dict | None, key: str = "peak_bytes") -> str:
+    if v is None or "error" in v or v.get(key) is None:
         return "n/a"
-    return f"{v['peak_bytes'] / 2**20:.2f}"
+    return f"{v[key] / 2**20:.2f}"
 
 
 def _ok(v: dict | None) -> bool:
@@ -802,6 +938,36 @@ def targets(res: dict) -> list[tuple[str, bool | None, str]]:
     return rows
 
 
+def torch_targets(res: dict) -> list[tuple[str, bool | None, str]]:
+    """Issue 27's targets on the rows of PyTorch modules that ran: ours static (the faster
+    backend) against torch eager, torch.compile and our eager, and its peak RSS."""
+    rows = []
+    need = {"e_torch_mlp": 2.0, "h_gpt2_decode": 1.5}
+    for w in ("e_torch_mlp", "f_gpt2_tiny", "g_gpt2_prefill", "h_gpt2_decode", "i_llama_1b_decode"):
+        r = res.get(w)
+        if not r:
+            continue
+        col, ms = _best_jit(r)
+        t, tc, e = r.get("torch"), r.get("torch_compile"), r.get("eager")
+        if w in need and _ok(t):
+            x = t["ms"] / ms
+            rows.append((f"static >= {need[w]}x torch eager on {w}", x >= need[w],
+                         f"{x:.2f}x ({HEAD[col]} {ms:.2f} ms, torch {t['ms']:.2f} ms)"))  # fmt: skip
+        if _ok(tc):
+            rows.append((f"static not slower than torch.compile on {w}", ms <= tc["ms"],
+                         f"{HEAD[col]} {ms:.2f} ms, torch.compile {tc['ms']:.2f} ms"))  # fmt: skip
+        if _ok(e):
+            rows.append((f"static >= 3x our eager on {w}", e["ms"] / ms >= 3.0,
+                         f"{e['ms'] / ms:.2f}x"))  # fmt: skip
+            s_rss, e_rss = r[col].get("peak_rss_bytes"), e.get("peak_rss_bytes")
+            if s_rss is not None and e_rss:
+                rows.append((f"static peak RSS >= 30% below our eager on {w}",
+                             s_rss <= 0.7 * e_rss,
+                             f"{s_rss / 2**20:.1f} vs {e_rss / 2**20:.1f} MiB "
+                             f"(torch eager {_fmt_mib(t, 'peak_rss_bytes')} MiB)"))  # fmt: skip
+    return rows
+
+
 WORKLOADS = {
     "a_gpt": ("(a) GPT inference b=1, 2 layers, h=128", lambda: gpt_columns(loop=False)),
     "b_elementwise": ("(b) bias+GELU+mask+residual, 4M", elementwise_columns),
@@ -810,6 +976,14 @@ WORKLOADS = {
     "e_torch_mlp": ("(e) torch MLP b=1, 4 layers, h=128", torch_mlp_columns),
     "f_gpt2_tiny": ("(f) transformers GPT-2 tiny b=1, s=32", gpt2_tiny_columns),
     "g_gpt2_prefill": (f"(g) GPT-2 small prefill b=1, s={GPT2_SMALL_PREFILL}", gpt2_small_columns),
+    "h_gpt2_decode": (
+        f"(h) GPT-2 small decode b=1, prefix {GPT2_DECODE_PREFIX}",
+        gpt2_decode_columns,
+    ),
+    "i_llama_1b_decode": (
+        f"(i) Llama 1.1B decode b=1, prefix {GPT2_DECODE_PREFIX}",
+        llama_1b_decode_columns,
+    ),
 }
 
 
@@ -834,6 +1008,7 @@ def main(argv: list[str] | None = None) -> dict:
         os.environ["EXPLORER_CODEGEN_CACHE"] = tempfile.mkdtemp(prefix="explorer-codegen-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="torchinductor-")
     rounds = 3 if args.quick else 7
+    pinned = pin_malloc()
     TORCH_THREADS[0] = args.torch_threads
     t_start = time.perf_counter()
     res: dict = {}
@@ -850,10 +1025,14 @@ def main(argv: list[str] | None = None) -> dict:
         "jax": None if jax is None else jax.__version__,
         "kernel_caches": "warm" if args.warm_cache else "cold (fresh numba and inductor dirs)",
         "rounds": rounds, "total_s": time.perf_counter() - t_start,
+        "malloc_pinned": pinned, "mmap_threshold_bytes": MMAP_THRESHOLD,
     }  # fmt: skip
     rows = targets(res) if set(WORKLOADS) <= set(res) else []
     if rows:
         res["targets"] = [{"target": t, "met": ok, "measured": m} for t, ok, m in rows]
+    trows = torch_targets(res)
+    if trows:  # issue 27's, kept apart: a run of some rows (--only) keeps the others' targets
+        res["torch_targets"] = [{"target": t, "met": ok, "measured": m} for t, ok, m in trows]
 
     print(f"\nmedian ms per call ({rounds} interleaved rounds); peak MiB; first call ms")
     print(f"{'workload':40s}" + "".join(f"{HEAD[c]:>15s}" for c in COLUMNS))
@@ -863,6 +1042,8 @@ def main(argv: list[str] | None = None) -> dict:
         w = res[key]
         print(f"{label:40s}" + "".join(f"{_fmt_ms(w[c]):>15s}" for c in COLUMNS))
         print(f"{'    peak memory (MiB)':40s}" + "".join(f"{_fmt_mib(w[c]):>15s}" for c in COLUMNS))
+        print(f"{'    peak RSS of a call (MiB)':40s}"
+              + "".join(f"{_fmt_mib(w[c], 'peak_rss_bytes'):>15s}" for c in COLUMNS))  # fmt: skip
         print(f"{'    first call (ms)':40s}"
               + "".join(f"{_fmt_ms(w[c], 'first_call_ms'):>15s}" for c in COLUMNS))  # fmt: skip
         print(f"{'    compile (ms)':40s}"
@@ -891,8 +1072,14 @@ def main(argv: list[str] | None = None) -> dict:
         "torch peak memory: n/a (torch's CPU allocator is not traced by tracemalloc); "
         "jax: XLA memory analysis (temporaries + outputs)"
     )
+    print(
+        "peak RSS of a call: one method for every column (VmHWM reset before the call, minus "
+        f"VmRSS before it; glibc's mmap threshold pinned at {MMAP_THRESHOLD // 1024} KiB: "
+        f"{'yes' if res['machine']['malloc_pinned'] else 'NO'}); ours static adds its "
+        "memory plan's buffers (allocated once, before the call)"
+    )
     print("\ntargets:")
-    for t, ok, m in rows:
+    for t, ok, m in rows + trows:
         flag = "n/a" if ok is None else ("YES" if ok else "NO")
         print(f"  {flag:4s} {t}: {m}")
     print(f"total {res['machine']['total_s']:.0f} s")
