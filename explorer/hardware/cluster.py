@@ -126,6 +126,20 @@ class Cluster:
         )  # fmt: skip
 
     @property
+    def scale_up_chips(self) -> int:
+        """Chips of the scale-up domain: the largest link level whose per-chip bandwidth is
+        the innermost level's (an NVLink domain larger than a node, as a GB200 NVL72 rack's
+        72 GPUs over its 18 compute trays of 4; a node's chips elsewhere). Tensor
+        parallelism may span it (`planning.space.tp_candidates`).
+
+        >>> from explorer.hardware import load
+        >>> load("gb200-nvl72").scale_up_chips, load("h100-sxm").scale_up_chips
+        (72, 8)
+        """
+        fast = self.levels[0].bandwidth_bytes_per_s
+        return max(lv.group_size for lv in self.levels if lv.bandwidth_bytes_per_s >= fast)
+
+    @property
     def capacity(self) -> int:
         """Total chips: ``chips_per_node * max_nodes``."""
         return self.chips_per_node * self.max_nodes

@@ -127,6 +127,13 @@ def test_gb200_nvl72_nvlink_domain_is_a_level_above_the_tray() -> None:
     assert dp.levels == ("ib",) and dp.bandwidth_bytes_per_s == 50e9
 
 
+def test_scale_up_domain_is_the_nvlink_level_not_the_node() -> None:
+    # tensor parallelism may span a GB200 NVL72 rack's NVLink domain, not just its tray
+    assert load("gb200-nvl72").scale_up_chips == 72
+    assert load("h100-sxm").scale_up_chips == load("h100-sxm").chips_per_node == 8
+    assert load("dgx-h100-superpod").scale_up_chips == 8  # the leaf is slower than NVLink
+
+
 def test_tpu_v5p_pod_is_ici_and_pods_join_over_dcn() -> None:
     v5p = load("tpu-v5p")
     assert v5p.capacity == 2 * 8960 and v5p.chips_per_node == 4
