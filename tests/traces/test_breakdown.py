@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import explorer as ex
 from explorer.traces import Collective, TracesError, axis_of, breakdown, load_kineto, vendored
 from explorer.traces.classify import CATEGORIES, classify_name, collective_kind, nelems
-from explorer.traces.intervals import length, merge, overlap, subtract
+from explorer.traces.intervals import clip, length, merge, overlap, subtract
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,23 @@ def test_cpu_only_trace_breaks_down_on_the_main_thread():
     (row,) = breakdown(t).rows
     assert row.window_s == pytest.approx(t.ranks[0].steps[0].dur * 1e-6)
     assert row.compute_s + row.exposed_comm_s + row.idle_s == pytest.approx(row.window_s)
+
+
+def test_cpu_communication_is_the_backend_threads_busy_time():
+    t = load_kineto(vendored("cpu_gloo_fsdp"))
+    rows = breakdown(t).rows
+    for r in t.ranks:
+        wire_slices = [a for a in r.ops if a.tid != r.main_tid and a.category == "communication"]
+        assert wire_slices and all(a.name.startswith("gloo:") for a in wire_slices)
+        for row in (x for x in rows if x.rank == r.rank):
+            step = next(s for s in r.steps if s.number == row.step)
+            wire = length(clip(((a.ts, a.end) for a in wire_slices), step.ts, step.end)) * 1e-6
+            assert row.exposed_comm_s + row.overlapped_comm_s == pytest.approx(wire)
+            assert row.category("communication") == pytest.approx(wire)
+    # FSDP2's host work around its collectives (the self time of its FSDP:: scopes on the main
+    # thread) is neither compute nor communication: idle, as a GPU's launch gaps
+    idle = sum(r.idle_s for r in rows) / sum(r.window_s for r in rows)
+    assert idle > 0.2
 
 
 def test_text_form_has_a_line_per_row(gpu):
