@@ -2,10 +2,12 @@
 are kept in, and `ActivityColumns`, the appendable form `load_kineto` fills while it reads.
 
 A trace of a GB holds millions of kernels and ops. As Python objects (one `Activity` named
-tuple with two floats and a few ints each) they took about 400 bytes apiece; by column they
-take 8 bytes per time and launch time, 4 per id (correlation, External id, stream) and 1 or
-2 per interned field (name, category, thread, op, shapes, collective), and nothing for a
-field that is one value in the whole column (an op's stream, launch and correlation). Reading appends to `array.array`
+tuple with two floats and a few ints each) they took about 340 bytes apiece
+(bench/traces.py); by column they take 8 bytes per time and launch time, 4 per id
+(correlation, External id, stream), 1 or 2 per interned field (name, category, thread, op,
+shapes, collective) and nothing for a field that is one value in the whole column (an op's
+stream, launch and correlation): 42 bytes a kernel and 25 an op on HTA's NCCL trace. Reading
+appends to `array.array`
 columns (no object per event survives the event); `ActivityColumns.freeze` turns them into
 numpy arrays sorted by start time. An `ActivityTable` is a read-only sequence of `Activity`:
 indexing and iterating make the named tuples on the fly, a slab of rows at a time.
