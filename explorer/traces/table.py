@@ -7,10 +7,10 @@ tuple with two floats and a few ints each) they took about 340 bytes apiece
 (correlation, External id, stream), 1 or 2 per interned field (name, category, thread, op,
 shapes, collective) and nothing for a field that is one value in the whole column (an op's
 stream, launch and correlation): 42 bytes a kernel and 25 an op on HTA's NCCL trace. Reading
-appends to `array.array`
-columns (no object per event survives the event); `ActivityColumns.freeze` turns them into
-numpy arrays sorted by start time. An `ActivityTable` is a read-only sequence of `Activity`:
-indexing and iterating make the named tuples on the fly, a slab of rows at a time.
+appends to `array.array` columns (no object per event survives the event), compacted every
+`SEGMENT` rows; `ActivityColumns.freeze` turns them into numpy arrays sorted by start time.
+An `ActivityTable` is a read-only sequence of `Activity`: indexing and iterating make the
+named tuples on the fly, a slab of rows at a time.
 
 >>> from explorer.traces.events import Activity
 >>> cols = ActivityColumns()
