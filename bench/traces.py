@@ -3,14 +3,18 @@
 1. Import (``ex.traces.load_kineto``, streamed) of the largest vendored real trace
    (HTA's ``nccl_data.json.gz``, and the same file decompressed) and of a generated Kineto-like
    trace (GPU kernels, runtime launches and CPU ops in the proportions of that real trace;
-   ``--mb`` sets its size, 64 MB by default; ``--gb`` makes a 1 GB one). Each import runs in a
+   ``--mb`` sets its size, 64 MB by default; ``--gb`` makes a 1 GB one and writes
+   ``results/traces_1gb.json`` with the import rows alone). Each import runs in a
    fresh process: events per second, and the peak resident memory above a process that only
-   imported ``explorer`` (``ru_maxrss``). Beside it, the same files read whole with
-   ``json.load`` (the memory a non-streaming reader needs), as a ratio.
+   imported ``explorer`` (``ru_maxrss``), per GiB of trace. Beside it, in the same run: the
+   same import with every kernel and op then made a Python tuple (how a trace was held before
+   the columnar tables), and up to 128 MiB the files read whole with ``json.load``.
 2. The CPU DDP and FSDP2 runs (``datasets/traces/kineto/cpu_gloo_*``; ``--fresh`` makes them
-   again with ``profile_cpu_run``): predicted vs measured step time and per-part times before
-   and after calibration, fitted on one run and checked on the other, both ways (the rows say
-   which is which).
+   again with ``profile_cpu_run``): the GEMM/attention efficiency (``kernel_efficiency``) and
+   link latency/bandwidth (``link_fit``) each trace shows, and predicted vs measured step time
+   and per-part times before and after calibration, fitted on one run and checked on the
+   other, both ways (the rows say which is which), from the default knobs and from the fit
+   run's own kernel and link figures. The links of HTA's 2-rank A100 NCCL trace too.
 
     .venv/bin/python bench/traces.py [--mb 64 | --gb] [--fresh]   # writes bench/results/traces.json
 """
@@ -163,24 +167,59 @@ def calibration_rows(fresh: bool) -> list[dict]:
     cluster = host_cluster(folders["ddp"])
     base = ex.TrainingParams()
     fp32 = replace(base, state=replace(base.state, weight_bytes=4.0, gradient_bytes=4.0))
-    runs = {w: ex.MeasuredRun.from_trace(ex.traces.load_kineto(folders[w]), cfg, layouts[w],
-                                         cluster, 8, 32, axes={"dp": 2}, source=f"cpu_gloo_{w}")
-            for w in layouts}  # fmt: skip
+    traces = {w: ex.traces.load_kineto(folders[w]) for w in layouts}
+    hosts = {w: host_cluster(folders[w]) for w in layouts}
+    measured = {}  # what each trace says of its own kernels and links (read, not fitted)
+    for w in layouts:
+        eff = ex.training.kernel_efficiency(traces[w], hosts[w], fp32, dtype="fp32")
+        links = ex.traces.link_fit(traces[w], hosts[w])
+        print(f"\n--- {w}: kernels and links read from the trace\n{eff}\n{links}")
+        measured[w] = {"efficiency": eff, "links": links}
     out = []
-    for fit_on, check_on in (("ddp", "fsdp"), ("fsdp", "ddp")):
-        cal = ex.calibrate([runs[fit_on]], check=[runs[check_on]], params=fp32, loo=False)
-        print(f"\n--- fit on {fit_on}, check on {check_on}: {cal}")
-        print(cal.category_text())
-        for w, row in zip((fit_on, check_on), cal.table, strict=True):
-            out.append({
-                "fit_on": fit_on, "run": w, "role": row.role, "fitted": cal.fitted,
-                "step": {"measured_s": row.measured_s, "before_s": row.before_s,
-                         "after_s": row.after_s},
-                "parts": {name: {"measured_s": m, "before_s": b, "after_s": a}
-                          for name, m, b, a in row.categories},
-            })  # fmt: skip
+    # start "defaults": the host profile and the default knobs; start "trace": the fit run's
+    # own GEMM/attention efficiency (kernel_efficiency) and link latency and bandwidth
+    # (link_fit) before the fit
+    for start in ("defaults", "trace"):
+        for fit_on, check_on in (("ddp", "fsdp"), ("fsdp", "ddp")):
+            p0, hw = fp32, cluster
+            if start == "trace":
+                p0 = measured[fit_on]["efficiency"].params(fp32)
+                hw = measured[fit_on]["links"].cluster()
+            runs = {w: ex.MeasuredRun.from_trace(traces[w], cfg, layouts[w], hw, 8, 32,
+                                                 axes={"dp": 2}, source=f"cpu_gloo_{w}")
+                    for w in layouts}  # fmt: skip
+            cal = ex.calibrate([runs[fit_on]], check=[runs[check_on]], params=p0, loo=False)
+            print(f"\n--- start {start}, fit on {fit_on}, check on {check_on}: {cal}")
+            print(cal.category_text())
+            for w, row in zip((fit_on, check_on), cal.table, strict=True):
+                out.append({
+                    "start": start, "fit_on": fit_on, "run": w, "label": row.run.label,
+                    "role": row.role, "fitted": cal.fitted,
+                    "step": {"measured_s": row.measured_s, "before_s": row.before_s,
+                             "after_s": row.after_s},
+                    "parts": {name: {"measured_s": m, "before_s": b, "after_s": a}
+                              for name, m, b, a in row.categories},
+                })  # fmt: skip
+    reads = {w: {"efficiency": [{"part": r.part, "class": r.shape_class, "calls": r.calls,
+                                 "measured_s": r.measured_s, "before_s": r.before_s,
+                                 "before": r.before, "fitted": r.efficiency, "note": r.note}
+                                for r in m["efficiency"].rows],
+                 "links": [_link_row(f) for f in m["links"].fits]}
+             for w, m in measured.items()}  # fmt: skip
+    real = ex.traces.link_fit(ex.traces.load_kineto(ex.traces.vendored("nccl_data.json.gz")),
+                              ex.hardware.load("a100-80g"))  # fmt: skip
+    print(f"\n--- HTA nccl_data (2 x A100, NCCL): links read from the trace\n{real}")
+    reads["nccl_data"] = {"links": [_link_row(f) for f in real.fits]}
     shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return out, reads
+
+
+def _link_row(f) -> dict:
+    return {"level": f.level, "latency_s": f.latency_s, "bandwidth_bytes_per_s":
+            f.bandwidth_bytes_per_s, "before_latency_s": f.before_latency_s,
+            "before_bandwidth_bytes_per_s": f.before_bandwidth_bytes_per_s,
+            "messages": f.messages, "samples": f.samples, "error_before": f.error_before,
+            "error_after": f.error_after, "note": f.note}  # fmt: skip
 
 
 def main() -> None:
@@ -207,12 +246,17 @@ def main() -> None:
              f"generated {gen.stat().st_size / 2**20:.0f} MiB": gen}  # fmt: skip
     rows = import_rows(paths, whole_file=size <= 128 * 2**20)  # json.load of more: GBs
     shutil.rmtree(tmp, ignore_errors=True)
-    cal = calibration_rows(args.fresh)
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text(json.dumps({"import": rows, "calibration": cal,
+    out = OUT if size < 2**30 else OUT.with_name("traces_1gb.json")
+    if size >= 2**30:  # the 1 GB import alone
+        out.write_text(json.dumps({"import": rows, "generated_bytes": size}, indent=1))
+        print(f"\nwrote {out}")
+        return
+    cal, reads = calibration_rows(args.fresh)
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"import": rows, "calibration": cal, "read_from_traces": reads,
                                "generated_bytes": size, "fresh_runs": args.fresh},
                               indent=1))  # fmt: skip
-    print(f"\nwrote {OUT}")
+    print(f"\nwrote {out}")
 
 
 if __name__ == "__main__":
