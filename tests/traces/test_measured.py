@@ -151,3 +151,15 @@ def test_labels_tell_ddp_from_fsdp():
                           "a100-80g", 8, 1024, 0.1)  # fmt: skip
     assert ddp.label == "gpt2 dp2 tp1 pp1 mb4"
     assert fsdp.label == "gpt2 dp2 tp1 pp1 zero3 mb4"
+
+
+def test_a_calibration_on_a_cluster_of_ones_own_round_trips_through_json():
+    from explorer.traces.cpu_runs import host_cluster, tiny_gpt_config
+
+    folder = vendored("cpu_gloo_ddp")
+    run = ex.MeasuredRun.from_trace(load_kineto(folder), tiny_gpt_config(),
+                                    ex.ParallelConfig(dp=2, microbatch_size=4),
+                                    host_cluster(folder), 8, 32, axes={"dp": 2})  # fmt: skip
+    cal = ex.calibrate([run], fit=("matmul_efficiency_cap",), loo=False)
+    back = ex.training.Calibration.from_json(cal.to_json())
+    assert back.table[0].run == run and back.fitted == cal.fitted
