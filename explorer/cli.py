@@ -115,7 +115,7 @@ def _plan(args) -> int:
         cfg, devices=args.devices, hardware=args.hardware,
         global_batch=args.global_batch, seq=args.seq, top_k=args.top, stack=args.stack,
     )  # fmt: skip
-    print(plan.to_json() if args.json else plan.report())
+    print(plan.to_json() if args.json else plan.report(robust=args.robustness or None))
     return 0
 
 
@@ -219,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--top", type=_positive, default=5, help="alternatives to show")
     _stack_argument(s)
     s.add_argument("--json", action="store_true", help="write the TrainingPlan as JSON")
+    s.add_argument("--robustness", action="store_true",
+                   help="scan how far each knob can move before an alternative wins "
+                   "(re-simulates the alternatives: seconds on large models)")  # fmt: skip
     s.set_defaults(func=_plan)
     s = sub.add_parser("diff", help="two configurations side by side, b - a term by term")
     s.add_argument("model", help="a zoo name or a model .json file")

@@ -31,3 +31,11 @@ def test_why_not_answers_with_the_verdict(capsys):
     assert out.startswith("why not dp4 tp2? slower:") and "b - a" in out
     assert main(["why-not", "gpt2", "tp5", *JOB, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "invalid"
+
+
+def test_plan_robustness_flag(capsys):
+    assert main(["plan", "gpt2", *JOB]) == 0
+    assert "robustness: not scanned" in capsys.readouterr().out
+    assert main(["plan", "gpt2", *JOB, "--robustness"]) == 0
+    out = capsys.readouterr().out
+    assert "robustness: robust" in out or "robustness: fragile" in out

@@ -63,3 +63,12 @@ def test_each_link_level_of_the_cluster_is_a_knob():
     assert by_name["nvlink"] == 0.5 * k.get(None, gb200)
     assert by_name["ib"] == next(lv.bandwidth_bytes_per_s for lv in gb200.link_levels
                                  if lv.name == "ib")  # fmt: skip
+
+
+def test_report_shows_the_scan_once_it_ran():
+    plan = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512)
+    assert "robustness: not scanned" in plan.report()
+    assert "robustness" not in plan.report(robust=False)
+    r = plan.robustness()
+    assert r.text() in plan.report()  # the scan that ran, not a second one
+    assert plan.robustness() is r

@@ -258,6 +258,13 @@ def _flip(scan: _Scan, knob: Knob, base: float, direction) -> Flip:
 _LAST: dict[tuple[int, int, tuple | None], tuple[object, Robustness]] = {}
 
 
+def scanned(plan) -> Robustness | None:
+    """The default scan (every knob, ``k=5``) of ``plan`` if it was run already, else None
+    (the report shows a scan without paying for one)."""
+    seen = _LAST.get((id(plan), 5, None))
+    return seen[1] if seen is not None and seen[0] is plan else None
+
+
 def robustness(plan, k: int = 5, knobs: tuple[str, ...] | None = None) -> Robustness:
     """Scan how far each knob can move before another of the plan's top ``k`` rivals
     wins, and the joint corners of its prediction band.
@@ -279,7 +286,7 @@ def robustness(plan, k: int = 5, knobs: tuple[str, ...] | None = None) -> Robust
             f"robustness: unknown knob {', '.join(map(repr, bad))}; the knobs of this plan "
             f"are {', '.join(map(repr, known))}"
         )
-    key = (id(plan), k, names)
+    key = (id(plan), k, names if knobs is not None else None)
     seen = _LAST.get(key)
     if seen is not None and seen[0] is plan:
         return seen[1]
