@@ -13,6 +13,7 @@ Writes bench/results/search.json.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -134,6 +135,21 @@ def constraint_timings() -> dict:
                      "cost": plan.cost.total,
                      "repeated_layers": plan.diagnostics.get("repeated_layers", "")}},
     }  # fmt: skip
+    # a conflicting pair among the others: the time to the ConstraintError naming it
+    bad = [ex.Pin("layers.*.mlp.fc1", "a=d"), ex.Forbid("layers.*.mlp.*", axis="d")]
+    rows = {}
+    for n in (10, 100):
+        clear_all()
+        t, cpu = time.perf_counter(), time.process_time()
+        try:
+            Planner(g, mesh).search("recursive_programming", PARAMS,
+                                    constraints=scons[: n // 2] + bad + scons[n // 2 : n])  # fmt: skip
+            named = None
+        except ex.ConstraintError as e:
+            named = [str(c) for c in e.conflict]
+        rows[n + 2] = {"time_s": time.perf_counter() - t, "cpu_s": time.process_time() - cpu,
+                       "conflict": named}  # fmt: skip
+    out["conflict"] = rows
     return out
 
 
@@ -200,6 +216,10 @@ def print_constraint_timings(c: dict) -> None:
                 same = len({v["config"] for v in r["runs"].values()}) == 1
                 print(f"    plan {'unchanged' if same else 'CHANGED'} by the loose bounds: "
                       f"{r['runs'][0]['config']}")  # fmt: skip
+    for n, r in c.get("conflict", {}).items():
+        print(f"  conflict among {n} constraints on gpt3-175b-96l (tables + search + the "
+              f"smallest subset): {r['time_s']:.2f} s (cpu {r['cpu_s']:.2f} s), named "
+              f"{' and '.join(r['conflict'] or ['NOTHING'])}")  # fmt: skip
 
 
 def main() -> None:
@@ -341,5 +361,18 @@ def main() -> None:
                                "speed_ratios_to_target": speed}, indent=2) + "\n")  # fmt: skip
 
 
+def constraints_only() -> None:
+    """``python bench/search.py --constraints``: only the constraint timings, written into
+    the ``constraints`` entry of bench/results/search.json (the rest is kept)."""
+    out = Path(__file__).parent / "results" / "search.json"
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    doc["constraints"] = constraint_timings()
+    print_constraint_timings(doc["constraints"])
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+
+
 if __name__ == "__main__":
-    main()
+    if "--constraints" in sys.argv[1:]:
+        constraints_only()
+    else:
+        main()
