@@ -163,3 +163,43 @@ def test_a_calibration_on_a_cluster_of_ones_own_round_trips_through_json():
     cal = ex.calibrate([run], fit=("matmul_efficiency_cap",), loo=False)
     back = ex.training.Calibration.from_json(cal.to_json())
     assert back.table[0].run == run and back.fitted == cal.fitted
+
+
+def _gemm_run(cap: float):
+    """A run whose one recorded GEMM shape took what the step model gives it at ``cap``."""
+    from explorer.training.step_model.kernels import gemm_s
+
+    a100 = ex.hardware.load("a100-80g")
+    truth = ex.TrainingParams(matmul_efficiency_cap=cap)
+    secs = gemm_s(1, 2048, 4096, 1024, 2, a100.chip, truth)
+    sim = ex.estimate("gpt2", CFG, "a100-80g", 8, 1024, truth)
+    return ex.MeasuredRun("gpt2", CFG, a100, 8, 1024, sim.step_time_s,
+                          kernels=(("matmul", (1, 2048, 1024, 4096), 3.0, 3 * secs),))  # fmt: skip
+
+
+def test_each_kernel_part_is_a_residual_of_its_own():
+    run = _gemm_run(0.3)
+    o = _Objective([run], ex.TrainingParams(), ("matmul_efficiency_cap",), "estimate")
+    assert o([0.3]).shape == (2,)  # the step, the matmul kernels
+    assert o([0.3])[-1] == pytest.approx(0.0, abs=1e-12)
+    assert o([0.6])[-1] < -1e-4  # a higher cap predicts the GEMMs faster than measured
+    cal = ex.calibrate([run], params=ex.TrainingParams(), fit=("matmul_efficiency_cap",),
+                       loo=False)  # fmt: skip
+    ((name, measured, before, after),) = cal.table[0].categories
+    assert name == "matmul" and measured == pytest.approx(run.kernels[0][3])
+    assert cal.values[0] == pytest.approx(0.3, rel=1e-3) and before < measured
+    assert after == pytest.approx(measured, rel=1e-3)
+
+
+def test_from_trace_records_the_kernels_of_the_kept_steps():
+    folder = vendored("cpu_gloo_ddp")
+    t = load_kineto(folder)
+    run = ex.MeasuredRun.from_trace(t, "gpt2", CFG, "a100-80g", 8, 1024, skip=1)
+    kept = [(r, s) for r in t.ranks for s in r.steps[1:]]
+    mms = sum(1 for r, s in kept for a in r.ops
+              if a.name in ("aten::mm", "aten::addmm") and s.ts <= a.ts < s.end)  # fmt: skip
+    calls = sum(c for part, _, c, _ in run.kernels if part == "matmul")
+    assert calls == pytest.approx(mms / len(kept)) and mms > 0
+    assert ex.MeasuredRun.from_dict(run.as_dict()) == run
+    with pytest.raises(ex.training.CalibrationError, match="kernels"):
+        ex.MeasuredRun("gpt2", CFG, "a100-80g", 8, 1024, 0.1, kernels=(("gemm", (1,), 1, 1),))

@@ -33,12 +33,15 @@ from dataclasses import dataclass, replace
 
 from ...hardware import Cluster
 from ...traces import KinetoTrace, RankTrace
+from ...traces.breakdown import kernels_by_step
 from ...traces.matmuls import gemm_calls
 from ..errors import CalibrationError
 from ..params import TrainingParams
 from ..step_model.kernels import attention_efficiency, attention_s, gemm_s, matmul_cap
 
-__all__ = ["EfficiencyRow", "KernelEfficiency", "kernel_efficiency", "attention_calls"]
+__all__ = ["EfficiencyRow", "KernelEfficiency", "kernel_efficiency", "attention_calls",
+           "KERNEL_PARTS", "kernel_samples", "kernel_part_seconds", "kernels_measured",
+           "kernels_predicted"]  # fmt: skip
 
 US = 1e-6
 _ITEMSIZE = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -238,3 +241,66 @@ def _solve(total, measured: float) -> tuple[float | None, str]:
     from scipy.optimize import brentq
 
     return float(brentq(lambda e: total(e) - measured, _LOWEST, 1.0, xtol=1e-9)), ""
+
+
+# ----- a run's kernels, for calibrate ------------------------------------------------------
+KERNEL_PARTS: tuple[str, ...] = ("matmul", "attention")
+
+
+def kernel_samples(trace: KinetoTrace, keep) -> tuple[tuple[str, tuple, float, float], ...]:
+    """A trace's GEMMs and fused attention ops with their shapes, per device and step:
+    ``(part, dims, calls, seconds)`` with ``dims`` ``(batch, M, K, N)`` for a GEMM and
+    ``(b, h, s_q, d, s_k, backward)`` for attention, averaged over the ranks' steps in
+    ``keep`` (step numbers): what `MeasuredRun.from_trace` records for `calibrate`."""
+    ranks, pairs = [], 0
+    for r in trace.ranks:
+        steps = [i for i, s in enumerate(r.steps) if s.number in keep]
+        if not steps:
+            continue
+        windows = [(r.steps[i].ts, r.steps[i].end) for i in steps]
+        ops = tuple(a for a in r.ops if any(lo <= a.ts < hi for lo, hi in windows))
+        kernels: tuple = ()
+        if r.device == "gpu":
+            per = kernels_by_step(r)
+            kernels = tuple(k for i in steps for k in per[i])
+        ranks.append(replace(r, ops=ops, kernels=kernels))
+        pairs += len(steps)
+    if not pairs:
+        return ()
+    sub = KinetoTrace(tuple(ranks))
+    out = [("matmul", dims, c / pairs, s / pairs) for (_, dims), (c, s) in gemm_calls(sub).items()]
+    out += [("attention", (*dims, int(bwd)), c / pairs, s / pairs)
+            for (_, dims, bwd), (c, s) in attention_calls(sub).items()]  # fmt: skip
+    return tuple(out)
+
+
+def kernel_part_seconds(samples, cluster: Cluster, params: TrainingParams, dtype: str) -> dict:
+    """Per part of ``samples`` (`kernel_samples`), the seconds the step model's kernel
+    functions give its calls under ``params``: what `calibrate` fits the parts' efficiency
+    knobs with."""
+    chip, size = cluster.chip, _ITEMSIZE.get(dtype, 2)
+    out: dict[str, float] = {}
+    for part, dims, calls, _ in samples:
+        if part == "matmul":
+            b, m, k, n = dims
+            t = gemm_s(b, m, n, k, size, chip, params, dtype)
+        else:
+            b, h, sq, d, sk, bwd = dims
+            flops, nbytes = 4.0 * b * h * sq * sk * d, size * b * h * d * (2 * sq + 2 * sk)
+            t = attention_s(flops, nbytes, sq, True, bool(bwd), chip, params, dtype)
+        out[part] = out.get(part, 0.0) + t * calls
+    return out
+
+
+def kernels_measured(run) -> dict[str, float]:
+    """A `MeasuredRun`'s measured seconds per kernel part (`KERNEL_PARTS` order)."""
+    out: dict[str, float] = {}
+    for part, _, _, secs in run.kernels:
+        out[part] = out.get(part, 0.0) + secs
+    return {k: out[k] for k in KERNEL_PARTS if k in out}
+
+
+def kernels_predicted(run, params: TrainingParams) -> dict[str, float]:
+    """The step model's kernel times of a `MeasuredRun`'s recorded kernels under ``params``
+    (`kernel_part_seconds` on its cluster, at its precision)."""
+    return kernel_part_seconds(run.kernels, run.cluster, params, run.precision)

@@ -24,7 +24,13 @@ part of the step (`STEP_CATEGORIES`: compute, optimizer, exposed communication, 
 fit then also minimises, per such run and category, ``(predicted - measured) / measured
 step time`` (the step model's parts, `step_categories`), so knobs that move one part (a
 link's efficiency, an overlap) are fitted by that part, not only through the step time;
-`Calibration.category_text` reports each part measured, predicted before and after.
+`Calibration.category_text` reports each part measured, predicted before and after. Such a
+run also carries its GEMMs and fused attention ops with their shapes (`MeasuredRun.kernels`):
+per kernel part (``matmul``, ``attention``) the fit minimises ``(predicted - measured) /
+measured step time`` too, the prediction being the step model's own kernel times of those
+shapes (`efficiency.kernel_part_seconds`), so ``matmul_efficiency_cap`` and
+``flash_attention_efficiency`` are fitted by their own kernels; the table reports those
+parts beside the step's.
 
 Fit data and check data stay apart: ``runs`` are fitted, ``check`` runs are only
 predicted, and every row of `Calibration.table` says which it is. ``loo_error`` is the
@@ -54,6 +60,7 @@ from ..params import TrainingParams
 from ..simulate import estimate, simulate
 from ..stacks import Stack
 from ..step_model.stage_costs import decisions_fixed_at
+from .efficiency import kernels_measured, kernels_predicted
 from .io import (
     calibration_from_json,
     calibration_to_json,
@@ -333,8 +340,8 @@ def predict_results(runs, params: TrainingParams, evaluator: Evaluator = "estima
 
 
 def _observations(runs) -> int:
-    """Fitted numbers: one step time per run, plus its measured categories."""
-    return sum(1 + len(r.categories) for r in runs)
+    """Fitted numbers: one step time per run, plus its measured categories and kernel parts."""
+    return sum(1 + len(r.categories) + len(kernels_measured(r)) for r in runs)
 
 
 class _Objective:
@@ -346,7 +353,10 @@ class _Objective:
         self.runs, self.base, self.names, self.evaluator = runs, base, names, evaluator
         self.decided_at = decided_at
         self.log_measured = np.log([r.step_time_s for r in runs])
-        self.cat_measured = np.array([v / r.step_time_s for r in runs for _, v in r.categories])
+        self.cat_measured = np.array(
+            [v / r.step_time_s for r in runs for _, v in r.categories]
+            + [v / r.step_time_s for r in runs for v in kernels_measured(r).values()]
+        )
         self.calls = 0
 
     def params(self, x) -> TrainingParams:
@@ -363,6 +373,9 @@ class _Objective:
         for r, s in zip(self.runs, res, strict=True):
             pred = step_categories(s.time_by_kind)
             cats.extend(pred[k] / r.step_time_s for k, _ in r.categories)
+        for r in self.runs:  # each kernel part by its own kernels
+            pred = kernels_predicted(r, p)
+            cats.extend(pred[k] / r.step_time_s for k in kernels_measured(r))
         return np.concatenate([steps, np.array(cats) - self.cat_measured])
 
 
@@ -564,6 +577,8 @@ def calibrate(
     for j, (r, role) in enumerate(zip(runs + check, roles, strict=True)):
         res = predict(r, fitted, evaluator)
         b, a = step_categories(before_res[j].time_by_kind), step_categories(res.time_by_kind)
+        kb, ka = kernels_predicted(r, base), kernels_predicted(r, fitted)
+        kernel_rows = tuple((k, v, kb[k], ka[k]) for k, v in kernels_measured(r).items())
         table.append(
             CalibrationRow(
                 r,
@@ -573,7 +588,7 @@ def calibrate(
                 res.step_time_s,
                 loo_s[j] if role == "fit" else None,
                 res.fits,
-                tuple((k, v, b[k], a[k]) for k, v in r.categories),
+                tuple((k, v, b[k], a[k]) for k, v in r.categories) + kernel_rows,
             )  # fmt: skip
         )
     loo_errs = [abs(t / r.step_time_s - 1) for t, r in zip(loo_s, runs, strict=True) if t]

@@ -36,6 +36,7 @@ from ...models import ModelConfig, datasets_dir, load
 from ...traces import KinetoTrace, RankTrace, TracesError, breakdown
 from ..config import ParallelConfig
 from ..errors import CalibrationError
+from .efficiency import KERNEL_PARTS, kernel_samples
 
 __all__ = [
     "MeasuredRun",
@@ -118,6 +119,10 @@ class MeasuredRun:
         ac_mode: activation checkpointing in the source's words (``selective-op``, ...).
         knobs: the stack's other settings as published, ``(("compile", "true"), ...)``
             (`knobs_dict`).
+        kernels: the GEMMs and fused attention ops a trace timed, per device and step
+            (`efficiency.kernel_samples`: ``(part, dims, calls, seconds)``), as `from_trace`
+            records them; `calibrate` then fits each part's efficiency knob to its own
+            kernels (the step model's kernel times of those shapes). ``()``: none.
         categories: measured seconds per step of some `STEP_CATEGORIES`
             (``(("compute", 0.02), ("communication", 0.004), ...)``), as `from_trace` reads
             them from a profiler trace; `calibrate` then fits them too. ``()``: the step
@@ -146,6 +151,7 @@ class MeasuredRun:
     ac_mode: str = ""
     knobs: tuple[tuple[str, str], ...] = ()
     categories: tuple[tuple[str, float], ...] = ()
+    kernels: tuple[tuple[str, tuple[int, ...], float, float], ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, (ModelConfig, str)):
@@ -195,6 +201,7 @@ class MeasuredRun:
                 "pairs, e.g. (('compile', 'true'),)"
             )
         object.__setattr__(self, "categories", _check_categories(self.categories))
+        object.__setattr__(self, "kernels", _check_kernels(self.kernels))
         self.cfg  # noqa: B018 -- an unknown model name fails here, not in the fit
         self.cluster  # noqa: B018
         self.config.microbatches(self.global_batch)  # ParallelConfigError names the batch
@@ -282,8 +289,10 @@ class MeasuredRun:
                 sums["idle"] += r.idle_s
         ranks = trace.ranks if isinstance(trace, KinetoTrace) else (trace,)
         where = source or ", ".join(sorted({str(r.path) for r in ranks}))
+        trace = trace if isinstance(trace, KinetoTrace) else KinetoTrace((trace,))
         return cls(model, config, hardware, global_batch, seq, step_s, source=where,
-                   categories=tuple((k, v / n) for k, v in sums.items()), **fields)  # fmt: skip
+                   categories=tuple((k, v / n) for k, v in sums.items()),
+                   kernels=kernel_samples(trace, keep), **fields)  # fmt: skip
 
     @property
     def knobs_dict(self) -> dict[str, str]:
@@ -311,6 +320,7 @@ class MeasuredRun:
             "mfu_percent": self.mfu_percent, "ac_mode": self.ac_mode,
             "knobs": [list(k) for k in self.knobs],
             "categories": [list(k) for k in self.categories],
+            "kernels": [[p, list(d), c, t] for p, d, c, t in self.kernels],
         }  # fmt: skip
         if isinstance(self.model, ModelConfig):
             out["model_config"] = asdict(self.model)
@@ -346,6 +356,7 @@ class MeasuredRun:
                 mfu_percent=d.get("mfu_percent"), ac_mode=d.get("ac_mode", ""),
                 knobs=tuple(tuple(k) for k in d.get("knobs", ())),
                 categories=tuple(tuple(k) for k in d.get("categories", ())),
+                kernels=tuple((p, tuple(dims), c, t) for p, dims, c, t in d.get("kernels", ())),
             )  # fmt: skip
         except (KeyError, TypeError, AttributeError) as e:
             raise CalibrationError(
@@ -382,6 +393,23 @@ def _cluster_from(d: dict) -> Cluster:
     chip = Chip(**{k: _tuples(v) for k, v in d.pop("chip").items()})
     levels = tuple(Level(**lv) for lv in d.pop("link_levels", ()))
     return Cluster(chip=chip, link_levels=levels, **d)
+
+
+def _check_kernels(kernels: object) -> tuple:
+    ok = isinstance(kernels, tuple) and all(
+        isinstance(k, tuple) and len(k) == 4 and k[0] in KERNEL_PARTS
+        and isinstance(k[1], tuple) and all(is_int(d, minimum=0, numpy=True) for d in k[1])
+        and len(k[1]) == (4 if k[0] == "matmul" else 6)
+        and is_number(k[2], minimum=0, numpy=True) and is_number(k[3], minimum=0, numpy=True)
+        for k in kernels
+    )  # fmt: skip
+    if not ok:
+        raise CalibrationError(
+            f"MeasuredRun.kernels={kernels!r}; expected a tuple of (part, dims, calls, seconds) "
+            "with part 'matmul' (dims batch, M, K, N) or 'attention' (dims b, h, s_q, d, s_k, "
+            "backward), as MeasuredRun.from_trace records them"
+        )
+    return tuple((p, tuple(int(x) for x in d), float(c), float(t)) for p, d, c, t in kernels)
 
 
 def _check_categories(cats: object) -> tuple[tuple[str, float], ...]:
