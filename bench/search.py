@@ -209,7 +209,7 @@ def print_constraint_timings(c: dict) -> None:
                               for n, v in r["runs"].items())  # fmt: skip
             target = f" (target {r['target_s']:g} s)" if r["target_s"] else ""
             print(f"  {area} {label}, constraints {times}{target}")
-            if area == "sharding":
+            if area == "sharding" and len(r["runs"]) > 1:
                 same = len({v["cost"] for v in r["runs"].values()}) == 1
                 print(f"    cost {'unchanged' if same else 'changed'} by the constraints")
             if area == "plan_training":
