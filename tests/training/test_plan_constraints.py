@@ -176,3 +176,20 @@ def test_forbidden_by_names_the_constraint_a_configuration_breaks():
     assert forbidden_by(cons, ex.ParallelConfig(dp=2, tp=2, pp=2), a100) == ""
     split = (ex.StageLayers((6, 6)),)
     assert forbidden_by(split, ex.ParallelConfig(dp=2, pp=4), a100) == "StageLayers((6, 6))"
+
+
+def test_constraints_that_leave_nothing_fitting_are_named():
+    # pp <= 2 without ZeRO cannot hold gpt3-175b on 80 GiB chips; tp=1 and 1f1b are not
+    # needed for that (tp up to 8 does not help), so the subset leaves them out
+    cons = [ex.Fix("tp", 1), ex.Bound("pp", max=2), ex.Fix("schedule", "1f1b"), ex.Fix("zero", 0)]
+    with pytest.raises(PlanConstraintError) as info:
+        ex.plan_training("gpt3-175b", devices=1024, hardware="a100-80g", global_batch=1536,
+                         seq=2048, constraints=cons)  # fmt: skip
+    err = info.value
+    assert err.conflict == (cons[1], cons[3])
+    assert "fits in memory" in err.reason and "above the 80 GiB" in err.reason
+    # each member is needed: without either, a configuration fits
+    for keep in (cons[1], cons[3]):
+        plan = ex.plan_training("gpt3-175b", devices=1024, hardware="a100-80g",
+                                global_batch=1536, seq=2048, constraints=[keep])  # fmt: skip
+        assert plan.sim.fits

@@ -32,13 +32,16 @@ from ...checks import is_int
 from ...hardware import Cluster
 from ...models import ModelConfig
 from ...search.constraints import ConstraintError, conflict_message, deletion_filter
+from ...search.errors import SearchError
 from ..config import RECOMPUTE_POLICIES, SCHEDULES, ZERO_STAGES, ParallelConfig
-from ..errors import TrainingPlanError
-from .space import SearchSpace, configurations, divisors, structures
+from ..errors import ParallelConfigError, TrainingPlanError
+from ..params import TrainingParams
+from ..simulate import SimResult, estimate
+from .space import SearchSpace, cheapest_recompute, configurations, divisors, structures
 
 __all__ = [
     "KNOBS", "Bound", "Fix", "Within", "StageLayers", "PlanConstraintError", "Narrowed",
-    "narrow", "check_constraints", "forbidden_by",
+    "narrow", "check_constraints", "forbidden_by", "memory_conflict",
 ]  # fmt: skip
 
 KNOBS: tuple[str, ...] = (
@@ -255,6 +258,12 @@ class Narrowed:
     constraints: tuple[Constraint, ...]
     space: SearchSpace
     ctx: _Context
+    base: SearchSpace | None = None  # the space before any constraint
+
+    def subset(self, constraints: tuple) -> Narrowed:
+        """The same search under other constraints (from the same unconstrained space)."""
+        base = self.base or self.space
+        return Narrowed(constraints, _space(constraints, self.ctx, base), self.ctx, base)
 
     def structure_ok(self, tp: int, pp: int, dp: int, cp: int) -> bool:
         knobs = {"tp": tp, "pp": pp, "dp": dp, "cp": cp}
@@ -426,7 +435,7 @@ def narrow(
             )
 
     def build(subset: tuple) -> Narrowed:
-        return Narrowed(subset, _space(subset, ctx, space), ctx)
+        return Narrowed(subset, _space(subset, ctx, space), ctx, space)
 
     narrowed = build(cons)
     if narrowed.empty():
@@ -442,6 +451,57 @@ def narrow(
             conflict, reason,
         )  # fmt: skip
     return narrowed
+
+
+def _least_fit(narrowed: Narrowed, tparams: TrainingParams) -> SimResult | None:
+    """None when a configuration the constraints leave fits in memory (the walk stops at
+    the first); else the estimate that needs the least memory. The same enumeration and
+    recompute ladder as `plan_training`, so exact for its search."""
+    ctx, least = narrowed.ctx, None
+    for s in narrowed.structures()[0]:
+        for base in narrowed.configurations(*s):
+            tried = cheapest_recompute(
+                narrowed.space.recompute,
+                lambda rec, base=base: estimate(ctx.cfg, base.replace(recompute=rec),
+                                                ctx.cluster, ctx.global_batch, ctx.seq, tparams),
+                fits=lambda r: r.fits, stop_on=(ParallelConfigError, SearchError),
+            )  # fmt: skip
+            for _, r in tried:
+                if r.fits:
+                    return None
+                if least is None or r.memory.total < least.memory.total:
+                    least = r
+    return least
+
+
+def memory_conflict(narrowed: Narrowed, tparams: TrainingParams) -> None:
+    """When no configuration the constraints leave fits in memory but one fits without
+    them, raise `PlanConstraintError` with the smallest subset that keeps every fitting
+    configuration out (deletion filter; each test stops at its first fitting
+    configuration) and the least memory that subset leaves; else return (the constraints
+    are not why nothing fits)."""
+    if _least_fit(narrowed.subset(()), tparams) is not None:
+        return  # nothing fits without them either: plan_training's own error says why
+    gib = 2**30
+
+    def satisfiable(subset: tuple) -> str | None:
+        sub = narrowed.subset(subset)
+        if sub.empty():
+            return _reason(subset, narrowed.ctx)
+        least = _least_fit(sub, tparams)
+        if least is None:
+            return None
+        return (f"no configuration they leave fits in memory: the least any needs is "
+                f"{least.memory.total / gib:.1f} GiB ({least.config}), above the "
+                f"{least.memory_cap_bytes / gib:.0f} GiB a device may use")  # fmt: skip
+
+    conflict, reason = deletion_filter(narrowed.constraints, satisfiable)
+    ctx = narrowed.ctx
+    raise PlanConstraintError(
+        conflict_message(conflict, reason, f"configuration of {ctx.cfg.name!r} on {ctx.devices} "
+                                           "devices that fits in memory"),
+        conflict, reason,
+    )  # fmt: skip
 
 
 def _reason(subset: tuple, ctx: _Context) -> str:

@@ -48,7 +48,7 @@ from ..simulate import SimResult, check_seq, estimate, simulate
 from ..step_model.terms import cp as cp_terms
 from . import pareto as _pareto
 from . import space as search_space
-from .constraints import narrow
+from .constraints import memory_conflict, narrow
 from .offload import offload_fallback
 from .ranking import candidate, normalize, rank
 from .result import TrainingPlan
@@ -170,6 +170,8 @@ def plan_homogeneous(
         plan = offload_fallback(cfg, results, cluster, devices, global_batch, seq, tparams, t0)
         if plan is not None and offload:
             return plan
+        if narrowed is not None:  # the constraints keep every fitting configuration out?
+            memory_conflict(narrowed, tparams)
         cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
         err = _no_fit(cfg, devices, cluster, global_batch, seq, tparams, results, cps)
         if plan is not None:
