@@ -168,7 +168,9 @@ def tp_candidates(cfg: ModelConfig, chips_per_node: int, devices: int | None = N
     """The tensor-parallel degrees worth searching for ``cfg``: the divisors of its attention
     heads (each rank keeps whole heads) that fit in one node (its collectives run in every
     layer's forward and backward and need the node's links; Megatron-LM keeps tp within a
-    node) and, with ``devices``, divide them (a pool's chips per replica).
+    node; the one-cluster structures pass `Cluster.scale_up_chips`, an NVLink domain larger
+    than a node such as a GB200 NVL72 rack) and, with ``devices``, divide them (a pool's
+    chips per replica).
     The one-cluster structures, the least-memory search behind "fits nowhere" and the hetero
     pipeline's pools all ask here.
 
@@ -187,7 +189,7 @@ def structures(
 ):
     """(tp, pp, dp, cp) valid for the model, devices, batch and sequence; and why others
     fail."""
-    tps = space.tp or tp_candidates(cfg, cluster.chips_per_node, devices)
+    tps = space.tp or tp_candidates(cfg, cluster.scale_up_chips, devices)
     cps = space.cp or cp_terms.needs_cp(seq, space.cp_min_positions)
     out, reasons = [], []
     for tp, cp in itertools.product(tps, cps):
