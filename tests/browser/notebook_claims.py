@@ -49,8 +49,8 @@ EXPECTED = {
     "09_bring_your_own_model.ipynb": (
         ["transformers: 671,026,404,352   traced: 671,026,404,352",
          "every op on the data path mapped", "experts   e=gpu,g=node", "all-to-all(gpu)",
-         "  MLA       b=node+gpu", "dispatch  g=node,e=gpu", "verify OK", "(4 layers): equal True",
-         "chosen: dp",
+         "  MLA       b=node+gpu", "dispatch  g=node,e=gpu", "combine   e=gpu,g=node",
+         "verify OK", "(4 layers): equal True", "chosen: dp",
          "ModelConfig 671,026,404,352 vs traced 671,026,404,352: equal True",
          "H800 GPU hours predicted, 2.664M published",
          "max |torch - sharded on 8 devices| = "], 2,
