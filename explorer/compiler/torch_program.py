@@ -68,7 +68,8 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
             of tensors (wrapped in a module to trace it).
         example_inputs: a tensor or numpy array, or a tuple/list of tensors, arrays and
             Python constants: the positional inputs. Shapes and dtypes are fixed: a call
-            with other shapes raises (compile again for them).
+            with other shapes raises (compile again for them), except the sequence length
+            with ``buckets``.
         kwargs: keyword inputs (tensors, arrays or Python constants, frozen as traced).
         level: the optimisation level of the static run (``"O2"``: fold, CSE, DCE,
             simplify, softmax and elementwise fusion, memory plan).
@@ -276,7 +277,8 @@ class TorchProgram:
             if x.shape != shape:
                 raise TorchCompileError(
                     f"{self.name}: input {self._sig.names[k]} has shape {x.shape}, compiled "
-                    f"for {shape}; call ex.compile again with example inputs of this shape"
+                    f"for {shape}; call ex.compile again with example inputs of this shape "
+                    "(or with buckets= for sequence lengths that vary per call)"
                 )
             if x.dtype != dt:
                 x = x.astype(dt)
