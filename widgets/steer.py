@@ -210,6 +210,9 @@ class SteerPanel(_ConstraintList):
         c["scope"].value = keep if keep in [v for _, v in scopes] else node
         c["strategy"].options, c["strategy"].value = options, chosen
         c["pin"].disabled = c["forbid_axis"].disabled = False
+        if c["axis"].value is None and axes:  # an axis the op uses, the first otherwise
+            used = [a for a in axes if a in chosen.replace("+", ",").replace("=", ",").split(",")]
+            c["axis"].value = (used or axes)[0]
         self.op.value = (f"selected op <b>{html.escape(node)}</b>: "
                          f"<code>{html.escape(chosen)}</code> in the current plan")  # fmt: skip
 

@@ -38,6 +38,11 @@ def test_panel_lists_the_selected_ops_strategies_with_their_cost(tuner):
     assert [v for _, v in steer.controls["scope"].options] == [
         "layers.0.fc1", "layers.*.fc1", "*"]  # fmt: skip
     assert set(steer.controls["axis"].options) == {"dp", "tp"}
+    # an axis is picked (the op's own): "forbid axis" works without touching the menu
+    chosen = tuner.plan.assignment["layers.0.fc1"].name
+    assert steer.controls["axis"].value in chosen or chosen == "replicated"
+    steer.controls["forbid_axis"].click()
+    assert len(steer.constraints) == 1 and not steer.field_errors["forbid_axis"].visible
 
 
 def test_pin_on_every_layer_re_solves_and_remove_restores(tuner):
