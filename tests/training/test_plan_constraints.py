@@ -193,3 +193,10 @@ def test_constraints_that_leave_nothing_fitting_are_named():
         plan = ex.plan_training("gpt3-175b", devices=1024, hardware="a100-80g",
                                 global_batch=1536, seq=2048, constraints=[keep])  # fmt: skip
         assert plan.sim.fits
+
+
+def test_pooled_plans_refuse_constraints_by_name():
+    pools = [ex.Pool("a100-80g", 8), ex.Pool("a100-80g", 8, name="second")]
+    with pytest.raises(PlanConstraintError, match="pooled search does not take constraints"):
+        ex.plan_training("gpt2", pools=pools, global_batch=64, seq=512,
+                         constraints=[ex.Fix("pp", 2)])  # fmt: skip
