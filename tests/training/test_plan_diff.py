@@ -99,3 +99,21 @@ def test_pipeline_device_rows_hold_the_layers_and_memory(plan):
             layers = int(text.split()[0])
             counts = sim.partition.layer_counts()
             assert layers == sum(counts[first :: sim.config.pp])
+
+
+def test_why_not_names_the_constraint_a_config_breaks():
+    """A configuration outside a constrained search is answered by the constraint it breaks
+    (with what it would cost without it), not by a diff that looks like a lost race."""
+    import explorer as ex
+
+    plan = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512,
+                            constraints=[ex.Bound("tp", max=1)])  # fmt: skip
+    w = plan.why_not("dp4 tp2")
+    assert w.verdict == "forbidden" and "Bound('tp', max=1)" in w.reason
+    assert w.diff is not None and ("slower" in w.reason) == (w.diff.total > 0)
+    assert plan.why_not(str(plan.config)).verdict == "chosen"
+    assert plan.as_dict()["constraints"] == ["Bound('tp', max=1)"]
+    assert "constraints honoured: Bound('tp', max=1)" in plan.report(robust=False)
+    free = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512)
+    assert free.why_not("dp4 tp2").verdict in ("slower", "faster")
+    assert "constraints" not in free.as_dict()

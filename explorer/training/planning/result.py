@@ -114,6 +114,7 @@ class TrainingPlan:
             "over_memory": [a.as_dict() for a in self.over_memory],
             "searched": self.searched, "search_time_s": self.search_time_s,
             **({"pareto": self.pareto.as_dict()} if self.pareto is not None else {}),
+            **({"constraints": [str(c) for c in self.constraints]} if self.constraints else {}),
         }  # fmt: skip
 
     def to_json(self) -> str:
@@ -138,6 +139,11 @@ class TrainingPlan:
             *_band_lines(s),
             f"  stages: {s.partition} ({s.partition_choice})",
             f"  layer strategies (searched): {s.strategies}",
+            *(
+                [f"constraints honoured: {', '.join(map(str, self.constraints))}"]
+                if self.constraints
+                else []
+            ),
             f"alternatives ({self.searched} configurations searched in "
             f"{self.search_time_s:.2f} s):",
         ]

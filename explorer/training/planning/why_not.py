@@ -12,7 +12,9 @@ one of:
 - ``slower``: the step-time difference against the chosen plan, term by term (`diff`);
 - ``faster``: it would win; it lies outside the plan's search space or its ranking (the
   search simulates only the best few of its estimates);
-- ``chosen``: it is the chosen configuration.
+- ``chosen``: it is the chosen configuration;
+- ``forbidden``: it breaks one of the plan's constraints (``plan_training(...,
+  constraints=...)``), named, with what it would cost without it.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from typing import Literal
 from ..config import ParallelConfig
 from ..errors import TrainingError
 from ..simulate import SimResult
+from .constraints import forbidden_by
 from .diff import TrainingDiff, complete, context_of, diff_training, is_plan, parse_config
 
 __all__ = ["WhyNot", "why_not", "Verdict"]
 
-Verdict = Literal["chosen", "slower", "faster", "over memory", "invalid"]
+Verdict = Literal["chosen", "slower", "faster", "over memory", "invalid", "forbidden"]
 _GIB = 2**30
 # The recompute policies tried, cheapest first, when the asked configuration names none
 # and does not fit with the chosen one's.
@@ -41,7 +44,7 @@ class WhyNot:
     Attributes:
         asked: what the user asked, as given (text) or printed.
         config: the configuration simulated (None when it is invalid).
-        verdict: chosen, slower, faster, over memory or invalid.
+        verdict: chosen, slower, faster, over memory, invalid or forbidden.
         reason: one sentence.
         diff: the chosen plan against it (None when invalid).
         memory_row: ``(row, bytes)`` of the largest memory row when it does not fit.
@@ -100,6 +103,14 @@ def why_not(plan, config: object) -> WhyNot:
                 cand, sim = other, s
                 break
     d = diff_training(plan.sim, sim)
+    rule = forbidden_by(tuple(getattr(plan, "constraints", None) or ()), sim.config,
+                        getattr(plan, "cluster", None))  # fmt: skip
+    if rule and not _same(sim.config, plan.sim.config):
+        fits = "fits" if sim.fits else "does not fit"
+        way = "slower" if d.total > 0 else "faster"
+        return WhyNot(asked, sim.config, "forbidden",
+                      f"{sim.config} breaks {rule}, one of the plan's constraints; without it, "
+                      f"it {fits} and is {way} by {abs(d.total):.3g} s", d)  # fmt: skip
     if not sim.fits:
         return _over_memory(asked, cand, sim, d, tried)
     if _same(sim.config, plan.sim.config):
