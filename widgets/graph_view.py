@@ -113,6 +113,8 @@ class GraphView(View):
         super().__init__(selection=None)
         self.graph, self.stages, self.color_by = graph, stages, color_by
         self.change_threshold = change_threshold
+        #: the plot's width in the page (FitWidth measures it): labels are placed for it
+        self.px = float(PLOT_PX)
         self.plan = plan
         self.baseline = plan
         self.webgl = len(graph) >= LARGE_GRAPH if webgl is None else webgl
@@ -169,7 +171,7 @@ class GraphView(View):
             self.graph, self.plan, color_by=self.color_by, highlight=self.changed,
             selected=self.selected, webgl=self.webgl, stages=self.stages, layout=self._layout,
             change_threshold=self.change_threshold, span=span,
-            hovertext=[hover[u] for u in self._layout.units],
+            hovertext=[hover[u] for u in self._layout.units], px=self.px,
         )  # fmt: skip
 
     def _redraw(self) -> None:
@@ -192,6 +194,21 @@ class GraphView(View):
                 self.figure.layout.update(lay, overwrite=True)
         self._spec = new
         self._mark_found()
+
+    def _fit_plot(self, index: int, width: int) -> None:
+        """The page measured the plot ``width`` px wide: place the labels for that width (they
+        were placed for ``PLOT_PX``; in a narrower column, such as the dashboard's tab, they
+        ran together: "tokens" over "tokens", "scores scale mask probs")."""
+        super()._fit_plot(index, width)
+        figures = self.figures_in_page_order()
+        if not (0 <= index < len(figures) and figures[index] is self.figure) or width <= 0:
+            return
+        if abs(width - self.px) < 1:
+            return
+        self.px = float(width)
+        rng = self.figure.layout.xaxis.range
+        x0, x1, _, _ = self._layout.extent
+        self._on_zoom(self.figure.layout, tuple(rng) if rng else (x0, x1))
 
     def _relayout(self) -> None:
         """Groups opened or closed: new positions (every unit keeps its row), then redraw."""
@@ -279,7 +296,7 @@ class GraphView(View):
         if x_range is None or len(x_range) != 2:
             return
         span = abs(float(x_range[1]) - float(x_range[0]))
-        text = unit_labels(self.graph, self._layout, span, PLOT_PX)
+        text = unit_labels(self.graph, self._layout, span, self.px)
         shown = self.figure.data[TRACE_NODES].text
         if shown is None or list(shown) != text:
             self.figure.data[TRACE_NODES].text = text
@@ -427,7 +444,7 @@ class GraphView(View):
         # spans consistent, plotly shows exactly this x range and the labels fit it.
         m = self.figure.layout.margin
         plot_h = (self.figure.layout.height or 500) - (m.t or 0) - (m.b or 0)
-        plot_w = PLOT_PX - (m.l or 0) - (m.r or 0)
+        plot_w = self.px - (m.l or 0) - (m.r or 0)
         aspect = max(plot_h, 50) / max(plot_w, 50)
         y_span = span * aspect
         top = y + y_span / 2

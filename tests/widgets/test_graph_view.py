@@ -459,3 +459,30 @@ def test_opening_or_closing_a_group_keeps_every_other_unit_in_its_row_and_place(
                 assert (dx, dy) == (0.0, 0.0), (unit, u, dx, dy)
             elif u not in row and y < uy - 1e-9:  # rows below: down, never sideways
                 assert dx == 0.0 and dy <= 0.0, (unit, u, dx, dy)
+
+
+def test_labels_follow_the_width_the_page_measured():
+    """Labels were placed for a 1000 px plot whatever the page gave it: in the dashboard's
+    tab (about 880 px) "tokens" ran into "tokens" and "scores scale mask probs" ran
+    together. The width FitWidth measures now places them."""
+    from widgets.figures.graph import CHAR_PX, PLOT_PX
+
+    g = ex.models.build(ex.models.load("gpt2").replace(num_layers=2, published_params=None),
+                        batch=8, seq=128)  # fmt: skip
+    view = GraphView(g, collapsed=False)
+    wide = list(view.figure.data[TRACE_NODES].text)
+    assert view.px == PLOT_PX
+    view._fit_plot(0, 560)
+    assert view.px == 560
+    narrow = list(view.figure.data[TRACE_NODES].text)
+    assert sum(map(bool, narrow)) < sum(map(bool, wide))  # fewer names fit
+    lay = view.layout_data
+    scale = 560 / (lay.extent[1] - lay.extent[0])
+    shown = sorted((round(float(lay.y[i]), 3), float(lay.x[i]) * scale, len(t) * CHAR_PX)
+                   for i, t in enumerate(narrow) if t and lay.kind[i] != "box")  # fmt: skip
+    for (y0, c0, w0), (y1, c1, w1) in zip(shown, shown[1:], strict=False):
+        if y0 == y1:
+            assert c0 + w0 / 2 <= c1 - w1 / 2 + 1e-6, (c0, c1)
+    view.controls["color_by"].value = "strategy" if view.plan else "group"
+    view._redraw()  # a redraw keeps the measured width
+    assert list(view.figure.data[TRACE_NODES].text) == narrow

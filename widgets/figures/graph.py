@@ -411,7 +411,7 @@ def graph_figure_spec(
     stages: Mapping[str, int] | None = None, layout: GraphLayout | None = None,
     hover: bool = True, expanded: Iterable[str] | None = None,
     change_threshold: float = CHANGE_THRESHOLD, span: float | None = None,
-    hovertext: list[str] | None = None,
+    hovertext: list[str] | None = None, px: float = PLOT_PX,
 ) -> dict:  # fmt: skip
     """The graph as nested groups, left to right (see ``layout.graph_layout``).
 
@@ -427,6 +427,8 @@ def graph_figure_spec(
         change_threshold: what the legend says a red ring means.
         span: the x-axis span the labels are chosen for (default: everything).
         hovertext: the units' hover texts when the caller has them (a view caches them).
+        px: the plot's width in pixels the labels are placed for (a view passes the width
+            the page measured).
 
     Traces, in this order: edges (with arrow heads), nodes (``customdata`` = unit id),
     changed, selected, groups (the open groups' labels; ``customdata`` = ``open:<path>``),
@@ -457,7 +459,7 @@ def graph_figure_spec(
                                 "thickness": 12, "len": 0.8})  # fmt: skip
     else:
         marker["color"] = colors
-    labels = unit_labels(graph, lay, span)
+    labels = unit_labels(graph, lay, span, px)
     positions = np.where(kind == "box", "middle center", "bottom center").astype(object)
     if hovertext is None and hover:
         hovertext = [unit_hover(graph, lay, u, plan) for u in lay.units]
