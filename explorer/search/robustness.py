@@ -150,11 +150,20 @@ class _Research:
             names = [s.name for s in q.assignment.values()]
             same = [i for i, p in enumerate(self.plans)
                     if [s.name for s in p.assignment.values()] == names]  # fmt: skip
+            if not same and not _cheaper(q, first, p):
+                same = [0]  # another plan of the same cost (a tie) is not a flip
             if not same:
                 self.plans.append(q)
                 same = [len(self.plans) - 1]
             self._seen[changes] = same[0]
         return self._seen[changes]
+
+
+def _cheaper(q: ShardingPlan, first: ShardingPlan, params: CostParams) -> bool:
+    """``q`` costs less than ``first`` under ``params`` (beyond rounding: 1e-9 relative)."""
+    a = plan_breakdown(first._model, params, list(first._choice)).total
+    b = plan_breakdown(q._model, params, list(q._choice)).total
+    return b < a * (1 - 1e-9)
 
 
 class _Costs:
