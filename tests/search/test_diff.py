@@ -122,6 +122,7 @@ def test_robustness_refuses_what_it_cannot_scan(gpt_plans):
         ex.robustness("dp8")
 
 
+@pytest.mark.slow  # ~60 ILP searches of GPT-2 on 32 devices
 def test_a_plan_of_the_same_cost_is_not_a_flip():
     """Searched again at x1.004 of compute_efficiency, the ILP returned another plan of the
     same cost (a tie) for GPT-2 on 4 x 8: it was reported as 'fragile ... if
