@@ -74,6 +74,10 @@ class StepModel:
         self.ep_s, self.ep_bytes = ep.all_to_all(self)
         self.cp_fwd_s, self.cp_bwd_s, self.cp_fwd_bytes, self.cp_bwd_bytes = cp.exchange(self)
         self.dense = dense.dense_layers(self)  # MoE models' dense first layers, or None
+        # per-policy activation bytes of one layer and the embedding's: pure functions of
+        # the configuration, asked for ~100 times per estimate (recompute ladder, splits)
+        self._layer_act: dict[str, float] = {}
+        self._embed_act: float | None = None
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized)."""
@@ -81,7 +85,11 @@ class StepModel:
 
     # --- per-layer activations and recompute ------------------------------------------
     def layer_act(self, policy: str) -> float:
-        return recompute.layer_act(self, policy)
+        """`recompute.layer_act` of this configuration (computed once per policy)."""
+        act = self._layer_act.get(policy)
+        if act is None:
+            act = self._layer_act[policy] = recompute.layer_act(self, policy)
+        return act
 
     def layer_policies(self, n_layers: int, n_full: int | None) -> tuple[int, int, int]:
         """(layers with no recompute, selective, full) among ``n_layers`` of a stage."""
@@ -184,9 +192,11 @@ class StepModel:
     def embed_act(self) -> float:
         """Activation bytes the embedding keeps per microbatch (its dropout mask; none
         when the model has no dropout, `recompute.activation_terms`)."""
-        a = recompute.activation_terms(self)
-        sbh = self.seq_local * self.par.microbatch_size * self.cfg.hidden_size
-        return sbh * a.embedding_dropout_bytes / (self.par.tp if self.par.sp else 1)
+        if self._embed_act is None:
+            a = recompute.activation_terms(self)
+            sbh = self.seq_local * self.par.microbatch_size * self.cfg.hidden_size
+            self._embed_act = sbh * a.embedding_dropout_bytes / (self.par.tp if self.par.sp else 1)
+        return self._embed_act
 
     def stage_act(self, part: StagePartition, g: int, n_full: int | None) -> float:
         """Activation bytes of stage ``g`` per microbatch in flight."""

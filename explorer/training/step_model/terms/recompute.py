@@ -75,8 +75,8 @@ def layer_act(s: StepView, policy: str) -> float:
 def layers_act(s: StepView, n_layers: int, n_full: int | None) -> float:
     """Activation bytes ``n_layers`` layers of one stage keep per microbatch."""
     none_, sel, full = layer_policies(s.par.recompute, n_layers, n_full)
-    act = none_ * layer_act(s, "none") + sel * layer_act(s, "selective")
-    return act + full * layer_act(s, "full")
+    act = none_ * s.layer_act("none") + sel * s.layer_act("selective")
+    return act + full * s.layer_act("full")
 
 
 def layers_s(s: StepView, n_layers: int, n_full: int | None) -> float:
@@ -104,9 +104,9 @@ def working_set(s: StepView, layer_counts: list[int], n_full: int | None) -> flo
     core's when only selective recompute runs."""
     policies = [layer_policies(s.par.recompute, n, n_full) for n in layer_counts]
     if any(f for _, _, f in policies):
-        return layer_act(s, "none")
+        return s.layer_act("none")
     if any(sel for _, sel, _ in policies):
-        return layer_act(s, "none") - layer_act(s, "selective")
+        return s.layer_act("none") - s.layer_act("selective")
     return 0.0
 
 
