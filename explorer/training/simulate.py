@@ -303,7 +303,19 @@ def _formula_memories(
     """Per-device memory with activations = microbatches in flight x the stage's
     activations (exact for one chunk per device; the chunk average when interleaved).
     Only the first device of each distinct stage shape is computed: later devices with
-    the same layers keep fewer microbatches in flight, so they never need more."""
+    the same layers keep fewer microbatches in flight, so they never need more.
+    Computed once per (split, recompute count, microbatches in flight) of a step: the
+    split's memory check and the recompute ladder ask for the same ones."""
+    key = ("formula_memories", part, n_full, tuple(flight))
+    mems = step.derived.get(key)
+    if mems is None:
+        mems = step.derived[key] = _formula_memories_of(step, part, n_full, flight)
+    return list(mems)
+
+
+def _formula_memories_of(
+    step: StepModel, part: StagePartition, n_full, flight
+) -> tuple[MemoryBreakdown, ...]:
     par = step.par
     p, v = par.pp, par.virtual_stages
     out, seen = [], set()
@@ -316,7 +328,7 @@ def _formula_memories(
         seen.add(shape)
         act = sum(step.stage_act(part, g, n_full) for g in chunks) / v
         out.append(step.device_memory(part, d, n_full, act * flight[d]))
-    return out
+    return tuple(out)
 
 
 def _fewest_recompute(step: StepModel, evaluate):
@@ -378,7 +390,16 @@ def _fits_better(step, a: StagePartition, b: StagePartition, n_full, in_flight) 
 def _layer_times(step: StepModel, n_full) -> list[float]:
     """Seconds per part ``[embed, layers..., head]`` for one microbatch: compute and
     tensor-parallel collectives, plus each layer's share of recomputation (averaged over a
-    stage of the uniform size: ``per_layer`` mixes policies) and its all-to-alls."""
+    stage of the uniform size: ``per_layer`` mixes policies) and its all-to-alls.
+    Computed once per recompute count of a step (the split and the ladder's closed form)."""
+    key = ("layer_times", n_full)
+    times = step.derived.get(key)
+    if times is None:
+        times = step.derived[key] = tuple(_layer_times_of(step, n_full))
+    return list(times)
+
+
+def _layer_times_of(step: StepModel, n_full) -> list[float]:
     c, L = step.costs, step.cfg.num_layers
     n = math.ceil(L / step.par.stages)
     rec = recompute.layers_s(step, n, n_full) / n

@@ -78,6 +78,9 @@ class StepModel:
         # the configuration, asked for ~100 times per estimate (recompute ladder, splits)
         self._layer_act: dict[str, float] = {}
         self._embed_act: float | None = None
+        # what `simulate` and `estimate` derive from this configuration more than once (the
+        # memory of one split at one recompute count, asked by the split and the ladder)
+        self.derived: dict[tuple, object] = {}
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized)."""
