@@ -60,7 +60,9 @@ def layer_act(s: StepView, policy: str) -> float:
     a selectively recomputed one keeps."""
     cfg, par = s.cfg, s.par
     if policy == "selective" and s.tparams.selective_recompute == "op":
-        keep = s.tparams.op_recompute_saved_fraction  # torchtitan's op-level policy
+        keep = s.tparams.op_recompute_saved_bytes  # a policy that names what it saves
+        if keep is None:
+            keep = s.tparams.op_recompute_saved_fraction  # torchtitan's op-level policy
         full = layer_act(s, "full")
         return full + keep * (layer_act(s, "none") - full)
     if policy == "none" and s.tparams.flash_attention:
