@@ -210,6 +210,7 @@ class TrainingParams:
     moe_layer_overhead_s          s          per MoE layer forward or backward of a microbatch
     grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
     op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
+    op_recompute_saved_bytes      fraction   of the activations op-level AC keeps (None: same)
     ============================  =========  ===============================================
 
     ``matmul_efficiency_cap``, ``flash_attention_efficiency`` and
@@ -380,6 +381,13 @@ class TrainingParams:
         "torchtitan/models/llama3/infra/parallelize.py _apply_ac_to_transformer_block) saves "
         "every second matmul output (and the attention outputs) and recomputes the rest: "
         "0.5")  # fmt: skip
+    op_recompute_saved_bytes: float | None = knob(
+        None, "fraction of the activation bytes between full and no recomputation kept",
+        0.0, 1.0, auto="op_recompute_saved_fraction",
+        source="None: op-level selective checkpointing keeps the same share of the layer's "
+        "activation bytes as of its forward time (op_recompute_saved_fraction). A policy "
+        "that names the tensors it saves (MaxText's remat_policy=custom: "
+        "stacks.named_remat_fractions) keeps their bytes, a different share")  # fmt: skip
     precision: Literal["bf16", "fp8"] = "bf16"
     selective_recompute: Literal["attention", "op"] = "attention"
     zero3_gather_granularity: Literal["tensor", "block"] = "tensor"

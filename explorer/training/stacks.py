@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
 
+from ..models import ModelConfig
 from .errors import TrainingParamsError
 from .memory import StateBytes
 from .params import TrainingParams
@@ -60,6 +61,8 @@ __all__ = [
     "COMPILE_FUSED_OPS",
     "OPTIMIZER_STATE_BYTES",
     "FP8_ROWWISE_MATMUL_RATIO",
+    "REMAT_NAMES",
+    "named_remat_fractions",
     "names",
     "get",
     "params",
@@ -429,9 +432,11 @@ _MAXTEXT_VALUES: dict[str, tuple[object, str]] = {
     ),
     "zero3_recompute_regather": (
         False,
-        f"remat_policy=save_qkv_proj inside the scanned layer ({_MAXTEXT_CFG}): the "
-        "recomputed forward and the backward of a layer run in one loop iteration on the "
-        "weights gathered once for it; no third gather",
+        "MaxText's remat inside the scanned layer (save_qkv_proj in "
+        f"{_MAXTEXT_CFG}; remat_policy=custom at the tag v24.11.1 the published rows ran, "
+        "their ac_mode and remat_saved knob): the recomputed forward and the backward of a "
+        "layer run in one loop iteration on the weights gathered once for it; no third "
+        "gather",
     ),
     "grad_reduce_bytes_per_param": (
         4.0,
@@ -660,15 +665,84 @@ OPTIMIZER_STATE_BYTES: dict[str, StateBytes] = {
 }
 
 
+#: The tensors MaxText's decoder layer names with ``checkpoint_name`` (remat_policy=custom
+#: saves those set to ``device`` and recomputes the rest; MaxText layers/attentions.py and
+#: linears.py): each name's forward FLOPs per token, and the elements per token it keeps.
+REMAT_NAMES: tuple[str, ...] = (
+    "query_proj", "key_proj", "value_proj", "qkv_proj", "out_proj", "mlpwi", "mlpwi_0",
+    "mlpwi_1", "mlpwo", "context",
+)  # fmt: skip
+
+
+def _remat_table(cfg: ModelConfig, seq: int) -> dict[str, tuple[float, float]]:
+    """name -> (forward FLOPs per token, elements kept per token) of one dense layer."""
+    h, f = cfg.hidden_size, cfg.ffn
+    q, kv = cfg.num_heads * cfg.dim_head, cfg.kv_heads * cfg.dim_head
+    gated = cfg.activation == "swiglu"
+    wi = (2.0 * h * f, f)  # one up-projection (gated: each of the two)
+    return {
+        "query_proj": (2.0 * h * q, q), "key_proj": (2.0 * h * kv, kv),
+        "value_proj": (2.0 * h * kv, kv), "out_proj": (2.0 * q * h, h),
+        "mlpwi_0": wi if gated else (0.0, 0.0), "mlpwi_1": wi if gated else (0.0, 0.0),
+        "mlpwi": (0.0, 0.0) if gated else wi, "mlpwo": (2.0 * f * h, h),
+        # the causal attention core (QK^T and PV over half the keys on average)
+        "context": (2.0 * seq * q, q),
+    }  # fmt: skip
+
+
+def named_remat_fractions(
+    cfg: ModelConfig, seq: int, saved: tuple[str, ...]
+) -> tuple[float, float]:
+    """(share of a layer's forward FLOPs, share of its activation bytes above the layer
+    input) that a checkpoint policy saving the tensors ``saved`` keeps, for a dense
+    decoder layer of ``cfg`` at ``seq`` tokens: ``TrainingParams.op_recompute_saved_fraction``
+    and ``op_recompute_saved_bytes`` with ``selective_recompute="op"``. ``qkv_proj`` stands
+    for the three projections. The bytes a layer keeps without recomputation are counted as
+    its GEMM outputs, the two norms' inputs and outputs and the gated activation's output
+    (what MaxText's layer saves under remat_policy=minimal plus the norms); an assumption
+    about the elementwise tensors XLA keeps.
+
+    >>> import explorer as ex
+    >>> kept = named_remat_fractions(ex.models.load("llama2-70b"), 4096,
+    ...                              ("qkv_proj", "out_proj", "mlpwo"))
+    >>> tuple(round(x, 2) for x in kept)
+    (0.43, 0.17)
+    """
+    unknown = [n for n in saved if n not in REMAT_NAMES]
+    if unknown:
+        raise TrainingParamsError(
+            f"remat tensor name(s) {', '.join(map(repr, unknown))} unknown; expected names of "
+            f"REMAT_NAMES ({', '.join(REMAT_NAMES)})"
+        )
+    table = _remat_table(cfg, seq)
+    names = set(saved)
+    if "qkv_proj" in names:
+        names |= {"query_proj", "key_proj", "value_proj"}
+    names.discard("qkv_proj")
+    flops = sum(fl for fl, _ in table.values())
+    h, f = cfg.hidden_size, cfg.ffn
+    gate = f if cfg.activation == "swiglu" else 0
+    every = sum(el for _, el in table.values()) + 4 * h + gate  # norms in/out, act output
+    kept_flops = sum(table[n][0] for n in names)
+    kept_elements = sum(table[n][1] for n in names)
+    return kept_flops / flops, kept_elements / every
+
+
+def _remat_saved(value: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in value.replace("+", ",").split(",") if x.strip())
+
+
 def row_params(
-    dataset: str, framework: str = "", precision: str = "", knobs: str = ""
-) -> TrainingParams:
+    dataset: str, framework: str = "", precision: str = "", knobs: str = "",
+    cfg: ModelConfig | None = None, seq: int = 0,
+) -> TrainingParams:  # fmt: skip
     """The params of one published row: the preset of its ``framework`` (the CSVs'
     ``stack`` column, `FRAMEWORK_STACKS`), else of its ``dataset`` (`DATASET_STACKS`),
     with its ``precision`` and the switches its ``knobs`` column names (``async_tp`` and
     ``tp_comm_overlap`` -> ``tp_comm_overlap_fraction``, ``fp8_allgather`` ->
     ``fp8_weight_gather``, ``compile`` -> ``fused_ops``: `COMPILE_FUSED_OPS` or the
-    default).
+    default; ``remat_saved`` (the tensors a MaxText remat_policy=custom saves, given
+    ``cfg`` and ``seq``) -> op-level selective recomputation with `named_remat_fractions`).
 
     >>> p = row_params("torchtitan_2025_asynctp", "torchtitan", "bf16", "async_tp=true")
     >>> p.tp_comm_overlap_fraction
@@ -700,4 +774,9 @@ def row_params(
             changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
             changes["state"] = OPTIMIZER_STATE_BYTES[value.split(" ")[0]]
+        elif key == "remat_saved" and cfg is not None and seq > 0:
+            time_keep, bytes_keep = named_remat_fractions(cfg, seq, _remat_saved(value))
+            changes["selective_recompute"] = "op"
+            changes["op_recompute_saved_fraction"] = time_keep
+            changes["op_recompute_saved_bytes"] = bytes_keep
     return params(name, **changes)

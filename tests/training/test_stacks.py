@@ -267,3 +267,43 @@ def test_rowwise_fp8_recipe_slows_fp8_gemms_only():
     assert t[0] == t[1]
     with pytest.raises(TrainingParamsError):
         ex.TrainingParams(fp8_scaling_matmul_ratio=0.0)
+
+
+# --- MaxText's remat_policy=custom: the named tensors it saves ---------------------------------
+def test_named_remat_fractions_count_flops_and_bytes_of_the_saved_tensors():
+    cfg = ex.models.load("llama2-70b")  # hidden 8192, 64 heads (8 kv), ffn 28672, SwiGLU
+    h, q, kv, f, s = 8192, 8192, 1024, 28672, 4096
+    flops = {"q": 2 * h * q, "kv": 2 * 2 * h * kv, "o": 2 * q * h, "wi": 2 * 2 * h * f,
+             "wo": 2 * f * h, "ctx": 2 * s * q}  # fmt: skip
+    elements = q + 2 * kv + h + 2 * f + h + q + 4 * h + f  # outputs, norms, SwiGLU out
+    t, b = stacks.named_remat_fractions(cfg, s, ("qkv_proj", "out_proj", "mlpwo"))
+    assert t == pytest.approx((flops["q"] + flops["kv"] + flops["o"] + flops["wo"])
+                              / sum(flops.values()))  # fmt: skip
+    assert b == pytest.approx((q + 2 * kv + h + h) / elements)
+    # saving more tensors keeps more; the three projections equal qkv_proj
+    t2, b2 = stacks.named_remat_fractions(cfg, s, ("query_proj", "key_proj", "value_proj"))
+    t3, _ = stacks.named_remat_fractions(cfg, s, ("qkv_proj",))
+    assert t2 == pytest.approx(t3) and t2 < t and b2 < b
+    with pytest.raises(TrainingParamsError, match="'mlp_up'.*REMAT_NAMES"):
+        stacks.named_remat_fractions(cfg, s, ("mlp_up",))
+
+
+def test_remat_saved_knob_recomputes_between_none_and_full():
+    cfg = ex.models.load("llama2-70b")
+    knob = "remat_saved=query_proj+key_proj+value_proj+qkv_proj+out_proj+mlpwo"
+    p = stacks.row_params("dgxc_2411_h100", "maxtext", "bf16", knob, cfg, 4096)
+    t, b = stacks.named_remat_fractions(cfg, 4096, ("qkv_proj", "out_proj", "mlpwo"))
+    assert p.selective_recompute == "op"
+    assert (p.op_recompute_saved_fraction, p.op_recompute_saved_bytes) == (t, b)
+    # without the model the knob cannot be sized and leaves the preset alone
+    assert stacks.row_params("dgxc_2411_h100", "maxtext", "bf16", knob) == stacks.params("maxtext")
+    par = {r: ex.ParallelConfig(dp=64, zero=3, microbatch_size=2, recompute=r)
+           for r in ("none", "selective", "full")}  # fmt: skip
+    sims = {r: ex.estimate(cfg, c, "h100-sxm", 128, 4096, p) for r, c in par.items()}
+    act = {r: v.memory.activations for r, v in sims.items()}
+    step = {r: v.step_time_s for r, v in sims.items()}
+    assert act["full"] < act["selective"] < act["none"]
+    assert step["none"] < step["selective"] < step["full"]
+    # the bytes share, not the time share, sizes the kept activations
+    full, none = act["full"], act["none"]
+    assert (act["selective"] - full) / (none - full) == pytest.approx(b, rel=1e-6)

@@ -453,7 +453,7 @@ def _stack_run(name, row, skip_unsupported, skipped) -> MeasuredRun | None:
         etp_why = _expert_tp_one(layout)
         if not etp_why:
             return skip(f"the layout cannot be expressed: {e}")
-    base, which = stack_params(stack, name, precision, knobs)
+    base, which = stack_params(stack, name, precision, knobs, cfg, seq)
     params = with_precision(run_params(name, base), precision)
     n_full = per_layer_count(cfg.num_layers, c["pp"]) if policy == "per_layer" else None
     known: dict[str, object] = dict(
@@ -537,7 +537,7 @@ def measured_params(run: MeasuredRun, base: TrainingParams | None = None) -> Tra
     the preset of its stack with its precision and knobs, `stack_params`; else
     `TrainingParams()`) with its dataset's `RUN_FACTS` and its precision (`with_precision`)."""
     if base is None and run.stack:
-        base = stack_params(run.stack, run.dataset, run.precision, run.knobs)[0]
+        base = stack_params(run.stack, run.dataset, run.precision, run.knobs, run.cfg, run.seq)[0]
     elif base is None:
         base = TrainingParams()
     params = run_params(run.dataset, base) if run.dataset else base

@@ -17,6 +17,7 @@ from dataclasses import fields
 from typing import get_args
 
 from ...errors import ExplorerError
+from ...models import ModelConfig
 from ..config import RecomputePolicy
 from ..errors import CalibrationError
 from ..params import TrainingParams
@@ -61,6 +62,12 @@ AC_MODES: dict[str, tuple[RecomputePolicy | None, str]] = {
         "per_layer",
         "full checkpointing of every second block (torchtitan's default "
         "selective_ac_option '2') read as 'per_layer' with half of each stage's layers",
+    ),
+    "custom": (
+        "selective",
+        "MaxText's remat_policy=custom: the tensors the row's remat_saved knob names are "
+        "saved, the rest of the layer's forward recomputed ('selective' with "
+        "selective_recompute='op' at stacks.named_remat_fractions of the layer)",
     ),
     "not stated": (None, "not published: the planner's choice within the row's layout"),
 }
@@ -162,8 +169,9 @@ def per_layer_count(layers: int, pp: int) -> int:
 
 # ----- the stack presets and precision (explorer.training.stacks, when it exists) ----------
 def stack_params(
-    stack: str, dataset: str = "", precision: str = "bf16", knobs: tuple[tuple[str, str], ...] = ()
-) -> tuple[TrainingParams, str]:
+    stack: str, dataset: str = "", precision: str = "bf16", knobs: tuple[tuple[str, str], ...] = (),
+    cfg: ModelConfig | None = None, seq: int = 0,
+) -> tuple[TrainingParams, str]:  # fmt: skip
     """The `TrainingParams` a row of ``stack`` is predicted with, and which ones: where
     `explorer.training.stacks` exists, its ``row_params`` (the preset that models the stack,
     with the row's precision and the switches its ``knobs`` name: async TP, FP8 all-gather,
@@ -182,7 +190,7 @@ def stack_params(
         return TrainingParams(), "default TrainingParams (no explorer.training.stacks yet)"
     text = "; ".join(f"{k}={v}" for k, v in knobs)
     try:
-        params = module.row_params(dataset, stack, precision, text)
+        params = module.row_params(dataset, stack, precision, text, cfg, seq)
     except ExplorerError as e:
         raise CalibrationError(f"stack={stack!r}, dataset={dataset!r}: {e}") from None
     preset = module.FRAMEWORK_STACKS.get(stack, "?")
