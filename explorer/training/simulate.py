@@ -28,6 +28,7 @@ from .pipeline.partition import StagePartition, partition_layers, uniform_partit
 from .pipeline.schedule import build_schedule, peak_in_flight, pipeline_time
 from .pipeline.timeline import Timeline, simulate_schedule
 from .stacks import Stack
+from .step_model.balanced_split import balanced_split
 from .step_model.costs import PartCost
 from .step_model.model import COMM_KINDS, StepModel
 from .step_model.terms import cp, dense, ep, recompute, zero
@@ -419,12 +420,10 @@ def _interleaved_s(part: StagePartition, times: list[float], p: int, m: int) -> 
 
 @memoize(maxsize=4096, name="training.balanced_split")
 def _balanced_split(times: tuple[float, ...], stages: int) -> StagePartition:
-    """The split of the parts minimising the slowest stage's time, memory ignored."""
-    zeros = [0.0] * len(times)
+    """The split of the parts minimising the slowest stage's time, memory ignored
+    (`partition_layers`'s, on the window of its programme a split can use)."""
     alone = stages > len(times) - 2  # more stages than layers: embedding / head alone
-    return partition_layers(
-        times, zeros, zeros, [1.0] * stages, [math.inf] * stages, end_stages_alone=alone
-    )
+    return balanced_split(times, stages, end_stages_alone=alone)
 
 
 def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> StagePartition:
