@@ -19,7 +19,7 @@ from ..hardware import Cluster, resolve
 from ..memo import memoize
 from ..models import ModelConfig, load
 from . import stacks
-from .bands import PredictionBand, band, stack_of
+from .bands import PredictionBand, band, bands_path, stack_of
 from .config import ParallelConfig
 from .errors import ParallelConfigError, PartitionError
 from .memory import MemoryBreakdown
@@ -218,6 +218,7 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
         config = config.replace(recompute_num_layers=n_full)
     idle = by_kind.get("idle", 0.0)
     stack_name = stack_of(step.tparams)
+    bands_file = bands_path()  # resolved once for both bands (it resolves the checkout)
     return SimResult(
         config=config, model=step.cfg.name, hardware=step.cluster.name,
         global_batch=step.gb, seq=step.seq, step_time_s=step_time,
@@ -228,7 +229,8 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
         time_by_kind=tuple(sorted(by_kind.items())), bubble_fraction=idle / step_time,
         partition=part, partition_choice=choice, timeline=timeline,
         strategies=step.costs.describe(), stack=stack_name,
-        band=band(stack_name, step.cluster), memory_band=band(stack_name, step.cluster, "memory"),
+        band=band(stack_name, step.cluster, path=bands_file),
+        memory_band=band(stack_name, step.cluster, "memory", path=bands_file),
     )  # fmt: skip
 
 
