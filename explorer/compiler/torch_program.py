@@ -37,11 +37,13 @@ import numpy as np
 from .. import trace as _trace
 from ..ir import DType, Graph
 from ..models.torch_import import TorchImportError, from_torch
+from . import torch_cache
 from .errors import TorchCompileError
 from .executor import Program
 from .passes import LEVELS, Level, MemoryPlan, RewriteStep, optimize
 from .passes.driver import BACKENDS, Backend
 from .torch_buckets import BucketedProgram
+from .torch_cache import CACHE_MODES, CacheEvent, DiskCache
 from .torch_eager import TimedInterpreter
 from .torch_fold import fold_weights
 from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, weights
@@ -59,6 +61,7 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
     module_or_fn: Any, example_inputs: Any = (), kwargs: Mapping[str, Any] | None = None, *,
     level: Level = "O2", backend: Backend = "numpy", name: str | None = None,
     use_cache: bool | None = False, buckets: Sequence[int] | None = None, seq_dim: int = 1,
+    disk_cache: DiskCache = "values",
 ) -> TorchProgram | BucketedProgram:  # fmt: skip
     """Trace ``module_or_fn(*example_inputs, **kwargs)`` with its real weights into the IR
     and build both runs of it; returns a `TorchProgram`, called like the module.
@@ -86,6 +89,12 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
             one program for the example's shapes.
         seq_dim: with ``buckets``, the dim of the inputs and outputs that holds the
             sequence (default 1: ``[batch, seq, ...]``).
+        disk_cache: the traced program kept on disk across processes
+            (`explorer.compiler.torch_cache`): a later ``compile`` of the same module, code,
+            weights, call structure and options loads it without calling torch.export.
+            ``"values"`` (default) keys on the weights' values too; ``"structure"`` on their
+            names, shapes and dtypes only (the weights are always read from the module);
+            ``"off"`` neither reads nor writes. What happened: ``prog.cache`` (`CacheEvent`).
 
     Raises:
         TorchCompileError: torch is missing, ``module_or_fn`` is not callable, an input is
@@ -106,6 +115,10 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
         raise TorchCompileError(f"name={name!r}: expected a str (the graph's name) or None")
     if use_cache is not None and not isinstance(use_cache, bool):
         raise TorchCompileError(f"use_cache={use_cache!r}: expected True, False or None")
+    if disk_cache not in CACHE_MODES:
+        raise TorchCompileError(
+            f"disk_cache={disk_cache!r}: expected one of {', '.join(CACHE_MODES)}"
+        )
     if level not in LEVELS or backend not in BACKENDS:
         raise TorchCompileError(
             f"level={level!r}, backend={backend!r}: expected a level of {', '.join(LEVELS)} "
@@ -118,21 +131,58 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
     if use_cache is not None and "use_cache" not in kw and _takes_use_cache(module):
         defaults["use_cache"] = bool(use_cache)
     if buckets is not None:
-        opts = {"level": level, "backend": backend, "name": name, "use_cache": use_cache}
+        opts = {"level": level, "backend": backend, "name": name, "use_cache": use_cache,
+                "disk_cache": disk_cache}  # fmt: skip
         return BucketedProgram(
             module, args, kw, buckets, seq_dim, lambda a, k: compile(module, a, k, **opts)
         )
     dressed, flat, sig = flat_module(module, args, {**defaults, **kw})
     title = name or type(module).__name__
+    fn = None if module is module_or_fn else module_or_fn
+    options = {"level": level, "backend": backend, "name": title, "use_cache": use_cache}
+    graph, notes, event = _traced(module, fn, dressed, flat, sig, title, options, disk_cache)
+    prog = TorchProgram(module, graph, sig, defaults, level, backend)
+    prog.notes += notes
+    prog.cache = event
+    return prog
+
+
+def _traced(module: Any, fn: Any, dressed: Any, flat: tuple, sig: FlatSignature, title: str,
+            options: dict[str, Any], mode: DiskCache) -> tuple[Graph, tuple[str, ...], CacheEvent]:  # fmt: skip
+    """(the traced graph, the trace's notes, what the disk cache did): loaded from the disk
+    cache when its entry exists (``sig``'s output structure filled from it), else traced
+    with torch.export and stored."""
+    key, corrupt = "", ""
+    if mode != "off":
+        try:
+            key = torch_cache.program_key(module, fn, sig, flat, options, mode)
+            hit = torch_cache.load(key)
+        except torch_cache.CacheFormatError as e:
+            hit, corrupt = None, str(e)
+        if hit is not None:
+            sig.out_spec, sig.out_leaves = hit.out_spec, hit.out_leaves
+            sig.out_tensor_at, sig.out_dtypes = hit.out_tensor_at, hit.out_dtypes
+            path = str(torch_cache.entry_path(key))
+            return hit.graph, hit.notes, CacheEvent("hit", key, path)
     with _eager_attention(module) as switched:
         graph = _trace_graph(dressed, flat, title, type(module).__name__)
-    prog = TorchProgram(module, graph, sig, defaults, level, backend)
+    notes: tuple[str, ...] = ()
     if switched:
-        prog.notes += (
+        notes = (
             f"attention traced as 'eager' (the module's {', '.join(switched)}: its mask "
             "builder is not traceable into the IR; the same function up to rounding)",
         )  # fmt: skip
-    return prog
+    if mode == "off":
+        return graph, notes, CacheEvent("off")
+    if not key:  # the module's code could not be identified
+        return graph, notes, CacheEvent("unstored", reason=corrupt)
+    try:
+        path = str(torch_cache.store(key, graph, sig, notes))
+    except (torch_cache.CacheFormatError, OSError) as e:
+        return graph, notes, CacheEvent("unstored", key, reason=f"not stored: {e}")
+    if corrupt:
+        return graph, notes, CacheEvent("corrupt", key, path, f"traced again: {corrupt}")
+    return graph, notes, CacheEvent("miss", key, path)
 
 
 class TorchProgram:
@@ -157,6 +207,7 @@ class TorchProgram:
         weights: parameter and buffer values by graph source name (numpy).
         tolerance: (rtol, atol) against torch for the model's dtype (`TOLERANCE`).
         notes: what ``compile`` decided for the user (the cache turned off, ...).
+        cache: what the disk cache did (`CacheEvent`: hit, miss, corrupt with its reason).
     """
 
     def __init__(self, module: Any, graph: Graph, sig: FlatSignature, defaults: dict[str, Any],
@@ -195,6 +246,7 @@ class TorchProgram:
         self.last_trace: _trace.Trace | None = None
         self._lock = threading.Lock()
         self._eager: TimedInterpreter | None = None
+        self.cache = CacheEvent("off")
 
     # --- calls ------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -11,3 +11,17 @@ def rng():
 
 def t(a, dtype=None):
     return ex.tensor(np.asarray(a), dtype)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _compile_cache_dir(tmp_path_factory):
+    """ex.compile's disk cache in a directory of this test session, not the user's."""
+    import os
+
+    old = os.environ.get("EXPLORER_COMPILE_CACHE")
+    os.environ["EXPLORER_COMPILE_CACHE"] = str(tmp_path_factory.mktemp("compile_cache"))
+    yield
+    if old is None:
+        os.environ.pop("EXPLORER_COMPILE_CACHE", None)
+    else:
+        os.environ["EXPLORER_COMPILE_CACHE"] = old
