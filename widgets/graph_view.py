@@ -34,6 +34,8 @@ from .figures.graph import (
     TRACE_SELECTED,
     changed_marks,
     graph_figure_spec,
+    graph_height,
+    label_px,
     unit_hover,
     unit_labels,
 )
@@ -209,6 +211,12 @@ class GraphView(View):
         rng = self.figure.layout.xaxis.range
         x0, x1, _, _ = self._layout.extent
         self._on_zoom(self.figure.layout, tuple(rng) if rng else (x0, x1))
+        # the height for this width (after the width: the page keeps the width it was sent);
+        # in a narrower column the 1000 px height left the plot's top and bottom empty
+        height = graph_height(self._layout, self.px)
+        if abs(height - (self.figure.layout.height or 0)) > 24:
+            self.figure.layout.height = height
+            self._spec["layout"]["height"] = height
 
     def _relayout(self) -> None:
         """Groups opened or closed: new positions (every unit keeps its row), then redraw."""
@@ -296,7 +304,9 @@ class GraphView(View):
         if x_range is None or len(x_range) != 2:
             return
         span = abs(float(x_range[1]) - float(x_range[0]))
-        text = unit_labels(self.graph, self._layout, span, self.px)
+        lay, m = self.figure.layout, self.figure.layout.margin
+        px = label_px(self._layout, self.px, lay.height or 500, (m.t or 0) + (m.b or 0), span)
+        text = unit_labels(self.graph, self._layout, span, px)
         shown = self.figure.data[TRACE_NODES].text
         if shown is None or list(shown) != text:
             self.figure.data[TRACE_NODES].text = text

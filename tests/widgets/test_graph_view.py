@@ -465,7 +465,7 @@ def test_labels_follow_the_width_the_page_measured():
     """Labels were placed for a 1000 px plot whatever the page gave it: in the dashboard's
     tab (about 880 px) "tokens" ran into "tokens" and "scores scale mask probs" ran
     together. The width FitWidth measures now places them."""
-    from widgets.figures.graph import CHAR_PX, PLOT_PX
+    from widgets.figures.graph import CHAR_PX, PLOT_PX, label_px
 
     g = ex.models.build(ex.models.load("gpt2").replace(num_layers=2, published_params=None),
                         batch=8, seq=128)  # fmt: skip
@@ -477,7 +477,10 @@ def test_labels_follow_the_width_the_page_measured():
     narrow = list(view.figure.data[TRACE_NODES].text)
     assert sum(map(bool, narrow)) < sum(map(bool, wide))  # fewer names fit
     lay = view.layout_data
-    scale = 560 / (lay.extent[1] - lay.extent[0])
+    fl = view.figure.layout
+    drawn = label_px(lay, 560, fl.height, fl.margin.t + fl.margin.b)  # the 1:1 aspect binds?
+    assert drawn <= 560 - 20
+    scale = drawn / (lay.extent[1] - lay.extent[0])
     shown = sorted((round(float(lay.y[i]), 3), float(lay.x[i]) * scale, len(t) * CHAR_PX)
                    for i, t in enumerate(narrow) if t and lay.kind[i] != "box")  # fmt: skip
     for (y0, c0, w0), (y1, c1, w1) in zip(shown, shown[1:], strict=False):
@@ -486,3 +489,27 @@ def test_labels_follow_the_width_the_page_measured():
     view.controls["color_by"].value = "strategy" if view.plan else "group"
     view._redraw()  # a redraw keeps the measured width
     assert list(view.figure.data[TRACE_NODES].text) == narrow
+
+
+def test_a_tall_graph_drawn_narrower_than_its_plot_gets_labels_for_the_width_drawn():
+    """With the 1:1 aspect, the open layers of GPT-2 stacked in rows in an 860 px high plot
+    are drawn narrower than the plot (the dashboard's tab in the browser: about 680 of
+    972 px): labels placed for 972 px ran together ("tokens" over "tokens", "scoresscale
+    maskprobs"). Eight layers: about 540 px."""
+    from widgets.figures.graph import CHAR_PX, label_px
+
+    g = ex.models.build(ex.models.load("gpt2").replace(num_layers=8, published_params=None),
+                        batch=8, seq=128)  # fmt: skip
+    view = GraphView(g, collapsed=False)
+    view._fit_plot(0, 972)
+    fl, lay = view.figure.layout, view.layout_data
+    drawn = label_px(lay, 972, fl.height, fl.margin.t + fl.margin.b)
+    assert drawn < 972 - 20 - 50  # the height binds: drawn well narrower than the plot
+    scale = drawn / (lay.extent[1] - lay.extent[0])
+    text = view.figure.data[TRACE_NODES].text
+    shown = sorted((round(float(lay.y[i]), 3), float(lay.x[i]) * scale, len(t) * CHAR_PX)
+                   for i, t in enumerate(text) if t and lay.kind[i] != "box")  # fmt: skip
+    assert shown
+    for (y0, c0, w0), (y1, c1, w1) in zip(shown, shown[1:], strict=False):
+        if y0 == y1:
+            assert c0 + w0 / 2 <= c1 - w1 / 2 + 1e-6, (c0, c1)

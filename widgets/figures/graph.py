@@ -30,7 +30,7 @@ from .layout import BOX_H, BOX_PREFIX, GraphLayout, graph_layout
 from .style import base_layout
 
 __all__ = [
-    "graph_figure", "graph_figure_spec", "ColorBy", "COLOR_BY", "unit_colors", "unit_hover", "node_hover",
+    "graph_figure", "graph_figure_spec", "graph_height", "label_px", "ColorBy", "COLOR_BY", "unit_colors", "unit_hover", "node_hover",
     "unit_labels", "legend_text", "strategy_colors", "STRATEGY_PALETTE",
     "TRACE_EDGES", "TRACE_NODES", "TRACE_CHANGED", "TRACE_SELECTED", "TRACE_GROUPS",
     "TRACE_FRAMES", "TRACE_BOXES", "changed_marks",
@@ -459,7 +459,6 @@ def graph_figure_spec(
                                 "thickness": 12, "len": 0.8})  # fmt: skip
     else:
         marker["color"] = colors
-    labels = unit_labels(graph, lay, span, px)
     positions = np.where(kind == "box", "middle center", "bottom center").astype(object)
     if hovertext is None and hover:
         hovertext = [unit_hover(graph, lay, u, plan) for u in lay.units]
@@ -472,7 +471,7 @@ def graph_figure_spec(
                 hoverinfo="skip", line={"width": 1, "color": "#8C8C8C"},
                 marker={"symbol": "triangle-right", "size": tip_size, "color": "#6E6E6E"}),
         dict(type=kind_gl, x=lay.x, y=lay.y, mode="markers+text", name="nodes", marker=marker,
-                customdata=np.array(lay.units, dtype=object), text=np.array(labels, dtype=object), textposition=positions,
+                customdata=np.array(lay.units, dtype=object), text=None, textposition=positions,
                 textfont={"size": 10}, hovertext=hovertext,
                 hoverinfo="text" if hover else "skip"),
         dict(type=kind_gl, **changed_marks(lay, hi), mode="markers", name="changed",
@@ -487,9 +486,7 @@ def graph_figure_spec(
     ]  # fmt: skip
     data = [*traces, *_bars(lay, rgb, hovertext)]
     ex0, ex1, ey0, ey1 = lay.extent
-    w, h = ex1 - ex0, ey1 - ey0 + 1.5
-    scale = min(PLOT_PX / max(w, 1e-9), 48.0)
-    height = int(np.clip(h * scale + 150, 320, 860))
+    height = graph_height(lay, px)
     n_boxes = int(lay.is_box.sum())
     title = (f"{graph.name}: {len(graph):,} nodes in {len(hierarchy(graph).groups) - 1} groups"
              + (f", {n_boxes} closed" if n_boxes else "")
@@ -499,6 +496,9 @@ def graph_figure_spec(
     legend_px = 17 * (legend.count("<br>") + 1)  # 11 px text, one line per <br>
     base["margin"] = {**base["margin"], "l": 10, "r": 10, "b": 10,
                       "t": base["margin"]["t"] + legend_px}  # fmt: skip
+    m = base["margin"]
+    labels = unit_labels(graph, lay, span, label_px(lay, px, height, m["t"] + m["b"], span))
+    data[TRACE_NODES]["text"] = np.array(labels, dtype=object)
     layout = dict(  # noqa: C408
         **base, hovermode="closest", dragmode="pan", plot_bgcolor="white",
         xaxis={"visible": False, "range": [ex0 - 0.5, ex1 + 0.5]},
@@ -512,6 +512,32 @@ def graph_figure_spec(
         uirevision=graph.name,  # keep zoom and pan across re-colourings
     )  # fmt: skip
     return {"data": data, "layout": layout}
+
+
+def label_px(lay: GraphLayout, px: float, height: float, margin_tb: float,
+             span: float | None = None) -> float:  # fmt: skip
+    """The pixels the labels' x ``span`` is drawn over in a ``px`` x ``height`` figure. Seen
+    whole, the 1:1 aspect lets the height bind: a tall layout in a short plot is drawn
+    narrower than the plot (GPT-2's four layers in the dashboard's tab: 680 of 972 px), and
+    labels placed for the full width ran together. Zoomed in (``span`` under the layout's
+    width), the view sets the y range to the aspect, so the width binds."""
+    ex0, ex1, ey0, ey1 = lay.extent
+    w = ex1 - ex0
+    plot_w = max(px - 20.0, 1.0)  # the view's 10 px side margins
+    if span is not None and span < w:
+        return plot_w
+    plot_h = max(height - margin_tb, 1.0)
+    scale = min(plot_w / (w + 1.0), plot_h / (ey1 - ey0 + 1.5))  # the axes' padded ranges
+    return scale * w
+
+
+def graph_height(lay: GraphLayout, px: float = PLOT_PX) -> int:
+    """The figure height (px) that holds ``lay`` drawn ``px`` wide at its 1:1 aspect (plus
+    the title; 320-860 px)."""
+    ex0, ex1, ey0, ey1 = lay.extent
+    w, h = ex1 - ex0, ey1 - ey0 + 1.5
+    scale = min(px / max(w, 1e-9), 48.0)
+    return int(np.clip(h * scale + 150, 320, 860))
 
 
 def graph_figure(graph: Graph, plan=None, **kwargs) -> go.Figure:
