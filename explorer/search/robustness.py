@@ -30,7 +30,9 @@ from .params import CostParams
 from .plan import ShardingPlan
 from .planner import search
 
-__all__ = ["SearchRobustness", "SearchFlip", "search_robustness", "SEARCH_KNOBS", "SPAN"]
+__all__ = [
+    "SearchRobustness", "SearchFlip", "search_robustness", "SEARCH_KNOBS", "SPAN", "quiet_lines",
+]  # fmt: skip
 
 #: A knob that flips the choice within x0.8 .. x1.25 makes it fragile (the cost model has
 #: no prediction band of its own; the "20% lower bandwidth" the planner is asked about).
@@ -110,7 +112,7 @@ class SearchRobustness:
                  f"  against the {len(self.plans) - 1} next plans; fragile if a knob flips it "
                  f"within x{self.span[0]:.2f}-x{self.span[1]:.2f}"]  # fmt: skip
         lines += [f"  {f}" for f in self.flips if f.factor is not None]
-        lines += _quiet(self.flips)
+        lines += quiet_lines(self.flips)
         for fc, fm, w in self.corners:
             lines.append(f"  compute knobs x{fc:.2f}, communication knobs x{fm:.2f}: "
                          f"plan #{w} cheapest" + (" (flips)" if w else ""))  # fmt: skip
@@ -264,8 +266,10 @@ def search_robustness(plan: ShardingPlan, k: int = 5, knobs: tuple[str, ...] | N
                             nearest)  # fmt: skip
 
 
-def _quiet(flips) -> list[str]:
-    """The knobs that flipped nothing, with the range scanned (a fraction stops at 1)."""
+def quiet_lines(flips) -> list[str]:
+    """The knobs that flipped nothing, with the range scanned (a fraction stops at 1): a
+    line of a robustness text (sharding and training scans alike; each flip has ``knob``,
+    ``direction``, ``factor`` and ``limit``)."""
     ranges: dict[str, list[float]] = {}
     for f in flips:
         ranges.setdefault(f.knob, [1.0, 1.0])

@@ -23,6 +23,7 @@ from typing import Literal
 
 from ...checks import is_int
 from ...hardware import Cluster
+from ...search.robustness import quiet_lines
 from ..config import ParallelConfig
 from ..errors import TrainingError
 from ..params import TrainingParams
@@ -186,7 +187,7 @@ class Robustness:
                  f"  against {len(self.rivals)} rivals; fragile if a knob flips it within "
                  f"x{self.span[0]:.2f}-x{self.span[1]:.2f} ({self.span_basis})"]  # fmt: skip
         lines += [f"  {f}" for f in self.flips if f.factor is not None]
-        lines += _quiet(self.flips)
+        lines += quiet_lines(self.flips)
         for c in self.corners:
             lines.append(f"  band corner: compute knobs x{c.compute:.2f}, bandwidth knobs "
                          f"x{c.communication:.2f}: {c.winner} fastest"
@@ -347,15 +348,3 @@ def _corners(scan: _Scan, names, span, ctx: Context) -> tuple[Corner, ...]:
             w = scan.winner(tuple(changes))
             out.append(Corner(fc, fm, str(scan.configs[w]), w != 0))
     return tuple(out)
-
-
-def _quiet(flips) -> list[str]:
-    """The knobs that flipped nothing, with the range scanned (a fraction stops at 1)."""
-    ranges: dict[str, list[float]] = {}
-    for f in flips:
-        ranges.setdefault(f.knob, [1.0, 1.0])
-        if f.factor is None:
-            ranges[f.knob][f.direction == "up"] = f.limit
-    flipped = {f.knob for f in flips if f.factor is not None}
-    quiet = [f"{k} x{lo:.2f}-x{hi:.2f}" for k, (lo, hi) in ranges.items() if k not in flipped]
-    return [f"  no flip within: {', '.join(quiet)}"] if quiet else []
