@@ -464,3 +464,37 @@ def misfit_plots(plots: list[dict]) -> list[dict]:
     fallback when it drew before the page gave it a width)."""
     return [p for p in plots if p["visible"] and p["autosize"]
             and abs((p["drawn_width"] or 0) - p["width"]) > 2]  # fmt: skip
+
+
+def run_cells(lab: dict, lab_page: LabPage, page_log, name: str, cells: list[str],
+              timeout_s: float = 180.0):  # fmt: skip
+    """Write ``cells`` as notebook ``name`` in the server's root, open it and run it all; the
+    page, once no output holds an error (a view's test then checks what it drew)."""
+    import nbformat
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}  # fmt: skip
+    nbformat.write(nb, lab["root"] / name)
+    page_log.lines = lab_page.log.lines
+    page = lab_page.open(name)
+    run_all(page, timeout_s)
+    assert not page.evaluate(OUTPUT_ERRORS)
+    return page
+
+
+def check_plots_drawn(page, lab_page: LabPage, expected: int) -> list[dict]:
+    """The page holds ``expected`` plots, each drawn with data and fitting its cell, and no
+    text is cut and nothing scrolls sideways; returns the plots."""
+    held = page.evaluate(EXPECTED_PLOTS)
+    assert held == expected, f"the views hold {held} figures, expected {expected}"
+    plots = wait_for_plots(page, expected)
+    # anywidget models that never started (their module did not load within 2 s) drop every
+    # update from the kernel: named when the plots are wrong
+    why = {"anywidget models that failed to start": lab_page.anywidget_failures()}
+    assert len(plots) >= expected and all(p["with_data"] > 0 for p in plots), (plots, why)
+    assert not misfit_plots(plots), (plots, why)
+    assert not page.evaluate(CLIPPED), page.evaluate(CLIPPED)
+    assert not page.evaluate(SIDEWAYS), page.evaluate(SIDEWAYS)
+    return plots

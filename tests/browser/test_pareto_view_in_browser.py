@@ -12,14 +12,10 @@ from __future__ import annotations
 import pytest
 from lab import (
     ARTIFACTS,
-    CLIPPED,
-    EXPECTED_PLOTS,
     NB,
     OUTPUT_ERRORS,
-    SIDEWAYS,
-    misfit_plots,
-    run_all,
-    wait_for_plots,
+    check_plots_drawn,
+    run_cells,
 )
 from pagelog import screenshot
 
@@ -105,28 +101,9 @@ LONELY = f"""() => {{
 
 
 def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, lab_page, page_log):
-    import nbformat
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}  # fmt: skip
-    nbformat.write(nb, lab["root"] / "pareto_check.ipynb")
-    page_log.lines = lab_page.log.lines
     try:
-        page = lab_page.open("pareto_check.ipynb")
-        run_all(page, 180)
-        assert not page.evaluate(OUTPUT_ERRORS)
-        expected = page.evaluate(EXPECTED_PLOTS)
-        assert expected == 2, f"the two views hold {expected} figures"
-        plots = wait_for_plots(page, expected)
-        # anywidget models that never started (their module did not load within 2 s) drop
-        # every update from the kernel: named when the plots are wrong
-        why = {"anywidget models that failed to start": lab_page.anywidget_failures()}
-        assert len(plots) >= 2 and all(p["with_data"] > 0 for p in plots), (plots, why)
-        assert not misfit_plots(plots), (plots, why)
-        assert not page.evaluate(CLIPPED), page.evaluate(CLIPPED)
-        assert not page.evaluate(SIDEWAYS), page.evaluate(SIDEWAYS)
+        page = run_cells(lab, lab_page, page_log, "pareto_check.ipynb", CELLS)
+        check_plots_drawn(page, lab_page, 2)
 
         facts = page.evaluate(FACTS)
         names = [t["name"] for t in facts["traces"]]

@@ -14,13 +14,10 @@ import pytest
 from lab import (
     ARTIFACTS,
     CLIPPED,
-    EXPECTED_PLOTS,
     NB,
     OUTPUT_ERRORS,
-    SIDEWAYS,
-    misfit_plots,
-    run_all,
-    wait_for_plots,
+    check_plots_drawn,
+    run_cells,
 )
 from pagelog import screenshot
 
@@ -58,26 +55,9 @@ MENU = f"""() => Array.from({NB}.node.querySelectorAll('.widget-dropdown'))
 
 
 def test_plan_diff_view_draws_and_the_menu_redraws_the_layouts(lab, lab_page, page_log):
-    import nbformat
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}  # fmt: skip
-    nbformat.write(nb, lab["root"] / "plan_diff_check.ipynb")
-    page_log.lines = lab_page.log.lines
     try:
-        page = lab_page.open("plan_diff_check.ipynb")
-        run_all(page, 180)
-        assert not page.evaluate(OUTPUT_ERRORS)
-        expected = page.evaluate(EXPECTED_PLOTS)
-        assert expected == 3, f"the view holds {expected} figures"
-        plots = wait_for_plots(page, expected)
-        why = {"anywidget models that failed to start": lab_page.anywidget_failures()}
-        assert len(plots) >= 3 and all(p["with_data"] > 0 for p in plots), (plots, why)
-        assert not misfit_plots(plots), (plots, why)
-        assert not page.evaluate(CLIPPED), page.evaluate(CLIPPED)
-        assert not page.evaluate(SIDEWAYS), page.evaluate(SIDEWAYS)
+        page = run_cells(lab, lab_page, page_log, "plan_diff_check.ipynb", CELLS)
+        check_plots_drawn(page, lab_page, 3)
         facts = page.evaluate(FACTS)
         assert facts["names"][0] == ["terms"] and facts["bars"] > 0
         assert facts["names"][1][2] == "changed" and facts["ringed"] > 0
