@@ -542,11 +542,13 @@ def estimate(
         key = (part.layers(g), part.has_embed(g), part.has_head(g))
         if key not in memo:
             f, b = step.stage_segments(part, g, n_full)
-            memo[key] = (sum(x for _, x in f) + sum(x for _, x in b), f + b)
-        t, segs = memo[key]
+            # each segment's share of the step (x * m / p), worked out once per stage shape
+            memo[key] = (sum(x for _, x in f) + sum(x for _, x in b),
+                         [(k, x * m / p) for k, x in f + b])  # fmt: skip
+        t, shares = memo[key]
         t_stage.append(t)
-        for k, x in segs:
-            kinds[k] = kinds.get(k, 0.0) + x * m / p
+        for k, x in shares:
+            kinds[k] = kinds.get(k, 0.0) + x
     pipe = pipeline_time(t_stage, m, p) + 2 * (S - 1) * step.p2p_s
     tail = 0.0
     tails: dict[float, list] = {}

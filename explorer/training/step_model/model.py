@@ -81,6 +81,11 @@ class StepModel:
         # what `simulate` and `estimate` derive from this configuration more than once (the
         # memory of one split at one recompute count, asked by the split and the ladder)
         self.derived: dict[tuple, object] = {}
+        # the memory terms that depend on the configuration alone (`device_memory`: head
+        # activations, context parallelism's K/V in flight, ZeRO-3's gather buffer), on
+        # first use
+        self._memory_terms: tuple[float, float, float] | None = None
+        self._reduce_buffers: dict[float, float] = {}
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized)."""
@@ -221,10 +226,14 @@ class StepModel:
         chunks = [c * par.pp + d for c in range(par.virtual_stages)]
         params = sum(self.stage_params(part, g) for g in chunks)
         w, gr, opt = zero.state_bytes(self, params)
-        act = live_act + (self.head_act() if any(part.has_head(g) for g in chunks) else 0.0)
-        act += cp.transient_bytes(self)  # the layer in flight's gathered K, V (dK, dV)
+        if self._memory_terms is None:
+            self._memory_terms = (
+                self.head_act(), cp.transient_bytes(self), zero.gather_buffer_bytes(self)
+            )  # fmt: skip
+        head, transient, zbuf = self._memory_terms
+        act = live_act + (head if any(part.has_head(g) for g in chunks) else 0.0)
+        act += transient  # the layer in flight's gathered K, V (dK, dV)
         work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
-        zbuf = zero.gather_buffer_bytes(self)
         rbuf = self.reduce_buffer(part, chunks)
         al = tp_.allowances
         # Fragmentation is the caching allocator's: the CUDA context and the collective
@@ -246,7 +255,11 @@ class StepModel:
             units.append(self.embed_params)
         if part is None or any(part.has_head(g) for g in chunks):
             units.append(self.head_params)
-        return zero.reduce_buffer(self, max(units))
+        unit = max(units)
+        buf = self._reduce_buffers.get(unit)
+        if buf is None:
+            buf = self._reduce_buffers[unit] = zero.reduce_buffer(self, unit)
+        return buf
 
     def flops(self) -> tuple[float, float]:
         """(model FLOPs, hardware FLOPs with recomputation) of one step, whole job."""

@@ -22,6 +22,7 @@ layouts were decided under): ``stage_costs.memo``.
 from __future__ import annotations
 
 import contextvars
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -179,6 +180,7 @@ def _part(cost: np.ndarray, p: CostParams, **sizes) -> PartCost:
     return PartCost(forward_s=f, backward_s=b, tp_forward_s=tf, tp_backward_s=tb, **sizes)
 
 
+@functools.lru_cache(maxsize=64)  # a replace() validates every field: once per CostParams
 def _normal(p: CostParams) -> CostParams:
     """The params the per-stage search runs under: training, and no whole-device memory
     cap (memory is modelled per stage by the training simulator; the one-layer search
