@@ -689,9 +689,10 @@ def fit_today() -> dict:
     overheads = [s for s in FIT_OVERHEAD_STACKS if any(p == s for *_, p, _ in rows)]
     r8 = len(chips) + len(overheads)  # the FP8 GEMM ratio, one for every chip and stack
     io = r8 + 1  # overlap_interference, one for every stack
-    mo = r8 + 2  # moe_layer_overhead_s, one for every stack
+    mo = r8 + 2  # moe_layer_overhead_s, one for the stacks whose preset has it
     att_chips = [c for c in chips if c in FIT_ATTENTION_CHIPS]
-    a0 = mo + 1  # then one attention scale per chip of FIT_ATTENTION_CHIPS
+    me = mo + 1  # moe_expert_overhead_s, one for the stacks whose preset has it
+    a0 = me + 1  # then one attention scale per chip of FIT_ATTENTION_CHIPS
     start = {c: (ex.hardware.load(c).chip.matmul_efficiency,
                  ex.hardware.load(c).chip.attention_efficiency) for c in chips}  # fmt: skip
     k0 = TrainingParams().kernel_overhead_s
@@ -707,7 +708,10 @@ def fit_today() -> dict:
                             kernel_overhead_s=float(k),
                             fp8_matmul_efficiency_ratio=float(x[r8]),
                             overlap_interference=float(x[io]),
-                            moe_layer_overhead_s=float(x[mo]))  # fmt: skip
+                            # each MoE cost where the stack's preset has it
+                            moe_layer_overhead_s=float(x[mo]) if base.moe_layer_overhead_s else 0.0,
+                            moe_expert_overhead_s=float(x[me]) if base.moe_expert_overhead_s
+                            else 0.0)  # fmt: skip
 
     def residuals(x):
         return np.array([np.log(predict(r, params_of(x, hw, pre, b)).step_time_s / r.step_time_s)
@@ -715,15 +719,17 @@ def fit_today() -> dict:
 
     r0 = stacks.params("nemo").fp8_matmul_efficiency_ratio
     i0 = stacks.params("nemo").overlap_interference
-    m0 = stacks.params("nemo").moe_layer_overhead_s
+    m0 = stacks.params("torchtitan").moe_layer_overhead_s
+    e0 = stacks.params("nemo").moe_expert_overhead_s
     x0 = np.array([1.0] * len(chips) + [k0] * len(overheads)
-                  + [r0, max(i0, 0.05), max(m0, 1e-3)] + [1.0] * len(att_chips))  # fmt: skip
+                  + [r0, max(i0, 0.05), max(m0, 1e-3), max(e0, 1e-4)]
+                  + [1.0] * len(att_chips))  # fmt: skip
     lo = np.array([0.3] * len(chips) + [_KERNEL_OVERHEAD_BOUNDS[0]] * len(overheads)
-                  + [0.3, 0, 0] + [0.3] * len(att_chips))  # fmt: skip
+                  + [0.3, 0, 0, 0] + [0.3] * len(att_chips))  # fmt: skip
     hi = np.array([min(1 / max(start[c]), 2.0) for c in chips]
-                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads) + [1.0, 1.0, 0.05]
+                  + [_KERNEL_OVERHEAD_BOUNDS[1]] * len(overheads) + [1.0, 1.0, 0.05, 0.005]
                   + [1 / start[c][1] for c in att_chips])  # fmt: skip
-    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads) + [0.1, 0.1, 1e-3]
+    scale = np.array([0.1] * len(chips) + [1e-5] * len(overheads) + [0.1, 0.1, 1e-3, 1e-4]
                      + [0.1] * len(att_chips))  # fmt: skip
     res0 = residuals(x0)
     # soft_l1 at 10%: a row the physics cannot yet explain (an MoE run 3x off) weighs as a
@@ -756,9 +762,10 @@ def fit_today() -> dict:
         "datasets": sorted({n for n, _ in fp8}),
     }
     out["overlap_interference"] = {"value": float(sol.x[io]), "rows": len(rows)}
-    moe = [(n, r) for n, r, *_ in rows if r.cfg.is_moe]
-    out["moe_layer_overhead_s"] = {"value": float(sol.x[mo]), "moe_rows": len(moe),
-                                   "datasets": sorted({n for n, _ in moe})}  # fmt: skip
+    for key, j in (("moe_layer_overhead_s", mo), ("moe_expert_overhead_s", me)):
+        used = [(n, r) for n, r, *_, b in rows if r.cfg.is_moe and getattr(b, key)]
+        out[key] = {"value": float(sol.x[j]), "moe_rows": len(used),
+                    "datasets": sorted({n for n, _ in used})}  # fmt: skip
     out["seconds"] = time.perf_counter() - t0
     print(f"   {len(rows)} fit rows; rms log error {out['rms_log_error_before']:.3f} -> "
           f"{out['rms_log_error_after']:.3f} ({sol.nfev} evaluations, {out['seconds']:.0f} s)")  # fmt: skip
@@ -776,6 +783,9 @@ def fit_today() -> dict:
     v = out["moe_layer_overhead_s"]
     print(f"   moe_layer_overhead_s {v['value'] * 1e3:.2f} ms ({v['moe_rows']} MoE fit rows of "
           f"{', '.join(v['datasets'])})")  # fmt: skip
+    v = out["moe_expert_overhead_s"]
+    print(f"   moe_expert_overhead_s {v['value'] * 1e6:.1f} us per local expert "
+          f"({v['moe_rows']} MoE fit rows of {', '.join(v['datasets'])})")  # fmt: skip
     return out
 
 

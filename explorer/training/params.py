@@ -208,6 +208,7 @@ class TrainingParams:
     fp8_scaling_matmul_ratio      1          FP8 GEMM rate of the scaling recipe / per-tensor's
     overlap_interference          fraction   of hidden communication added to the compute
     moe_layer_overhead_s          s          per MoE layer forward or backward of a microbatch
+    moe_expert_overhead_s         s          per local expert of each such MoE layer pass
     grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
     op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
     op_recompute_saved_bytes      fraction   of the activations op-level AC keeps (None: same)
@@ -347,6 +348,16 @@ class TrainingParams:
         "synchronisation that drains the stream and exposes the host's launches of the "
         "router, permutation and grouped-GEMM kernels); the current stacks set the value "
         "fitted on the MoE fit rows of datasets/published")  # fmt: skip
+    moe_expert_overhead_s: float = knob(
+        0.0, "seconds per local expert per MoE layer forward or backward of a microbatch",
+        0.0, 0.01,
+        source="assumption (0: a device's experts cost their GEMM FLOPs only); Megatron-Core's "
+        "TEGroupedMLP runs Transformer Engine's GroupedLinear, which splits the permuted "
+        "tokens by the host's tokens-per-expert counts and launches per local expert its "
+        "GEMM (cuBLAS, over several streams) and, in FP8, its input and weight casts and "
+        "amax reductions: a host-bound cost per expert a device holds (num_experts / ep), "
+        "whatever its tokens; the current stacks set the value fitted on the MoE fit rows of "
+        "datasets/published")  # fmt: skip
     overlap_interference: float = knob(
         0.0, "fraction of the hidden communication time", 0.0, 1.0,
         source="assumption (0: communication behind compute costs the compute nothing); "
@@ -384,8 +395,8 @@ class TrainingParams:
     op_recompute_saved_bytes: float | None = knob(
         None, "fraction of the activation bytes between full and no recomputation kept",
         0.0, 1.0, auto="op_recompute_saved_fraction",
-        source="None: op-level selective checkpointing keeps the same share of the layer's "
-        "activation bytes as of its forward time (op_recompute_saved_fraction). A policy "
+        source="None (assumption): op-level selective checkpointing keeps the same share of "
+        "the layer's activation bytes as of its forward time (op_recompute_saved_fraction). A policy "
         "that names the tensors it saves (MaxText's remat_policy=custom: "
         "stacks.named_remat_fractions) keeps their bytes, a different share")  # fmt: skip
     precision: Literal["bf16", "fp8"] = "bf16"

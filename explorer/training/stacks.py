@@ -235,13 +235,21 @@ _ALIGNED = (
     "2604 on GB200 (EP32 and EP64) measured 3-4x faster than their all-to-alls would run "
     "across racks"
 )
+_MOE_LAYER_OVERHEAD = (
+    "fitted by least squares (bench/accuracy.py --fit) on the 3 MoE fit rows the torchtitan "
+    "preset predicts (nemo_automodel_2026), jointly with moe_expert_overhead_s on the "
+    "Megatron-Core rows: 0.68 ms per MoE layer forward or backward of a microbatch, the host "
+    "synchronisation of the tokens-per-expert counts and the launches it exposes"
+)
 _MOE_OVERHEAD = (
-    "fitted by least squares (bench/accuracy.py --fit) on the fit rows of the stack files of "
-    "datasets/published, 16 of them MoE (megatron_bridge_2511 / 2604, nemo_automodel_2026; "
-    "one value for every chip and stack): 0.8 ms per MoE layer forward or backward of a "
-    "microbatch, the host synchronisation of the tokens-per-expert counts (Megatron-Core's "
-    "all-to-all dispatcher) and the launches it exposes; the Qwen3-30B-A3B rows of the same "
-    "layout at micro batch 1 and 4 differ by that per-microbatch cost"
+    "fitted by least squares (bench/accuracy.py --fit) on the 13 MoE fit rows of "
+    "megatron_bridge_2511 / 2604 (one value for every chip; moe_layer_overhead_s, one cost "
+    "per MoE layer, fitted 0 when both were free on every MoE row): 177 us per local expert "
+    "per MoE layer forward or backward of a microbatch, the host's per-expert launches of "
+    "Transformer Engine's GroupedLinear (and its FP8 casts) after the tokens-per-expert "
+    "counts reach the host. The fit rows with 16-32 local experts (EP8 of 128-256 experts) "
+    "ran slower, those with 2-4 (EP32/EP64) faster, than one cost per layer could say; the "
+    "Qwen3-30B-A3B rows at micro batch 1 and 4 differ by that per-microbatch cost"
 )
 _FUSED = ("scale", "mask", "fc1_bias", "o_bias", "fc2_bias")  # TrainingParams' default
 #: ``fused_ops`` with torch.compile (torchtitan's compile.enable): Inductor fuses the SwiGLU
@@ -252,7 +260,7 @@ _MEGATRON_CORE_VALUES: dict[str, tuple[object, str]] = {
     "aligned_nvlink_domains": (True, _ALIGNED),
     "fp8_matmul_efficiency_ratio": (0.9, _FP8_RATIO),
     "overlap_interference": (0.15, _INTERFERENCE),
-    "moe_layer_overhead_s": (0.8e-3, _MOE_OVERHEAD),
+    "moe_expert_overhead_s": (1.77e-4, _MOE_OVERHEAD),
     "multi_rail_collectives": (True, _MULTI_RAIL),
     "flash_attention": (True, _FLASH_TE),
     "fp8_saved_inputs": (
@@ -317,7 +325,7 @@ _FSDP_COMMON: dict[str, tuple[object, str]] = {
     "aligned_nvlink_domains": (True, _ALIGNED),
     "fp8_matmul_efficiency_ratio": (0.9, _FP8_RATIO),
     "overlap_interference": (0.15, _INTERFERENCE),
-    "moe_layer_overhead_s": (0.8e-3, _MOE_OVERHEAD),
+    "moe_layer_overhead_s": (0.68e-3, _MOE_LAYER_OVERHEAD),
     "multi_rail_collectives": (True, _MULTI_RAIL),
     "flash_attention": (True, _SDPA),
     "flash_attention_efficiency": (None, _CHIP),
@@ -390,7 +398,7 @@ _MAXTEXT_VALUES: dict[str, tuple[object, str]] = {
     "aligned_nvlink_domains": (True, _ALIGNED),
     "fp8_matmul_efficiency_ratio": (0.9, _FP8_RATIO),
     "overlap_interference": (0.15, _INTERFERENCE),
-    "moe_layer_overhead_s": (0.8e-3, _MOE_OVERHEAD),
+    "moe_layer_overhead_s": (0.68e-3, _MOE_LAYER_OVERHEAD),
     "multi_rail_collectives": (True, _MULTI_RAIL),
     "flash_attention": (
         True,
@@ -774,9 +782,13 @@ def row_params(
             changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
             changes["state"] = OPTIMIZER_STATE_BYTES[value.split(" ")[0]]
-        elif key == "remat_saved" and cfg is not None and seq > 0:
+        elif key == "remat_saved" and cfg is not None and seq > 0 and _dense(cfg):
             time_keep, bytes_keep = named_remat_fractions(cfg, seq, _remat_saved(value))
             changes["selective_recompute"] = "op"
             changes["op_recompute_saved_fraction"] = time_keep
             changes["op_recompute_saved_bytes"] = bytes_keep
     return params(name, **changes)
+
+
+def _dense(cfg: ModelConfig) -> bool:
+    return not (cfg.is_moe or cfg.is_mla)

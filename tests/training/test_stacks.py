@@ -307,3 +307,21 @@ def test_remat_saved_knob_recomputes_between_none_and_full():
     # the bytes share, not the time share, sizes the kept activations
     full, none = act["full"], act["none"]
     assert (act["selective"] - full) / (none - full) == pytest.approx(b, rel=1e-6)
+
+
+# --- Megatron-Core's per-local-expert host cost ------------------------------------------------
+def test_moe_expert_overhead_is_paid_per_local_expert_each_way_per_microbatch():
+    cfg = ex.models.load("qwen3-30b-a3b")  # 48 MoE layers of 128 experts
+    moe_layers = sum(cfg.layer_is_moe(i) for i in range(cfg.num_layers))
+    base = stacks.params("nemo", moe_expert_overhead_s=0.0, moe_layer_overhead_s=0.0)
+    assert stacks.params("nemo").moe_expert_overhead_s > 0
+    for ep in (8, 16):
+        par = ex.ParallelConfig(dp=16, ep=ep, microbatch_size=1, zero=1)
+        t0 = ex.estimate(cfg, par, "h100-sxm", 64, 4096, base).step_time_s
+        on = base.replace(moe_expert_overhead_s=1e-4)
+        t1 = ex.estimate(cfg, par, "h100-sxm", 64, 4096, on).step_time_s
+        # 4 microbatches, forward and backward, num_experts / ep local experts per layer
+        assert t1 - t0 == pytest.approx(2 * 4 * moe_layers * 1e-4 * 128 / ep, rel=0.05)
+    dense = ex.estimate("llama3-8b", ex.ParallelConfig(dp=8), "h100-sxm", 16, 4096, base)
+    dense_on = ex.estimate("llama3-8b", ex.ParallelConfig(dp=8), "h100-sxm", 16, 4096, on)
+    assert dense.step_time_s == dense_on.step_time_s

@@ -58,7 +58,7 @@ from . import cp, ep
 __all__ = [ "layer_config", "dense_config", "dense_layers", "dense_in_stage",
     "stage_compute", "params_delta", "flops_delta", "moe_layers_in", "layer_times",
     "layer_static", "ep_kernels", "mtp_moe_layers", "head_params_delta", "activation_terms",
-    "inner_bytes_per_token",
+    "inner_bytes_per_token", "expert_overhead_s",
 ]  # fmt: skip
 
 
@@ -127,12 +127,20 @@ def head_params_delta(s: StepView) -> float:
 
 
 def stage_compute(s: StepView, part: StagePartition, g: int, fwd: float, bwd: float):
-    """(forward, backward) seconds of stage ``g`` with its dense layers at their own cost."""
+    """(forward, backward) seconds of stage ``g`` with its dense layers at their own cost,
+    and each MoE layer's per-expert host cost (`expert_overhead_s`) both ways."""
+    e = expert_overhead_s(s) * moe_layers_in(s, part, (g,)) if s.cfg.is_moe else 0.0
     n = dense_in_stage(s, part, g)
     if not n:
-        return fwd, bwd
+        return fwd + e, bwd + e
     c, d = s.costs.layer, s.dense.layer
-    return fwd + n * (d.forward_s - c.forward_s), bwd + n * (d.backward_s - c.backward_s)
+    return fwd + e + n * (d.forward_s - c.forward_s), bwd + e + n * (d.backward_s - c.backward_s)
+
+
+def expert_overhead_s(s: StepView) -> float:
+    """Seconds one MoE layer pass (forward or backward of a microbatch) spends per device on
+    its local experts' launches: ``moe_expert_overhead_s`` x num_experts / ep."""
+    return s.tparams.moe_expert_overhead_s * s.cfg.num_experts / max(s.par.ep, 1)
 
 
 def params_delta(s: StepView, part: StagePartition, g: int) -> float:
