@@ -22,7 +22,7 @@ calling them without a per-node dispatch.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -98,13 +98,33 @@ class Program:
         self._clear = [i for i, n in enumerate(graph.nodes) if n.op != "constant"]
         self.source, self._plan = self._generate()
 
-    def _generate(self) -> tuple[str, object]:
-        """The plan: one Python function calling the kernels in order."""
+    def bound_plan(self, bound: Mapping[int, np.ndarray], order: Sequence[int]
+                   ) -> tuple[str, Callable[..., list[np.ndarray]]]:  # fmt: skip
+        """(source, plan) of a plan whose feeds at positions ``bound`` (of ``feed_names``:
+        weights, folded values) are baked in as constants; it takes the other feeds, at the
+        positions ``order``, as its arguments. A call then passes only what varies."""
+        free = [self.feed_slots[i] for i in order]
+        fixed = {self.feed_slots[i]: a for i, a in bound.items()}
+        if set(free) | set(fixed) != set(self.feed_slots) or set(free) & set(fixed):
+            raise CompilerError(
+                f"program {self.graph.name!r}: bound feeds {sorted(bound)} and call feeds "
+                f"{list(order)} must split its {len(self.feed_slots)} feeds between them"
+            )
+        return self._generate(fixed, free)
+
+    def _generate(self, fixed: Mapping[int, np.ndarray] | None = None,
+                  free: Sequence[int] | None = None) -> tuple[str, object]:  # fmt: skip
+        """The plan: one Python function calling the kernels in order (``fixed``: feed
+        slots read as constants; ``free``: the slots of its arguments, in order)."""
         ns: dict[str, object] = {}
+        fixed = fixed or {}
 
         def ref(s: int) -> str:
             if s in self.constants:
                 ns[f"c{s}"] = self.constants[s]
+                return f"c{s}"
+            if s in fixed:
+                ns[f"c{s}"] = fixed[s]
                 return f"c{s}"
             return f"v{s}"
 
@@ -112,8 +132,8 @@ class Program:
         for j, (_, ins, _, _) in enumerate(self.steps):
             for s in ins:
                 last[s] = j
-        keep = set(self.out_slots) | set(self.constants)
-        params = [f"v{s}" for s in self.feed_slots]
+        keep = set(self.out_slots) | set(self.constants) | set(fixed)
+        params = [f"v{s}" for s in (self.feed_slots if free is None else free)]
         lines = [f"def plan({', '.join(params)}):"]
         for j, (fn, ins, outs, out) in enumerate(self.steps):
             ns[f"k{j}"] = fn

@@ -46,6 +46,7 @@ from .torch_buckets import BucketedProgram
 from .torch_cache import CACHE_MODES, CacheEvent, DiskCache
 from .torch_eager import TimedInterpreter
 from .torch_fold import fold_weights
+from .torch_guard import make_call
 from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, weights
 from .torch_verify import Verification, verify_runs
 
@@ -246,12 +247,32 @@ class TorchProgram:
         self.last_trace: _trace.Trace | None = None
         self._lock = threading.Lock()
         self._eager: TimedInterpreter | None = None
+        self._call = self._guarded_call()
         self.cache = CacheEvent("off")
 
     # --- calls ------------------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(*args, **kwargs)
+
+    def _slow_call(self, args: tuple, kwargs: dict) -> Any:
+        """The general static call: converts and checks every input (named errors), and
+        runs the plan step by step with kernel events inside ``ex.trace.record``."""
         arrays, as_torch = self._arrays(args, kwargs)
         return self._structure(self._static_outs(arrays), as_torch)
+
+    def _guarded_call(self) -> Any:
+        """The generated call (`make_call`): the traced call's guard, then the plan with
+        the weights baked in; every other call goes to `_slow_call`."""
+        if not self._fast:  # keyword tensors or Python constants: flattened per call
+            return lambda *a, **k: self._slow_call(a, k)
+        bound = {i: a for i, a in enumerate(self._template) if a is not None}
+        _, entry = self.program.bound_plan(bound, self._user_slots)
+        single = self._single
+        return make_call(
+            single, self._types, entry, self._slow_call,
+            self._sig.out_dtypes[0] if single is not None else None,
+            self._structure if single is None else None, self._lock,
+        )  # fmt: skip
 
     def run_eager(self, *args: Any, **kwargs: Any) -> Any:
         """The eager run: the IR interpreter over the traced graph, op by op, each op timed
