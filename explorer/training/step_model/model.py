@@ -86,6 +86,7 @@ class StepModel:
         # first use
         self._memory_terms: tuple[float, float, float] | None = None
         self._reduce_buffers: dict[float, float] = {}
+        self._stage_params: dict[tuple[int, bool, bool], float] = {}
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized)."""
@@ -152,6 +153,18 @@ class StepModel:
         return f, b
 
     def stage_params(self, part: StagePartition, g: int) -> float:
+        """Parameters on a device of stage ``g``. Without dense first layers they depend
+        on the stage's layer count and whether it holds the embedding and the head alone
+        (`dense.params_delta`), so they are computed once per such shape."""
+        if self.dense is not None:
+            return self._stage_params_of(part, g)
+        key = (part.layers(g), part.has_embed(g), part.has_head(g))
+        params = self._stage_params.get(key)
+        if params is None:
+            params = self._stage_params[key] = self._stage_params_of(part, g)
+        return params
+
+    def _stage_params_of(self, part: StagePartition, g: int) -> float:
         return (
             part.layers(g) * self.layer_params
             + part.has_embed(g) * self.embed_params
