@@ -45,7 +45,8 @@ EXPECTED = {
     ),
     "08_calibrate_to_your_cluster.ipynb": (
         ["60.1 s/step", "role   run", "fit    megatron-529.6b", "check  megatron-529.6b",
-         "check rows: median |error|", "saved and loaded back equal: True"], 1,
+         "check rows: median |error|", "saved and loaded back equal: True",
+         "the same predictions `calibrate` reports", "llama3-405b dp64 tp8 pp16"], 1,
     ),
     "09_bring_your_own_model.ipynb": (
         ["transformers: 671,026,404,352   traced: 671,026,404,352",
