@@ -20,11 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Choice", "choose", "MIN_WORK", "PARALLEL_MIN_NUMEL", "HEAVY"]
+__all__ = ["Choice", "choose", "MIN_WORK", "PARALLEL_MIN_NUMEL", "HEAVY", "HEAVY_MIN_NUMEL"]
 
 # A region is worth a numba kernel when elements x ops reach this: below it the
 # ufunc calls of the numpy path cost less than numba's argument checks.
 MIN_WORK = 4096
+# A region with a HEAVY op goes to numba from this many elements even below MIN_WORK:
+# numpy runs a tanh-GELU as about nine ufunc calls. Bias + tanh-GELU at 1x128 (the three
+# regions of a batch-1 MLP of hidden 128, ex.compile): the whole call 19.8 -> 15.0 us
+# (measured with other work running, kernels compiled).
+HEAVY_MIN_NUMEL = 128
 # Threads across cores from this many elements on (see above).
 PARALLEL_MIN_NUMEL = 1 << 20
 
@@ -54,11 +59,13 @@ def choose(kind: Kind, numel: int, n_ops: int, numba_ok: bool, threads: int = 1,
     'numba'
     >>> choose("elementwise", 16, 2, True).reason
     "16 elements x 2 ops < 4096: numpy's calls are cheaper"
+    >>> choose("elementwise", 128, 2, True, ops=("add", "gelu")).backend
+    'numba'
     """
     work = numel * max(n_ops, 1)
     if not numba_ok:
         return Choice("numpy", False, "numba is not installed (or EXPLORER_NO_NUMBA=1)")
-    if work < MIN_WORK:
+    if work < MIN_WORK and not (HEAVY.intersection(ops) and numel >= HEAVY_MIN_NUMEL):
         return Choice("numpy", False,
                       f"{numel} elements x {n_ops} ops < {MIN_WORK}: numpy's calls are cheaper")  # fmt: skip
     if kind == "elementwise" and n_ops <= 2 and not HEAVY.intersection(ops):
