@@ -13,7 +13,7 @@ takes the slow path too), tensors needing grad or on another device, a recording
 and records.
 
 >>> import numpy as np
->>> call = make_call(1, [((2,), np.dtype("float32"))], lambda x: [x + 1],
+>>> call = make_call(0, [((2,), np.dtype("float32"))], lambda x: [x + 1],
 ...                  lambda a, k: "slow", None, None)
 >>> call(np.zeros(2, np.float32)).tolist(), call(np.zeros(3, np.float32))
 ([1.0, 1.0], 'slow')
