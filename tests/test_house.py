@@ -41,8 +41,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("explorer.sharding", "explorer.models", "explorer.compiler", "explorer.traces"),  # on the IR
     ("explorer.search",),  # operator-sharding search over sharding's strategies
     ("explorer.training",),  # the training step, on models, search and hardware
-    ("explorer.export", "explorer.teach",  # plans to real engines; exercises and rank maps
-     "explorer.diff", "explorer.robustness"),  # two plans compared; how robust a choice is
+    # plans to real engines; exercises and rank maps; two plans compared; how robust a choice is
+    ("explorer.export", "explorer.teach", "explorer.diff", "explorer.robustness"),
     ("explorer.cli",),  # python -m explorer
     ("explorer", "explorer.__main__"),  # the front door
 )
