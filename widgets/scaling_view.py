@@ -100,6 +100,10 @@ class ScalingView(View):
         self._generation = 0  # bumped by every change of the series: stale workers stop
         self._worker: threading.Thread | None = None
         self._partial: dict[int, ScalingCurve] = {}  # series index -> points so far
+        # background: what a series that fails to plan is undone to (series, curves, kept,
+        # (control, its value before)), and the control that asked for it
+        self._undo: tuple | None = None
+        self._editing: tuple[str, Any] | None = None
         base = Series(model, hardware, "weak", global_batch, seq, tuple(counts))
         series = list(series or [base, _replace(base, mode="strong")])
         if len(series) > MAX_SERIES:
@@ -188,6 +192,7 @@ class ScalingView(View):
         with self._lock:
             self._generation += 1
             self._partial.clear()
+            self._undo = None  # set_last sets its own after this
 
     def compute(self) -> None:
         """Compute every series not computed yet (with progress) and redraw (in a thread
@@ -239,9 +244,16 @@ class ScalingView(View):
                         self._partial[i] = curve
                         self._draw()
 
-                with self.progress.task(f"scaling {s.label}"):
-                    report = self.errors.guard(self.progress.callback(f"scaling {s.model}"))
-                    curve = self._curve(s, report, drawn)
+                try:
+                    with self.progress.task(f"scaling {s.label}"):
+                        report = self.errors.guard(self.progress.callback(f"scaling {s.model}"))
+                        curve = self._curve(s, report, drawn)
+                except _Replaced:
+                    raise
+                except Exception as e:
+                    if not self._undone(generation, e):
+                        raise
+                    return
                 with self._lock:
                     if not live():
                         return
@@ -250,8 +262,37 @@ class ScalingView(View):
                     self.curves = curves
                     self._partial.pop(i, None)
                     self._draw()
+            with self._lock:
+                if live():
+                    self._undo = None
         except _Replaced:
             return
+
+    def _undone(self, generation: int, error: Exception) -> bool:
+        """A series set in the background failed to plan: put back the series drawn before
+        it and show why beside the control that asked for it, as a synchronous refusal does
+        (False: nothing to undo, the error goes to the error pane)."""
+        with self._lock:
+            if generation != self._generation or self._undo is None:
+                return False
+            series, curves, kept, editing = self._undo
+            self._undo = None
+            self._generation += 1
+            self._partial.clear()
+            self.series, self.curves, self._kept = series, curves, kept
+        self._say_editing()
+        self._draw()
+        if editing is not None and editing[0] in self.field_errors:
+            key, before = editing
+            err = self.field_errors[key]
+            err.show(error)
+            err.last_valid = before  # "restore" puts back the value that was planned
+            self.mark_stale(f"{key}: {err.text.split(': ', 1)[-1]}")
+        else:
+            self.errors.report(error, "scaling")
+        if any(c is None for c in self.curves):
+            self.compute()
+        return True
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Wait for the background computation (nothing to wait for without one)."""
@@ -286,6 +327,7 @@ class ScalingView(View):
             return
         key = next(k for k, w in self.controls.items() if w is change["owner"])
         err = self.field_errors[key]
+        self._editing = (key, err.last_valid)
         if err.run(lambda _: self.set_last(self._series_from_controls()), change["new"]):
             self.clear_stale()
         else:
@@ -316,6 +358,16 @@ class ScalingView(View):
             )
         if adding:
             _refuse_duplicate(series, kept)
+        if self.background:  # drawn as it is planned; a failure is undone and shown later
+            with self._lock:
+                self._undo = (self.series, self.curves, self._kept, self._editing)
+                if adding:
+                    self.series, self.curves = [*self.series, series], [*self.curves, None]
+                else:
+                    self.series, self.curves = [*kept, series], [*self.curves[:-1], None]
+            self._say_editing()
+            self.compute()
+            return
         with self.progress.task(f"scaling {series.label}"):
             report = self.errors.guard(self.progress.callback(f"scaling {series.model}"))
             curve = self._curve(series, report)

@@ -578,6 +578,27 @@ def test_scaling_view_in_the_background_drops_a_replaced_series():
     assert v.figure.data[2].name.startswith("gpt3-125m")
 
 
+def test_scaling_view_in_the_background_refuses_a_chip_beside_its_control_later():
+    """In the background (the dashboard's tab) a control change returns at once and the new
+    series is planned in the thread; one that cannot be planned (Ascend 910 has no bf16) is
+    undone when it fails: the series drawn before come back and the error shows beside the
+    hardware menu, whose "restore" puts back the chip that was planned."""
+    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16), background=True)
+    v.wait(600)
+    before = (list(v.series), list(v.curves))
+    v.controls["hardware"].value = "ascend-910"
+    v.wait(600)
+    err = v.field_errors["hardware"]
+    assert err.visible and "no peak FLOP/s" in err.text and v.stale, err.text
+    assert (v.series, v.curves) == before and v.computed
+    err.restore()
+    v.wait(600)
+    assert v.controls["hardware"].value == "a100-80g" and not err.visible and not v.stale
+    v.controls["model"].value = "gpt3-125m"  # a valid change: planned in the background
+    v.wait(600)
+    assert v.curves[-1].model == "gpt3-125m" and v.computed and v.errors.last is None
+
+
 def test_scaling_view_ideal_line_stays_flat_in_the_page():
     """The ideal linearity line is y = 1 from the fewest to the most devices drawn in what
     the page holds after every update (a cleared y draws as a diagonal 0 -> 1)."""
