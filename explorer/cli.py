@@ -182,6 +182,14 @@ def _list(args) -> int:
     return 0
 
 
+def _job_arguments(s: argparse.ArgumentParser) -> None:
+    """The job a training command plans: --devices, --hardware, --global-batch, --seq."""
+    s.add_argument("--devices", type=_positive, required=True)
+    s.add_argument("--hardware", default="a100-80g")
+    s.add_argument("--global-batch", type=_positive, required=True)
+    s.add_argument("--seq", type=_positive, default=None)
+
+
 def _stack_argument(s: argparse.ArgumentParser) -> None:
     s.add_argument(
         "--stack", choices=stacks.names(), default=None,
@@ -212,10 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.set_defaults(func=func)
     s = sub.add_parser("plan", help="the fastest DP x TP x PP x ZeRO x recompute plan that fits")
     s.add_argument("model", help="a zoo name or a model .json file")
-    s.add_argument("--devices", type=_positive, required=True)
-    s.add_argument("--hardware", default="a100-80g")
-    s.add_argument("--global-batch", type=_positive, required=True)
-    s.add_argument("--seq", type=_positive, default=None)
+    _job_arguments(s)
     s.add_argument("--top", type=_positive, default=5, help="alternatives to show")
     _stack_argument(s)
     s.add_argument("--json", action="store_true", help="write the TrainingPlan as JSON")
@@ -227,20 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("model", help="a zoo name or a model .json file")
     s.add_argument("a", help="'plan' (the chosen configuration) or one such as 'dp16 tp8 pp8'")
     s.add_argument("b", help="the same; text changes the other side's plan in what it names")
-    s.add_argument("--devices", type=_positive, required=True)
-    s.add_argument("--hardware", default="a100-80g")
-    s.add_argument("--global-batch", type=_positive, required=True)
-    s.add_argument("--seq", type=_positive, default=None)
+    _job_arguments(s)
     _stack_argument(s)
     s.add_argument("--json", action="store_true", help="write the diff as JSON")
     s.set_defaults(func=_diff)
     s = sub.add_parser("why-not", help="why the plan is not CONFIG, e.g. 'dp16 tp8'")
     s.add_argument("model", help="a zoo name or a model .json file")
     s.add_argument("config", help="a configuration such as 'dp16 tp8' (changes the plan's)")
-    s.add_argument("--devices", type=_positive, required=True)
-    s.add_argument("--hardware", default="a100-80g")
-    s.add_argument("--global-batch", type=_positive, required=True)
-    s.add_argument("--seq", type=_positive, default=None)
+    _job_arguments(s)
     _stack_argument(s)
     s.add_argument("--json", action="store_true", help="write the answer as JSON")
     s.set_defaults(func=_why_not)
