@@ -4,22 +4,14 @@ is met only by a warm hit under 1 s."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def bench():
-    path = Path(__file__).parents[2] / "bench" / "jit.py"
-    spec = importlib.util.spec_from_file_location("bench_jit_fresh", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+def bench(load_bench_jit):
+    mod = load_bench_jit("bench_jit_fresh")
     return mod
 
 

@@ -4,8 +4,6 @@ once glibc's mmap threshold is pinned)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +17,8 @@ MIB = 2**20
 
 
 @pytest.fixture(scope="module")
-def bench():
-    path = Path(__file__).parents[2] / "bench" / "jit.py"
-    spec = importlib.util.spec_from_file_location("bench_jit_memory", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
+def bench(load_bench_jit):
+    mod = load_bench_jit("bench_jit_memory")
     assert mod.pin_malloc()
     return mod
 
