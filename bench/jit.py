@@ -687,13 +687,10 @@ def _fresh_process(name: str) -> dict:
     env = {**os.environ, "EXPLORER_COMPILE_CACHE": tempfile.mkdtemp(prefix="explorer-compile-")}
     out = {}
     for which in ("cold", "warm"):
-        t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, __file__, "--probe-compile", name], env=env,
-                              capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
-        if done.returncode != 0:
-            return {"error": done.stderr.strip()[-300:]}
-        res = json.loads(done.stdout.strip().splitlines()[-1])
-        out[which] = {**res, "process_s": time.perf_counter() - t0}
+        res = _probe_process("--probe-compile", name, env)
+        if "error" in res:
+            return res
+        out[which] = res
     return out
 
 
@@ -894,15 +891,19 @@ def _warm_process(name: str) -> dict:
     """The numba column's first call in a new process whose kernel cache this run filled
     (numba's import and loading the kernels from its disk cache included), compiling
     synchronously (``EXPLORER_NUMBA_COMPILE=sync``): what a second session pays."""
-    env = {**os.environ, "EXPLORER_NUMBA_COMPILE": "sync"}
+    return _probe_process("--probe", name, {**os.environ, "EXPLORER_NUMBA_COMPILE": "sync"})
+
+
+def _probe_process(flag: str, name: str, env: dict) -> dict:
+    """Run this script with ``flag name`` in a new process: its last stdout line (JSON)
+    with ``process_s``, the whole process timed from outside, or ``{"error": ...}``."""
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, __file__, "--probe", name], env=env,
+    done = subprocess.run([sys.executable, __file__, flag, name], env=env,
                           capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
     if done.returncode != 0:
         return {"error": done.stderr.strip()[-300:]}
     res = json.loads(done.stdout.strip().splitlines()[-1])
-    res["process_s"] = time.perf_counter() - t0
-    return res
+    return {**res, "process_s": time.perf_counter() - t0}
 
 
 def _probe(name: str) -> None:
