@@ -108,13 +108,18 @@ def _ir(args) -> int:
     return 0
 
 
+def _plan_job(args, cfg, **kwargs):
+    """`plan_training` of the job the command's `_job_arguments` and --stack name."""
+    return plan_training(
+        cfg, devices=args.devices, hardware=args.hardware,
+        global_batch=args.global_batch, seq=args.seq, stack=args.stack, **kwargs,
+    )  # fmt: skip
+
+
 def _plan(args) -> int:
     cfg = _load_model(args)
     _argument("--hardware", args.hardware, hardware.load)
-    plan = plan_training(
-        cfg, devices=args.devices, hardware=args.hardware,
-        global_batch=args.global_batch, seq=args.seq, top_k=args.top, stack=args.stack,
-    )  # fmt: skip
+    plan = _plan_job(args, cfg, top_k=args.top)
     print(plan.to_json() if args.json else plan.report(robust=args.robustness or None))
     return 0
 
@@ -125,10 +130,7 @@ def _diff(args) -> int:
     _argument("--hardware", args.hardware, hardware.load)
     sides = [args.a, args.b]
     if "plan" in sides:
-        plan = plan_training(
-            cfg, devices=args.devices, hardware=args.hardware,
-            global_batch=args.global_batch, seq=args.seq, stack=args.stack,
-        )  # fmt: skip
+        plan = _plan_job(args, cfg)
         sides = [plan if x == "plan" else x for x in sides]
         d = diff(*sides)
     else:
@@ -142,10 +144,7 @@ def _why_not(args) -> int:
     """Plan the job, then answer "why not CONFIG?" (`TrainingPlan.why_not`)."""
     cfg = _load_model(args)
     _argument("--hardware", args.hardware, hardware.load)
-    plan = plan_training(
-        cfg, devices=args.devices, hardware=args.hardware,
-        global_batch=args.global_batch, seq=args.seq, stack=args.stack,
-    )  # fmt: skip
+    plan = _plan_job(args, cfg)
     answer = plan.why_not(args.config)
     print(json.dumps(answer.as_dict(), indent=2) if args.json else str(answer))
     return 0

@@ -212,9 +212,6 @@ class StrategyExplorer(View):
             self.constraints = before
             raise
 
-    def _constraint_args(self) -> dict[str, Any]:
-        return {"constraints": list(self.constraints)} if self.constraints else {}
-
     def replan(self) -> None:
         """Run ``plan_training`` for the controls' job (with progress), then publish the
         plan and its operator-level plan to every linked view."""
@@ -228,7 +225,7 @@ class StrategyExplorer(View):
             report = self.errors.guard(self.progress.callback("configurations"))
             plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
                                     seq=seq, progress=report, stack=stack,
-                                    **self._constraint_args())  # fmt: skip
+                                    constraints=list(self.constraints) or None)  # fmt: skip
             step("operator strategies of the chosen dp x tp mesh")
             sharding = self._sharding_plan(plan)
         self.plan_s = time.perf_counter() - t0
