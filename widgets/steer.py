@@ -371,16 +371,15 @@ class TrainingSteer(_ConstraintList):
             self.controls["within"].value = False
             self.controls["stage_layers"].value = ""
             for c in self.constraints:
-                kind = type(c).__name__
-                if kind == "Fix" and c.knob in KNOBS:
+                if isinstance(c, ex.Fix) and c.knob in KNOBS:
                     self.controls[c.knob].value = ("fix", c.value)
-                elif kind == "Bound" and c.knob in KNOBS:
+                elif isinstance(c, ex.Bound) and c.knob in KNOBS:
                     how = ("max", c.max) if c.max is not None else ("min", c.min)
                     if how in [o[1] for o in self.controls[c.knob].options]:
                         self.controls[c.knob].value = how
-                elif kind == "Within":
+                elif isinstance(c, ex.Within):
                     self.controls["within"].value = True
-                elif kind == "StageLayers":
+                elif isinstance(c, ex.StageLayers):
                     self.controls["stage_layers"].value = ",".join(map(str, c.layers))
         finally:
             self._bulk = False
@@ -391,7 +390,7 @@ class TrainingSteer(_ConstraintList):
                   "cp": getattr(config, "cp", 1), "microbatch": config.microbatch_size,
                   "zero": config.zero, "recompute": config.recompute,
                   "schedule": config.schedule}  # fmt: skip
-        kept = [c for c in self.constraints if type(c).__name__ not in ("Fix", "Bound")]
+        kept = [c for c in self.constraints if not isinstance(c, ex.Fix | ex.Bound)]
         fixed = [ex.Fix(k, v) for k, v in values.items()]
         if self.apply((*kept, *fixed)):
             self._show_constraints()

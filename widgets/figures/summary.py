@@ -7,6 +7,7 @@ its plots (``widgets.base.View``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ __all__ = ["figure_summary", "MAX_TRACES", "MAX_LABELS"]
 
 MAX_TRACES = 8  # traces named one by one; the rest are counted
 MAX_LABELS = 6  # text labels quoted per trace
+_TAG = re.compile(r"<[^>]*>")  # an HTML tag in a plotly title or label
 
 
 def _text(value: Any) -> str:
@@ -24,15 +26,7 @@ def _text(value: Any) -> str:
 
 
 def _strip_tags(text: str) -> str:
-    out, inside = [], False
-    for ch in text:
-        if ch == "<":
-            inside = True
-        elif ch == ">":
-            inside = False
-        elif not inside:
-            out.append(ch)
-    return "".join(out)
+    return _TAG.sub("", text)
 
 
 def _numbers(values: Any) -> np.ndarray:
