@@ -3,6 +3,7 @@ with every config-controlled text escaped."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import subprocess
@@ -127,3 +128,15 @@ def test_the_page_names_its_stack_and_plans_with_it(report):
     assert "stack megatron-lm-2021;" in other.html
     want = ex.plan_training("gpt2", stack="megatron-lm-2021", **JOB)
     assert other.plan.sim.step_time_s == want.sim.step_time_s
+
+
+def test_the_plan_section_compares_the_chosen_plan_with_the_runner_up(report):
+    """The diff's text form in the report: the chosen plan against the next best, its step
+    time split into terms (issue 29)."""
+    import explorer as ex
+
+    alt = report.plan.alternatives[0].config
+    d = ex.diff(report.plan, alt)
+    assert f"Against the runner-up ({alt})" in report.html
+    first = html.escape(d.text().splitlines()[1])
+    assert first in report.html and "terms, largest first" in report.html

@@ -207,6 +207,7 @@ def build_report(
         f"made by Parallel Explorer {e(ex.__version__)} on "
         f"{datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}</p>",
         "<section><h2>Plan</h2>", f"<pre>{e(plan.report())}</pre>",
+        *_runner_up(plan),
         f"<h3>Scaling</h3><pre>{e(curve.table())}</pre></section>",
     ]  # fmt: skip
     for i, (key, fig) in enumerate(figs):
@@ -218,6 +219,16 @@ def build_report(
         parts += [f"<section id='{key}'><h2>{e(title)}</h2>", body, "</section>"]
     parts.append("</body></html>")
     return Report("\n".join(parts), tuple(figs), plan, time.perf_counter() - t0)
+
+
+def _runner_up(plan) -> list[str]:
+    """The chosen plan against the next best, term by term (``ex.diff``'s text form)."""
+    if not plan.alternatives:
+        return []
+    alt = plan.alternatives[0].config
+    d = ex.diff(plan, alt)
+    return [f"<h3>Against the runner-up ({html.escape(str(alt))})</h3>",
+            f"<pre>{html.escape(d.text())}</pre>"]  # fmt: skip
 
 
 def write_report(path: str | Path, model: str | ModelConfig, devices: int, **kwargs: Any) -> Report:
