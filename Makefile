@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 # make test runs on TEST_WORKERS pytest-xdist processes, make test-fast on WORKERS, a file's
 # tests together on one (tests/conftest.py hands out files longest first, tests/browser/ as one
-# piece of work). Clean clones of this 2-core machine, otherwise idle, .ci/run: 3708 tests,
+# piece of work). Clean clones of this 2-core machine, otherwise idle, .ci/run: 3709 tests,
 # two workers, 7 min 2 s (pytest 6 min 38 s; 2026-12-02; 3483 tests earlier that day: 10 min
 # 38 s, before plan_training was made faster). Earlier, with 3081 tests:
 # two workers 14 min 17 s with pip --no-compile (installs 1 min, pytest 13 min 12 s), 15 min
