@@ -46,6 +46,7 @@ def _02() -> list[Exercise]:
     seq_split = Layout(((), ("tp",), ()))
     whole = Layout.replicated(3)
     hidden_split = Layout(((), (), ("tp",)))
+    bsh = (("b", "batch"), ("s", "sequence"), ("h", "hidden"))
     cfg = load_model("gpt3-6.7b")
     p = cfg.num_params()
     s, b, h, a = 2048, 1, 12288, 96  # the notebook's recompute cell
@@ -57,11 +58,10 @@ def _02() -> list[Exercise]:
         kinds.collective_bytes("all-gather", 256 * _MIB, 4, key="02-allgather-4"),
         kinds.collective_bytes("reduce-scatter", 256 * _MIB, 4, key="02-reducescatter-4"),
         kinds.tp_allreduce("gpt3-6.7b", 1, 2048, 4, key="02-tp-allreduce"),
-        kinds.redistribution(partial, whole, t, mesh, key="02-move-partial-whole"),
-        kinds.redistribution(partial, seq_split, t, mesh, key="02-move-partial-seq"),
-        kinds.redistribution(seq_split, whole, t, mesh, key="02-move-seq-whole"),
-        kinds.redistribution(whole, hidden_split, t, mesh, key="02-move-whole-hidden"),
-        kinds.redistribution(seq_split, hidden_split, t, mesh, key="02-move-seq-hidden"),
+        *(kinds.redistribution(a, b, t, mesh, key=f"02-move-{k}", dims=bsh)
+          for k, a, b in (("partial-whole", partial, whole), ("partial-seq", partial, seq_split),
+                          ("seq-whole", seq_split, whole), ("whole-hidden", whole, hidden_split),
+                          ("seq-hidden", seq_split, hidden_split))),
         kinds.bubble("1f1b", 4, 8, key="02-bubble-1f1b-m8"),
         kinds.bubble("1f1b", 4, 32, key="02-bubble-1f1b-m32"),
         kinds.bubble("interleaved_1f1b", 4, 8, 2, key="02-bubble-interleaved"),
@@ -87,15 +87,17 @@ def _03() -> list[Exercise]:
     rows_tp = Layout((("tp",), ()))
     cols_tp = Layout(((), ("tp",)))
     whole = Layout.replicated(2)
+    th = (("t", "tokens"), ("h", "hidden"))  # the lesson's letters for x·W2's output
+    move, nbytes = kinds.redistribution, kinds.redistribution_bytes
     return [
-        kinds.redistribution(rows_dp_partial, rows_dp, t, mesh, key="03-move-fc2-out"),
-        kinds.redistribution(rows_dp_partial, rows_dp_cols_tp, t, mesh, key="03-move-fc2-rs"),
-        kinds.redistribution(rows_dp_cols_tp, rows_dp, t, mesh, key="03-move-gather-cols"),
-        kinds.redistribution(rows_dp, rows_dp_cols_tp, t, mesh, key="03-move-slice"),
-        kinds.redistribution(rows_tp, cols_tp, t, mesh, key="03-move-rows-cols"),
-        kinds.redistribution_bytes(rows_dp_partial, rows_dp, t, mesh, key="03-bytes-allreduce"),
-        kinds.redistribution_bytes(rows_dp_cols_tp, rows_dp, t, mesh, key="03-bytes-allgather"),
-        kinds.redistribution_bytes(rows_tp, whole, t, mesh, key="03-bytes-allgather-rows"),
+        move(rows_dp_partial, rows_dp, t, mesh, key="03-move-fc2-out", dims=th),
+        move(rows_dp_partial, rows_dp_cols_tp, t, mesh, key="03-move-fc2-rs", dims=th),
+        move(rows_dp_cols_tp, rows_dp, t, mesh, key="03-move-gather-cols", dims=th),
+        move(rows_dp, rows_dp_cols_tp, t, mesh, key="03-move-slice", dims=th),
+        move(rows_tp, cols_tp, t, mesh, key="03-move-rows-cols", dims=th),
+        nbytes(rows_dp_partial, rows_dp, t, mesh, key="03-bytes-allreduce", dims=th),
+        nbytes(rows_dp_cols_tp, rows_dp, t, mesh, key="03-bytes-allgather", dims=th),
+        nbytes(rows_tp, whole, t, mesh, key="03-bytes-allgather-rows", dims=th),
     ]  # fmt: skip
 
 

@@ -180,6 +180,28 @@ def test_redistribution_answers_of_the_lesson():
     assert not v.right and "half the bytes" in v.message
 
 
+def test_layout_exercises_use_the_lessons_dim_letters():
+    """One notation: notebook 02's layouts name batch/sequence/hidden B/S/H and 03's tiny MLP
+    tokens/hidden T/H, as the lessons draw them; the worked answer uses the same letters."""
+    q = BY_KEY["02-move-seq-hidden"]
+    assert "fp32[B, S_tp, H]" in q.question and "fp32[B, S, H_tp]" in q.question
+    assert "S = sequence" in q.question and "[A" not in q.question
+    assert q.worked.startswith("fp32[B, S_tp, H] -> all-to-all(tp)")
+    b = BY_KEY["03-bytes-allgather"]
+    assert b.question.startswith("bf16[T_dp, H_tp] -> all-gather -> bf16[T_dp, H]")
+    assert "T_dp" in b.worked
+
+
+def test_layout_exercise_refuses_dims_that_do_not_fit_the_tensor():
+    mesh = ex.Mesh({"tp": 2}, hardware="a100-80g")
+    t = ex.ir.TensorType((4, 8), "fp32")
+    src, dst = ex.sharding.Layout((("tp",), ())), ex.sharding.Layout(((), ()))
+    with pytest.raises(TeachError, match="one \\(letter, name\\) pair per dim"):
+        kinds.redistribution(src, dst, t, mesh, dims=(("t", "tokens"),))
+    with pytest.raises(TeachError, match="dims="):
+        kinds.redistribution(src, dst, t, mesh, dims=(("tok", "tokens"), ("h", "hidden")))
+
+
 # --- answers that cannot be read ------------------------------------------------------------
 def test_parse_number_reads_typed_answers():
     assert parse_number("1,024 MiB", "MiB") == 1024.0

@@ -62,10 +62,30 @@ def _plan(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh):
     return plan
 
 
+def _dims(ttype: TensorType, dims: tuple[tuple[str, str], ...] | None) -> tuple[str, str]:
+    """(letters, legend) of the tensor's dims: the lesson's letters and names (T for tokens,
+    H for hidden, ...), so that an exercise writes a layout the way the lesson draws it."""
+    if dims is None:
+        return "", "A_x: dim A split over axis x"
+    if len(dims) != len(ttype.shape) or any(len(c) != 1 or not c.isalpha() for c, _ in dims):
+        raise TeachError(
+            f"dims={dims!r} for a tensor of rank {len(ttype.shape)}: give one (letter, name) "
+            "pair per dim, e.g. (('t', 'tokens'), ('h', 'hidden'))"
+        )
+    legend = ", ".join(f"{c.upper()} = {name}" for c, name in dims)
+    return "".join(c for c, _ in dims), f"{legend}; {dims[0][0].upper()}_x: split over axis x"
+
+
 def redistribution(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh, *,
-                   key: str = "") -> Exercise:  # fmt: skip
-    """Which collective turns layout ``src`` into ``dst``: `explorer.sharding.redistribute`."""
+                   key: str = "", dims: tuple[tuple[str, str], ...] | None = None
+                   ) -> Exercise:  # fmt: skip
+    """Which collective turns layout ``src`` into ``dst``: `explorer.sharding.redistribute`.
+
+    ``dims``: one (letter, name) pair per dim of the tensor, the letters the lessons use
+    (default A, B, C...)."""
     plan = _plan(src, dst, ttype, mesh)
+    letters, legend = _dims(ttype, dims)
+    letters = letters or None
     truth = plan.steps[0].kind.value if plan.steps else COLLECTIVE_CHOICES[0]
     if truth not in COLLECTIVE_CHOICES:
         raise TeachError(f"{plan} needs a {truth}; exercises ask about {COLLECTIVE_CHOICES}")
@@ -73,23 +93,26 @@ def redistribution(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh, *,
     return Exercise(
         key=key or f"move-{src.format(ttype)}-{dst.format(ttype)}", kind="redistribution",
         question=(f"On the mesh {_mesh_text(mesh)}, a tensor "
-                  f"laid out as {src.format(ttype)} must become {dst.format(ttype)}. Which "
-                  "collective does that? (A_x: dim A split over axis x; {U_x}: a pending sum "
-                  "over x)"),
-        given=(("from", src.format(ttype)), ("to", dst.format(ttype))),
+                  f"laid out as {src.format(ttype, letters)} must become "
+                  f"{dst.format(ttype, letters)}. Which collective does that? ({legend}; "
+                  "{U_x}: a pending sum over x)"),
+        given=(("from", src.format(ttype, letters)), ("to", dst.format(ttype, letters))),
         unit="", truth=truth, choices=COLLECTIVE_CHOICES,
         mistakes=tuple(Mistake(c, c, _why_not(c, truth)) for c in COLLECTIVE_CHOICES
                        if c != truth),
         hint=("Ask two things: is the source a pending sum ({U_x})? Does the target keep a dim "
               "split, drop a split, or move it to another dim?"),
-        worked=f"{plan}" + (f" (over {axes})" if axes else ""),
+        worked=plan.format(letters) + (f" (over {axes})" if axes else ""),
     )  # fmt: skip
 
 
 def redistribution_bytes(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh, *,
-                         key: str = "") -> Exercise:  # fmt: skip
-    """Bytes per device of the collective that turns ``src`` into ``dst`` (KiB)."""
+                         key: str = "", dims: tuple[tuple[str, str], ...] | None = None
+                         ) -> Exercise:  # fmt: skip
+    """Bytes per device of the collective that turns ``src`` into ``dst`` (KiB); ``dims`` as
+    for `redistribution`."""
     plan = _plan(src, dst, ttype, mesh)
+    letters = _dims(ttype, dims)[0] or None
     if not plan.steps:
         raise TeachError(f"{plan} sends nothing; pick layouts a collective apart")
     step = plan.steps[0]
@@ -101,7 +124,7 @@ def redistribution_bytes(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh
     truth = plan.bytes_per_device / kib
     return Exercise(
         key=key or f"bytes-{src.format(ttype)}-{dst.format(ttype)}", kind="redistribution_bytes",
-        question=(f"{src.format(ttype)} -> {kind} -> {dst.format(ttype)} on the mesh "
+        question=(f"{src.format(ttype, letters)} -> {kind} -> {dst.format(ttype, letters)} on the mesh "
                   f"{_mesh_text(mesh)}: how many KiB does "
                   "one device send?"),
         given=(("tensor", f"{ttype.dtype} {list(ttype.shape)} = {_size(ttype.nbytes)}"),
@@ -113,5 +136,5 @@ def redistribution_bytes(src: Layout, dst: Layout, ttype: TensorType, mesh: Mesh
                     "tensor, already divided by the other axes' splits."),),
         hint=("Find S, the buffer of one device's collective (the block it holds, or gathers), "
               "then apply the ring formula."),
-        worked=f"{plan}: {truth:.4g} KiB per device.",
+        worked=f"{plan.format(letters)}: {truth:.4g} KiB per device.",
     )  # fmt: skip
