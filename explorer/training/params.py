@@ -181,6 +181,15 @@ class TrainingParams:
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
 
     ============================  =========  ===============================================
+        activation_offload_layers: layers of each pipeline stage whose activations go to
+            host memory after their forward and come back for their backward
+            (Megatron-Core's ``cpu_offloading_num_layers`` with ``cpu_offloading=True``,
+            Transformer Engine's ``get_cpu_offload_context``): the copies run on their own
+            stream over the chip's host link (`explorer.hardware.host`) behind the stage's
+            compute; at the peak the device holds the other layers' activations, and at
+            least ``activation_offload_buffer_layers`` layers' for the reloads
+            (`step_model.terms.recompute.offload_saved_bytes`). 0 (default): none. A row's
+            knob ``cpu_offload_layers=N`` sets it (`stacks.row_params`).
     field                         unit       meaning
     ============================  =========  ===============================================
     matmul_efficiency_cap         fraction   of peak FLOP/s a full wave of GEMM tiles runs at
@@ -217,6 +226,7 @@ class TrainingParams:
     ``matmul_efficiency_cap``, ``flash_attention_efficiency`` and
     ``grad_reduce_bytes_per_param`` may be None: the chip's own figure
     (``Chip.matmul_efficiency``, ``Chip.attention_efficiency``) or the gradients' dtype
+    activation_offload_buffer_layers layers  offloaded layers' activations still on the device
     (`AUTO_KNOBS`; `resolved` fills them). The stacks of `explorer.training.stacks` leave
     them None; ``TrainingParams()`` holds the 2021 values (the ``megatron-lm-2021`` stack).
     """
@@ -405,6 +415,13 @@ class TrainingParams:
     fp8_weight_gather: bool = False
     multi_rail_collectives: bool = False
     aligned_nvlink_domains: bool = False
+    activation_offload_buffer_layers: float = knob(
+        2.0, "layers of offloaded activations held on the device", 0.0, 8.0,
+        source="Transformer Engine's CPU offload (transformer_engine/pytorch/cpu_offload.py, "
+        "AsyncDoubleBufferGroupOffloadHandler, the handler Megatron-Core's "
+        "get_cpu_offload_context builds): a layer's activations stay on the device until "
+        "their copy to the host ends while the next layer runs, and the backward reloads "
+        "into two buffers (double buffering): 2 layers")  # fmt: skip
     fp8_saved_inputs: bool = False
 
     def __post_init__(self) -> None:
@@ -412,6 +429,7 @@ class TrainingParams:
             ("cost", CostParams),
             ("state", StateBytes),
             ("activations", ActivationTerms),
+    activation_offload_layers: int = 0
             ("allowances", MemoryAllowances),
         )
         for name, kind in kinds:
@@ -456,6 +474,12 @@ class TrainingParams:
             raise TrainingParamsError(
                 f"TrainingParams.zero3_prefetch_layers={k!r}; expected an int >= 1 (the layer "
                 "running is always held)"
+            )
+        if not is_int(self.activation_offload_layers, minimum=0):
+            raise TrainingParamsError(
+                f"TrainingParams.activation_offload_layers={self.activation_offload_layers!r}; "
+                "expected an int >= 0 (layers per stage whose activations go to host memory; "
+                "0: none)"
             )
         if self.search_method not in METHODS:
             raise TrainingParamsError(

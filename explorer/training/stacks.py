@@ -750,7 +750,9 @@ def row_params(
     ``tp_comm_overlap`` -> ``tp_comm_overlap_fraction``, ``fp8_allgather`` ->
     ``fp8_weight_gather``, ``compile`` -> ``fused_ops``: `COMPILE_FUSED_OPS` or the
     default; ``remat_saved`` (the tensors a MaxText remat_policy=custom saves, given
-    ``cfg`` and ``seq``) -> op-level selective recomputation with `named_remat_fractions`).
+    ``cfg`` and ``seq``) -> op-level selective recomputation with `named_remat_fractions`;
+    ``cpu_offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``) ->
+    ``activation_offload_layers``).
 
     >>> p = row_params("torchtitan_2025_asynctp", "torchtitan", "bf16", "async_tp=true")
     >>> p.tp_comm_overlap_fraction
@@ -782,6 +784,8 @@ def row_params(
             changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
             changes["state"] = OPTIMIZER_STATE_BYTES[value.split(" ")[0]]
+        elif key == "cpu_offload_layers" and value.split(" ")[0].isdigit():
+            changes["activation_offload_layers"] = int(value.split(" ")[0])
         elif key == "remat_saved" and cfg is not None and seq > 0 and _dense(cfg):
             time_keep, bytes_keep = named_remat_fractions(cfg, seq, _remat_saved(value))
             changes["selective_recompute"] = "op"
