@@ -176,11 +176,6 @@ class TrainingParams:
             (the fused kernel's) and the nonlinearity's input stay BF16, and the output
             projection's FP8 copy is kept beside the BF16 O (`memory.layer_counts`).
             False (default): BF16 copies (2 bytes), as autograd keeps a plain BF16 model.
-
-    The float knobs below carry their unit, range and source in the field's metadata
-    (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
-
-    ============================  =========  ===============================================
         activation_offload_layers: layers of each pipeline stage whose activations go to
             host memory after their forward and come back for their backward
             (Megatron-Core's ``cpu_offloading_num_layers`` with ``cpu_offloading=True``,
@@ -190,6 +185,11 @@ class TrainingParams:
             least ``activation_offload_buffer_layers`` layers' for the reloads
             (`step_model.terms.recompute.offload_saved_bytes`). 0 (default): none. A row's
             knob ``cpu_offload_layers=N`` sets it (`stacks.row_params`).
+
+    The float knobs below carry their unit, range and source in the field's metadata
+    (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
+
+    ============================  =========  ===============================================
     field                         unit       meaning
     ============================  =========  ===============================================
     matmul_efficiency_cap         fraction   of peak FLOP/s a full wave of GEMM tiles runs at
@@ -221,12 +221,12 @@ class TrainingParams:
     grad_reduce_bytes_per_param   bytes      per parameter in the gradient reduction
     op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
     op_recompute_saved_bytes      fraction   of the activations op-level AC keeps (None: same)
+    activation_offload_buffer_layers layers  offloaded layers' activations still on the device
     ============================  =========  ===============================================
 
     ``matmul_efficiency_cap``, ``flash_attention_efficiency`` and
     ``grad_reduce_bytes_per_param`` may be None: the chip's own figure
     (``Chip.matmul_efficiency``, ``Chip.attention_efficiency``) or the gradients' dtype
-    activation_offload_buffer_layers layers  offloaded layers' activations still on the device
     (`AUTO_KNOBS`; `resolved` fills them). The stacks of `explorer.training.stacks` leave
     them None; ``TrainingParams()`` holds the 2021 values (the ``megatron-lm-2021`` stack).
     """
@@ -409,12 +409,6 @@ class TrainingParams:
         "the layer's activation bytes as of its forward time (op_recompute_saved_fraction). A policy "
         "that names the tensors it saves (MaxText's remat_policy=custom: "
         "stacks.named_remat_fractions) keeps their bytes, a different share")  # fmt: skip
-    precision: Literal["bf16", "fp8"] = "bf16"
-    selective_recompute: Literal["attention", "op"] = "attention"
-    zero3_gather_granularity: Literal["tensor", "block"] = "tensor"
-    fp8_weight_gather: bool = False
-    multi_rail_collectives: bool = False
-    aligned_nvlink_domains: bool = False
     activation_offload_buffer_layers: float = knob(
         2.0, "layers of offloaded activations held on the device", 0.0, 8.0,
         source="Transformer Engine's CPU offload (transformer_engine/pytorch/cpu_offload.py, "
@@ -422,14 +416,20 @@ class TrainingParams:
         "get_cpu_offload_context builds): a layer's activations stay on the device until "
         "their copy to the host ends while the next layer runs, and the backward reloads "
         "into two buffers (double buffering): 2 layers")  # fmt: skip
+    precision: Literal["bf16", "fp8"] = "bf16"
+    selective_recompute: Literal["attention", "op"] = "attention"
+    zero3_gather_granularity: Literal["tensor", "block"] = "tensor"
+    fp8_weight_gather: bool = False
+    multi_rail_collectives: bool = False
+    aligned_nvlink_domains: bool = False
     fp8_saved_inputs: bool = False
+    activation_offload_layers: int = 0
 
     def __post_init__(self) -> None:
         kinds = (
             ("cost", CostParams),
             ("state", StateBytes),
             ("activations", ActivationTerms),
-    activation_offload_layers: int = 0
             ("allowances", MemoryAllowances),
         )
         for name, kind in kinds:
@@ -469,17 +469,17 @@ class TrainingParams:
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"
                 )
-        k = self.zero3_prefetch_layers
-        if not is_int(k, minimum=1):
-            raise TrainingParamsError(
-                f"TrainingParams.zero3_prefetch_layers={k!r}; expected an int >= 1 (the layer "
-                "running is always held)"
-            )
         if not is_int(self.activation_offload_layers, minimum=0):
             raise TrainingParamsError(
                 f"TrainingParams.activation_offload_layers={self.activation_offload_layers!r}; "
                 "expected an int >= 0 (layers per stage whose activations go to host memory; "
                 "0: none)"
+            )
+        k = self.zero3_prefetch_layers
+        if not is_int(k, minimum=1):
+            raise TrainingParamsError(
+                f"TrainingParams.zero3_prefetch_layers={k!r}; expected an int >= 1 (the layer "
+                "running is always held)"
             )
         if self.search_method not in METHODS:
             raise TrainingParamsError(
