@@ -99,6 +99,21 @@ HOST_LINKS: dict[str, HostLink] = {
         "NVIDIA V100 datasheet (PCIe Gen3 x16: 32 GB/s both directions); DGX-1 datasheet "
         "(512 GB, 2x Xeon E5-2698 v4)",
     ),
+    # A GB200 superchip joins one Grace CPU and two Blackwell GPUs by NVLink-C2C, 900 GB/s
+    # both directions; Grace holds up to 480 GB of LPDDR5X at up to 512 GB/s. Per GPU, the
+    # two GPUs sharing the link and the memory (assumption): 225 GB/s per direction, 240 GB
+    # and 256 GB/s.
+    "NVIDIA GB200 Blackwell GPU 186GB": HostLink(
+        "nvlink-c2c",
+        900 * _GB / 2 / 2,
+        _PCIE_LATENCY_S,
+        480 * _GB / 2,
+        512 * _GB / 2,
+        "NVIDIA GB200 NVL72 specifications (nvidia.com/en-us/data-center/gb200-nvl72, GB200 "
+        "Grace Blackwell Superchip column: NVLink-C2C 900 GB/s bidirectional, up to 480 GB "
+        "LPDDR5X at up to 512 GB/s per superchip of 1 Grace + 2 Blackwell GPUs); per GPU "
+        "half of each (assumption: the two GPUs share the link and the memory)",
+    ),
 }
 _ASSUMED = HostLink(
     "pcie-gen4-x16", _PCIE4[0], _PCIE_LATENCY_S, 1000 * _GB / 8, 2 * 204.8 * _GB / 8,
