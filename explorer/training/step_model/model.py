@@ -57,6 +57,7 @@ class StepModel:
             tp_.cost,
             tp_.search_method,
             tp_.fused_ops,
+            tp_.tp_layout,
         )
         whole = timed_costs(whole, cluster.chip, tp_)  # kernel time by shape (kernels.py)
         self.costs: StageCosts = cp.split_costs(whole, par.cp)
@@ -130,6 +131,13 @@ class StepModel:
         tpf, tpb = tp.stage_comm_s(self, part, g)
         tp_frac = self.tparams.tp_comm_overlap_fraction  # TP comm overlap / async TP
         io = self.tparams.overlap_interference
+        # activation offload: each way's host copies on their own stream behind the stage's
+        # compute; what they cannot hide delays the compute that needs the buffers. No
+        # overlap_interference: the copy engines move them, not the SMs, and they take a
+        # small share of HBM (225 GB/s of a GB200's 8 TB/s)
+        off = recompute.offload_copy_s(self, n, n_full)
+        if off:
+            fwd, bwd = fwd + exposed_s(off, fwd, 1.0), bwd + exposed_s(off, bwd, 1.0)
         tpf, tpb = exposed_s(tpf, fwd, tp_frac, io), exposed_s(tpb, bwd, tp_frac, io)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
@@ -220,8 +228,10 @@ class StepModel:
         return self._embed_act
 
     def stage_act(self, part: StagePartition, g: int, n_full: int | None) -> float:
-        """Activation bytes of stage ``g`` per microbatch in flight."""
-        act = recompute.layers_act(self, part.layers(g), n_full)
+        """Activation bytes of stage ``g`` per microbatch in flight (less what its
+        offloaded layers keep in host memory, `recompute.offload_saved_bytes`)."""
+        n = part.layers(g)
+        act = recompute.layers_act(self, n, n_full) - recompute.offload_saved_bytes(self, n, n_full)
         if part.has_embed(g):
             act += self.embed_act()
         return act

@@ -5,10 +5,19 @@ Policies (`ParallelConfig.recompute`): ``none``; ``selective`` (the attention co
 scores, softmax, context; Korthikanti et al. 2022; or torchtitan's op-level policy with
 ``TrainingParams.selective_recompute="op"``); ``full`` (keep the layer input only);
 ``per_layer`` (``n_full`` layers per stage full, the others selective).
+
+Activation offload (``TrainingParams.activation_offload_layers``, Megatron-Core's
+``cpu_offloading_num_layers`` over Transformer Engine's CPU offload) is the other way to
+keep fewer activations: ``N`` layers of a stage copy what they keep to host memory after
+their forward and back before their backward, over the chip's host link, on a stream of
+their own behind the stage's compute (`offloaded_layers`, `offload_bytes`, `offload_copy_s`).
 """
 
 from __future__ import annotations
 
+from ....hardware import HardwareError
+from ....hardware.host import host_link
+from ...errors import TrainingParamsError
 from ...memory import ActivationTerms, activation_bytes_per_layer, layer_terms
 from ..view import StepView
 from . import cp, dense
@@ -22,6 +31,10 @@ __all__ = [
     "selective_s",
     "working_set",
     "extra_flops_per_sequence",
+    "offloaded_layers",
+    "offload_bytes",
+    "offload_saved_bytes",
+    "offload_copy_s",
 ]
 
 
@@ -122,3 +135,70 @@ def extra_flops_per_sequence(s: StepView) -> float:
         core = selective_s(s) / max(c.layer.forward_s, 1e-30)
         return cfg.num_layers * c.layer.flops * core  # the core's share, by time
     return 0.0
+
+
+def offloaded_layers(s: StepView, n_layers: int) -> int:
+    """Layers of a stage of ``n_layers`` whose activations go to the host: the first
+    ``activation_offload_layers`` of them, never its last (Megatron-Core requires fewer than
+    the layers: the last layer's backward follows its forward at once).
+
+    >>> from types import SimpleNamespace as NS
+    >>> offloaded_layers(NS(tparams=NS(activation_offload_layers=40)), 80)
+    40
+    >>> offloaded_layers(NS(tparams=NS(activation_offload_layers=40)), 20)
+    19
+    """
+    return min(s.tparams.activation_offload_layers, max(n_layers - 1, 0))
+
+
+def offload_bytes(s: StepView, n_layers: int, n_full: int | None) -> float:
+    """Activation bytes of one microbatch the offloaded layers of a stage of ``n_layers``
+    copy to the host (and back): their share of what the stage's layers keep
+    (`layers_act`, the layers' mean under the stage's policies)."""
+    k = offloaded_layers(s, n_layers)
+    if k == 0:
+        return 0.0
+    return k * layers_act(s, n_layers, n_full) / n_layers
+
+
+def offload_saved_bytes(s: StepView, n_layers: int, n_full: int | None) -> float:
+    """Activation bytes of one microbatch a stage of ``n_layers`` no longer holds on the
+    device: its offloaded layers' (`offload_bytes`), less the reload buffers the backward
+    fills (``TrainingParams.activation_offload_buffer_layers`` layers, at most the
+    offloaded ones) beyond what the layers kept on the device hold. Transformer Engine
+    offloads the first layers, so at the end of the forward, the peak, only the last
+    ``n_layers - k`` layers' activations are on the device; the backward reloads the
+    offloaded ones as it frees those, and needs more only when they are fewer than the
+    reload buffers.
+
+    >>> from types import SimpleNamespace as NS
+    >>> tparams = NS(activation_offload_layers=3, activation_offload_buffer_layers=2.0)
+    >>> s = NS(tparams=tparams, par=NS(recompute="none"), layer_act=lambda policy: 1.0)
+    >>> offload_saved_bytes(s, 80, None), offload_saved_bytes(s, 4, None)
+    (3.0, 2.0)
+    """
+    k = offloaded_layers(s, n_layers)
+    if k == 0:
+        return 0.0
+    per_layer = offload_bytes(s, n_layers, n_full) / k
+    buffers = min(float(k), s.tparams.activation_offload_buffer_layers)
+    return (k - max(buffers - (n_layers - k), 0.0)) * per_layer
+
+
+def offload_copy_s(s: StepView, n_layers: int, n_full: int | None) -> float:
+    """Seconds the offloaded layers of a stage of ``n_layers`` spend copying one
+    microbatch's activations one way (device to host in the forward, back in the
+    backward) over the chip's host link (`explorer.hardware.host.host_link`: PCIe, or
+    NVLink-C2C on a GB200), one transfer per layer; `StepModel.stage_segments` lays the
+    copies behind the stage's compute."""
+    k = offloaded_layers(s, n_layers)
+    if k == 0:
+        return 0.0
+    try:
+        link = host_link(s.cluster)
+    except HardwareError as e:
+        raise TrainingParamsError(
+            f"TrainingParams.activation_offload_layers={s.tparams.activation_offload_layers} "
+            f"needs the chip's host link: {e}; or set activation_offload_layers=0"
+        ) from None
+    return offload_bytes(s, n_layers, n_full) / link.bandwidth_bytes_per_s + k * link.latency_s
