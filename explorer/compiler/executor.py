@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,13 +52,20 @@ class Program:
         self.env: list[np.ndarray | None] = [None] * len(graph.nodes)
         self.feed_slots = [slot[n.name] for n in graph.nodes if n.op in ("input", "param")]
         self.feed_names = [n.name for n in graph.nodes if n.op in ("input", "param")]
-        self.buffers = [np.empty(b, np.uint8) for b in plan.buffer_bytes] if plan else []
-        views = {}
+        # one arena for every planned value (MemoryPlan.lifetime): "held", allocated here
+        # and kept between calls, each value a view made once; "call", allocated by each
+        # call, each value an `_ArenaView` that the call turns into a view of its arena
+        self.arena_bytes = plan.arena_bytes if plan is not None else 0
+        self.per_call = plan is not None and plan.lifetime == "call"
+        self.arena = np.empty(0 if self.per_call else self.arena_bytes, np.uint8)
+        self.buffers = [self.arena] if self.arena.nbytes else []
+        views: dict[str, np.ndarray | _ArenaView] = {}
         if plan is not None:
-            for name, b in plan.buffer_of:
+            for name, off in plan.offsets().items():
                 t = graph.node(name).type
-                views[name] = (self.buffers[b][: host_bytes(t)].view(t.dtype.numpy)
-                               .reshape(t.shape))  # fmt: skip
+                dt = np.dtype(t.dtype.numpy)
+                views[name] = (_ArenaView(t.shape, dt, off) if self.per_call else
+                               self.arena[off : off + host_bytes(t)].view(dt).reshape(t.shape))  # fmt: skip
         # a step: (kernel, input slots, output slots, preallocated out or None); a cond or
         # loop group is one step writing all its members' slots
         self.steps: list[tuple] = []
@@ -90,13 +98,32 @@ class Program:
             self.steps.append((fn, ins, outs, out))
             replaced = n.attr("ops", ()) if n.op in ("fused", "masked_softmax") else ()
             replaced = n.attr("ops", ()) if n.op == "generated" else replaced
+            # bytes a traced run may allocate for this step (the arena's values allocate
+            # nothing; a view allocates nothing: checked on the result, see run_interpreted)
             nbytes = 0 if n.name in views else host_bytes(n.type)
             self.meta.append((n.name, n.op, tuple(t.shape for t in in_types) + (n.type.shape,),
                               graph.node_flops(n.name), nbytes, tuple(replaced)))  # fmt: skip
         self.out_slots = [slot[o] for o in graph.outputs]
-        self.persistent_bytes = sum(b.nbytes for b in self.buffers)
+        self.persistent_bytes = self.arena.nbytes
         self._clear = [i for i, n in enumerate(graph.nodes) if n.op != "constant"]
+        self._dying = self._dying_after()
         self.source, self._plan = self._generate()
+
+    def _dying_after(self) -> list[tuple[int, ...]]:
+        """Per step, the slots whose value is dead after it (its last reader, or itself when
+        nothing reads it); feeds, constants and outputs are never dead."""
+        last: dict[int, int] = {}
+        for j, (_, ins, outs, _) in enumerate(self.steps):
+            for s in outs:
+                last.setdefault(s, j)
+            for s in ins:
+                last[s] = j
+        keep = set(self.out_slots) | set(self.constants) | set(self.feed_slots)
+        dying: list[list[int]] = [[] for _ in self.steps]
+        for s, j in last.items():
+            if s not in keep:
+                dying[j].append(s)
+        return [tuple(sorted(d)) for d in dying]
 
     def bound_plan(self, bound: Mapping[int, np.ndarray], order: Sequence[int]
                    ) -> tuple[str, Callable[..., list[np.ndarray]]]:  # fmt: skip
@@ -135,10 +162,16 @@ class Program:
         keep = set(self.out_slots) | set(self.constants) | set(fixed)
         params = [f"v{s}" for s in (self.feed_slots if free is None else free)]
         lines = [f"def plan({', '.join(params)}):"]
+        if self.per_call:
+            ns["_empty"], ns["_nd"], ns["_u8"] = np.empty, np.ndarray, np.uint8
+            lines.append(f"    a = _empty({self.arena_bytes}, _u8)")
         for j, (fn, ins, outs, out) in enumerate(self.steps):
             ns[f"k{j}"] = fn
             args = [ref(s) for s in ins]
-            if out is not None:
+            if isinstance(out, _ArenaView):
+                ns[f"s{j}"], ns[f"d{j}"] = out.shape, out.dtype
+                args.append(f"out=_nd(s{j}, d{j}, a, {out.offset})")
+            elif out is not None:
                 ns[f"b{j}"] = out
                 args.append(f"out=b{j}")
             target = ", ".join(f"v{s}" for s in outs) + ("," if len(outs) > 1 else "")
@@ -174,10 +207,17 @@ class Program:
         for s, a in zip(self.feed_slots, feeds, strict=True):
             env[s] = a
         rec = _trace.active()
-        live = self.persistent_bytes
-        for (fn, ins, outs, out), (name, op, shapes, flops, nbytes, replaced) in zip(
-            self.steps, self.meta, strict=True
+        # live: the arena (held by the program, or this call's) plus the fresh arrays alive
+        # after each step, freed after their last reader as the plan frees them (feeds are
+        # not counted, as an eager run counts only what its ops allocate)
+        arena = np.empty(self.arena_bytes, np.uint8) if self.per_call else None
+        live = self.arena_bytes
+        held: dict[int, int] = {}
+        for (fn, ins, outs, out), (name, op, shapes, flops, _, replaced), dying in zip(
+            self.steps, self.meta, self._dying, strict=True
         ):
+            if isinstance(out, _ArenaView):
+                out = np.ndarray(out.shape, out.dtype, arena, out.offset)
             t0 = time.perf_counter()
             args = [env[i] for i in ins]
             res = fn(*args) if out is None else fn(*args, out=out)
@@ -188,13 +228,41 @@ class Program:
                 for s, v in zip(outs, res, strict=True):
                     env[s] = v
             if rec is not None:
+                nbytes = 0
+                if out is None:
+                    for s in outs:
+                        nbytes += held.setdefault(s, _fresh_bytes(env[s], args))
                 live += nbytes
                 rec.add(_trace.TraceEvent(op, "kernel", (t0 - rec.t0) * 1e6, (t1 - t0) * 1e6,
                                           shapes, nbytes, flops, live, replaced, name))  # fmt: skip
+                for s in dying:
+                    live -= held.pop(s, 0)
         outs = [env[s] for s in self.out_slots]
         for s in self._clear:  # drop references so the caller's arrays can be freed
             env[s] = None
         return outs
+
+
+class _ArenaView(NamedTuple):
+    """A planned value of a per-call arena: its shape, dtype and byte offset."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int
+
+
+def _fresh_bytes(value: object, args: Sequence[object]) -> int:
+    """Bytes a kernel allocated for ``value``: those of the array that owns its memory (a
+    kernel may return a reshaped view of its fresh result), 0 when it shares memory with an
+    input (a view, or an input returned as is)."""
+    if not isinstance(value, np.ndarray):
+        return 0
+    if any(isinstance(a, np.ndarray) and np.may_share_memory(value, a) for a in args):
+        return 0
+    owner = value
+    while isinstance(owner.base, np.ndarray):
+        owner = owner.base
+    return owner.nbytes
 
 
 def _sub_program(sub: Subgraph) -> Program:

@@ -1,48 +1,200 @@
-"""Memory planning: liveness-based buffer reuse and in-place updates.
+"""Memory planning: every planned value at a byte offset of one arena, reused over time.
 
-Every value a kernel can write into a buffer gets one of a few buffers, reused once the
-values in it are dead; an elementwise kernel whose input dies at it writes over that input
-(in place). Views (reshape, transpose, slices) keep their source's buffer alive. Values
-that leave the function are never planned: they are fresh arrays the caller owns.
+A value is *planned* when its kernel fills an ``out`` array (``WRITES_OUT``) and it does
+not leave the function (outputs are fresh arrays the caller owns: never double-buffered).
+Its *lifetime* runs from the step that writes it to the last step that reads it or a view
+of it (reshape, transpose, slices keep their source alive). An elementwise kernel
+(``IN_PLACE``) whose input of the same type dies at it writes over that input: the two
+values form one *block* whose lifetime is the union of theirs.
+
+Blocks get offsets by the greedy-by-size rule of TFLite's arena planner and XLA's heap
+simulator ("Efficient Memory Management for Deep Neural Net Inference", Pisarchyk & Lee
+2020): largest block first, each placed in the smallest gap (best fit) between the blocks
+already placed whose lifetimes overlap its own, else above them. Sizes are rounded up to
+``ALIGN`` bytes. Three figures bound the result:
+
+- ``lower_bound_bytes``: the largest sum of block sizes live at one step; no offset
+  assignment of these lifetimes needs less (those blocks coexist);
+- ``arena_bytes``: what the plan allocates, ``>= lower_bound_bytes``;
+- ``naive_bytes``: every planned value in its own allocation (no reuse; sizes rounded up
+  alike), ``>= arena_bytes``.
+
+Where the arena lives (``lifetime``):
+
+- ``"held"``: allocated once with the program and kept between calls (a TFLite
+  interpreter's arena); outputs are fresh arrays. A call's peak is the arena plus its
+  outputs: the arena is still held when the last kernel writes the output.
+- ``"call"``: allocated by each call, with the outputs planned in it (alive to the end), so
+  the call's peak is the arena alone, the largest live set with the outputs counted, as an
+  eager run frees as it goes; the returned outputs are views of that call's arena (their
+  own arrays: the next call allocates another one), which they keep alive.
+  Each call pays one allocation and one view per planned value (about 0.3 us each);
+  `plan_memory` picks it when it lowers the peak by ``CALL_MIN_SAVING`` and the arena is at
+  least ``CALL_MIN_BYTES`` (under it, the views cost more time than the bytes saved are
+  worth to an overhead-bound program).
+
+>>> import explorer as ex
+>>> b = ex.GraphBuilder("g"); x = b.input("x", (64, 64))
+>>> y = b.op("exp", b.op("matmul", b.op("exp", x), x), name="y")
+>>> plan = plan_memory(b.build([b.op("matmul", y, x)]))
+>>> plan.arena_bytes, plan.lower_bound_bytes, plan.naive_bytes, plan.in_place
+(32768, 32768, 49152, ('y',))
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
 from ...ir import Graph, TensorType
+from ..errors import CompilerError
 from ..kernels import ALIASES, IN_PLACE, WRITES_OUT
 from .rewrite import RewriteStep
 
-__all__ = ["MemoryPlan", "plan_memory", "memory_plan", "host_bytes"]
+__all__ = ["ALIGN", "CALL_MIN_BYTES", "CALL_MIN_SAVING", "Block", "Lifetime", "MemoryPlan",
+           "plan_memory", "memory_plan", "host_bytes"]  # fmt: skip
+
+ALIGN = 64
+"""Byte alignment of every block's offset and size (a cache line; numpy's SIMD loops and
+BLAS read aligned rows fastest)."""
+CALL_MIN_BYTES = 1 << 16
+"""Smallest arena allocated per call (``"call"``): writing 64 KiB takes microseconds, as
+much as the per-call views of a program of a few dozen planned values."""
+CALL_MIN_SAVING = 0.1
+"""Fraction of the held plan's peak (arena + outputs) a per-call arena must save."""
+
+Lifetime = Literal["held", "call"]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One region of the arena over one lifetime.
+
+    Args:
+        values: the values it holds one after another (the first is written by its kernel,
+            each next one in place over the one before).
+        offset: its first byte in the arena.
+        nbytes: its size (the largest value's bytes, rounded up to ``ALIGN``).
+        first, last: the steps (positions in the graph's node order) that write its first
+            value and read its last value, both included.
+    """
+
+    values: tuple[str, ...]
+    offset: int
+    nbytes: int
+    first: int
+    last: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.nbytes
+
+    def overlaps_in_time(self, other: Block) -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+    def overlaps_in_space(self, other: Block) -> bool:
+        return self.offset < other.end and other.offset < self.end
 
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """Buffer of each planned value, the buffers' sizes, and what that saves.
+    """Where each planned value lives in the arena, and what the reuse saved.
 
-    ``naive_bytes``: every planned value in its own allocation (sum of sizes);
-    ``planned_bytes``: the buffers (sum of capacities); ``in_place``: values written over
-    an input.
+    ``blocks`` in order of their first step; ``arena_bytes`` the arena's size;
+    ``naive_bytes`` the sum of the planned values' sizes (no reuse); ``lower_bound_bytes``
+    the largest live set (no plan of these lifetimes needs less); ``in_place`` the values
+    written over an input; ``lifetime`` where the arena lives (module docstring);
+    ``output_bytes`` the bytes of the outputs the kernels write (fresh arrays when held,
+    in the arena per call); ``peak_bytes`` what a call holds at most of both.
     """
 
-    buffer_of: tuple[tuple[str, int], ...]
-    buffer_bytes: tuple[int, ...]
-    in_place: tuple[str, ...]
+    blocks: tuple[Block, ...]
+    arena_bytes: int
     naive_bytes: int
+    lower_bound_bytes: int
+    in_place: tuple[str, ...]
+    lifetime: Lifetime = "held"
+    output_bytes: int = 0
+
+    @property
+    def peak_bytes(self) -> int:
+        """The arena plus, when held, the fresh outputs written while it is held."""
+        return self.arena_bytes + (self.output_bytes if self.lifetime == "held" else 0)
 
     @property
     def planned_bytes(self) -> int:
-        return sum(self.buffer_bytes)
+        """The arena's bytes (the name kept from the plan of separate buffers)."""
+        return self.arena_bytes
+
+    @property
+    def buffer_bytes(self) -> tuple[int, ...]:
+        """The buffers the executor allocates: the one arena (none when nothing is planned)."""
+        return (self.arena_bytes,) if self.arena_bytes else ()
+
+    def offsets(self) -> dict[str, int]:
+        """Planned value -> its byte offset in the arena."""
+        return {v: b.offset for b in self.blocks for v in b.values}
 
     def buffers(self) -> dict[str, int]:
-        return dict(self.buffer_of)
+        """Planned value -> its byte offset (two values share storage when their ranges
+        overlap: only when their lifetimes do not)."""
+        return self.offsets()
+
+    def block_of(self, value: str) -> Block:
+        for b in self.blocks:
+            if value in b.values:
+                return b
+        raise KeyError(value)
+
+    def shared(self) -> tuple[tuple[str, ...], ...]:
+        """Groups of blocks that reuse storage: blocks whose byte ranges overlap (at other
+        times), joined transitively; each group lists the first value of its blocks in
+        order of their first step. A block alone in its range is in no group."""
+        parent = list(range(len(self.blocks)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        by_offset = sorted(range(len(self.blocks)), key=lambda i: self.blocks[i].offset)
+        for k, i in enumerate(by_offset):  # sweep: each block against those starting below its end
+            for j in by_offset[k + 1 :]:
+                if self.blocks[j].offset >= self.blocks[i].end:
+                    break
+                parent[find(j)] = find(i)
+        groups: dict[int, list[int]] = {}
+        for i in range(len(self.blocks)):
+            groups.setdefault(find(i), []).append(i)
+        return tuple(
+            tuple(self.blocks[i].values[0] for i in sorted(g))
+            for g in groups.values()
+            if len(g) > 1
+        )
+
+    @property
+    def reuse(self) -> float:
+        """``naive_bytes / arena_bytes`` (1.0 when nothing is planned)."""
+        return self.naive_bytes / self.arena_bytes if self.arena_bytes else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lifetime": self.lifetime, "arena_bytes": self.arena_bytes,
+            "output_bytes": self.output_bytes, "peak_bytes": self.peak_bytes,
+            "naive_bytes": self.naive_bytes,
+            "lower_bound_bytes": self.lower_bound_bytes, "values": sum(len(b.values) for b in self.blocks),
+            "blocks": len(self.blocks), "in_place": len(self.in_place),
+            "shared_groups": len(self.shared()),
+        }  # fmt: skip
 
     def __str__(self) -> str:
-        return (f"{len(self.buffer_of)} values in {len(self.buffer_bytes)} buffers: "
-                f"{self.planned_bytes} B instead of {self.naive_bytes} B, "
+        n = sum(len(b.values) for b in self.blocks)
+        return (f"{n} values in {len(self.blocks)} blocks of a {self.arena_bytes} B arena "
+                f"{'per call' if self.lifetime == 'call' else 'held'} "
+                f"(no reuse {self.naive_bytes} B, largest live set {self.lower_bound_bytes} B), "
                 f"{len(self.in_place)} in place")  # fmt: skip
 
 
@@ -52,65 +204,113 @@ def host_bytes(t: TensorType) -> int:
     return t.numel * np.dtype(t.dtype.numpy).itemsize
 
 
-def plan_memory(graph: Graph) -> MemoryPlan:
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def _lifetimes(graph: Graph, outputs: bool
+               ) -> tuple[list[list[str]], list[str], dict[str, int], dict[str, int], int]:  # fmt: skip
+    """(chains of values sharing one block, the values written in place, first step and
+    last step of each chain's head, bytes of the kernel-written outputs); ``outputs``: plan
+    the outputs too, alive past the last step."""
     pos = {n.name: i for i, n in enumerate(graph.nodes)}
     root: dict[str, str] = {}
     for n in graph.nodes:
         root[n.name] = root[n.inputs[0]] if n.op in ALIASES and n.inputs else n.name
     last: dict[str, int] = {}
-    escapes: set[str] = set()
-    end = len(graph.nodes)
     for n in graph.nodes:
         for a in n.inputs:
             r = root[a]
             last[r] = max(last.get(r, -1), pos[n.name])
-    for o in graph.outputs:
-        escapes.add(root[o])
-        last[root[o]] = end
-    planned = {
-        n.name for n in graph.nodes
-        if n.op in WRITES_OUT and n.name not in escapes and host_bytes(n.type) > 0
-    }  # fmt: skip
-    buf_of: dict[str, int] = {}
-    caps: list[int] = []
-    free: list[int] = []
+    escapes = {root[o] for o in graph.outputs}
+    written = [n for n in graph.nodes if n.op in WRITES_OUT and host_bytes(n.type) > 0]
+    out_bytes = sum(host_bytes(n.type) for n in written if n.name in escapes)
+    if outputs:
+        for r in escapes:
+            last[r] = len(graph.nodes)
+    planned = [n for n in written if outputs or n.name not in escapes]
+    head: dict[str, str] = {}  # value -> the first value of its chain
+    chains: dict[str, list[str]] = {}
     in_place: list[str] = []
-    dying: dict[int, list[str]] = {}
-    for v in planned:
-        dying.setdefault(last.get(v, pos[v]), []).append(v)
-    for n in graph.nodes:
+    for n in planned:
         i = pos[n.name]
-        if n.name in planned:
-            need = host_bytes(n.type)
-            chosen = None
-            if n.op in IN_PLACE:
-                for a in n.inputs:
-                    src = graph.node(a)
-                    if (a in planned and root[a] == a and last.get(a) == i
-                            and src.type == n.type and a in buf_of):  # fmt: skip
-                        chosen = buf_of[a]
-                        in_place.append(n.name)
-                        dying[i].remove(a)  # its buffer now holds this value
-                        break
-            if chosen is None:
-                fits = [b for b in free if caps[b] >= need]
-                if fits:
-                    chosen = min(fits, key=lambda b: caps[b])
-                elif free:
-                    chosen = max(free, key=lambda b: caps[b])
-                    caps[chosen] = need
-                else:
-                    chosen = len(caps)
-                    caps.append(need)
-                if chosen in free:
-                    free.remove(chosen)
-            buf_of[n.name] = chosen
-        for v in dying.get(i, ()):
-            if v in buf_of and v != n.name:
-                free.append(buf_of[v])
-    naive = sum(host_bytes(graph.node(v).type) for v in planned)
-    order = tuple((n.name, buf_of[n.name]) for n in graph.nodes if n.name in buf_of)
-    return MemoryPlan(order, tuple(caps), tuple(in_place), naive)
+        chosen = None
+        if n.op in IN_PLACE:
+            for a in n.inputs:
+                # the input dies here, is not read through a view by another input of this
+                # kernel, and has this value's shape and dtype
+                if (a in head and last.get(a) == i and graph.node(a).type == n.type
+                        and sum(root[b] == a for b in n.inputs) == 1):  # fmt: skip
+                    chosen = head[a]
+                    break
+        if chosen is None:
+            head[n.name] = n.name
+            chains[n.name] = [n.name]
+        else:
+            head[n.name] = chosen
+            chains[chosen].append(n.name)
+            in_place.append(n.name)
+    first = {h: pos[h] for h in chains}
+    end = {h: max(last.get(v, pos[v]) for v in chain) for h, chain in chains.items()}
+    return list(chains.values()), in_place, first, end, out_bytes
+
+
+def _place(sizes: list[int], first: list[int], last: list[int]) -> list[int]:
+    """Offsets by greedy-by-size with best fit (see the module docstring)."""
+    order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], first[i], i))
+    offset = [-1] * len(sizes)
+    placed: list[int] = []
+    for i in order:
+        busy = sorted(
+            (offset[j], offset[j] + sizes[j]) for j in placed
+            if first[j] <= last[i] and first[i] <= last[j]
+        )  # fmt: skip
+        best, best_gap, top = None, None, 0
+        for lo, hi in busy:
+            gap = lo - top
+            if gap >= sizes[i] and (best_gap is None or gap < best_gap):
+                best, best_gap = top, gap
+            top = max(top, hi)
+        offset[i] = top if best is None else best
+        placed.append(i)
+    return offset
+
+
+def plan_memory(graph: Graph, lifetime: Lifetime | None = None) -> MemoryPlan:
+    """The arena plan of ``graph`` in its node order (the order the executor runs it);
+    ``lifetime`` None picks the one of lower peak (module docstring)."""
+    if lifetime is None:
+        held = plan_memory(graph, "held")
+        if held.output_bytes == 0:
+            return held
+        call = plan_memory(graph, "call")
+        saves = call.peak_bytes <= (1 - CALL_MIN_SAVING) * held.peak_bytes
+        return call if saves and call.arena_bytes >= CALL_MIN_BYTES else held
+    if lifetime not in ("held", "call"):
+        raise CompilerError(f"plan_memory: lifetime={lifetime!r} is not 'held', 'call' or "
+                            "None; pass one of them (None picks)")  # fmt: skip
+    chains, in_place, first, end, out_bytes = _lifetimes(graph, lifetime == "call")
+    heads = [c[0] for c in chains]
+    sizes = [_aligned(max(host_bytes(graph.node(v).type) for v in c)) for c in chains]
+    starts = [first[h] for h in heads]
+    ends = [end[h] for h in heads]
+    offsets = _place(sizes, starts, ends)
+    blocks = tuple(
+        Block(tuple(c), o, s, a, b)
+        for c, o, s, a, b in sorted(zip(chains, offsets, sizes, starts, ends, strict=True),
+                                    key=lambda t: (t[3], t[1]))
+    )  # fmt: skip
+    arena = max((b.end for b in blocks), default=0)
+    delta = [0] * (len(graph.nodes) + 2)  # outputs planned per call live past the end
+    for b in blocks:
+        delta[b.first] += b.nbytes
+        delta[b.last + 1] -= b.nbytes
+    live, bound = 0, 0
+    for d in delta:
+        live += d
+        bound = max(bound, live)
+    naive = sum(_aligned(host_bytes(graph.node(v).type)) for c in chains for v in c)
+    return MemoryPlan(blocks, arena, naive, bound, tuple(in_place), lifetime, out_bytes)
 
 
 def memory_plan(graph: Graph) -> tuple[Graph, list[RewriteStep], MemoryPlan]:
