@@ -109,10 +109,11 @@ HOST_LINKS: dict[str, HostLink] = {
         _PCIE_LATENCY_S,
         480 * _GB / 2,
         512 * _GB / 2,
-        "NVIDIA GB200 NVL72 specifications (nvidia.com/en-us/data-center/gb200-nvl72, GB200 "
-        "Grace Blackwell Superchip column: NVLink-C2C 900 GB/s bidirectional, up to 480 GB "
-        "LPDDR5X at up to 512 GB/s per superchip of 1 Grace + 2 Blackwell GPUs); per GPU "
-        "half of each (assumption: the two GPUs share the link and the memory)",
+        "NVIDIA GB200 NVL72 datasheet and specifications (nvidia.com/en-us/data-center/"
+        "gb200-nvl72, GB200 Grace Blackwell Superchip column: NVLink-C2C 900 GB/s "
+        "bidirectional, up to 480 GB LPDDR5X at up to 512 GB/s per superchip of 1 Grace + 2 "
+        "Blackwell GPUs); per GPU half of each (assumption: the two GPUs share the link and "
+        "the memory)",
     ),
 }
 _ASSUMED = HostLink(
