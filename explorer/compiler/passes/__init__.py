@@ -7,6 +7,7 @@ from .driver import LEVELS, PASSES, Level, optimize
 from .fold import fold
 from .fuse import fuse
 from .fuse_softmax import fuse_softmax
+from .grouped_attention import grouped_attention
 from .memory_plan import MemoryPlan, memory_plan, plan_memory
 from .rewrite import PassDidNotConverge, Rewrite, RewriteStep, Rule, run_rules
 from .simplify import simplify
@@ -14,5 +15,5 @@ from .simplify import simplify
 __all__ = [
     "fold", "cse", "dce", "simplify", "fuse", "fuse_softmax", "memory_plan", "plan_memory", "MemoryPlan",
     "optimize", "LEVELS", "PASSES", "Level", "RewriteStep", "Rule", "Rewrite", "run_rules",
-    "PassDidNotConverge", "codegen",
+    "PassDidNotConverge", "codegen", "grouped_attention",
 ]  # fmt: skip

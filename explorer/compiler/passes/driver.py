@@ -1,5 +1,6 @@
-"""Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, attention-score
-fusion, elementwise fusion, memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level.
+"""Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, grouped-query
+attention without repeated keys and values, attention-score fusion, elementwise fusion,
+memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level.
 
 ``backend="numba"`` adds the ``codegen`` pass at O2 (after fusion): regions the cost model
 gives to numba become generated kernels (``codegen``, ``explorer.compiler.codegen``)."""
@@ -19,6 +20,7 @@ from .dce import dce
 from .fold import fold
 from .fuse import fuse
 from .fuse_softmax import fuse_softmax
+from .grouped_attention import grouped_attention
 from .memory_plan import MemoryPlan, memory_plan
 from .rewrite import RewriteStep
 from .simplify import simplify
@@ -30,12 +32,12 @@ Backend = Literal["numpy", "numba"]
 BACKENDS: tuple[str, ...] = ("numpy", "numba")
 PASSES: dict[str, Callable[[Graph], tuple[Graph, list[RewriteStep]]]] = {
     "fold": fold, "cse": cse, "simplify": simplify, "dce": dce, "fuse_softmax": fuse_softmax,
-    "fuse": fuse,
+    "fuse": fuse, "grouped_attention": grouped_attention,
 }  # fmt: skip
 LEVELS: dict[str, tuple[str, ...]] = {
     "O0": (),
     "O1": ("fold", "simplify", "cse", "dce"),
-    "O2": ("fold", "simplify", "cse", "dce", "fuse_softmax", "fuse"),
+    "O2": ("fold", "simplify", "grouped_attention", "cse", "dce", "fuse_softmax", "fuse"),
 }
 
 
