@@ -40,6 +40,9 @@ class View(ipw.VBox):
         self.stale = False
         self.controls: dict[str, ipw.Widget] = {}
         self._updating = False  # re-entrancy guard: our own writes to the selection
+        # while a view is out of sight (a dashboard tab not shown), the selection changes it
+        # would redraw for are kept, the last per trait, and replayed when it is shown
+        self._deferred: dict[str, dict[str, Any]] | None = None
         super().__init__(**kwargs)
         self.link(selection or Selection())
 
@@ -58,6 +61,10 @@ class View(ipw.VBox):
     def _on_selection_guarded(self, change: dict[str, Any]) -> None:
         if self._updating:
             return
+        if self._deferred is not None:
+            self._deferred.pop(change["name"], None)  # kept in the order they came
+            self._deferred[change["name"]] = change
+            return
         try:
             self.on_selection(change)
         except Exception as e:  # noqa: BLE001  (shown in the pane, see errors.py)
@@ -65,6 +72,24 @@ class View(ipw.VBox):
 
     def on_selection(self, change: dict[str, Any]) -> None:
         """Hook: react to a change of one of ``selection_traits``."""
+
+    @property
+    def deferred(self) -> tuple[str, ...]:
+        """The selection traits changed while the view was out of sight, not yet drawn."""
+        return tuple(self._deferred or ())
+
+    def defer(self, hidden: bool) -> None:
+        """``defer(True)``: the view is out of sight (a dashboard tab not shown); a change of
+        the selection is kept, not drawn. ``defer(False)``: it is shown again; the changes
+        kept are drawn now, the last value of each trait in the order they came (a re-plan
+        redraws only the views on screen; the others catch up when opened)."""
+        if hidden:
+            if self._deferred is None:
+                self._deferred = {}
+            return
+        pending, self._deferred = self._deferred, None
+        for change in (pending or {}).values():
+            self._on_selection_guarded(change)
 
     def _select(self, **picked: Any) -> None:
         """Write to the shared selection without reacting to our own write."""

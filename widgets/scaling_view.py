@@ -3,6 +3,7 @@ configurations (model, hardware, weak or strong scaling) overlaid."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import threading
 from collections import OrderedDict
@@ -70,7 +71,11 @@ class ScalingView(View):
             dashboard's tab: GPT-3 175B over ten counts plans for about ten seconds, and the
             tab shows its axes at once, then the points as they come, with progress);
             ``wait()`` waits for it. A change of the series stops the computation and
-            starts the new one.
+            starts the new one. ``None`` (default): the first curves are computed before
+            the constructor returns, and a control's change is computed in the background
+            when the view lives in a kernel (a running event loop; a weak/strong change of
+            GPT-3 175B plans its points for seconds), at once in scripts and tests.
+            ``False``: always at once.
 
     Controls: ``model``, ``hardware``, ``mode``, ``global_batch``, ``counts`` (a range),
     ``metric``, ``add``, ``clear``.
@@ -92,7 +97,7 @@ class ScalingView(View):
         self, series: list[Series] | None = None, *, model: str = "gpt2-medium",
         hardware: str = "a100-80g", global_batch: int | None = None, seq: int | None = None,
         counts: tuple[int, ...] = DEVICE_COUNTS, lazy: bool = False,
-        selection: Selection | None = None, background: bool = False,
+        selection: Selection | None = None, background: bool | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=None)
         self.background = background
@@ -194,11 +199,24 @@ class ScalingView(View):
             self._partial.clear()
             self._undo = None  # set_last sets its own after this
 
-    def compute(self) -> None:
+    def _in_background(self) -> bool:
+        """Whether a control's change is computed in a thread (see ``background``)."""
+        if self.background is not None:
+            return self.background
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def compute(self, background: bool | None = None) -> None:
         """Compute every series not computed yet (with progress) and redraw (in a thread
-        with ``background``: each point is drawn as it is planned)."""
+        with ``background``, default the view's own ``background is True``: each point is
+        drawn as it is planned)."""
         self.auto = True
-        if self.background:
+        if background is None:
+            background = self.background is True
+        if background:
             self._start()
             return
         todo = [i for i, c in enumerate(self.curves) if c is None]
@@ -291,7 +309,7 @@ class ScalingView(View):
         else:
             self.errors.report(error, "scaling")
         if any(c is None for c in self.curves):
-            self.compute()
+            self.compute(background=True)
         return True
 
     def wait(self, timeout_s: float | None = None) -> None:
@@ -358,7 +376,7 @@ class ScalingView(View):
             )
         if adding:
             _refuse_duplicate(series, kept)
-        if self.background:  # drawn as it is planned; a failure is undone and shown later
+        if self._in_background():  # drawn as planned; a failure is undone and shown later
             with self._lock:
                 self._undo = (self.series, self.curves, self._kept, self._editing)
                 if adding:
@@ -366,7 +384,7 @@ class ScalingView(View):
                 else:
                     self.series, self.curves = [*kept, series], [*self.curves[:-1], None]
             self._say_editing()
-            self.compute()
+            self.compute(background=True)
             return
         with self.progress.task(f"scaling {series.label}"):
             report = self.errors.guard(self.progress.callback(f"scaling {series.model}"))

@@ -15,6 +15,8 @@ to the plan itself plus ~1 s of drawing.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -45,6 +47,15 @@ DEVICE_CHOICES = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 SEQ_CHOICES = (512, 1024, 2048, 4096, 8192)
 FIELDS = ("model", "hardware", "stack", "devices", "global_batch", "seq")
 _SHARDING: OrderedDict[tuple, Any] = OrderedDict()
+#: plans by job (model, hardware, stack, devices, batch, sequence, constraints): a job seen
+#: before in this process (a device count tried and changed back) is not planned again
+_PLANS: OrderedDict[tuple, Any] = OrderedDict()
+_PLAN_CACHE_SIZE = 32
+_CACHE_LOCK = threading.Lock()  # plans computed in the background share the caches
+
+
+class _Replaced(Exception):
+    """A background plan whose job was changed since it started stops."""
 
 
 def _band_html(s) -> str:
@@ -71,6 +82,15 @@ class StrategyExplorer(View):
         draw_layers: layers in the operator-level graph (GraphView, MeshView, CostTuner,
             explain panel); the model's layers are identical, so a few stand for all.
         selection: a shared Selection (default: a new one).
+        background: plan a control's change in a thread (the control returns at once; the
+            views keep the last plan under a "planning ..." banner with the progress bar and
+            redraw when the new plan is ready; ``wait()`` waits for it). ``None`` (default):
+            in a kernel (a running event loop) yes, in scripts and tests no. The first plan
+            is always computed before the constructor returns.
+
+    Views out of sight (tabs not shown) keep what is published to them and draw the last
+    plan when their tab opens (`View.defer`); a job planned before in this process comes
+    from a plan cache (the summary says so).
 
     Controls: ``model``, ``hardware``, ``stack``, ``devices``, ``global_batch``, ``seq`` (each change
     re-plans, coalesced), ``plan`` (re-plan now).
@@ -91,8 +111,15 @@ class StrategyExplorer(View):
         self, model: str = "gpt2-medium", *, hardware: str = "a100-80g", devices: int = 64,
         global_batch: int = 256, seq: int = 1024, draw_layers: int = 4,
         selection: Selection | None = None, coalesce_s: float = 0.3, stack: str | None = None,
+        background: bool | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
+        self.background = background
+        self.planning = False  # a re-plan is running in the background
+        self.plan_cached = False  # the plan shown came from the plan cache
+        self._plan_lock = threading.Lock()
+        self._generation = 0  # bumped by every re-plan: an older background plan is dropped
+        self._worker: threading.Thread | None = None
         self.draw_layers = draw_layers
         self.stages: dict[str, int] = {}
         self.views: dict[str, View] = {}
@@ -176,21 +203,33 @@ class StrategyExplorer(View):
 
     def _replan_now(self) -> None:
         """``replan`` with its errors beside the control that caused them: the results
-        are marked stale and the last valid plan stays on screen until a valid re-plan."""
+        are marked stale and the last valid plan stays on screen until a valid re-plan (in
+        a kernel the plan is computed in the background, see ``background``)."""
         key, self._trigger = self._trigger, None
+        if self.plan is not None and self._in_background():
+            self._start_replan(key)
+            return
+        with self._plan_lock:
+            self._generation += 1  # a plan still computing in the background is dropped
         try:
             self.replan()
         except Exception as e:  # noqa: BLE001  (shown beside its control)
             if self.plan is None:
                 raise
-            err = self.field_errors.get(key or "")
-            if err is None:
-                self.errors.report(e, "plan")
-            else:
-                err.show(e)
-            what = self.controls[key].description if err is not None else "plan"
-            self.mark_stale(f"{what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            self._refused(key, e)
             return
+        self._accepted()
+
+    def _refused(self, key: str | None, e: Exception) -> None:
+        err = self.field_errors.get(key or "")
+        if err is None:
+            self.errors.report(e, "plan")
+        else:
+            err.show(e)
+        what = self.controls[key].description if err is not None else "plan"
+        self.mark_stale(f"{what}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+    def _accepted(self) -> None:
         for k, err in self.field_errors.items():
             err.last_valid = self.controls[k].value
             if err.visible:
@@ -215,20 +254,50 @@ class StrategyExplorer(View):
     def replan(self) -> None:
         """Run ``plan_training`` for the controls' job (with progress), then publish the
         plan and its operator-level plan to every linked view."""
+        self._apply(*self._compute(self._job()))
+
+    def _job(self) -> tuple:
+        """The job the controls ask for: (model, hardware, stack, devices, global batch,
+        sequence, constraints); also the key of the plan cache."""
+        c = self.controls
+        return (c["model"].value, c["hardware"].value, c["stack"].value, c["devices"].value,
+                c["global_batch"].value, c["seq"].value, tuple(self.constraints))  # fmt: skip
+
+    def _compute(self, job: tuple, live=None) -> tuple:
+        """Plan ``job`` (from the cache when this job was planned before in this process)
+        and its operator-level plan; no widget but the progress bar is touched, so a
+        background thread may run it. ``live()`` False stops it at the next progress step."""
         import time
 
-        c = self.controls
-        model, hw, stack = c["model"].value, c["hardware"].value, c["stack"].value
-        devices, gb, seq = c["devices"].value, c["global_batch"].value, c["seq"].value
+        model, hw, stack, devices, gb, seq, constraints = job
         t0 = time.perf_counter()
         with self.progress.task(f"planning {model} on {devices} x {hw}", steps=2) as step:
-            report = self.errors.guard(self.progress.callback("configurations"))
-            plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
-                                    seq=seq, progress=report, stack=stack,
-                                    constraints=list(self.constraints) or None)  # fmt: skip
+            shown = self.errors.guard(self.progress.callback("configurations"))
+
+            def report(done: int, total: int) -> None:
+                if live is not None and not live():
+                    raise _Replaced
+                shown(done, total)
+
+            with _CACHE_LOCK:
+                plan = _PLANS.get(job)
+            cached = plan is not None
+            if plan is None:
+                plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
+                                        seq=seq, progress=report, stack=stack,
+                                        constraints=list(constraints) or None)  # fmt: skip
+                with _CACHE_LOCK:
+                    _PLANS[job] = plan
+                    if len(_PLANS) > _PLAN_CACHE_SIZE:
+                        _PLANS.popitem(last=False)
             step("operator strategies of the chosen dp x tp mesh")
             sharding = self._sharding_plan(plan)
-        self.plan_s = time.perf_counter() - t0
+        return plan, sharding, time.perf_counter() - t0, cached
+
+    def _apply(self, plan, sharding, plan_s: float, cached: bool = False) -> None:
+        """Publish ``plan`` to the views: those on screen redraw now, the others when their
+        tab is next opened (`View.defer`)."""
+        self.plan_s, self.plan_cached = plan_s, cached
         self.plan, self.sharding = plan, sharding
         self.stages = plan.stage_map(sharding.graph)
         self._ensure_views()
@@ -249,6 +318,77 @@ class StrategyExplorer(View):
         self.note.value = self._note()
         self.explain.value = self._explain(self.selection.node)
 
+    # --- planning in the background -----------------------------------------------------
+    def _in_background(self) -> bool:
+        if self.background is not None:
+            return self.background
+        try:  # in a kernel (a running event loop): plan without blocking it
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def _start_replan(self, key: str | None) -> None:
+        """Plan the controls' job in a thread: the control returns at once, the views keep
+        the last plan under a banner that says what is being planned (with the progress bar)
+        and redraw when it is ready; a plan that fails is refused beside the control that
+        asked for it, as in the foreground. A newer change stops an older plan."""
+        job = self._job()
+        with self._plan_lock:
+            self._generation += 1
+            generation = self._generation
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        self.planning = True
+        model, hw, _, devices = job[:4]
+        self.mark_stale(f"planning {model} on {devices} x {hw}: the views show the last plan "
+                        "until the new one is ready")  # fmt: skip
+        worker = threading.Thread(target=self._work, args=(generation, key, job, loop),
+                                  name=f"dashboard plan {generation}", daemon=True)  # fmt: skip
+        self._worker = worker
+        worker.start()
+
+    def _work(self, generation: int, key: str | None, job: tuple, loop) -> None:
+        def live() -> bool:
+            return generation == self._generation
+
+        try:
+            result: Any = self._compute(job, live)
+        except _Replaced:
+            return
+        except Exception as e:  # noqa: BLE001  (refused beside its control, in _finish)
+            result = e
+
+        def finish() -> None:
+            if not live():
+                return
+            try:
+                if isinstance(result, Exception):
+                    self._refused(key, result)
+                else:
+                    self._apply(*result)
+                    self._accepted()
+            finally:
+                self.planning = False
+
+        finish = self.errors.guard(finish)
+        if loop is not None and loop.is_running():  # the kernel's thread draws, in order
+            loop.call_soon_threadsafe(finish)
+        else:
+            finish()
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Wait for a re-plan running in the background (nothing to wait for without one;
+        in a kernel the views are redrawn by the kernel's loop after the thread ends)."""
+        worker = self._worker
+        if worker is None:
+            return
+        worker.join(timeout_s)
+        if worker.is_alive():
+            raise ViewError(f"the plan is still being computed after {timeout_s} s; wait longer")
+
     def check_robustness(self) -> None:
         """``plan.robustness()`` (the core's scan): its label beside the button, its table
         at the end of the full report."""
@@ -263,12 +403,14 @@ class StrategyExplorer(View):
     def _sharding_plan(self, plan):
         c, layers = plan.config, self.draw_layers
         key = (plan.model, plan.hardware, plan.seq, c.dp, c.tp, c.microbatch_size, layers)
-        sp = _SHARDING.get(key)
+        with _CACHE_LOCK:
+            sp = _SHARDING.get(key)
         if sp is None:
             sp = plan.sharding_plan(layers=layers)
-            _SHARDING[key] = sp
-            if len(_SHARDING) > 16:
-                _SHARDING.popitem(last=False)
+            with _CACHE_LOCK:
+                _SHARDING[key] = sp
+                if len(_SHARDING) > 16:
+                    _SHARDING.popitem(last=False)
         return sp
 
     # --- views --------------------------------------------------------------------------
@@ -292,6 +434,16 @@ class StrategyExplorer(View):
         for name in ("graph", "pipeline", "memory"):
             self._place(name)
         self.tabs.selected_index = TABS.index("graph")
+        self._defer_hidden()
+
+    def _defer_hidden(self) -> None:
+        """Views out of sight keep the plans published to them and draw the last when their
+        tab opens: a re-plan redraws the tab on screen only."""
+        index = self.tabs.selected_index
+        shown = TABS[index] if index is not None else None
+        for name, view in self.views.items():
+            if isinstance(view, View):
+                view.defer(name != shown)
 
     def _place(self, name: str) -> None:
         self._set_tab(name, self.views[name])
@@ -302,12 +454,14 @@ class StrategyExplorer(View):
             raise ViewError(f"unknown tab {name!r}; tabs: {', '.join(TABS)}")
         self.tabs.selected_index = TABS.index(name)
         self._build_tab(name)
+        self._defer_hidden()
         return self.views[name]
 
     def _on_tab(self, change: dict[str, Any]) -> None:
         if change["new"] is None:
             return
         self._build_tab(TABS[change["new"]])
+        self._defer_hidden()
 
     def _build_tab(self, name: str) -> None:
         if name in self.views or name not in _BUILT_LATER:
@@ -408,7 +562,9 @@ class StrategyExplorer(View):
             f"{fmt_bytes(s.memory.total)} of {fmt_bytes(s.memory_cap_bytes)} ({fits}); "
             f"{_band_html(s)}"
             f"{p.searched} configurations in {p.search_time_s:.2f} s"
-        )
+            + (" (planned earlier in this session: from the plan cache)" if self.plan_cached
+               else "")
+        )  # fmt: skip
 
     def _note(self) -> str:
         return self._legend() + "<br>" + self._drawn()
