@@ -117,6 +117,11 @@ class TrainingParams:
             module's pre-forward hooks again, which fetch the partitioned parameters;
             PyTorch FSDP likewise re-gathers under activation checkpointing).
         search_method: the operator-strategy search used for per-layer costs.
+        tp_layout: ``searched``: a layer's tensor-parallel layouts are the operator
+            search's (the cheapest it finds, which may split the batch or the sequence
+            over ``tp``); ``megatron``: a dense layer's contractions take Megatron-LM's
+            column/row split (`step_model.stage_costs.MEGATRON_TP`), the plan Megatron-Core
+            and torchtitan run for any ``tp``.
         fused_ops: layer ops whose cost a fused kernel absorbs (Megatron-LM's
             FusedScaleMaskSoftmax: scale and mask; bias_gelu: the fc1 bias; bias-dropout-
             add: the o and fc2 biases); ``()`` costs every op as its own kernel.
@@ -185,6 +190,14 @@ class TrainingParams:
             least ``activation_offload_buffer_layers`` layers' for the reloads
             (`step_model.terms.recompute.offload_saved_bytes`). 0 (default): none. A row's
             knob ``cpu_offload_layers=N`` sets it (`stacks.row_params`).
+        moe_flex_dispatcher: Megatron-Core's flex token dispatcher
+            (``moe_token_dispatcher_type="flex"`` with ``moe_flex_dispatcher_backend``
+            ``deepep`` or ``hybridep``): a token crosses the network once per node (scale-up
+            domain) that holds any of its experts and is copied to them there over NVLink
+            (DeepEP's internode kernels, DeepSeek-AI 2025; NVIDIA's HybridEP), where the
+            ``alltoall`` dispatcher sends one copy per routed expert
+            (`step_model.terms.ep.network_copies`). False (default): ``alltoall``. A row's
+            knob ``moe_flex_dispatcher=deepep|hybridep`` sets it.
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
@@ -222,6 +235,7 @@ class TrainingParams:
     op_recompute_saved_fraction   fraction   of matmul outputs op-level selective AC keeps
     op_recompute_saved_bytes      fraction   of the activations op-level AC keeps (None: same)
     activation_offload_buffer_layers layers  offloaded layers' activations still on the device
+    ep_comm_overlap_fraction      fraction   of the MoE all-to-alls hidden behind another microbatch
     ============================  =========  ===============================================
 
     ``matmul_efficiency_cap``, ``flash_attention_efficiency`` and
@@ -240,6 +254,7 @@ class TrainingParams:
     zero3_prefetch_layers: int = 2
     zero3_recompute_regather: bool = True
     search_method: Method = "dynamic_programming"
+    tp_layout: Literal["searched", "megatron"] = "searched"
     fused_ops: tuple[str, ...] = ("scale", "mask", "fc1_bias", "o_bias", "fc2_bias")
     kernel_model: Literal["shape", "flat"] = "shape"
     flash_attention: bool = False
@@ -416,6 +431,14 @@ class TrainingParams:
         "get_cpu_offload_context builds): a layer's activations stay on the device until "
         "their copy to the host ends while the next layer runs, and the backward reloads "
         "into two buffers (double buffering): 2 layers")  # fmt: skip
+    ep_comm_overlap_fraction: float = knob(
+        0.0, "fraction of the expert-parallel all-to-alls hidden", 0.0, 1.0,
+        source="0: Megatron-Core runs each MoE layer's dispatch and combine on the compute "
+        "path. With overlap_moe_expert_parallel_comm (Megatron-Bridge's moe_a2a_overlap) "
+        "it splits a forward and a backward of two microbatches into their sub-modules and "
+        "runs one's all-to-alls behind the other's compute (a 1F1B step of either "
+        "schedule); a row's knob moe_a2a_overlap=true sets 1.0 (assumption: every "
+        "microbatch pair overlaps, the warm-up and cool-down of the pipeline too)")  # fmt: skip
     precision: Literal["bf16", "fp8"] = "bf16"
     selective_recompute: Literal["attention", "op"] = "attention"
     zero3_gather_granularity: Literal["tensor", "block"] = "tensor"
@@ -424,6 +447,7 @@ class TrainingParams:
     aligned_nvlink_domains: bool = False
     fp8_saved_inputs: bool = False
     activation_offload_layers: int = 0
+    moe_flex_dispatcher: bool = False
 
     def __post_init__(self) -> None:
         kinds = (
@@ -464,7 +488,8 @@ class TrainingParams:
             )
         for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather",
                      "fp8_weight_gather", "multi_rail_collectives",
-                     "aligned_nvlink_domains", "fp8_saved_inputs"):  # fmt: skip
+                     "aligned_nvlink_domains", "fp8_saved_inputs",
+                     "moe_flex_dispatcher"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"
@@ -480,6 +505,11 @@ class TrainingParams:
             raise TrainingParamsError(
                 f"TrainingParams.zero3_prefetch_layers={k!r}; expected an int >= 1 (the layer "
                 "running is always held)"
+            )
+        if self.tp_layout not in ("searched", "megatron"):
+            raise TrainingParamsError(
+                f"TrainingParams.tp_layout={self.tp_layout!r}; expected 'searched' (the "
+                "operator search's layouts) or 'megatron' (Megatron-LM's column/row split)"
             )
         if self.search_method not in METHODS:
             raise TrainingParamsError(

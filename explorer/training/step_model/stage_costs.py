@@ -32,6 +32,7 @@ import numpy as np
 from ...hardware import Cluster, Mesh
 from ...memo import memoize
 from ...models import ModelConfig, build
+from ...search.constraints import Pin
 from ...search.costmodel import EdgeTable, NodeTable, edge_terms, node_terms
 from ...search.errors import SearchError
 from ...search.params import CostParams
@@ -48,6 +49,20 @@ __all__ = [
 ]
 
 _ATTENTION_CORE = ("scores", "scale", "mask", "probs", "probs_dropout", "context")
+
+#: ``layout="megatron"``: the strategy of each contraction of a dense layer under
+#: Megatron-LM's tensor parallelism (Shoeybi et al. 2019, section 3: the first GEMM of the
+#: MLP split by columns, the second by rows; attention split by heads, its output
+#: projection by rows), as Megatron-Core (ColumnParallelLinear / RowParallelLinear) and
+#: torchtitan (parallelize_llama.py's ColwiseParallel / RowwiseParallel plan) run it.
+#: ``n=tp``: the output features (or heads) split; ``k=tp``: the contraction split (a
+#: partial sum reduced after it).
+MEGATRON_TP = {
+    "attn.q": "n=tp", "attn.k": "n=tp", "attn.v": "n=tp", "attn.scores": "n=tp",
+    "attn.context": "n=tp", "attn.o": "k=tp", "mlp.gate": "n=tp", "mlp.up": "n=tp",
+    "mlp.fc1": "n=tp", "mlp.down": "k=tp", "mlp.fc2": "k=tp",
+}  # fmt: skip
+LAYOUTS = ("searched", "megatron")
 
 # The CostParams the layouts are decided under, when fixed (per thread and per task).
 _DECIDED_AT: contextvars.ContextVar[CostParams | None] = contextvars.ContextVar(
@@ -201,17 +216,48 @@ def _planners(cfg: ModelConfig, seq: int, tp: int, microbatch_size: int, cluster
     return mesh, g1, Planner(g1, mesh, reuse_layers=False), Planner(g2, mesh, reuse_layers=False)
 
 
+def _megatron_pins(cfg: ModelConfig, graph, tp: int) -> tuple[Pin, ...]:
+    """`MEGATRON_TP` as pins on the layers' contractions of ``graph`` (a dense model's:
+    an MoE or latent-attention layer keeps the searched layouts), none for ``tp == 1``."""
+    if tp <= 1 or cfg.is_moe or cfg.is_mla:
+        return ()
+    pins = []
+    for n in graph.ops:
+        if not n.scope.startswith("layers.") or graph.group(n.name).value != "contraction":
+            continue
+        key = ".".join(n.name.split(".")[-2:])
+        if key in MEGATRON_TP:
+            pins.append(Pin(n.name, MEGATRON_TP[key]))
+    return tuple(pins)
+
+
+def _search(planner: Planner, method: Method, p: CostParams, pins: tuple[Pin, ...]):
+    """The plan under ``pins``; the searched one when no plan honours them (a head or
+    feature count ``tp`` does not divide)."""
+    if pins:
+        try:
+            return planner.search(method, p, constraints=pins)
+        except SearchError:
+            pass
+    return planner.search(method, p)
+
+
 @memoize(maxsize=256, name="training.stage_decisions")
 def stage_decisions(
     cfg: ModelConfig, seq: int, tp: int, microbatch_size: int, cluster: Cluster,
     params: CostParams, method: Method = "dynamic_programming", fused: tuple[str, ...] = (),
+    layout: str = "searched",
 ) -> StageDecisions:  # fmt: skip
     """The layouts the operator search chooses for one layer, the embedding and the head
-    on a ``tp``-way group under ``params`` (see `stage_costs`)."""
+    on a ``tp``-way group under ``params`` (see `stage_costs`); ``layout="megatron"``
+    pins a dense layer's contractions to `MEGATRON_TP`."""
     p = _normal(params)
     mesh, g1, planner1, planner2 = _planners(cfg, seq, tp, microbatch_size, cluster)
-    plan1 = planner1.search(method, p)
-    plan2 = planner2.search(method, p)
+    megatron = layout == "megatron"
+    plan1 = _search(planner1, method, p, _megatron_pins(cfg, g1, tp) if megatron else ())
+    plan2 = _search(
+        planner2, method, p, _megatron_pins(cfg, planner2.graph, tp) if megatron else ()
+    )
     index = plan1.cost_tables[0].index
     embed, fused_, core = [], [], []
     for n in g1.ops:
@@ -286,6 +332,7 @@ def decisions_fixed_at(params: CostParams) -> Iterator[None]:
 def stage_costs(
     cfg: ModelConfig, seq: int, tp: int, microbatch_size: int, cluster: Cluster,
     params: CostParams, method: Method = "dynamic_programming", fused: tuple[str, ...] = (),
+    layout: str = "searched",
 ) -> StageCosts:  # fmt: skip
     """Costs of one layer, the embedding and the head on a ``tp``-way group.
 
@@ -293,6 +340,8 @@ def stage_costs(
     fused kernel folds into their neighbour, so their own cost is dropped: Megatron-LM's
     fused scale-mask-softmax, bias-GeLU and bias-dropout-add kernels. The layouts are
     searched under ``params`` (or, inside `decisions_fixed_at`, under its params).
+    ``layout``: ``"searched"`` (the operator search's layouts) or ``"megatron"`` (a dense
+    layer's contractions pinned to Megatron-LM's tensor parallelism, `MEGATRON_TP`).
 
     >>> import explorer as ex
     >>> c = stage_costs(ex.models.load("gpt2"), 256, 2, 1, ex.hardware.load("a100-80g"),
@@ -300,13 +349,22 @@ def stage_costs(
     >>> c.layer.params
     7087872
     """
+    if layout not in LAYOUTS:
+        raise SearchError(
+            f"stage_costs(layout={layout!r}); expected one of {', '.join(LAYOUTS)} (the "
+            "operator search's layouts, or Megatron-LM's tensor parallelism)"
+        )
     decided_at = _DECIDED_AT.get() or _normal(params)
-    return _stage_costs(cfg, seq, tp, microbatch_size, cluster, params, method, fused, decided_at)
+    return _stage_costs(
+        cfg, seq, tp, microbatch_size, cluster, params, method, fused, decided_at, layout
+    )
 
 
 @memoize(maxsize=256, name="training.stage_costs")
-def _stage_costs(cfg, seq, tp, microbatch_size, cluster, params, method, fused, decided_at):
-    decisions = stage_decisions(cfg, seq, tp, microbatch_size, cluster, decided_at, method, fused)
+def _stage_costs(cfg, seq, tp, microbatch_size, cluster, params, method, fused, decided_at, layout):
+    decisions = stage_decisions(
+        cfg, seq, tp, microbatch_size, cluster, decided_at, method, fused, layout
+    )
     return decisions.costs(params)
 
 

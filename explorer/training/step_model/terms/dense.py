@@ -86,7 +86,7 @@ def dense_layers(s: StepView) -> DenseLayers | None:
     tp_, par = s.tparams, s.par
     whole = stage_costs(
         dense_config(cfg), s.seq, par.tp, par.microbatch_size, s.cluster, tp_.cost,
-        tp_.search_method, tp_.fused_ops,
+        tp_.search_method, tp_.fused_ops, tp_.tp_layout,
     )  # fmt: skip
     layer = cp.split_costs(timed_costs(whole, s.cluster.chip, tp_), par.cp).layer
     return DenseLayers(cfg.dense_layers, layer, ep.layer_params(layer, par.tp, par.ep, par.etp))
