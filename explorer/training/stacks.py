@@ -752,7 +752,8 @@ def row_params(
     default; ``remat_saved`` (the tensors a MaxText remat_policy=custom saves, given
     ``cfg`` and ``seq``) -> op-level selective recomputation with `named_remat_fractions`;
     ``cpu_offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``) ->
-    ``activation_offload_layers``).
+    ``activation_offload_layers``; ``moe_a2a_overlap`` -> ``ep_comm_overlap_fraction``;
+    ``moe_flex_dispatcher`` (deepep, hybridep) -> ``moe_flex_dispatcher``).
 
     >>> p = row_params("torchtitan_2025_asynctp", "torchtitan", "bf16", "async_tp=true")
     >>> p.tp_comm_overlap_fraction
@@ -784,6 +785,10 @@ def row_params(
             changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
             changes["state"] = OPTIMIZER_STATE_BYTES[value.split(" ")[0]]
+        elif key == "moe_a2a_overlap" and value[:4] in ("true", "fals"):
+            changes["ep_comm_overlap_fraction"] = 1.0 if on else 0.0
+        elif key == "moe_flex_dispatcher":
+            changes["moe_flex_dispatcher"] = value.split(" ")[0] in ("deepep", "hybridep")
         elif key == "cpu_offload_layers" and value.split(" ")[0].isdigit():
             changes["activation_offload_layers"] = int(value.split(" ")[0])
         elif key == "remat_saved" and cfg is not None and seq > 0 and _dense(cfg):
