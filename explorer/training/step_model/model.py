@@ -141,7 +141,11 @@ class StepModel:
         tpf, tpb = exposed_s(tpf, fwd, tp_frac, io), exposed_s(tpb, bwd, tp_frac, io)
         rec = recompute.layers_s(self, n, n_full)
         params = self.stage_params(part, g)
-        ep_s = ep.stage_s(self, dense.moe_layers_in(self, part, (g,)))
+        ep_raw = ep.stage_s(self, dense.moe_layers_in(self, part, (g,)))
+        # overlap_moe_expert_parallel_comm: a forward's all-to-alls behind another
+        # microbatch's backward compute, a backward's behind another's forward
+        ep_frac = self.tparams.ep_comm_overlap_fraction
+        ep_f, ep_b = exposed_s(ep_raw, bwd, ep_frac, io), exposed_s(ep_raw, fwd, ep_frac, io)
         zg_raw = zero.gather_s(self, params, n)
         z_frac = self.tparams.zero_gather_overlap_fraction
         zg = exposed_s(zg_raw, fwd, z_frac, io)  # forward gather behind the forward
@@ -153,10 +157,10 @@ class StepModel:
             dp.microbatch_s(self, params, n), free, self.tparams.zero_grad_overlap_fraction, io
         )  # ZeRO 2/3: each microbatch's reduce-scatter behind its backward
         cpf, cpb = cp.stage_s(self, n, n_full)
-        f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_s),
+        f = [("zero-gather", zg), ("compute-forward", fwd), ("tp-comm", tpf), ("ep-comm", ep_f),
              ("cp-comm", cpf)]  # fmt: skip
         b = [("zero-gather", zgb + zgr), ("recompute", rec), ("compute-backward", bwd),
-             ("tp-comm", tpb), ("ep-comm", ep_s), ("cp-comm", cpb),
+             ("tp-comm", tpb), ("ep-comm", ep_b), ("cp-comm", cpb),
              ("dp-comm", grads)]  # fmt: skip
         return f, b
 
