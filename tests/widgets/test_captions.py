@@ -1,0 +1,125 @@
+"""Each view's caption (info line) says what its figure draws: after a control changes, every
+number the caption states is read back from the figure on screen and compared (issue 26:
+captions generated from the same values as their figures). Numbers are never typed here:
+they come from the figure's traces, title and annotations."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import explorer as ex
+from widgets import MemoryView, PipelineView, ScalingView
+from widgets.figures.memory import ROW_NAMES
+from widgets.format import fmt_bytes, fmt_seconds
+
+_GIB = 2**30
+_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
+
+
+def _text(html: str) -> str:
+    return re.sub(r"<[^>]+>", " ", html)
+
+
+def test_pipeline_caption_agrees_with_its_figure_after_a_microbatch_change():
+    view = PipelineView("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=64, seq=512)
+    counts = [m for m in view.controls["microbatches"].options if m != view.microbatches]
+    for m in counts[:2]:
+        view.controls["microbatches"].value = m
+        info, fig = _text(view.info.value), view.figure
+        title = fig.layout.title.text
+        # the microbatches: caption's count and size, the forward boxes' microbatch ids
+        got = re.search(r"dp (\d+) × (\d+) microbatches × microbatch size\s+(\d+)", info)
+        assert got, info
+        dp, count, size = (int(g) for g in got.groups())
+        forward = fig.data[0]
+        assert forward.name == "Forward"
+        assert len({int(c[1]) for c in forward.customdata}) == count
+        stages = len({int(c[0]) for c in forward.customdata})
+        assert len(forward.x) == count * stages  # one box per microbatch per stage
+        assert f"{count} microbatches of {size}" in title
+        assert dp * count * size == int(re.search(r"global batch\s+(\d+)", info).group(1))
+        # the step: the caption's, the title's and the end of the last box drawn
+        unit = _UNITS[re.search(r"time \((\w+)\)", fig.layout.xaxis.title.text).group(1)]
+        end = max(b + x for t in fig.data if t.type == "bar" and t.x is not None and len(t.x)
+                  for b, x in zip(t.base, t.x, strict=True)) * unit  # fmt: skip
+        step = re.search(r"step (\S+ \S+),", info).group(1)
+        assert step == fmt_seconds(end) and f"step {step}" in title
+        # the bubble: the caption's simulated and formula numbers are the title's
+        sim = re.search(r"simulated\s+([\d.]+%)", info).group(1)
+        formula = re.search(r"\)\s+([\d.]+%)\s*,\s+simulated", info).group(1)
+        assert f"bubble {sim} simulated / {formula} formula" in title
+
+
+def test_memory_caption_agrees_with_its_bars_after_a_zero_and_recompute_change():
+    view = MemoryView("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=64, seq=512)
+    for key, value in (("zero", 3), ("recompute", "full"), ("zero", 1)):
+        view.controls[key].value = value
+        info, fig = _text(view.info.value), view.figure
+        got = re.search(r"worst device: (?:stage|pipeline device) (\d+), (\S+ \S+) of (\S+ \S+)",
+                        info)  # fmt: skip
+        assert got, info
+        k, total, cap = int(got.group(1)), got.group(2), got.group(3)
+        totals = next(t for t in fig.data if t.name == "total").y
+        assert max(range(len(totals)), key=lambda i: totals[i]) == k  # the tallest bar
+        assert fmt_bytes(totals[k] * _GIB) == total
+        assert fig.layout.annotations[0].text == f"capacity {cap}"
+        assert f"{total} of {cap}" in fig.layout.title.text
+        # every row the caption names is that row's bar at the worst device, and back
+        rows = info.split("—")[1].split("; step")[0]
+        drawn = {t.name: fmt_bytes(t.y[k] * _GIB) for t in fig.data
+                 if t.name in ROW_NAMES.values() and t.y[k] > 0}  # fmt: skip
+        for name, size in drawn.items():
+            assert f"{name} {size}" in rows, (name, size, rows)
+        assert len(re.findall(r"\d B|[KMGT]iB", rows)) == len(drawn), rows  # nothing else
+
+
+@pytest.mark.parametrize("counts", [(8, 32), (16, 32)])
+def test_scaling_caption_agrees_with_its_linearity_curves(counts):
+    view = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16, 32))
+    view.controls["counts"].value = counts
+    info = _text(view.info.value)
+    said = re.findall(r"linearity ([\d.]+) at (\d+) devices", info)
+    drawn = [t for t in view.figure.data if t.yaxis == "y2" and t.visible is True
+             and t.x is not None and len(t.x)]  # fmt: skip
+    assert len(said) == len(drawn) == len(view.series)
+    for (lin, devices), trace in zip(said, drawn, strict=True):
+        ys = [y for y in trace.y if y is not None]
+        assert int(devices) == max(x for x, y in zip(trace.x, trace.y, strict=True)
+                                   if y is not None)  # fmt: skip
+        assert lin == f"{ys[-1]:.2f}"
+    assert min(drawn[-1].x) == counts[0] and max(drawn[-1].x) == counts[1]  # the edited one
+
+
+def test_cost_tuner_title_agrees_with_its_bars_after_a_slider_change():
+    from widgets import CostTuner, MeshView, link
+    from widgets.figures.cost import fmt_cost
+
+    g = ex.models.build(ex.models.load("gpt2"), batch=8, seq=512)
+    mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g")
+    tuner = CostTuner(g, mesh)
+    mesh_view = MeshView(mesh)
+    link(tuner, mesh_view)
+    for beta in (5.0, 0.2):
+        tuner.controls["beta_communication"].value = beta
+        fig, unit = tuner.figure, tuner.plan.cost.unit
+        bars = {t.name: dict(zip(t.x, t.y, strict=True)) for t in fig.data[:2]}
+        title = fig.layout.title.text
+        now, before = bars["current"]["Total"], bars["baseline"]["Total"]
+        assert title.startswith(f"total {fmt_cost(now, unit)} (baseline {fmt_cost(before, unit)}")
+        # the stacked terms of the current bar add up to its total
+        terms = sum(t.y[1] for t in fig.data[2:])
+        assert terms == pytest.approx(now, rel=1e-9)
+        n = int(re.search(r"(\d+) ops changed", title).group(1))
+        assert n == len(tuner.changed)
+        # the mesh view's caption counts the collectives its menu offers for the op
+        node = next(n for n in tuner.plan.assignment if tuner.plan.graph.node(n).inputs)
+        mesh_view.selection.select(node=node)
+        menu = [v for _, v in mesh_view.controls["collective"].options if v is not None]
+        said = _text(mesh_view.info.value)
+        if menu:
+            assert f"{len(menu)} collective(s)" in said, said
+        else:
+            assert "no collective" in said, said
+        assert tuner.plan.assignment[node].name in said
