@@ -35,7 +35,7 @@ from .errors import CompilerError, LoopLimitExceeded
 from .kernels import make_kernel
 from .passes.memory_plan import MemoryPlan, host_bytes, plan_memory
 
-__all__ = ["Program"]
+__all__ = ["Program", "fresh_bytes"]
 
 
 class Program:
@@ -231,7 +231,7 @@ class Program:
                 nbytes = 0
                 if out is None:
                     for s in outs:
-                        nbytes += held.setdefault(s, _fresh_bytes(env[s], args))
+                        nbytes += held.setdefault(s, fresh_bytes(env[s], args))
                 live += nbytes
                 rec.add(_trace.TraceEvent(op, "kernel", (t0 - rec.t0) * 1e6, (t1 - t0) * 1e6,
                                           shapes, nbytes, flops, live, replaced, name))  # fmt: skip
@@ -251,7 +251,7 @@ class _ArenaView(NamedTuple):
     offset: int
 
 
-def _fresh_bytes(value: object, args: Sequence[object]) -> int:
+def fresh_bytes(value: object, args: Sequence[object]) -> int:
     """Bytes a kernel allocated for ``value``: those of the array that owns its memory (a
     kernel may return a reshaped view of its fresh result), 0 when it shares memory with an
     input (a view, or an input returned as is)."""

@@ -252,3 +252,17 @@ def test_traced_static_run_counts_the_arena_and_frees_temporaries():
     assert arena == N * N * 4
     assert [e.live_bytes for e in events] == [arena, arena, arena + N * N * 4]
     assert [e.bytes_allocated for e in events] == [0, 0, N * N * 4]
+
+
+def test_eager_and_static_traces_of_a_torch_module_count_memory_alike():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 16))
+    x = torch.randn(4, 16)
+    prog = ex.compile(m.eval(), (x,), disk_cache="off")
+    cmp = prog.compare(x)
+    weights = sum(p.numel() * p.element_size() for p in m.parameters())
+    eager, static = cmp.eager.summary()["peak_bytes"], cmp.static.summary()["peak_bytes"]
+    # both count what their run allocated, not the weights they were fed (8.3 KiB here)
+    assert 4 * 64 * 4 <= eager < weights and 0 < static < weights
+    assert static >= prog.memory_plan.peak_bytes  # the arena and the outputs, at least
