@@ -30,6 +30,7 @@ from .. import trace as _trace
 from ..ir import Graph, Node, opdef
 from ..ir.errors import IRError
 from ..ir.interpreter import Interpreter
+from .executor import fresh_bytes
 
 __all__ = ["TimedInterpreter"]
 
@@ -69,7 +70,7 @@ class TimedInterpreter(Interpreter):
         t_origin, add, clock = rec.t0, rec.add, time.perf_counter
         env: dict[str, Any] = {}
         sizes: dict[str, int] = {}
-        live = sum(np.asarray(v).nbytes for v in inputs.values())
+        live = 0  # what the run allocates: feeds (weights) are not counted, as in the static trace
         for step in self._steps:
             name, op, impl, ins, kw, shapes, flops, detail, dead = step[:9]
             if op is None:
@@ -84,7 +85,7 @@ class TimedInterpreter(Interpreter):
                 if out.dtype != step[9]:
                     out = out.astype(step[9])
                 t1 = clock()
-                nbytes = out.nbytes if out.base is None else 0  # a view allocates nothing
+                nbytes = fresh_bytes(out, args)  # 0 for a view; a reshaped fresh result counts
                 live += nbytes
                 sizes[name] = nbytes
                 env[name] = out
