@@ -213,7 +213,8 @@ class GraphView(View):
         self._on_zoom(self.figure.layout, tuple(rng) if rng else (x0, x1))
         # the height for this width (after the width: the page keeps the width it was sent);
         # in a narrower column the 1000 px height left the plot's top and bottom empty
-        height = graph_height(self._layout, self.px)
+        m = self.figure.layout.margin
+        height = graph_height(self._layout, self.px, (m.t or 0) + (m.b or 0))
         if abs(height - (self.figure.layout.height or 0)) > 24:
             self.figure.layout.height = height
             self._spec["layout"]["height"] = height

@@ -513,3 +513,28 @@ def test_a_tall_graph_drawn_narrower_than_its_plot_gets_labels_for_the_width_dra
     for (y0, c0, w0), (y1, c1, w1) in zip(shown, shown[1:], strict=False):
         if y0 == y1:
             assert c0 + w0 / 2 <= c1 - w1 / 2 + 1e-6, (c0, c1)
+
+
+@pytest.mark.parametrize("model", ["gpt2", "gpt3-175b", "llama3-8b"])
+def test_graph_plot_height_follows_the_content(model):
+    """The plots kept ~100 px empty under the legend (the height was the graph's at a fixed
+    150 px of margins, the extra split above and below the 1:1 graph): the plot area is now
+    the graph's own height at the width it is drawn, before and after the page measures the
+    width, and a plot held taller by its floor keeps the graph under the legend."""
+    from widgets.figures.graph import graph_height
+
+    g = ex.models.build(ex.models.load(model), batch=8, seq=512)
+    view = GraphView(g)
+    for px in (None, 880.0, 640.0):
+        if px is not None:
+            view._fit_plot(0, int(px))
+        lay, (x0, x1, y0, y1) = view.figure.layout, view._layout.extent
+        m = lay.margin
+        plot_h = lay.height - m.t - m.b
+        scale = min((view.px - 20) / (x1 - x0 + 1.0), 48.0)  # 1:1, the width binds
+        need = (y1 - y0 + 1.5) * scale
+        if 200 < lay.height < 860:
+            assert abs(plot_h - need) <= 25, (px, plot_h, need)  # no empty band
+        else:
+            assert lay.height == graph_height(view._layout, view.px, m.t + m.b)
+        assert lay.yaxis.constrain == "domain" and lay.yaxis.constraintoward == "top"

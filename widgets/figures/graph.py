@@ -486,24 +486,27 @@ def graph_figure_spec(
     ]  # fmt: skip
     data = [*traces, *_bars(lay, rgb, hovertext)]
     ex0, ex1, ey0, ey1 = lay.extent
-    height = graph_height(lay, px)
     n_boxes = int(lay.is_box.sum())
     title = (f"{graph.name}: {len(graph):,} nodes in {len(hierarchy(graph).groups) - 1} groups"
              + (f", {n_boxes} closed" if n_boxes else "")
              + (f" — coloured by {human_label(color_by).lower()}" if color_by != "group" else ""))  # fmt: skip
-    base = base_layout(title, height=height, legend=False)
+    base = base_layout(title, legend=False)
     legend = legend_text(graph, lay, color_by, plan, stages, change_threshold)
     legend_px = 17 * (legend.count("<br>") + 1)  # 11 px text, one line per <br>
     base["margin"] = {**base["margin"], "l": 10, "r": 10, "b": 10,
                       "t": base["margin"]["t"] + legend_px}  # fmt: skip
     m = base["margin"]
+    height = base["height"] = graph_height(lay, px, m["t"] + m["b"])
     labels = unit_labels(graph, lay, span, label_px(lay, px, height, m["t"] + m["b"], span))
     data[TRACE_NODES]["text"] = np.array(labels, dtype=object)
     layout = dict(  # noqa: C408
         **base, hovermode="closest", dragmode="pan", plot_bgcolor="white",
         xaxis={"visible": False, "range": [ex0 - 0.5, ex1 + 0.5]},
+        # a plot taller than the graph at 1:1 (the 200 px floor) shrinks the y axis and
+        # keeps it under the legend, rather than padding the range above and below
         yaxis={"visible": False, "scaleanchor": "x", "scaleratio": 1,
-               "range": [ey0 - 0.5, ey1 + 1.0]},
+               "range": [ey0 - 0.5, ey1 + 1.0], "constrain": "domain",
+               "constraintoward": "top"},
         barmode="overlay",
         annotations=[{"text": legend,
                       "xref": "paper", "yref": "paper", "x": 0, "y": 1, "yshift": 8,
@@ -531,13 +534,16 @@ def label_px(lay: GraphLayout, px: float, height: float, margin_tb: float,
     return scale * w
 
 
-def graph_height(lay: GraphLayout, px: float = PLOT_PX) -> int:
-    """The figure height (px) that holds ``lay`` drawn ``px`` wide at its 1:1 aspect (plus
-    the title; 320-860 px)."""
+def graph_height(lay: GraphLayout, px: float = PLOT_PX, margin_tb: float = 150.0) -> int:
+    """The figure height (px) that holds ``lay`` drawn ``px`` wide at its 1:1 aspect: the
+    axes' padded ranges at the scale the width allows (as `label_px` computes it), plus the
+    top and bottom margins ``margin_tb`` (title and legend), kept within 200-860 px. The
+    plot then ends where the graph ends: no empty band under the legend or the graph."""
     ex0, ex1, ey0, ey1 = lay.extent
-    w, h = ex1 - ex0, ey1 - ey0 + 1.5
-    scale = min(px / max(w, 1e-9), 48.0)
-    return int(np.clip(h * scale + 150, 320, 860))
+    w, h = ex1 - ex0 + 1.0, ey1 - ey0 + 1.5  # the axes' ranges (see graph_figure_spec)
+    plot_w = max(px - 20.0, 1.0)  # the 10 px side margins
+    scale = min(plot_w / w, 48.0)
+    return int(np.clip(np.ceil(h * scale + margin_tb), 200, 860))
 
 
 def graph_figure(graph: Graph, plan=None, **kwargs) -> go.Figure:
