@@ -572,16 +572,19 @@ GPT2_TINY = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 1024, "n_pos
              "bos_token_id": 0, "eos_token_id": 0, "seq": 32, "batch": 1}  # fmt: skip
 
 
-def _compiled_columns(module, inputs: tuple, torch) -> dict[str, Column]:
+def _compiled_columns(module, inputs: tuple, torch, donate: tuple[int, ...] = ()
+                      ) -> dict[str, Column]:  # fmt: skip
     """Our eager (``run_eager``: the IR interpreter, every op timed into a Trace), our
-    static path (numpy kernels; numba when it is installed), torch eager and
-    torch.compile, all called with the same torch tensors under ``no_grad``."""
+    static path (numpy kernels; numba when it is installed; ``donate``: ex.compile's),
+    torch eager and torch.compile, all called with the same torch tensors under
+    ``no_grad``."""
 
     def ours(backend: str, eager: bool = False) -> Column:
         built = []
 
         def make():  # this process's first call: traced (the disk cache: `_fresh_process`)
-            prog = ex.compile(module, inputs, backend=backend, disk_cache="off")
+            prog = ex.compile(module, inputs, backend=backend, disk_cache="off",
+                              donate=() if eager else donate)  # fmt: skip
             built.append(prog)
             run = prog.run_eager if eager else prog
             return lambda: run(*inputs)
@@ -759,7 +762,9 @@ def llama_1b_decode_columns() -> dict[str, Column]:
 def _decode_columns(torch, model) -> dict[str, Column]:
     """One token at batch 1 after a `GPT2_DECODE_PREFIX`-token prefix, the key/value cache
     carried as inputs: ours and torch.compile run ``torch_decode.step_module`` (the cache
-    as tensors, the new token's keys and values out: what `Decoder.step` calls); torch
+    as tensors with one free slot, the new token's keys and values out: what
+    `Decoder.step` calls; ours with the caches donated, so the new slot is written in
+    place); torch
     eager runs the model as a torch user does, on its own ``DynamicCache`` (cropped back to
     the prefix after each call: crop(-1)), with its default attention (sdpa; ours is traced
     as eager attention, the same function)."""
@@ -767,10 +772,12 @@ def _decode_columns(torch, model) -> dict[str, Column]:
     prefix = (torch.arange(p).reshape(1, -1) * 7 + 3) % model.config.vocab_size
     with torch.no_grad():
         cache = model(prefix, use_cache=True).past_key_values
-    kv = [t.clone() for layer in cache.layers for t in (layer.keys, layer.values)]
+    kv = [torch.cat([t, torch.zeros_like(t[:, :, :1])], dim=2)  # the free slot
+          for layer in cache.layers for t in (layer.keys, layer.values)]  # fmt: skip
     ids = torch.tensor([[11]])
     inputs = (ids, torch.from_numpy(step_mask(1, p, p)), torch.tensor([[p]]), *kv)
-    cols = _compiled_columns(step_module(model), inputs, torch)
+    donate = tuple(range(3, len(inputs)))
+    cols = _compiled_columns(step_module(model), inputs, torch, donate)
 
     def torch_step():
         with torch.no_grad():

@@ -44,7 +44,8 @@ IN_PLACE_IMPORTED = frozenset(
     {*_UNARY, "erf", "rsqrt", "reciprocal", "sigmoid", "scalar_op", "cast", "window_mask"}
 )
 WRITES_OUT_IMPORTED = IN_PLACE_IMPORTED | {"cat", "cumsum", "rope"}
-ALIASES_IMPORTED = frozenset({"slice", "expand"})
+# write_slice returns its first input, written in place (a donated input: passes/donate.py)
+ALIASES_IMPORTED = frozenset({"slice", "expand", "write_slice"})
 
 
 def _np(t: TensorType):
@@ -160,6 +161,22 @@ def _window_mask(node, in_types, attrs) -> Kernel:
     return k_window
 
 
+def _write_slice(node, in_types, attrs) -> Kernel:
+    """Writes the part into the donated ``x`` (`explorer.compiler.passes.donate`) and
+    returns ``x``; a read-only ``x`` (a caller's constant) is copied first."""
+    rank, axis, start = in_types[0].rank, attrs["axis"], attrs["start"]
+    where = ((slice(None),) * axis + (slice(start, start + in_types[1].shape[axis]),)
+             + (slice(None),) * (rank - axis - 1))  # fmt: skip
+
+    def k_write_slice(x, part, out=None):
+        if not x.flags.writeable:
+            x = x.copy()
+        x[where] = part
+        return x
+
+    return k_write_slice
+
+
 def _cat(node, in_types, attrs) -> Kernel:
     axis = attrs["axis"]
 
@@ -261,6 +278,7 @@ IMPORTED_BUILDERS: dict[str, Callable[[Node, tuple[TensorType, ...], dict], Kern
     **{op: _unary(uf) for op, uf in _UNARY.items()},
     "erf": _erf, "rsqrt": _rsqrt, "reciprocal": _reciprocal, "sigmoid": _sigmoid,
     "scalar_op": _scalar_op, "cast": _cast, "window_mask": _window_mask, "cat": _cat,
+    "write_slice": _write_slice,
     "cumsum": _cumsum, "rope": _rope, "slice": _slice, "expand": _expand,
     "broadcast_to": _broadcast_to, "gather": _gather, "repeat_interleave": _repeat_interleave,
     "repeat": _repeat, "fill": _fill,

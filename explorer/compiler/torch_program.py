@@ -41,6 +41,7 @@ from . import torch_cache
 from .errors import TorchCompileError
 from .executor import Program
 from .passes import LEVELS, Level, MemoryPlan, RewriteStep, optimize
+from .passes.donate import donate as donate_inputs
 from .passes.driver import BACKENDS, Backend
 from .torch_buckets import BucketedProgram
 from .torch_cache import CACHE_MODES, CacheEvent, DiskCache
@@ -62,7 +63,7 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
     module_or_fn: Any, example_inputs: Any = (), kwargs: Mapping[str, Any] | None = None, *,
     level: Level = "O2", backend: Backend = "numpy", name: str | None = None,
     use_cache: bool | None = False, buckets: Sequence[int] | None = None, seq_dim: int = 1,
-    disk_cache: DiskCache = "values",
+    disk_cache: DiskCache = "values", donate: Sequence[int] = (),
 ) -> TorchProgram | BucketedProgram:  # fmt: skip
     """Trace ``module_or_fn(*example_inputs, **kwargs)`` with its real weights into the IR
     and build both runs of it; returns a `TorchProgram`, called like the module.
@@ -96,6 +97,11 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
             ``"values"`` (default) keys on the weights' values too; ``"structure"`` on their
             names, shapes and dtypes only (the weights are always read from the module);
             ``"off"`` neither reads nor writes. What happened: ``prog.cache`` (`CacheEvent`).
+        donate: positions of tensor inputs (among the call's tensors, in order) whose arrays
+            the static run may overwrite, as JAX's ``donate_argnums``: a key/value cache of
+            ``P + 1`` slots appended to as ``cat(cache[:, :, :P], new)`` gets the new slot
+            written in place (`explorer.compiler.passes.donate`) instead of copied. Only the
+            slot the model does not read is written; the outputs are the same.
 
     Raises:
         TorchCompileError: torch is missing, ``module_or_fn`` is not callable, an input is
@@ -103,7 +109,8 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
             summarised with the fix), the traced graph has ops the IR cannot run, or the
             module returns an object that is neither a tensor nor a Python constant; with
             ``buckets``: bad buckets, an example longer than the last bucket, or a module
-            whose outputs change when its sequence is padded (neither causal nor masked).
+            whose outputs change when its sequence is padded (neither causal nor masked);
+            ``donate`` not a tuple of tensor input positions.
     """
     try:
         import torch
@@ -131,9 +138,10 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
     defaults = {}
     if use_cache is not None and "use_cache" not in kw and _takes_use_cache(module):
         defaults["use_cache"] = bool(use_cache)
+    donate = _donated(donate)
     if buckets is not None:
         opts = {"level": level, "backend": backend, "name": name, "use_cache": use_cache,
-                "disk_cache": disk_cache}  # fmt: skip
+                "disk_cache": disk_cache, "donate": donate}  # fmt: skip
         return BucketedProgram(
             module, args, kw, buckets, seq_dim, lambda a, k: compile(module, a, k, **opts)
         )
@@ -142,7 +150,7 @@ def compile(  # noqa: A001 (ex.compile, as torch.compile)
     fn = None if module is module_or_fn else module_or_fn
     options = {"level": level, "backend": backend, "name": title, "use_cache": use_cache}
     graph, notes, event = _traced(module, fn, dressed, flat, sig, title, options, disk_cache)
-    prog = TorchProgram(module, graph, sig, defaults, level, backend)
+    prog = TorchProgram(module, graph, sig, defaults, level, backend, donate)
     prog.notes += notes
     prog.cache = event
     return prog
@@ -212,7 +220,7 @@ class TorchProgram:
     """
 
     def __init__(self, module: Any, graph: Graph, sig: FlatSignature, defaults: dict[str, Any],
-                 level: Level, backend: Backend) -> None:  # fmt: skip
+                 level: Level, backend: Backend, donate: tuple[int, ...] = ()) -> None:  # fmt: skip
         self.module = module
         self.graph = graph
         self.name = graph.name
@@ -236,7 +244,14 @@ class TorchProgram:
         self.dtype = dtype
         self.tolerance = TOLERANCE.get(dtype.value, TOLERANCE["fp32"])
         self.folded, fed = fold_weights(graph, self.weights)
-        self.optimized, self.steps, self.memory_plan = _optimize(self.folded, level, backend)
+        if any(i >= len(self._user) for i in donate):
+            raise TorchCompileError(
+                f"donate={donate!r}: the call has {len(self._user)} tensor inputs "
+                f"({', '.join(sig.names)}); give positions among them"
+            )
+        donated, appended = donate_inputs(self.folded, [self._user[i] for i in donate])
+        self.optimized, self.steps, self.memory_plan = _optimize(donated, level, backend)
+        self.steps = appended + self.steps
         self.program = Program(self.optimized, self.memory_plan)
         self.source = self.program.source
         slot = {n: i for i, n in enumerate(self.program.feed_names)}
@@ -536,6 +551,18 @@ def _weight_dtype(graph: Graph) -> DType:
         if n.type.dtype.is_float:
             return n.type.dtype
     return DType.FP32
+
+
+def _donated(donate: Any) -> tuple[int, ...]:
+    if (
+        isinstance(donate, int)
+        or not isinstance(donate, Sequence | range)
+        or any(type(i) is not int or i < 0 for i in donate)
+    ):
+        raise TorchCompileError(
+            f"donate={donate!r}: expected a tuple of input positions (ints >= 0), e.g. (3, 4)"
+        )
+    return tuple(sorted(set(donate)))
 
 
 def _optimize(graph: Graph, level: Level, backend: Backend

@@ -3,6 +3,7 @@
 from .codegen import codegen
 from .cse import cse
 from .dce import dce
+from .donate import donate
 from .driver import LEVELS, PASSES, Level, optimize
 from .fold import fold
 from .fuse import fuse
@@ -15,5 +16,5 @@ from .simplify import simplify
 __all__ = [
     "fold", "cse", "dce", "simplify", "fuse", "fuse_softmax", "memory_plan", "plan_memory", "MemoryPlan",
     "optimize", "LEVELS", "PASSES", "Level", "RewriteStep", "Rule", "Rewrite", "run_rules",
-    "PassDidNotConverge", "codegen", "grouped_attention",
+    "PassDidNotConverge", "codegen", "grouped_attention", "donate",
 ]  # fmt: skip
