@@ -123,3 +123,41 @@ def test_cost_tuner_title_agrees_with_its_bars_after_a_slider_change():
         else:
             assert "no collective" in said, said
         assert tuner.plan.assignment[node].name in said
+
+
+def test_pareto_caption_counts_the_points_its_figure_draws_after_a_pick_and_an_axis_change():
+    from widgets import ParetoView
+
+    plan = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512,
+                            objectives=("step_time", "memory", "communication"))  # fmt: skip
+    view = ParetoView(plan)
+    front = plan.pareto
+    dominated = next(i for i, p in enumerate(front.points) if not p.on_front)
+    for key, value in (("y", "communication"), ("point", dominated)):
+        if key == "point":
+            view.pick(value)
+        else:
+            view.controls[key].value = value
+        info = _text(view.info.value)
+        n_front, n_all = (int(g) for g in re.search(r"(\d+)\s+of (\d+) fitting", info).groups())
+        n_dom = int(re.search(r"(\d+) are dominated", info).group(1))
+        traces = {t.name.split(" (")[0]: t for t in view.figure.data}
+        assert len(traces["Pareto front"].x) == n_front
+        assert len(traces["dominated"].x) == n_dom and n_front + n_dom == n_all
+        if key == "point":  # "dominated by k front plans": the orange squares drawn
+            k = int(re.search(r"dominated by (\d+) front plans", info).group(1))
+            assert len(traces["dominate the selected"].x) == k
+            assert len(traces["selected"].x) == 1
+
+
+def test_graph_title_counts_the_closed_boxes_drawn_after_each_click():
+    from widgets import GraphView
+
+    g = ex.models.build(ex.models.load("gpt2"), batch=8, seq=512)
+    view = GraphView(g)
+    for unit in ("scope:layers.0", "scope:layers.0.attn", "open:layers.0"):
+        view.click(unit)
+        title = view.figure.layout.title.text
+        nodes, closed = re.search(r": ([\d,]+) nodes in \d+ groups, (\d+) closed", title).groups()
+        boxes = next(t for t in view.figure.data if t.name == "boxes")
+        assert int(closed) == len(boxes.x) and int(nodes.replace(",", "")) == len(g)
