@@ -26,7 +26,9 @@ calibration, and how fast calibration is. Not a timed test.
    layouts); the rows skipped, each with its reason; the FLOP conventions checked against
    the rows that publish both TFLOP/s and tokens/s. Targets on the check rows: >= 80%
    within 10%, median |error| <= 6%, no run predicted not to fit. ``--today`` runs this
-   section alone; ``--fit`` and ``--fit-rowwise`` fit the stored values on fit rows only.
+   section alone (``--today --no-write``: prints only); ``--fit`` and ``--fit-rowwise`` fit
+   the stored values on fit rows only; ``--fit-chip NAME`` fits one chip's GEMM ceiling and
+   attention efficiency on its fit rows alone (prints only).
 6. The best open peer side by side (``--peer`` alone): MooreThreads' SimuMax on the same rows
    with the layout this project predicts each with (bench/simumax_peer.py says what it is
    given); needs ``SIMUMAX_PYTHON`` (and ``SIMUMAX_PATH``), else it prints why not.
@@ -822,6 +824,52 @@ def fit_rowwise() -> dict:
     return out
 
 
+def fit_chip(chip_name: str) -> dict:
+    """One chip's (GEMM ceiling, fused-attention efficiency) alone, by least squares
+    (residuals log(predicted / measured), soft_l1 at 10%, as `fit_today`) over the FIT rows
+    that ran on it, every other value as stored: what `explorer.hardware.chip
+    .EFFICIENCY_FACTS` then cites. Check rows are never read. Prints the rows used."""
+    print(f"5d. {chip_name}: its GEMM ceiling and attention efficiency on its FIT rows alone "
+          "(check rows unread)")  # fmt: skip
+    chip = ex.hardware.load(chip_name).chip
+    mm0, at0 = chip.matmul_efficiency, chip.attention_efficiency
+    rows = []
+    for name in measured_datasets("stacks"):
+        for r in published_runs(name, skipped=[]):
+            if r.role == "fit" and r.hardware_name.split("+")[0] == chip_name:
+                rows.append((name, r, measured_params(r)))
+    if not rows:
+        print(f"   no fit rows on {chip_name}")
+        return {"chip": chip_name, "fit_rows": 0}
+
+    def residuals(x):
+        return np.array([
+            np.log(predict(r, p.replace(matmul_efficiency_cap=min(1.0, mm0 * x[0]),
+                                        flash_attention_efficiency=min(1.0, at0 * x[1])))
+                   .step_time_s / r.step_time_s)
+            for _, r, p in rows
+        ])  # fmt: skip
+
+    x0 = np.ones(2)
+    sol = least_squares(residuals, x0, bounds=([0.3, 0.3], [1 / mm0, 1 / at0]),
+                        diff_step=1e-2, loss="soft_l1", f_scale=0.1)  # fmt: skip
+    r0, r1 = residuals(x0), residuals(sol.x)
+    for (n, r, _), e in zip(rows, np.expm1(r1), strict=True):
+        print(f"   {n} fit {r.label}: error {e:+.1%} at the fitted values")
+    out = {"chip": chip_name, "fit_rows": len(rows),
+           "datasets": sorted({n for n, _, _ in rows}),
+           "from": [mm0, at0], "scale": [float(v) for v in sol.x],
+           "matmul_efficiency": float(mm0 * sol.x[0]),
+           "attention_efficiency": float(at0 * sol.x[1]),
+           "rms_log_error_before": float(np.sqrt(np.mean(r0**2))),
+           "rms_log_error_after": float(np.sqrt(np.mean(r1**2)))}  # fmt: skip
+    print(f"   {len(rows)} fit rows of {', '.join(out['datasets'])}: matmul {mm0:.3f} x "
+          f"{sol.x[0]:.3f} = {out['matmul_efficiency']:.3f}, attention {at0:.3f} x "
+          f"{sol.x[1]:.3f} = {out['attention_efficiency']:.3f}; rms log error "
+          f"{out['rms_log_error_before']:.3f} -> {out['rms_log_error_after']:.3f}")  # fmt: skip
+    return out
+
+
 def _peer_line(label: str, xs: list[dict]) -> tuple[str, dict]:
     ours = np.abs([x["ours"] for x in xs])
     peer = np.abs([x["simumax"] for x in xs])
@@ -925,9 +973,16 @@ def main() -> None:
         OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(f"wrote {OUT} (today_fit)")
         return
+    if "--fit-chip" in sys.argv[1:]:  # prints only: the chip's source cites it
+        i = sys.argv.index("--fit-chip")
+        fit_chip(sys.argv[i + 1] if i + 1 < len(sys.argv) else "h100-hbm2e-96g")
+        return
     if "--today" in sys.argv[1:]:
+        today = today_stacks()
+        if "--no-write" in sys.argv[1:]:
+            return
         result = json.loads(OUT.read_text()) if OUT.is_file() else {}
-        result["today_stacks"] = today_stacks()
+        result["today_stacks"] = today
         OUT.write_text(json.dumps(result, indent=1, default=float) + "\n")
         print(f"wrote {OUT} (today_stacks)")
         return

@@ -258,6 +258,13 @@ COMPILE_FUSED_OPS = (*_FUSED, "silu", "residual")
 
 _MEGATRON_CORE_VALUES: dict[str, tuple[object, str]] = {
     "aligned_nvlink_domains": (True, _ALIGNED),
+    "tp_layout": (
+        "megatron",
+        "Megatron-Core's tensor parallelism: ColumnParallelLinear for the fused QKV and the "
+        "MLP's first GEMM, RowParallelLinear for the attention output and the MLP's second "
+        "(megatron/core/transformer/attention.py and mlp.py), attention split by heads, norms "
+        "on a 1/tp share of the sequence with sequence_parallel (Korthikanti et al. 2022)",
+    ),
     "fp8_matmul_efficiency_ratio": (0.9, _FP8_RATIO),
     "overlap_interference": (0.15, _INTERFERENCE),
     "moe_expert_overhead_s": (1.77e-4, _MOE_OVERHEAD),
@@ -323,6 +330,14 @@ _NEMO_VALUES = dict(_MEGATRON_CORE_VALUES) | {
 
 _FSDP_COMMON: dict[str, tuple[object, str]] = {
     "aligned_nvlink_domains": (True, _ALIGNED),
+    "tp_layout": (
+        "megatron",
+        "torchtitan's tensor-parallel plan (torchtitan/parallelisms/parallelize_llama.py at "
+        "9dec370, apply_tp: ColwiseParallel on attention.wq/wk/wv and feed_forward.w1/w3, "
+        "RowwiseParallel on wo/w2 with Shard(1) outputs, SequenceParallel on attention_norm "
+        "and ffn_norm, PrepareModuleInput all-gathering each block's input once): the "
+        "Megatron-LM split",
+    ),
     "fp8_matmul_efficiency_ratio": (0.9, _FP8_RATIO),
     "overlap_interference": (0.15, _INTERFERENCE),
     "moe_layer_overhead_s": (0.68e-3, _MOE_LAYER_OVERHEAD),

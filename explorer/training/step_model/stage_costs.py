@@ -56,11 +56,16 @@ _ATTENTION_CORE = ("scores", "scale", "mask", "probs", "probs_dropout", "context
 #: projection by rows), as Megatron-Core (ColumnParallelLinear / RowParallelLinear) and
 #: torchtitan (parallelize_llama.py's ColwiseParallel / RowwiseParallel plan) run it.
 #: ``n=tp``: the output features (or heads) split; ``k=tp``: the contraction split (a
-#: partial sum reduced after it).
+#: partial sum reduced after it). The norms and residual adds between them run on a
+#: ``1/tp`` share of the sequence (``b=tp``: Korthikanti et al. 2022's sequence parallelism,
+#: Megatron-Core's sequence_parallel, torchtitan's SequenceParallel on the norms), so the
+#: collectives are the all-gather before a column split and the reduce-scatter after a row
+#: split.
 MEGATRON_TP = {
     "attn.q": "n=tp", "attn.k": "n=tp", "attn.v": "n=tp", "attn.scores": "n=tp",
     "attn.context": "n=tp", "attn.o": "k=tp", "mlp.gate": "n=tp", "mlp.up": "n=tp",
-    "mlp.fc1": "n=tp", "mlp.down": "k=tp", "mlp.fc2": "k=tp",
+    "mlp.fc1": "n=tp", "mlp.down": "k=tp", "mlp.fc2": "k=tp", "attn.norm": "b=tp",
+    "mlp.norm": "b=tp", "attn.residual": "b=tp", "mlp.residual": "b=tp",
 }  # fmt: skip
 LAYOUTS = ("searched", "megatron")
 
@@ -81,7 +86,13 @@ class _Chosen:
     edges: EdgeTable | None
 
     @classmethod
-    def of(cls, plan: ShardingPlan, nodes: list[int], with_edges: bool) -> _Chosen:
+    def of(
+        cls, plan: ShardingPlan, nodes: list[int], with_edges: bool, shared: bool = False
+    ) -> _Chosen:  # fmt: skip
+        """``shared``: a value redistributed once serves every consumer that needs it in
+        the same layout (the edges after the first of one source and layout cost nothing:
+        sequence parallelism all-gathers a norm's output once for the q, k and v GEMMs, and
+        reduce-scatters their summed gradient once)."""
         model, choice = plan.cost_tables
         picked = [(model.nodes[i], choice[i]) for i in nodes]
 
@@ -116,6 +127,8 @@ class _Chosen:
             pairs = [
                 (e, choice[model.index[e.src]], choice[model.index[e.dst]]) for e in model.edges
             ]
+            if shared:
+                pairs = _first_uses(plan, pairs)
             et = EdgeTable(
                 src="chosen", dst="chosen", pos=0,
                 time=rows(e.time[u, v] for e, u, v in pairs),
@@ -136,6 +149,22 @@ class _Chosen:
             ecomm, grad = edge_terms(self.edges, p)
             out += (0.0, float(np.sum(ecomm)), float(np.sum(grad)))
         return out
+
+
+def _first_uses(plan: ShardingPlan, pairs: list) -> list:
+    """``pairs`` (edge, source strategy, consumer strategy) with every edge after the first
+    of the same source and required input layout made free (zero time, bytes and gradient
+    time): `_Chosen.of`'s ``shared``."""
+    seen, out = set(), []
+    for e, u, v in pairs:
+        key = (e.src, str(plan.assignment[e.dst].in_layouts[e.pos]))
+        if key in seen:
+            z2 = np.zeros_like(e.grad_time)
+            e = replace(e, time=np.zeros_like(e.time), nbytes=np.zeros_like(e.nbytes),
+                        grad_time=z2, grad_bytes=np.zeros_like(e.grad_bytes))  # fmt: skip
+        seen.add(key)
+        out.append((e, u, v))
+    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,7 +252,7 @@ def _megatron_pins(cfg: ModelConfig, graph, tp: int) -> tuple[Pin, ...]:
         return ()
     pins = []
     for n in graph.ops:
-        if not n.scope.startswith("layers.") or graph.group(n.name).value != "contraction":
+        if not n.scope.startswith("layers."):
             continue
         key = ".".join(n.name.split(".")[-2:])
         if key in MEGATRON_TP:
@@ -293,8 +322,10 @@ def stage_decisions(
             for n in g1.ops
             if n.scope.startswith("layers.0") and g1.group(n.name).value == "contraction"
         ),
-        plan1=_Chosen.of(plan1, every, with_edges=True),
-        plan2=_Chosen.of(plan2, list(range(len(plan2.cost_tables[1]))), with_edges=True),
+        plan1=_Chosen.of(plan1, every, with_edges=True, shared=megatron),
+        plan2=_Chosen.of(
+            plan2, list(range(len(plan2.cost_tables[1]))), with_edges=True, shared=megatron
+        ),
         embed=_Chosen.of(plan1, embed, with_edges=False),
         fused=_Chosen.of(plan1, fused_, with_edges=False),
         core=_Chosen.of(plan1, core, with_edges=False),
