@@ -299,7 +299,9 @@ def _control_kernel(node, picked: tuple[int, ...]):
             full = state + rest
             if not bool(np.asarray(cond_p.run([full[i] for i in ca])[0])):
                 break
-            state = [np.array(v, copy=True) for v in body_p.run([full[i] for i in ba])]
+            # the body's outputs are its own arrays (fresh, or views of its call's arena),
+            # never overwritten by a later run: the state takes them without a copy
+            state = body_p.run([full[i] for i in ba])
         else:
             raise LoopLimitExceeded(
                 f"loop %{node.name} ran past max_iter={max_iter}; raise max_iter or check "

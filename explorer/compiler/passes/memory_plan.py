@@ -29,9 +29,12 @@ Where the arena lives (``lifetime``):
   eager run frees as it goes; the returned outputs are views of that call's arena (their
   own arrays: the next call allocates another one), which they keep alive.
   Each call pays one allocation and one view per planned value (about 0.3 us each);
-  `plan_memory` picks it when it lowers the peak by ``CALL_MIN_SAVING`` and the arena is at
-  least ``CALL_MIN_BYTES`` (under it, the views cost more time than the bytes saved are
-  worth to an overhead-bound program).
+  `plan_memory` picks it when it lowers the peak by ``CALL_MIN_SAVING``, the outputs fill
+  at least ``CALL_MIN_OUTPUT_SHARE`` of the arena (what they keep alive after the call) and
+  the arena is at least ``CALL_MIN_BYTES`` (under it, the views cost more time than the
+  bytes saved are worth to an overhead-bound program), and never for a graph with cond/loop
+  steps (their nested programs' memory would sit beside the output slots reserved from the
+  start).
 
 >>> import explorer as ex
 >>> b = ex.GraphBuilder("g"); x = b.input("x", (64, 64))
@@ -53,7 +56,7 @@ from ..errors import CompilerError
 from ..kernels import ALIASES, IN_PLACE, WRITES_OUT
 from .rewrite import RewriteStep
 
-__all__ = ["ALIGN", "CALL_MIN_BYTES", "CALL_MIN_SAVING", "Block", "Lifetime", "MemoryPlan",
+__all__ = ["ALIGN", "CALL_MIN_BYTES", "CALL_MIN_SAVING", "CALL_MIN_OUTPUT_SHARE", "Block", "Lifetime", "MemoryPlan",
            "plan_memory", "memory_plan", "host_bytes"]  # fmt: skip
 
 ALIGN = 64
@@ -64,8 +67,15 @@ CALL_MIN_BYTES = 1 << 16
 much as the per-call views of a program of a few dozen planned values."""
 CALL_MIN_SAVING = 0.1
 """Fraction of the held plan's peak (arena + outputs) a per-call arena must save."""
+CALL_MIN_OUTPUT_SHARE = 0.5
+"""Share of a per-call arena the outputs must fill: they keep the whole arena alive while
+the caller holds them (a loop's state would hold two bodies' arenas at the next run)."""
 
 Lifetime = Literal["held", "call"]
+
+# ops that run nested programs (their own arenas) inside one step: a per-call arena would be
+# allocated before them, its output slots beside their memory, so such a graph keeps "held"
+_NESTED = frozenset({"cond", "loop"})
 
 
 @dataclass(frozen=True)
@@ -281,11 +291,12 @@ def plan_memory(graph: Graph, lifetime: Lifetime | None = None) -> MemoryPlan:
     ``lifetime`` None picks the one of lower peak (module docstring)."""
     if lifetime is None:
         held = plan_memory(graph, "held")
-        if held.output_bytes == 0:
+        if held.output_bytes == 0 or any(n.op in _NESTED for n in graph.nodes):
             return held
         call = plan_memory(graph, "call")
         saves = call.peak_bytes <= (1 - CALL_MIN_SAVING) * held.peak_bytes
-        return call if saves and call.arena_bytes >= CALL_MIN_BYTES else held
+        mostly_outputs = call.output_bytes >= CALL_MIN_OUTPUT_SHARE * call.arena_bytes
+        return call if saves and mostly_outputs and call.arena_bytes >= CALL_MIN_BYTES else held
     if lifetime not in ("held", "call"):
         raise CompilerError(f"plan_memory: lifetime={lifetime!r} is not 'held', 'call' or "
                             "None; pass one of them (None picks)")  # fmt: skip
