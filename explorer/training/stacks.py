@@ -48,7 +48,7 @@ from functools import lru_cache
 
 from ..models import ModelConfig
 from .errors import TrainingParamsError
-from .memory import StateBytes
+from .memory import ActivationTerms, StateBytes
 from .params import TrainingParams
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "COMPILE_FUSED_OPS",
     "OPTIMIZER_STATE_BYTES",
     "FP8_ROWWISE_MATMUL_RATIO",
+    "EAGER_LOSS_ACTIVATIONS",
     "REMAT_NAMES",
     "named_remat_fractions",
     "names",
@@ -665,6 +666,16 @@ def resolve(
 #: TP; its two rowwise check rows unread).
 FP8_ROWWISE_MATMUL_RATIO = 0.52
 
+#: The activations of a run whose loss runs eagerly: PyTorch's cross_entropy on
+#: ``pred.flatten(0, 1).float()`` (torchtitan train.py at 9dec370, loss_fn, its
+#: ``torch.compile(loss_fn)`` commented out) keeps the BF16 logits (2 bytes), their FP32
+#: copy (4) and log_softmax's FP32 output (4, saved for the backward) live together at the
+#: loss: 10 bytes per logit in place of `ActivationTerms`' 4 (the FP32 loss alone). From
+#: torchtitan e7c0cae (2025-06; torchtitan/components/loss.py, build_cross_entropy_loss) the
+#: loss is compiled with the model (Inductor fuses the cast into the loss's reductions):
+#: the default terms. A row's knobs ``loss_compiled=false`` (or ``compile=false``) set it.
+EAGER_LOSS_ACTIVATIONS = ActivationTerms(head_bytes=10.0)
+
 # ``optim_dtype`` in a row's knobs: the dtype NeMo's ``distributed_fused_adam`` keeps its
 # state in (the launcher YAML's ``optim.dtype``) -> the model-state bytes per parameter.
 # NeMo (nemo/collections/nlp/models/language_modeling/megatron_base_model.py,
@@ -764,7 +775,8 @@ def row_params(
     with its ``precision`` and the switches its ``knobs`` column names (``async_tp`` and
     ``tp_comm_overlap`` -> ``tp_comm_overlap_fraction``, ``fp8_allgather`` ->
     ``fp8_weight_gather``, ``compile`` -> ``fused_ops``: `COMPILE_FUSED_OPS` or the
-    default; ``remat_saved`` (the tensors a MaxText remat_policy=custom saves, given
+    default (off: an eager loss too, `EAGER_LOSS_ACTIVATIONS`); ``loss_compiled=false`` ->
+    `EAGER_LOSS_ACTIVATIONS`; ``remat_saved`` (the tensors a MaxText remat_policy=custom saves, given
     ``cfg`` and ``seq``) -> op-level selective recomputation with `named_remat_fractions`;
     ``cpu_offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``) ->
     ``activation_offload_layers``; ``moe_a2a_overlap`` -> ``ep_comm_overlap_fraction``;
@@ -796,6 +808,10 @@ def row_params(
             changes["fp8_weight_gather"] = on
         elif key == "compile" and value[:4] in ("true", "fals"):
             changes["fused_ops"] = COMPILE_FUSED_OPS if on else _FUSED
+            if not on:
+                changes["activations"] = EAGER_LOSS_ACTIVATIONS
+        elif key == "loss_compiled" and value[:5] == "false":
+            changes["activations"] = EAGER_LOSS_ACTIVATIONS
         elif key == "float8_recipe" and value.split(" ")[0] == "rowwise":
             changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
