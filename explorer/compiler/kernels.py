@@ -54,7 +54,7 @@ IN_PLACE = frozenset(_UFUNC) | IN_PLACE_IMPORTED | {
     "fused", "scale", "relu", "softmax", "causal_mask", "masked_softmax", "generated"}  # fmt: skip
 WRITES_OUT = IN_PLACE | WRITES_OUT_IMPORTED | {
     "gelu", "silu", "matmul", "bmm", "einsum", "layernorm", "rmsnorm", "sum", "mean", "max",
-    "embedding", "where", "gelu_grad"}  # fmt: skip
+    "embedding", "where", "gelu_grad", "causal_attention"}  # fmt: skip
 ALIASES = ALIASES_IMPORTED | {"reshape", "transpose", "broadcast_to", "getitem", "dropout"}
 # A fused kernel up to this many elements runs as numpy ufunc calls (``ufunc_program``):
 # numexpr's per-call cost (tens of us) and scalar exp lose to numpy on small arrays.
@@ -227,6 +227,44 @@ def _matmul_2d(eq: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
     return k_matmul_2d
 
 
+def _causal_attention(node, in_types, attrs) -> Kernel:
+    """Causal attention by blocks of query rows (``passes/causal_attention.py``): per
+    block, the scores against the keys it sees into one scratch buffer, scaled, masked,
+    softmaxed in place, then multiplied by those keys' values into the block's rows."""
+    from .passes.causal_attention import blocks
+
+    bsz, heads, rows, _ = in_types[0].shape
+    keys = in_types[1].shape[3]
+    dt = node.type.dtype.numpy.type
+    alloc = _alloc(node.type)
+    scale, offset, block = dt(attrs["scale"]), attrs["offset"], attrs["block"]
+    scratch = np.empty((bsz, heads, block, keys), dt)
+    peak = np.empty((bsz, heads, block, 1), dt)
+    plan = []
+    for r0, r1, seen in blocks(rows, keys, offset, block):
+        s = scratch[:, :, : r1 - r0, :seen]
+        drop = np.arange(seen)[None, :] > (np.arange(r0, r1)[:, None] + offset)
+        plan.append((r0, r1, seen, s, peak[:, :, : r1 - r0], drop if drop.any() else None))
+    ninf = dt(-np.inf)
+
+    def k_causal_attention(q, kt, v, out=None):
+        o = alloc() if out is None else out
+        for r0, r1, seen, s, m, drop in plan:
+            np.matmul(q[:, :, r0:r1], kt[..., :seen], out=s)
+            s *= scale
+            if drop is not None:
+                np.copyto(s, ninf, where=drop)
+            np.maximum.reduce(s, axis=-1, keepdims=True, out=m)
+            s -= m
+            np.exp(s, out=s)
+            np.sum(s, axis=-1, keepdims=True, out=m)
+            s /= m
+            np.matmul(s, v[:, :, :seen], out=o[:, :, r0:r1])
+        return o
+
+    return k_causal_attention
+
+
 def _softmax(node, in_types, attrs) -> Kernel:
     return _softmax_kernel(node.type, attrs)
 
@@ -372,6 +410,7 @@ BUILDERS: dict[str, Builder] = {
     "layernorm": _norm, "rmsnorm": _norm, "sum": _reduce(np.sum), "mean": _reduce(np.mean),
     "max": _reduce(np.max), "embedding": _embedding, "getitem": _getitem,
     "reshape": _reshape, "transpose": _transpose, "generated": _generated,
+    "causal_attention": _causal_attention,
     "gelu_grad": _gelu_grad, **IMPORTED_BUILDERS,
 }  # fmt: skip
 """op name -> kernel builder (as ``explorer.sharding.kernels.KERNELS``); any other op runs

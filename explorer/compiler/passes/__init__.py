@@ -1,5 +1,6 @@
 """Compiler passes: each a named ``Graph -> Graph`` function recording ``RewriteStep``s."""
 
+from .causal_attention import causal_attention
 from .codegen import codegen
 from .cse import cse
 from .dce import dce
@@ -16,5 +17,5 @@ from .simplify import simplify
 __all__ = [
     "fold", "cse", "dce", "simplify", "fuse", "fuse_softmax", "memory_plan", "plan_memory", "MemoryPlan",
     "optimize", "LEVELS", "PASSES", "Level", "RewriteStep", "Rule", "Rewrite", "run_rules",
-    "PassDidNotConverge", "codegen", "grouped_attention", "donate",
+    "PassDidNotConverge", "codegen", "grouped_attention", "donate", "causal_attention",
 ]  # fmt: skip

@@ -1,6 +1,6 @@
 """Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, grouped-query
-attention without repeated keys and values, attention-score fusion, elementwise fusion,
-memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level.
+attention without repeated keys and values, attention-score fusion, causal attention by
+blocks of query rows (prefills), elementwise fusion, memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level.
 
 ``backend="numba"`` adds the ``codegen`` pass at O2 (after fusion): regions the cost model
 gives to numba become generated kernels (``codegen``, ``explorer.compiler.codegen``)."""
@@ -14,6 +14,7 @@ from typing import Literal
 from ...ir import Graph
 from ...ir.ops_tensor import Subgraph
 from ..errors import CompilerArgumentError
+from .causal_attention import causal_attention
 from .codegen import codegen
 from .cse import cse
 from .dce import dce
@@ -32,12 +33,21 @@ Backend = Literal["numpy", "numba"]
 BACKENDS: tuple[str, ...] = ("numpy", "numba")
 PASSES: dict[str, Callable[[Graph], tuple[Graph, list[RewriteStep]]]] = {
     "fold": fold, "cse": cse, "simplify": simplify, "dce": dce, "fuse_softmax": fuse_softmax,
-    "fuse": fuse, "grouped_attention": grouped_attention,
+    "fuse": fuse, "grouped_attention": grouped_attention, "causal_attention": causal_attention,
 }  # fmt: skip
 LEVELS: dict[str, tuple[str, ...]] = {
     "O0": (),
     "O1": ("fold", "simplify", "cse", "dce"),
-    "O2": ("fold", "simplify", "grouped_attention", "cse", "dce", "fuse_softmax", "fuse"),
+    "O2": (
+        "fold",
+        "simplify",
+        "grouped_attention",
+        "cse",
+        "dce",
+        "fuse_softmax",
+        "causal_attention",
+        "fuse",
+    ),
 }
 
 
