@@ -198,6 +198,16 @@ class TrainingParams:
             ``alltoall`` dispatcher sends one copy per routed expert
             (`step_model.terms.ep.network_copies`). False (default): ``alltoall``. A row's
             knob ``moe_flex_dispatcher=deepep|hybridep`` sets it.
+        recompute_modules: what ``recompute="selective"`` recomputes when not empty:
+            Megatron-Core's ``recompute_modules`` (``recompute_granularity="selective"``),
+            a tuple of ``core_attn`` (the attention core), ``mla_up_proj`` (MLA's query and
+            key/value up-projections: their outputs Q, K, V are dropped and recomputed from
+            the latents), ``moe_act`` (the routed experts' activation output) and
+            ``layernorm`` (the norms' outputs); `step_model.terms.recompute.
+            module_bytes_per_token`. () (default): the attention core, or the op-level
+            policy with ``selective_recompute="op"``. A row's knob
+            ``recompute_modules=mla_up_proj+mlp`` sets it (``mlp``, the dense first layers'
+            MLP, and other modules are not counted).
 
     The float knobs below carry their unit, range and source in the field's metadata
     (`kernels.knob_table(params)` prints them; ``TrainingParamsError`` names a bad one):
@@ -448,6 +458,7 @@ class TrainingParams:
     fp8_saved_inputs: bool = False
     activation_offload_layers: int = 0
     moe_flex_dispatcher: bool = False
+    recompute_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         kinds = (
@@ -494,6 +505,15 @@ class TrainingParams:
                 raise TrainingParamsError(
                     f"TrainingParams.{name}={getattr(self, name)!r}; expected True or False"
                 )
+        known = ("core_attn", "mla_up_proj", "moe_act", "layernorm")
+        if not isinstance(self.recompute_modules, tuple) or any(
+            m not in known for m in self.recompute_modules
+        ):
+            raise TrainingParamsError(
+                f"TrainingParams.recompute_modules={self.recompute_modules!r}; expected a "
+                f"tuple of {', '.join(known)} (Megatron-Core's recompute_modules this model "
+                "counts), or () for the attention core"
+            )
         if not is_int(self.activation_offload_layers, minimum=0):
             raise TrainingParamsError(
                 f"TrainingParams.activation_offload_layers={self.activation_offload_layers!r}; "

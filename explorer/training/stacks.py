@@ -780,7 +780,9 @@ def row_params(
     ``cfg`` and ``seq``) -> op-level selective recomputation with `named_remat_fractions`;
     ``cpu_offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``) ->
     ``activation_offload_layers``; ``moe_a2a_overlap`` -> ``ep_comm_overlap_fraction``;
-    ``moe_flex_dispatcher`` (deepep, hybridep) -> ``moe_flex_dispatcher``).
+    ``moe_flex_dispatcher`` (deepep, hybridep) -> ``moe_flex_dispatcher``;
+    ``recompute_modules`` (Megatron-Core's, ``+``-separated) -> ``recompute_modules``, the
+    modules this model counts).
 
     >>> p = row_params("torchtitan_2025_asynctp", "torchtitan", "bf16", "async_tp=true")
     >>> p.tp_comm_overlap_fraction
@@ -820,6 +822,10 @@ def row_params(
             changes["ep_comm_overlap_fraction"] = 1.0 if on else 0.0
         elif key == "moe_flex_dispatcher":
             changes["moe_flex_dispatcher"] = value.split(" ")[0] in ("deepep", "hybridep")
+        elif key == "recompute_modules":
+            named = _remat_saved(value.split(" ")[0])  # "+"-separated, as remat_saved
+            known = ("core_attn", "mla_up_proj", "moe_act", "layernorm")
+            changes["recompute_modules"] = tuple(m for m in named if m in known)
         elif key == "cpu_offload_layers" and value.split(" ")[0].isdigit():
             changes["activation_offload_layers"] = int(value.split(" ")[0])
         elif key == "remat_saved" and cfg is not None and seq > 0 and _dense(cfg):
