@@ -29,7 +29,6 @@ import numpy as np
 
 from .. import trace as _trace
 from ..ir import Graph
-from ..ir.ops_tensor import Subgraph
 from .codegen.build import has_queued, start_queued
 from .errors import CompilerError, LoopLimitExceeded
 from .kernels import make_kernel
@@ -45,7 +44,11 @@ class Program:
     ``source`` is the plan's Python source.
     """
 
-    def __init__(self, graph: Graph, plan: MemoryPlan | None = None) -> None:
+    def __init__(self, graph: Graph, plan: MemoryPlan | None = None, *,
+                 region: np.ndarray | None = None, external: bool = False) -> None:  # fmt: skip
+        """``region``: the arena of a held plan, lent by the program running this one (a
+        cond/loop step's block of its arena); ``external``: the arena is passed to every
+        ``run`` (a cond/loop step of a program whose arena is allocated per call)."""
         self.graph = graph
         self.plan = plan
         slot = {n.name: i for i, n in enumerate(graph.nodes)}
@@ -53,19 +56,29 @@ class Program:
         self.feed_slots = [slot[n.name] for n in graph.nodes if n.op in ("input", "param")]
         self.feed_names = [n.name for n in graph.nodes if n.op in ("input", "param")]
         # one arena for every planned value (MemoryPlan.lifetime): "held", allocated here
-        # and kept between calls, each value a view made once; "call", allocated by each
-        # call, each value an `_ArenaView` that the call turns into a view of its arena
+        # (or lent: ``region``) and kept between calls, each value a view made once; "call",
+        # allocated by each call (or passed to it: ``external``), each value an `_ArenaView`
+        # that the call turns into a view of its arena
         self.arena_bytes = plan.arena_bytes if plan is not None else 0
-        self.per_call = plan is not None and plan.lifetime == "call"
-        self.arena = np.empty(0 if self.per_call else self.arena_bytes, np.uint8)
-        self.buffers = [self.arena] if self.arena.nbytes else []
+        self.per_call = plan is not None and plan.lifetime == "call" and not external
+        self.external = external
+        per_run = self.per_call or external
+        if region is not None and not per_run:
+            self.arena = region[: self.arena_bytes]
+        else:
+            self.arena = np.empty(0 if per_run else self.arena_bytes, np.uint8)
+        owned = 0 if region is not None or per_run else self.arena.nbytes
+        self.buffers = [self.arena] if owned else []
         views: dict[str, np.ndarray | _ArenaView] = {}
+        nested: dict[str, tuple[int, int]] = {}
         if plan is not None:
             for name, off in plan.offsets().items():
                 t = graph.node(name).type
                 dt = np.dtype(t.dtype.numpy)
-                views[name] = (_ArenaView(t.shape, dt, off) if self.per_call else
+                views[name] = (_ArenaView(t.shape, dt, off) if per_run else
                                self.arena[off : off + host_bytes(t)].view(dt).reshape(t.shape))  # fmt: skip
+            nested = plan.nested_regions()
+        sub_programs: list[Program] = []
         # a step: (kernel, input slots, output slots, preallocated out or None); a cond or
         # loop group is one step writing all its members' slots
         self.steps: list[tuple] = []
@@ -89,7 +102,17 @@ class Program:
                 done_groups.add(group)
                 members = sorted((m.attr("index"), slot[m.name]) for m in graph.nodes
                                  if m.op == n.op and m.attr("group") == group)  # fmt: skip
-                fn = _control_kernel(n, tuple(i for i, _ in members))
+                picked = tuple(i for i, _ in members)
+                if n.name in nested:  # its programs run in a block of this arena
+                    off, size = nested[n.name]
+                    if per_run:
+                        out = _ArenaView((size,), np.dtype(np.uint8), off)
+                        fn, progs = _control_kernel(n, picked, external=True)
+                    else:
+                        fn, progs = _control_kernel(n, picked, region=self.arena[off : off + size])
+                else:
+                    fn, progs = _control_kernel(n, picked)
+                sub_programs += progs
                 outs = tuple(s for _, s in members)
             else:
                 fn = make_kernel(n, in_types)
@@ -104,7 +127,9 @@ class Program:
             self.meta.append((n.name, n.op, tuple(t.shape for t in in_types) + (n.type.shape,),
                               graph.node_flops(n.name), nbytes, tuple(replaced)))  # fmt: skip
         self.out_slots = [slot[o] for o in graph.outputs]
-        self.persistent_bytes = self.arena.nbytes
+        # bytes held between calls: this program's own arena and those its nested programs
+        # allocated themselves (none when they run in a block of this arena)
+        self.persistent_bytes = owned + sum(p.persistent_bytes for p in sub_programs)
         self._clear = [i for i, n in enumerate(graph.nodes) if n.op != "constant"]
         self._dying = self._dying_after()
         self.source, self._plan = self._generate()
@@ -161,9 +186,10 @@ class Program:
                 last[s] = j
         keep = set(self.out_slots) | set(self.constants) | set(fixed)
         params = [f"v{s}" for s in (self.feed_slots if free is None else free)]
+        params += ["a"] if self.external else []
         lines = [f"def plan({', '.join(params)}):"]
+        ns["_empty"], ns["_nd"], ns["_u8"] = np.empty, np.ndarray, np.uint8
         if self.per_call:
-            ns["_empty"], ns["_nd"], ns["_u8"] = np.empty, np.ndarray, np.uint8
             lines.append(f"    a = _empty({self.arena_bytes}, _u8)")
         for j, (fn, ins, outs, out) in enumerate(self.steps):
             ns[f"k{j}"] = fn
@@ -185,7 +211,16 @@ class Program:
         exec(compile(source, f"<plan of {self.graph.name}>", "exec"), ns)  # noqa: S102
         return source, ns["plan"]
 
-    def run(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run(self, feeds: Sequence[np.ndarray], arena: np.ndarray | None = None
+            ) -> list[np.ndarray]:  # fmt: skip
+        """The outputs for ``feeds``; ``arena``: this run's arena, for a program made
+        ``external`` (uint8, at least ``arena_bytes``)."""
+        if self.external and (arena is None or arena.nbytes < self.arena_bytes):
+            raise CompilerError(
+                f"program {self.graph.name!r} runs in an arena its caller passes: got "
+                f"{None if arena is None else arena.nbytes} bytes, it needs {self.arena_bytes}; "
+                "pass a uint8 array of that size as arena="
+            )
         if len(feeds) != len(self.feed_slots):
             raise CompilerError(
                 f"program {self.graph.name!r} takes {len(self.feed_slots)} arrays "
@@ -194,13 +229,14 @@ class Program:
             )
         try:
             if _trace.active() is None:
-                return self._plan(*feeds)
-            return self.run_interpreted(feeds)
+                return self._plan(*feeds, arena) if self.external else self._plan(*feeds)
+            return self.run_interpreted(feeds, arena)
         finally:
             if has_queued():  # numba kernels compile after this run, not during it
                 start_queued()
 
-    def run_interpreted(self, feeds: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def run_interpreted(self, feeds: Sequence[np.ndarray], arena: np.ndarray | None = None
+                        ) -> list[np.ndarray]:  # fmt: skip
         """The steps one by one over the slot list (recording kernel events when a trace is
         being recorded): the reference the plan is tested against."""
         env = self.env
@@ -210,7 +246,8 @@ class Program:
         # live: the arena (held by the program, or this call's) plus the fresh arrays alive
         # after each step, freed after their last reader as the plan frees them (feeds are
         # not counted, as an eager run counts only what its ops allocate)
-        arena = np.empty(self.arena_bytes, np.uint8) if self.per_call else None
+        if self.per_call:
+            arena = np.empty(self.arena_bytes, np.uint8)
         live = self.arena_bytes
         held: dict[int, int] = {}
         for (fn, ins, outs, out), (name, op, shapes, flops, _, replaced), dying in zip(
@@ -229,7 +266,7 @@ class Program:
                     env[s] = v
             if rec is not None:
                 nbytes = 0
-                if out is None:
+                if out is None or op in ("cond", "loop"):  # the outputs of nested programs
                     for s in outs:
                         nbytes += held.setdefault(s, fresh_bytes(env[s], args))
                 live += nbytes
@@ -265,26 +302,32 @@ def fresh_bytes(value: object, args: Sequence[object]) -> int:
     return owner.nbytes
 
 
-def _sub_program(sub: Subgraph) -> Program:
-    return Program(sub.graph, plan_memory(sub.graph))
-
-
-def _control_kernel(node, picked: tuple[int, ...]):
+def _control_kernel(node, picked: tuple[int, ...], region: np.ndarray | None = None,
+                    external: bool = False) -> tuple[Callable, list[Program]]:  # fmt: skip
     """One step for all outputs of a cond/loop group (the members left after DCE, whose
     output indices are ``picked``): runs the body once per call and returns their values
-    (one array for one member, else a tuple)."""
+    (one array for one member, else a tuple); and its programs. They run in ``region`` (a
+    block of the caller's held arena), in the block passed as ``out`` to each call
+    (``external``), or else each in an arena of its own."""
     attrs = dict(node.attrs)
+
+    def program(key: str) -> Program:
+        g = attrs[key].graph
+        if region is None and not external:
+            return Program(g, plan_memory(g))
+        return Program(g, plan_memory(g, "held"), region=region, external=external)
+
     if node.op == "cond":
-        progs = (_sub_program(attrs["then_"]), _sub_program(attrs["else_"]))
+        progs = (program("then_"), program("else_"))
         picks = (attrs["then_args"], attrs["else_args"])
 
-        def k_cond(pred, *args):
+        def k_cond(pred, *args, out=None):
             which = 0 if bool(np.asarray(pred)) else 1
-            outs = progs[which].run([args[i] for i in picks[which]])
+            outs = progs[which].run([args[i] for i in picks[which]], out)
             return outs[picked[0]] if len(picked) == 1 else tuple(outs[i] for i in picked)
 
-        return k_cond
-    cond_p, body_p = _sub_program(attrs["cond"]), _sub_program(attrs["body"])
+        return k_cond, list(progs)
+    cond_p, body_p = program("cond"), program("body")
     n, ca, ba, max_iter = (
         attrs["n_state"],
         attrs["cond_args"],
@@ -292,16 +335,16 @@ def _control_kernel(node, picked: tuple[int, ...]):
         attrs.get("max_iter", 1_000_000),
     )
 
-    def k_loop(*args):
+    def k_loop(*args, out=None):
         state = list(args[:n])
         rest = list(args[n:])
         for _ in range(max_iter):
             full = state + rest
-            if not bool(np.asarray(cond_p.run([full[i] for i in ca])[0])):
+            if not bool(np.asarray(cond_p.run([full[i] for i in ca], out)[0])):
                 break
             # the body's outputs are its own arrays (fresh, or views of its call's arena),
             # never overwritten by a later run: the state takes them without a copy
-            state = body_p.run([full[i] for i in ba])
+            state = body_p.run([full[i] for i in ba], out)
         else:
             raise LoopLimitExceeded(
                 f"loop %{node.name} ran past max_iter={max_iter}; raise max_iter or check "
@@ -309,4 +352,4 @@ def _control_kernel(node, picked: tuple[int, ...]):
             )
         return state[picked[0]] if len(picked) == 1 else tuple(state[i] for i in picked)
 
-    return k_loop
+    return k_loop, [cond_p, body_p]

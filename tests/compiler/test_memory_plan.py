@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import explorer as ex
+from explorer.compiler import F
 from explorer.compiler.executor import Program
 from explorer.compiler.kernels import ALIASES
 from explorer.compiler.passes.memory_plan import ALIGN, host_bytes, plan_memory
@@ -71,13 +72,23 @@ def live_ranges(graph: Graph, lifetime: str = "held") -> dict[str, tuple[int, in
 
 
 def check_no_overlap(graph: Graph, plan) -> None:
+    """At every step, the live values and the arena of the nested programs running at that
+    step (a cond/loop group runs at its first member) occupy disjoint bytes."""
     ranges = live_ranges(graph, plan.lifetime)
     offsets = plan.offsets()
     in_place = set(plan.in_place)
     nodes = {n.name: n for n in graph.nodes}
+    pos = {n.name: i for i, n in enumerate(graph.nodes)}
+    first_member = {}
+    for n in graph.nodes:
+        if n.op in ("cond", "loop"):
+            first_member.setdefault(n.attr("group"), n.name)
+    assert set(plan.nested_regions()) == set(first_member.values())
     for step in range(len(graph.nodes) + 1):
         live = [v for v in offsets if ranges[v][0] <= step <= ranges[v][1]]
-        spans = sorted((offsets[v], offsets[v] + host_bytes(nodes[v].type), v) for v in live)
+        spans = sorted([(offsets[v], offsets[v] + host_bytes(nodes[v].type), v) for v in live]
+                       + [(o, o + z, m) for m, (o, z) in plan.nested_regions().items()
+                          if pos[m] == step])  # fmt: skip
         for (lo1, hi1, a), (lo2, hi2, c) in zip(spans, spans[1:], strict=False):
             if lo2 < hi1:
                 # allowed only for a value written in place over its input at this step
@@ -266,3 +277,35 @@ def test_eager_and_static_traces_of_a_torch_module_count_memory_alike():
     # both count what their run allocated, not the weights they were fed (8.3 KiB here)
     assert 4 * 64 * 4 <= eager < weights and 0 < static < weights
     assert static >= prog.memory_plan.peak_bytes  # the arena and the outputs, at least
+
+
+def looped(x, w, head):
+    while x.sum() < 4000.0:  # data-dependent: a loop node running nested programs
+        x = F.tanh(x @ w) + 1.0
+        if x.max() > 1.5:
+            x = x * 1.25
+        else:
+            x = x + 0.5
+    return x @ head
+
+
+@pytest.mark.parametrize("lifetime", LIFETIMES)
+def test_nested_programs_run_in_a_block_of_the_arena(lifetime, rng):
+    x = ex.tensor((rng.standard_normal((64, 64)) * 0.1).astype(np.float32))
+    w = ex.tensor((rng.standard_normal((64, 64)) * 0.1).astype(np.float32))
+    head = ex.tensor((rng.standard_normal((64, 512)) * 0.1).astype(np.float32))
+    g = ex.jit(looped).lower(x, w, head)
+    plan = plan_memory(g, lifetime)
+    regions = plan.nested_regions()
+    assert len(regions) == 1 and min(z for _, z in regions.values()) > 0
+    check_no_overlap(g, plan)
+    assert plan.lower_bound_bytes <= plan.arena_bytes <= plan.naive_bytes
+    prog = Program(g, plan)
+    # the loop's condition and body hold no arena of their own: all is in this one
+    assert prog.persistent_bytes == (plan.arena_bytes if lifetime == "held" else 0)
+    feeds = [a.numpy() for a in (x, w, head)]
+    want = looped(x, w, head).numpy()
+    np.testing.assert_allclose(prog.run(feeds)[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(prog.run(feeds)[0], Program(g, None).run(feeds)[0])
+    with ex.trace.record():
+        np.testing.assert_array_equal(prog.run(feeds)[0], Program(g, None).run(feeds)[0])

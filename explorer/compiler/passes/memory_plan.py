@@ -32,9 +32,12 @@ Where the arena lives (``lifetime``):
   `plan_memory` picks it when it lowers the peak by ``CALL_MIN_SAVING``, the outputs fill
   at least ``CALL_MIN_OUTPUT_SHARE`` of the arena (what they keep alive after the call) and
   the arena is at least ``CALL_MIN_BYTES`` (under it, the views cost more time than the
-  bytes saved are worth to an overhead-bound program), and never for a graph with cond/loop
-  steps (their nested programs' memory would sit beside the output slots reserved from the
-  start).
+  bytes saved are worth to an overhead-bound program).
+
+A cond/loop step runs nested programs (branches; condition and body): their arena, the
+largest of their held plans, is one more block of this arena, live at that step only, so
+their memory is reused by the values before and after the step (XLA's heap simulator
+nests called computations the same way). Their outputs are fresh arrays.
 
 >>> import explorer as ex
 >>> b = ex.GraphBuilder("g"); x = b.input("x", (64, 64))
@@ -57,7 +60,7 @@ from ..kernels import ALIASES, IN_PLACE, WRITES_OUT
 from .rewrite import RewriteStep
 
 __all__ = ["ALIGN", "CALL_MIN_BYTES", "CALL_MIN_SAVING", "CALL_MIN_OUTPUT_SHARE", "Block", "Lifetime", "MemoryPlan",
-           "plan_memory", "memory_plan", "host_bytes"]  # fmt: skip
+           "plan_memory", "memory_plan", "host_bytes", "nested_arena_bytes"]  # fmt: skip
 
 ALIGN = 64
 """Byte alignment of every block's offset and size (a cache line; numpy's SIMD loops and
@@ -73,9 +76,14 @@ the caller holds them (a loop's state would hold two bodies' arenas at the next 
 
 Lifetime = Literal["held", "call"]
 
-# ops that run nested programs (their own arenas) inside one step: a per-call arena would be
-# allocated before them, its output slots beside their memory, so such a graph keeps "held"
-_NESTED = frozenset({"cond", "loop"})
+# ops that run nested programs inside one step (attributes holding their graphs)
+_NESTED = {"cond": ("then_", "else_"), "loop": ("cond", "body")}
+
+
+def nested_arena_bytes(node) -> int:
+    """Bytes of the arena the programs of a cond/loop node need: the largest of their held
+    plans (they run one at a time: a branch, or the condition then the body)."""
+    return max(plan_memory(node.attr(k).graph, "held").arena_bytes for k in _NESTED[node.op])
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,9 @@ class Block:
         nbytes: its size (the largest value's bytes, rounded up to ``ALIGN``).
         first, last: the steps (positions in the graph's node order) that write its first
             value and read its last value, both included.
+        nested: the block is the arena of the programs a cond/loop step runs (its
+            branches, or its condition and body: one at a time, so they share it);
+            ``values`` is the step's first member node.
     """
 
     values: tuple[str, ...]
@@ -96,6 +107,7 @@ class Block:
     nbytes: int
     first: int
     last: int
+    nested: bool = False
 
     @property
     def end(self) -> int:
@@ -145,7 +157,11 @@ class MemoryPlan:
 
     def offsets(self) -> dict[str, int]:
         """Planned value -> its byte offset in the arena."""
-        return {v: b.offset for b in self.blocks for v in b.values}
+        return {v: b.offset for b in self.blocks if not b.nested for v in b.values}
+
+    def nested_regions(self) -> dict[str, tuple[int, int]]:
+        """cond/loop step (its first member) -> (offset, bytes) of its programs' arena."""
+        return {b.values[0]: (b.offset, b.nbytes) for b in self.blocks if b.nested}
 
     def buffers(self) -> dict[str, int]:
         """Planned value -> its byte offset (two values share storage when their ranges
@@ -195,17 +211,21 @@ class MemoryPlan:
             "lifetime": self.lifetime, "arena_bytes": self.arena_bytes,
             "output_bytes": self.output_bytes, "peak_bytes": self.peak_bytes,
             "naive_bytes": self.naive_bytes,
-            "lower_bound_bytes": self.lower_bound_bytes, "values": sum(len(b.values) for b in self.blocks),
+            "lower_bound_bytes": self.lower_bound_bytes,
+            "values": sum(len(b.values) for b in self.blocks if not b.nested),
+            "nested": sum(b.nested for b in self.blocks),
             "blocks": len(self.blocks), "in_place": len(self.in_place),
             "shared_groups": len(self.shared()),
         }  # fmt: skip
 
     def __str__(self) -> str:
-        n = sum(len(b.values) for b in self.blocks)
-        return (f"{n} values in {len(self.blocks)} blocks of a {self.arena_bytes} B arena "
+        n = sum(len(b.values) for b in self.blocks if not b.nested)
+        k = sum(b.nested for b in self.blocks)
+        nested = f", {k} nested program arenas" if k else ""
+        return (f"{n} values in {len(self.blocks) - k} blocks of a {self.arena_bytes} B arena "
                 f"{'per call' if self.lifetime == 'call' else 'held'} "
                 f"(no reuse {self.naive_bytes} B, largest live set {self.lower_bound_bytes} B), "
-                f"{len(self.in_place)} in place")  # fmt: skip
+                f"{len(self.in_place)} in place{nested}")  # fmt: skip
 
 
 def host_bytes(t: TensorType) -> int:
@@ -291,7 +311,7 @@ def plan_memory(graph: Graph, lifetime: Lifetime | None = None) -> MemoryPlan:
     ``lifetime`` None picks the one of lower peak (module docstring)."""
     if lifetime is None:
         held = plan_memory(graph, "held")
-        if held.output_bytes == 0 or any(n.op in _NESTED for n in graph.nodes):
+        if held.output_bytes == 0:
             return held
         call = plan_memory(graph, "call")
         saves = call.peak_bytes <= (1 - CALL_MIN_SAVING) * held.peak_bytes
@@ -305,11 +325,23 @@ def plan_memory(graph: Graph, lifetime: Lifetime | None = None) -> MemoryPlan:
     sizes = [_aligned(max(host_bytes(graph.node(v).type) for v in c)) for c in chains]
     starts = [first[h] for h in heads]
     ends = [end[h] for h in heads]
+    nested = [False] * len(chains)
+    groups: set[str] = set()
+    for i, n in enumerate(graph.nodes):
+        if n.op in _NESTED and n.attr("group") not in groups:
+            groups.add(n.attr("group"))  # the executor runs the group at its first member
+            need = _aligned(nested_arena_bytes(n))
+            if need:
+                chains.append([n.name])
+                sizes.append(need)
+                starts.append(i)
+                ends.append(i)
+                nested.append(True)
     offsets = _place(sizes, starts, ends)
     blocks = tuple(
-        Block(tuple(c), o, s, a, b)
-        for c, o, s, a, b in sorted(zip(chains, offsets, sizes, starts, ends, strict=True),
-                                    key=lambda t: (t[3], t[1]))
+        Block(tuple(c), o, s, a, b, k)
+        for c, o, s, a, b, k in sorted(zip(chains, offsets, sizes, starts, ends, nested,
+                                           strict=True), key=lambda t: (t[3], t[1]))
     )  # fmt: skip
     arena = max((b.end for b in blocks), default=0)
     delta = [0] * (len(graph.nodes) + 2)  # outputs planned per call live past the end
@@ -320,7 +352,8 @@ def plan_memory(graph: Graph, lifetime: Lifetime | None = None) -> MemoryPlan:
     for d in delta:
         live += d
         bound = max(bound, live)
-    naive = sum(_aligned(host_bytes(graph.node(v).type)) for c in chains for v in c)
+    naive = sum(_aligned(host_bytes(graph.node(v).type)) for c, k in zip(chains, nested, strict=True)
+                if not k for v in c) + sum(z for z, k in zip(sizes, nested, strict=True) if k)  # fmt: skip
     return MemoryPlan(blocks, arena, naive, bound, tuple(in_place), lifetime, out_bytes)
 
 
