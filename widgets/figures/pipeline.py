@@ -33,7 +33,7 @@ __all__ = [
     "TRACE_SELECTED_MB", "row_labels", "figure_height", "EVENT_KINDS", "EVENT_NAMES",
     "time_unit", "hover_template", "label_mode", "label_groups", "group_arrays", "TRACE_GROUPS",
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
-    "chunk_marker", "chunk_shade", "CHUNK_PATTERNS", "readable_window",
+    "chunk_marker", "CHUNK_PATTERNS", "readable_window",
 ]  # fmt: skip
 
 TRACE_SELECTED_MB = len(EVENT_KINDS)  # after one trace per event kind
@@ -131,29 +131,15 @@ def _lighter(hex_color: str, amount: float) -> str:
 def chunk_marker(cols: dict[str, np.ndarray], kind: str, chunks: int) -> dict:
     """Per-box colour and pattern of a compute kind when the schedule interleaves
     ``chunks`` model chunks per device: chunk ``c`` gets ``CHUNK_PATTERNS[c]`` and a lighter
-    shade of the kind's colour. One chunk (or another kind): the plain colour.
-
-    The colour is the chunk number on a discrete colour scale of the shades (number ``c``
-    sits on the stop of shade ``c``), not one colour string per box: plotly validates a
-    string array element by element and the page's full-state copy walks it as a list
-    (~0.5 s of a microbatch change at pp 16 x 192 microbatches); a number array is one
-    buffer."""
+    shade of the kind's colour. One chunk (or another kind): the plain colour."""
     base = EVENT_COLORS[kind]
     if chunks <= 1 or kind not in _SHORT:
         return {"color": base, "pattern": {"shape": ""}}
-    n = min(chunks, len(CHUNK_PATTERNS))
     chunk = cols["chunk"][cols["kind"] == kind] % len(CHUNK_PATTERNS)
-    scale = [[k / (n - 1), _lighter(base, _CHUNK_LIGHTEN[k])] for k in range(n)]
+    colors = np.array([_lighter(base, a) for a in _CHUNK_LIGHTEN], dtype=object)
     shapes = np.array(CHUNK_PATTERNS, dtype=object)
-    return {"color": chunk.astype(float), "colorscale": scale, "cmin": 0, "cmax": n - 1,
-            "showscale": False,
-            "pattern": {"shape": shapes[chunk], "fgcolor": "#FFFFFF", "fgopacity": 0.4,
-                        "size": 8}}  # fmt: skip
-
-
-def chunk_shade(kind: str, chunk: int) -> str:
-    """The colour ``chunk_marker`` draws the boxes of ``chunk`` in (its scale's stop)."""
-    return _lighter(EVENT_COLORS[kind], _CHUNK_LIGHTEN[chunk % len(CHUNK_PATTERNS)])
+    return {"color": colors[chunk], "pattern": {"shape": shapes[chunk], "fgcolor": "#FFFFFF",
+                                                "fgopacity": 0.4, "size": 8}}  # fmt: skip
 
 
 def readable_window(cols: dict[str, np.ndarray]) -> tuple[float, float] | None:
