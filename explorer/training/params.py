@@ -236,6 +236,8 @@ class TrainingParams:
     param_gather_overlap_fraction fraction   of the ZeRO-1/2 weight all-gather hidden
     p2p_overlap_fraction          fraction   of pipeline sends hidden behind compute
     fp8_cast_bytes_per_element    bytes      moved per FP8 GEMM input element (the cast)
+    loss_forward_bytes_per_logit  bytes      per logit of an unfused loss's forward (0: fused)
+    loss_backward_bytes_per_logit bytes      per logit of an unfused loss's backward (0: fused)
     fp8_matmul_efficiency_ratio   1          FP8 GEMM share of FP8 peak / BF16's of BF16's
     fp8_scaling_matmul_ratio      1          FP8 GEMM rate of the scaling recipe / per-tensor's
     overlap_interference          fraction   of hidden communication added to the compute
@@ -375,6 +377,16 @@ class TrainingParams:
         "(3; current scaling adds an amax pass, 2 more); weights are cast once per step "
         "(TE caches the FP8 weight over the microbatches), not counted; assumption: the cast "
         "runs as its own memory-bound pass at hbm_efficiency")  # fmt: skip
+    loss_forward_bytes_per_logit: float = knob(
+        0.0, "HBM bytes per logit of the loss's forward kernels", 0.0, 100.0,
+        source="0: the loss is one fused pass over the logits (the graph's cross-entropy op: "
+        "Megatron-Core's cross_entropy_loss_fusion, a compiled loss); an unfused loss's "
+        "passes over FP32 logits are its stack's or row's (stacks.UNFUSED_CE_BYTES: "
+        "Megatron-Core's vocab_parallel_cross_entropy, 38)")  # fmt: skip
+    loss_backward_bytes_per_logit: float = knob(
+        0.0, "HBM bytes per logit of the loss's backward kernels", 0.0, 100.0,
+        source="0: the graph's cross-entropy op's backward; unfused: stacks.UNFUSED_CE_BYTES "
+        "(14)")  # fmt: skip
     moe_layer_overhead_s: float = knob(
         0.0, "seconds per MoE layer forward or backward of one microbatch", 0.0, 0.1,
         source="assumption (0: an MoE layer costs its kernels and all-to-alls only); "

@@ -62,6 +62,7 @@ __all__ = [
     "OPTIMIZER_STATE_BYTES",
     "FP8_ROWWISE_MATMUL_RATIO",
     "EAGER_LOSS_ACTIVATIONS",
+    "UNFUSED_CE_BYTES",
     "REMAT_NAMES",
     "named_remat_fractions",
     "names",
@@ -259,6 +260,13 @@ COMPILE_FUSED_OPS = (*_FUSED, "silu", "residual")
 
 _MEGATRON_CORE_VALUES: dict[str, tuple[object, str]] = {
     "aligned_nvlink_domains": (True, _ALIGNED),
+    "loss_forward_bytes_per_logit": (
+        38.0,
+        "Megatron-LM's --cross-entropy-loss-fusion is off unless given (megatron/training/"
+        "arguments.py at f2e5db402c): VocabParallelCrossEntropy's FP32 passes, "
+        "stacks.UNFUSED_CE_BYTES",
+    ),
+    "loss_backward_bytes_per_logit": (14.0, "stacks.UNFUSED_CE_BYTES, as the forward"),
     "tp_layout": (
         "megatron",
         "Megatron-Core's tensor parallelism: ColumnParallelLinear for the fused QKV and the "
@@ -320,6 +328,14 @@ _MEGATRON_CORE_VALUES: dict[str, tuple[object, str]] = {
 }
 
 _NEMO_VALUES = dict(_MEGATRON_CORE_VALUES) | {
+    "loss_forward_bytes_per_logit": (
+        0.0,
+        "cross_entropy_loss_fusion: true in NeMo's launcher recipes from 24.09 "
+        "(NeMo-Framework-Launcher launcher_scripts/conf/training/llama/*.yaml and nemotron/"
+        "*.yaml at tag 24.09): the fused cross-entropy, one pass; a row run without it says "
+        "loss_fusion=false",
+    ),
+    "loss_backward_bytes_per_logit": (0.0, "as loss_forward_bytes_per_logit"),
     "tp_comm_overlap_fraction": (
         TP_COMM_OVERLAP_ON,
         "NeMo / Megatron-Bridge performance recipes set CommOverlapConfig(tp_comm_overlap="
@@ -666,6 +682,15 @@ def resolve(
 #: TP; its two rowwise check rows unread).
 FP8_ROWWISE_MATMUL_RATIO = 0.52
 
+#: (forward, backward) HBM bytes per BF16 logit of Megatron-Core's unfused cross-entropy
+#: (megatron/core/tensor_parallel/cross_entropy.py at f2e5db402c, VocabParallelCrossEntropy):
+#: forward .float() (read 2, write 4), max (read 4), in-place subtract (8), exp (8), sum (4),
+#: in-place divide into the softmax it saves (8): 38; backward the in-place multiply by the
+#: loss gradient (8) and the cast back to BF16 (6): 14. Megatron-LM's
+#: --cross-entropy-loss-fusion is off unless given (megatron/training/arguments.py at
+#: f2e5db402c, store_true); NeMo's launcher recipes set it from 24.09.
+UNFUSED_CE_BYTES = (38.0, 14.0)
+
 #: The activations of a run whose loss runs eagerly: PyTorch's cross_entropy on
 #: ``pred.flatten(0, 1).float()`` (torchtitan train.py at 9dec370, loss_fn, its
 #: ``torch.compile(loss_fn)`` commented out) keeps the BF16 logits (2 bytes), their FP32
@@ -775,9 +800,11 @@ def row_params(
     with its ``precision`` and the switches its ``knobs`` column names (``async_tp`` and
     ``tp_comm_overlap`` -> ``tp_comm_overlap_fraction``, ``fp8_allgather`` ->
     ``fp8_weight_gather``, ``compile`` -> ``fused_ops``: `COMPILE_FUSED_OPS` or the
-    default (off: an eager loss too, `EAGER_LOSS_ACTIVATIONS`); ``loss_compiled=false`` ->
-    `EAGER_LOSS_ACTIVATIONS`; ``remat_saved`` (the tensors a MaxText remat_policy=custom saves, given
-    ``cfg`` and ``seq``) -> op-level selective recomputation with `named_remat_fractions`;
+    default (off: an eager loss too, `EAGER_LOSS_ACTIVATIONS`);
+    ``loss_compiled=false`` -> the same; ``loss_fusion=false`` (Megatron-Core's
+    cross_entropy_loss_fusion off) -> `UNFUSED_CE_BYTES`; ``remat_saved`` (the tensors a
+    MaxText remat_policy=custom saves, given ``cfg`` and ``seq``) -> op-level selective
+    recomputation with `named_remat_fractions`;
     ``cpu_offload_layers`` (Megatron-Core's ``cpu_offloading_num_layers``) ->
     ``activation_offload_layers``; ``moe_a2a_overlap`` -> ``ep_comm_overlap_fraction``;
     ``moe_flex_dispatcher`` (deepep, hybridep) -> ``moe_flex_dispatcher``;
@@ -811,9 +838,12 @@ def row_params(
         elif key == "compile" and value[:4] in ("true", "fals"):
             changes["fused_ops"] = COMPILE_FUSED_OPS if on else _FUSED
             if not on:
-                changes["activations"] = EAGER_LOSS_ACTIVATIONS
+                changes.update(_eager_loss())
         elif key == "loss_compiled" and value[:5] == "false":
-            changes["activations"] = EAGER_LOSS_ACTIVATIONS
+            changes.update(_eager_loss())
+        elif key == "loss_fusion" and value[:5] == "false":
+            changes["loss_forward_bytes_per_logit"] = UNFUSED_CE_BYTES[0]
+            changes["loss_backward_bytes_per_logit"] = UNFUSED_CE_BYTES[1]
         elif key == "float8_recipe" and value.split(" ")[0] == "rowwise":
             changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
@@ -834,6 +864,14 @@ def row_params(
             changes["op_recompute_saved_fraction"] = time_keep
             changes["op_recompute_saved_bytes"] = bytes_keep
     return params(name, **changes)
+
+
+def _eager_loss() -> dict[str, object]:
+    # PyTorch's eager cross_entropy on the FP32 copy also makes more passes over the logits
+    # than the graph's one (its .float(), log_softmax's max/sum/output passes): priced with
+    # assumed per-pass bytes (22 forward, 26 backward per logit) it moved the torchtitan fit
+    # rows away from their measurements (squared errors 429 -> 458 %^2), so it is not charged
+    return {"activations": EAGER_LOSS_ACTIVATIONS}
 
 
 def _dense(cfg: ModelConfig) -> bool:

@@ -91,7 +91,8 @@ KERNEL_FIELDS = (
     "matmul_efficiency_cap", "tile_reuse_exponent", "hbm_efficiency", "kernel_overhead_s",
     "memory_bound_backward_ratio", "flash_attention", "flash_attention_efficiency",
     "flash_backward_flops_ratio", "flash_block_tokens", "precision", "fp8_cast_bytes_per_element",
-    "fp8_matmul_efficiency_ratio", "fp8_scaling_matmul_ratio",
+    "fp8_matmul_efficiency_ratio", "fp8_scaling_matmul_ratio", "loss_forward_bytes_per_logit",
+    "loss_backward_bytes_per_logit",
 )  # fmt: skip
 
 
@@ -330,6 +331,8 @@ def part_times(
             f = memory_s(nbytes, chip, p)
             b = memory_s(nbytes * p.memory_bound_backward_ratio, chip, p)
             kb = 1
+            if o.name.split(".")[-1] == _LOSS:
+                f, b = _loss_s(o, f, b, chip, p)
         fwd, bwd, nf, nb = fwd + f, bwd + b, nf + 1, nb + kb
         if o.core:
             core_f += f
@@ -338,6 +341,22 @@ def part_times(
         bwd += flash_attention_s(ops, True, chip, p)
         nf, nb = nf + 1, nb + 1
     return PartTimes(fwd, bwd, core_f, nf, nb)
+
+
+_LOSS = "token_loss"  # the builders' cross-entropy op (models/builders.py)
+
+
+def _loss_s(o: OpShape, f: float, b: float, chip: Chip, p: TrainingParams) -> tuple[float, float]:
+    """(forward, backward) seconds of the loss op ``o``: an unfused loss moves
+    ``loss_forward_bytes_per_logit`` / ``loss_backward_bytes_per_logit`` bytes per logit
+    over HBM (its FP32 passes, `stacks.UNFUSED_CE_BYTES`) for each BF16 logit it reads; 0
+    keeps the fused op's ``f``, ``b``."""
+    logits = o.read_bytes / 2  # BF16 logits (FP8 training keeps the head in BF16)
+    if p.loss_forward_bytes_per_logit:
+        f = memory_s(logits * p.loss_forward_bytes_per_logit, chip, p)
+    if p.loss_backward_bytes_per_logit:
+        b = memory_s(logits * p.loss_backward_bytes_per_logit, chip, p)
+    return f, b
 
 
 def _flash_shape(ops: tuple[OpShape, ...]) -> tuple[float, float, int, bool, str]:
