@@ -343,28 +343,43 @@ def layer_counts(cfg: ModelConfig, gemm_input_bytes: float = 2.0) -> tuple[float
     return replicated, split, attention
 
 
-def inner_bytes_per_token(cfg: ModelConfig) -> float:
+def inner_bytes_per_token(cfg: ModelConfig, gemm_input_bytes: float = 2.0) -> float:
     """Bytes one token keeps inside one layer (the part tensor parallelism splits), by
     Korthikanti et al.'s rule (`layer_counts`' split term times ``h``); ``24 h`` for a
     multi-head attention layer with a 4h GELU MLP. MLA keeps its latents and per-head
     queries, keys and values; a MoE layer its router scores, the top-k copies of each token
-    in and out of the experts, the experts' insides and the shared experts'."""
-    n = cfg.num_heads
+    in and out of the experts, the experts' insides and the shared experts'.
+
+    ``gemm_input_bytes=1`` counts FP8 training whose GEMMs keep the FP8 copies of their
+    inputs (Transformer Engine's Linear and GroupedLinear), as `layer_counts` does for a
+    dense layer: the latents' norm outputs (the up-projections' inputs), the routed copies
+    into the experts, the experts' and shared experts' down-projection inputs in one byte,
+    and the output projection's FP8 input beside the BF16 attention output.
+
+    >>> from explorer.models import load
+    >>> cfg = load("deepseek-v3")
+    >>> inner_bytes_per_token(cfg), inner_bytes_per_token(cfg, gemm_input_bytes=1.0)
+    (514176.0, 452736.0)
+    """
+    n, g = cfg.num_heads, gemm_input_bytes
     if cfg.is_mla:
         qk, v = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
-        latents = 4 * ((cfg.q_lora_rank or 0) + cfg.kv_lora_rank) + 2 * cfg.qk_rope_head_dim
-        attention = 2 * n * (2 * qk + 2 * v) + latents
+        lora = (cfg.q_lora_rank or 0) + cfg.kv_lora_rank
+        latents = (2 + g) * lora + 2 * cfg.qk_rope_head_dim
+        o_copy = g * n * v if g < 2 else 0  # an FP8 GEMM keeps its own copy of O
+        attention = 2 * n * (2 * qk + 2 * v) + latents + o_copy
     else:
         d = cfg.dim_head
         attention = 2 * (2 * n * d + 2 * cfg.kv_heads * d)  # Q, proj input; K, V
         if cfg.qk_norm:  # the norms' inputs: queries and keys before their RMSNorm
             attention += 2 * n * d + 2 * cfg.kv_heads * d
     gated = cfg.activation == "swiglu"
-    f_bytes = 6 if gated else 4  # gate+up outputs and the product; fc1 output and act
+    # gate+up outputs and the product; fc1 output and act (the down GEMM's input: g)
+    f_bytes = 4 + g if gated else 2 + g
     if not cfg.is_moe:
         return attention + f_bytes * cfg.ffn
     h, k = cfg.hidden_size, cfg.experts_top_k
-    routed = k * (4 * h + f_bytes * cfg.moe_ffn)  # copies in, expert outputs, insides
+    routed = k * ((2 + g) * h + f_bytes * cfg.moe_ffn)  # copies in, outputs, insides
     return attention + 8 * cfg.num_experts + routed + f_bytes * cfg.shared_ffn
 
 
