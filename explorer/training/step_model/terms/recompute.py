@@ -15,10 +15,17 @@ their own behind the stage's compute (`offloaded_layers`, `offload_bytes`, `offl
 
 from __future__ import annotations
 
+import dataclasses
+
 from ....hardware import HardwareError
 from ....hardware.host import host_link
 from ...errors import TrainingParamsError
-from ...memory import ActivationTerms, activation_bytes_per_layer, layer_terms
+from ...memory import (
+    ActivationTerms,
+    activation_bytes_per_layer,
+    inner_bytes_per_token,
+    layer_terms,
+)
 from ..view import StepView
 from . import cp, dense
 
@@ -31,6 +38,7 @@ __all__ = [
     "selective_s",
     "working_set",
     "extra_flops_per_sequence",
+    "module_bytes_per_token",
     "offloaded_layers",
     "offload_bytes",
     "offload_saved_bytes",
@@ -62,7 +70,11 @@ def activation_terms(s: StepView) -> ActivationTerms:
     cfg, tp_ = s.cfg, s.tparams
     plain = not (cfg.is_moe or cfg.is_mla)
     g = 1.0 if tp_.precision == "fp8" and tp_.fp8_saved_inputs else 2.0
-    return layer_terms(cfg, dense.activation_terms(s), split=plain, gemm_input_bytes=g)
+    terms = dense.activation_terms(s)
+    if not plain and g != 2.0:  # the MoE / MLA insides' FP8 GEMM inputs in one byte
+        ratio = inner_bytes_per_token(cfg, g) / inner_bytes_per_token(cfg)
+        terms = dataclasses.replace(terms, split_bytes=terms.split_bytes * ratio)
+    return layer_terms(cfg, terms, split=plain, gemm_input_bytes=g)
 
 
 def layer_act(s: StepView, policy: str) -> float:
@@ -70,8 +82,17 @@ def layer_act(s: StepView, policy: str) -> float:
     or full), Korthikanti et al. 2022 counted for the model's layer (`activation_terms`).
     With ``TrainingParams.flash_attention`` the fused kernel keeps no ``s x s`` scores,
     softmax or dropout mask (Dao et al. 2022), so a layer without recomputation keeps what
-    a selectively recomputed one keeps."""
+    a selectively recomputed one keeps. Selective with ``TrainingParams.recompute_modules``
+    keeps what no recomputation keeps less those modules' outputs
+    (`module_bytes_per_token`)."""
     cfg, par = s.cfg, s.par
+    modules = s.tparams.recompute_modules
+    if policy == "selective" and modules:
+        none = layer_act(s, "none")
+        dropped = sum(_module_bytes(s, m) for m in modules if m != "core_attn")
+        if "core_attn" in modules:
+            dropped += _core_attn_bytes(s)
+        return max(none - dropped, layer_act(s, "full"))
     if policy == "selective" and s.tparams.selective_recompute == "op":
         keep = s.tparams.op_recompute_saved_bytes  # a policy that names what it saves
         if keep is None:
@@ -106,8 +127,11 @@ def layers_s(s: StepView, n_layers: int, n_full: int | None) -> float:
 def selective_s(s: StepView) -> float:
     """Seconds one selectively recomputed layer spends recomputing: its attention core's
     forward, or with ``selective_recompute="op"`` the share of its forward whose outputs
-    were not kept (``1 - op_recompute_saved_fraction``)."""
+    were not kept (``1 - op_recompute_saved_fraction``), or with ``recompute_modules``
+    those modules' forward (`_module_s`)."""
     L, tp_ = s.costs.layer, s.tparams
+    if tp_.recompute_modules:
+        return sum(_module_s(s, m) for m in tp_.recompute_modules)
     if tp_.selective_recompute == "op":
         return (1.0 - tp_.op_recompute_saved_fraction) * L.forward_s
     return L.recompute_selective_s
@@ -202,3 +226,87 @@ def offload_copy_s(s: StepView, n_layers: int, n_full: int | None) -> float:
             f"needs the chip's host link: {e}; or set activation_offload_layers=0"
         ) from None
     return offload_bytes(s, n_layers, n_full) / link.bandwidth_bytes_per_s + k * link.latency_s
+
+
+# Bytes a memory-bound module moves per byte of the output it recomputes: a norm reads its
+# input and writes its output (2); the SwiGLU activation reads the gate and up outputs
+# (twice its output) and writes its output (3).
+_MODULE_TRAFFIC = {"layernorm": 2.0, "moe_act": 3.0}
+
+
+def module_bytes_per_token(cfg, module: str, gemm_input_bytes: float = 2.0) -> tuple[float, float]:
+    """(split, replicated) activation bytes per token one layer of ``cfg`` keeps in the
+    outputs of Megatron-Core's recompute module ``module`` (what ``recompute_modules``
+    drops for the backward): ``mla_up_proj`` MLA's Q, K (``n (d_nope + d_rope)`` each) and
+    V (``n d_v``) in BF16; ``moe_act`` the routed experts' SwiGLU (or GELU) outputs, ``k f``
+    in BF16; ``layernorm`` the two norms' outputs, the QKV and MLP GEMMs' inputs
+    (``gemm_input_bytes`` each per ``h``; tensor parallelism keeps them whole). 0 for what
+    the model does not have.
+
+    >>> from explorer.models import load
+    >>> module_bytes_per_token(load("deepseek-v3"), "mla_up_proj")
+    (131072.0, 0.0)
+    >>> module_bytes_per_token(load("deepseek-v3"), "moe_act")
+    (32768.0, 0.0)
+    """
+    if module == "mla_up_proj" and cfg.is_mla:
+        qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+        return 2.0 * cfg.num_heads * (2 * qk + cfg.v_head_dim), 0.0
+    if module == "moe_act" and cfg.is_moe:
+        return 2.0 * cfg.experts_top_k * cfg.moe_ffn, 0.0
+    if module == "layernorm":
+        return 0.0, 2.0 * gemm_input_bytes * cfg.hidden_size
+    return 0.0, 0.0
+
+
+def _module_bytes(s: StepView, module: str) -> float:
+    """Bytes of one layer and microbatch in ``module``'s outputs on a device (the split
+    part over tp, the replicated part over tp with sequence parallelism)."""
+    g = 1.0 if s.tparams.precision == "fp8" and s.tparams.fp8_saved_inputs else 2.0
+    split, repl = module_bytes_per_token(s.cfg, module, g)
+    tokens = s.seq_local * s.par.microbatch_size
+    return tokens * (split / s.par.tp + repl / (s.par.tp if s.par.sp else 1))
+
+
+def _core_attn_bytes(s: StepView) -> float:
+    """The attention core's bytes (Korthikanti et al.'s selective policy), computed without
+    ``recompute_modules``."""
+    plain = dataclasses.replace(s.tparams, recompute_modules=())
+    view = _With(s, plain)
+    return layer_act(view, "none") - layer_act(view, "selective")
+
+
+def _module_s(s: StepView, module: str) -> float:
+    """Seconds one layer spends recomputing ``module`` for a microbatch: the attention core
+    as the selective policy prices it; MLA's up-projections by their share of the layer's
+    forward FLOPs; a memory-bound module by the bytes it moves at the chip's HBM bandwidth
+    (``hbm_efficiency``)."""
+    L, cfg = s.costs.layer, s.cfg
+    if module == "core_attn":
+        return L.recompute_selective_s
+    if module == "mla_up_proj" and cfg.is_mla:
+        q_in = cfg.q_lora_rank or cfg.hidden_size
+        qk = cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+        per_token = (
+            2
+            * cfg.num_heads
+            * (q_in * qk + cfg.kv_lora_rank * (cfg.qk_nope_head_dim + cfg.v_head_dim))
+        )
+        flops = per_token * s.seq_local * s.par.microbatch_size / s.par.tp
+        return L.forward_s * min(flops / max(L.flops, 1e-30), 1.0)
+    traffic = _MODULE_TRAFFIC.get(module, 0.0) * _module_bytes(s, module)
+    bw = s.cluster.chip.memory_bandwidth_bytes_per_s * s.tparams.hbm_efficiency
+    return traffic / bw
+
+
+class _With:
+    """``s`` seen with other TrainingParams (the layer's terms under another policy)."""
+
+    def __init__(self, s: StepView, tparams) -> None:
+        self._s, self.tparams = s, tparams
+
+    def __getattr__(self, name: str):
+        return getattr(self._s, name)
+
+    def layer_act(self, policy: str) -> float:
+        return layer_act(self, policy)
