@@ -159,6 +159,13 @@ class TrainingParams:
         fp8_weight_gather: with ``precision="fp8"`` and ZeRO-3, the weights are all-gathered
             in FP8 (1 byte a parameter: torchtitan's enable_fsdp_float8_all_gather,
             Megatron-Core's fp8_param_gather).
+        fp8_tp_gather: with ``precision="fp8"`` and ``tp_layout="megatron"``, the
+            tensor-parallel all-gathers move FP8 (1 byte an element): the forward's of each
+            block input, the backward's of each row-parallel output gradient (torchao's
+            Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput, which
+            torchtitan's tensorwise FP8 runs use); the reduce-scatters stay BF16. Half the
+            layer's TP volume is all-gathers, so it moves 3/4 of the bytes
+            (`terms.tp.fp8_gather_factor`).
         multi_rail_collectives: a data-parallel or ZeRO ring collective (all-reduce,
             all-gather, reduce-scatter) whose group holds several chips of a node spreads
             over their NICs, one ring per NIC, as NCCL's channels do (`Cluster.
@@ -465,6 +472,7 @@ class TrainingParams:
     selective_recompute: Literal["attention", "op"] = "attention"
     zero3_gather_granularity: Literal["tensor", "block"] = "tensor"
     fp8_weight_gather: bool = False
+    fp8_tp_gather: bool = False
     multi_rail_collectives: bool = False
     aligned_nvlink_domains: bool = False
     fp8_saved_inputs: bool = False
@@ -510,7 +518,7 @@ class TrainingParams:
                 "(PyTorch FSDP: one flat all-gather and one reduce-scatter per wrapped layer)"
             )
         for name in ("flash_attention", "p2p_scatter_gather", "cp_kv_regather",
-                     "fp8_weight_gather", "multi_rail_collectives",
+                     "fp8_weight_gather", "fp8_tp_gather", "multi_rail_collectives",
                      "aligned_nvlink_domains", "fp8_saved_inputs",
                      "moe_flex_dispatcher"):  # fmt: skip
             if not isinstance(getattr(self, name), bool):

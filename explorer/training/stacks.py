@@ -420,6 +420,15 @@ _TORCHTITAN_VALUES = _FSDP_COMMON | {
         "float8.enable_fsdp_float8_all_gather is off by default; switch on with "
         "fp8_weight_gather=True (with precision='fp8')",
     ),
+    "fp8_tp_gather": (
+        True,
+        "torchtitan's FP8 tensor parallelism (parallelize_llama.apply_tp at 9dec370 and "
+        "820504e: Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput for "
+        "tensorwise scaling; regular TP for the rowwise recipes): torchao casts each block "
+        "input to FP8 before its all-gather and each row-parallel output's gradient to FP8 "
+        "before the backward's all-gather (torchao/float8/float8_tensor_parallel.py at "
+        "eab345c and 6243040, NoopFwToFloat8BwDynamic)",
+    ),
 }
 
 # MaxText as NVIDIA's DGX Cloud recipe runs it on H100 (github.com/NVIDIA/dgxc-benchmarking,
@@ -846,6 +855,7 @@ def row_params(
             changes["loss_backward_bytes_per_logit"] = UNFUSED_CE_BYTES[1]
         elif key == "float8_recipe" and value.split(" ")[0] == "rowwise":
             changes["fp8_scaling_matmul_ratio"] = FP8_ROWWISE_MATMUL_RATIO
+            changes["fp8_tp_gather"] = False  # torchtitan: regular TP for rowwise recipes
         elif key == "optim_dtype" and value.split(" ")[0] in OPTIMIZER_STATE_BYTES:
             changes["state"] = OPTIMIZER_STATE_BYTES[value.split(" ")[0]]
         elif key == "moe_a2a_overlap" and value[:4] in ("true", "fals"):

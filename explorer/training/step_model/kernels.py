@@ -92,7 +92,7 @@ KERNEL_FIELDS = (
     "memory_bound_backward_ratio", "flash_attention", "flash_attention_efficiency",
     "flash_backward_flops_ratio", "flash_block_tokens", "precision", "fp8_cast_bytes_per_element",
     "fp8_matmul_efficiency_ratio", "fp8_scaling_matmul_ratio", "loss_forward_bytes_per_logit",
-    "loss_backward_bytes_per_logit",
+    "loss_backward_bytes_per_logit", "fp8_tp_gather", "tp_layout",
 )  # fmt: skip
 
 
@@ -396,9 +396,16 @@ _PART_TIMES: Memo[tuple] = Memo("training.part_times", maxsize=4096)
 
 
 def _timed_all(costs: StageCosts, chip: Chip, p: TrainingParams) -> StageCosts:
+    from .terms.tp import fp8_gather_factor  # terms import this module
+
+    layer = _timed(costs.layer, chip, p, p.precision == "fp8")
+    g = fp8_gather_factor(p)  # FP8 tensor-parallel all-gathers (the head stays BF16)
+    if g != 1.0:
+        layer = replace(layer, tp_forward_s=layer.tp_forward_s * g,
+                        tp_backward_s=layer.tp_backward_s * g)  # fmt: skip
     return replace(
         costs,
-        layer=_timed(costs.layer, chip, p, p.precision == "fp8"),
+        layer=layer,
         embed=_timed(costs.embed, chip, p, False),
         head=_timed(costs.head, chip, p, False),
     )
