@@ -176,17 +176,49 @@ def check_seq(seq: object) -> None:
         raise ParallelConfigError(f"seq={seq!r}; expected a sequence length, an int >= 1")
 
 
-def _live_activations(step: StepModel, part: StagePartition, schedule, n_full) -> list[float]:
-    """Peak live activation bytes per device, walking each device's step order."""
-    out = []
-    for d, order in enumerate(schedule.order):
-        live = peak = 0.0
-        acts = [step.stage_act(part, c * step.par.pp + d, n_full) for c in range(schedule.chunks)]
-        for s in order:
-            live += acts[s.chunk] if s.phase == "F" else -acts[s.chunk]
-            peak = max(peak, live)
-        out.append(peak)
-    return out
+def chunk_live_counts(
+    kind: str, pp: int, microbatches: int, device: int, chunks: int = 1
+) -> tuple[tuple[int, ...], ...]:
+    """Where ``device`` may peak: per model chunk, the microbatches whose activations it
+    keeps after each of its forwards (the states no other state matches or exceeds in
+    every chunk). One state for GPipe and 1F1B (`peak_in_flight` on its one chunk);
+    interleaved 1F1B keeps unequal counts per chunk (Megatron-LM's warm-up runs its
+    forwards chunk by chunk: device 0 of pp=8, v=2 peaks at 15 microbatches of chunk 0 and
+    8 of chunk 1, or 16 and 7), so a device's peak activations are
+    ``max over states of sum_c count_c x act_c``, the chunks' activations weighted by
+    their own counts, not their average by the total. The states repeat with period
+    pp x v forwards once the warm-up is done, so the walk stops at 4 x pp microbatches
+    (exact: tests/training/test_memory_agreement.py walks the whole schedule)."""
+    return _chunk_live_counts(kind, pp, microbatches, device, chunks)
+
+
+@memoize(maxsize=4096)
+def _chunk_live_counts(kind, pp, microbatches, device, chunks):
+    if kind != "interleaved_1f1b" or chunks == 1:
+        return ((peak_in_flight(kind, pp, microbatches, device, chunks),),)
+    m = min(microbatches, 4 * pp)  # both multiples of pp: interleaved 1F1B needs it
+    live = [0] * chunks
+    states = []
+    for s in build_schedule(kind, pp, m, chunks).order[device]:
+        live[s.chunk] += 1 if s.phase == "F" else -1
+        if s.phase == "F":
+            states.append(tuple(live))
+    states = set(states)
+    kept = [
+        a for a in states
+        if not any(b != a and all(x >= y for x, y in zip(b, a, strict=True)) for b in states)
+    ]  # fmt: skip
+    return tuple(sorted(kept))
+
+
+def peak_activations(step: StepModel, part: StagePartition, device: int, n_full) -> float:
+    """The most activation bytes ``device`` keeps during the step: its chunks' activations
+    (`StepModel.stage_act`) weighted by `chunk_live_counts`. `estimate`, `simulate` and
+    the stage split's memory check all use it, so they report the same memory."""
+    par = step.par
+    acts = [step.stage_act(part, c * par.pp + device, n_full) for c in range(par.virtual_stages)]
+    states = chunk_live_counts(par.schedule, par.pp, step.m, device, par.virtual_stages)
+    return max(sum(n * a for n, a in zip(state, acts, strict=True)) for state in states)
 
 
 def _in_flight(step: StepModel) -> list[int]:
@@ -279,8 +311,10 @@ def simulate(
     def evaluate(n_full):
         split = _partition(step, n_full, in_flight)
         part = split[0]
-        live = _live_activations(step, part, schedule, n_full)
-        return split, [step.device_memory(part, d, n_full, live[d]) for d in range(par.pp)]
+        return split, [
+            step.device_memory(part, d, n_full, peak_activations(step, part, d, n_full))
+            for d in range(par.pp)
+        ]
 
     split, n_full, mems = _fewest_recompute(step, evaluate)
     part = split[0]
@@ -303,9 +337,9 @@ def _busy(P: PartCost) -> float:
 def _formula_memories(
     step: StepModel, part: StagePartition, n_full, flight
 ) -> list[MemoryBreakdown]:
-    """Per-device memory with activations = microbatches in flight x the stage's
-    activations (exact for one chunk per device; the chunk average when interleaved).
-    Only the first device of each distinct stage shape is computed: later devices with
+    """Per-device memory with activations = `peak_activations` (the chunks' activations
+    weighted by the microbatches of each the device keeps at its peak; ``flight`` keys
+    the memo). Only the first device of each distinct stage shape is computed: later devices with
     the same layers keep fewer microbatches in flight, so they never need more.
     Computed once per (split, recompute count, microbatches in flight) of a step: the
     split's memory check and the recompute ladder ask for the same ones."""
@@ -329,8 +363,7 @@ def _formula_memories_of(
         if shape in seen:
             continue
         seen.add(shape)
-        act = sum(step.stage_act(part, g, n_full) for g in chunks) / v
-        out.append(step.device_memory(part, d, n_full, act * flight[d]))
+        out.append(step.device_memory(part, d, n_full, peak_activations(step, part, d, n_full)))
     return tuple(out)
 
 
