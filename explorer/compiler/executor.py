@@ -115,7 +115,8 @@ class Program:
                 sub_programs += progs
                 outs = tuple(s for _, s in members)
             else:
-                fn = make_kernel(n, in_types)
+                copy = plan is not None and n.name in plan.copies
+                fn = _reshape_into(n.type.shape) if copy else make_kernel(n, in_types)
                 out = views.get(n.name)
                 outs = (s,)
             self.steps.append((fn, ins, outs, out))
@@ -278,6 +279,19 @@ class Program:
         for s in self._clear:  # drop references so the caller's arrays can be freed
             env[s] = None
         return outs
+
+
+def _reshape_into(shape: tuple[int, ...]) -> Callable:
+    """A reshape written into ``out`` (numpy's reshape of a strided view allocates a copy);
+    a contiguous input is reshaped as a view (the plan keeps its source alive as long)."""
+
+    def k_reshape(x, out=None):
+        if out is None or x.flags.c_contiguous:
+            return x.reshape(shape)
+        np.copyto(out.reshape(x.shape), x)  # out is C-contiguous: C order, as reshape reads
+        return out
+
+    return k_reshape
 
 
 class _ArenaView(NamedTuple):

@@ -60,7 +60,7 @@ from ..kernels import ALIASES, IN_PLACE, WRITES_OUT
 from .rewrite import RewriteStep
 
 __all__ = ["ALIGN", "CALL_MIN_BYTES", "CALL_MIN_SAVING", "CALL_MIN_OUTPUT_SHARE", "Block", "Lifetime", "MemoryPlan",
-           "plan_memory", "memory_plan", "host_bytes", "nested_arena_bytes"]  # fmt: skip
+           "plan_memory", "memory_plan", "host_bytes", "nested_arena_bytes", "copying_reshapes"]  # fmt: skip
 
 ALIGN = 64
 """Byte alignment of every block's offset and size (a cache line; numpy's SIMD loops and
@@ -68,13 +68,18 @@ BLAS read aligned rows fastest)."""
 CALL_MIN_BYTES = 1 << 16
 """Smallest arena allocated per call (``"call"``): writing 64 KiB takes microseconds, as
 much as the per-call views of a program of a few dozen planned values."""
-CALL_MIN_SAVING = 0.1
-"""Fraction of the held plan's peak (arena + outputs) a per-call arena must save."""
+CALL_MIN_SAVING = 0.05
+"""Fraction of the held plan's peak (arena + outputs) a per-call arena must save: the plans
+count no kernel's temporaries, so a smaller difference may not be one. GPT-2 small's
+512-token prefill saves 7% (held: a 9.4 MB arena beside the 102.9 MB logits)."""
 CALL_MIN_OUTPUT_SHARE = 0.5
 """Share of a per-call arena the outputs must fill: they keep the whole arena alive while
 the caller holds them (a loop's state would hold two bodies' arenas at the next run)."""
 
 Lifetime = Literal["held", "call"]
+
+# views whose reshape numpy copies (not contiguous in general)
+_STRIDED = frozenset({"transpose", "slice", "expand", "broadcast_to", "getitem"})
 
 # ops that run nested programs inside one step (attributes holding their graphs)
 _NESTED = {"cond": ("then_", "else_"), "loop": ("cond", "body")}
@@ -129,7 +134,8 @@ class MemoryPlan:
     the largest live set (no plan of these lifetimes needs less); ``in_place`` the values
     written over an input; ``lifetime`` where the arena lives (module docstring);
     ``output_bytes`` the bytes of the outputs the kernels write (fresh arrays when held,
-    in the arena per call); ``peak_bytes`` what a call holds at most of both.
+    in the arena per call); ``peak_bytes`` what a call holds at most of both; ``copies``
+    the reshapes of strided views written into the arena (`copying_reshapes`).
     """
 
     blocks: tuple[Block, ...]
@@ -139,6 +145,7 @@ class MemoryPlan:
     in_place: tuple[str, ...]
     lifetime: Lifetime = "held"
     output_bytes: int = 0
+    copies: tuple[str, ...] = ()
 
     @property
     def peak_bytes(self) -> int:
@@ -238,22 +245,52 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+def _roots(graph: Graph, copies: frozenset[str] = frozenset()) -> dict[str, str]:
+    """Value -> the value owning its memory (views lead to their source)."""
+    root: dict[str, str] = {}
+    for n in graph.nodes:
+        alias = n.op in ALIASES and n.inputs and n.name not in copies
+        root[n.name] = root[n.inputs[0]] if alias else n.name
+    return root
+
+
+def copying_reshapes(graph: Graph) -> frozenset[str]:
+    """The reshapes of a strided view (a transpose, slice, expand, getitem): numpy copies
+    them, so they get a block and write into it (`Program` gives them a kernel that does;
+    one whose input turns out contiguous returns a view, and its source is kept alive as
+    long). Not those that are, or are viewed by, an output: an output must never be a view
+    of a planned value."""
+    copies = {n.name for n in graph.nodes
+              if n.op == "reshape" and n.inputs and graph.node(n.inputs[0]).op in _STRIDED
+              and host_bytes(n.type) > 0}  # fmt: skip
+    while True:  # dropping one can make another one's view an output's: to a fixed point
+        root = _roots(graph, frozenset(copies))
+        escaping = {root[o] for o in graph.outputs} & copies
+        if not escaping:
+            return frozenset(copies)
+        copies -= escaping
+
+
 def _lifetimes(graph: Graph, outputs: bool
                ) -> tuple[list[list[str]], list[str], dict[str, int], dict[str, int], int]:  # fmt: skip
     """(chains of values sharing one block, the values written in place, first step and
     last step of each chain's head, bytes of the kernel-written outputs); ``outputs``: plan
     the outputs too, alive past the last step."""
     pos = {n.name: i for i, n in enumerate(graph.nodes)}
-    root: dict[str, str] = {}
-    for n in graph.nodes:
-        root[n.name] = root[n.inputs[0]] if n.op in ALIASES and n.inputs else n.name
+    copies = copying_reshapes(graph)
+    root = _roots(graph, copies)
     last: dict[str, int] = {}
     for n in graph.nodes:
         for a in n.inputs:
             r = root[a]
             last[r] = max(last.get(r, -1), pos[n.name])
+    for n in reversed(graph.nodes):  # a copy may return a view: its source lives as long
+        if n.name in copies:
+            r = root[n.inputs[0]]
+            last[r] = max(last.get(r, -1), last.get(n.name, pos[n.name]))
     escapes = {root[o] for o in graph.outputs}
-    written = [n for n in graph.nodes if n.op in WRITES_OUT and host_bytes(n.type) > 0]
+    written = [n for n in graph.nodes
+               if (n.op in WRITES_OUT or n.name in copies) and host_bytes(n.type) > 0]  # fmt: skip
     out_bytes = sum(host_bytes(n.type) for n in written if n.name in escapes)
     if outputs:
         for r in escapes:
@@ -282,7 +319,7 @@ def _lifetimes(graph: Graph, outputs: bool
             in_place.append(n.name)
     first = {h: pos[h] for h in chains}
     end = {h: max(last.get(v, pos[v]) for v in chain) for h, chain in chains.items()}
-    return list(chains.values()), in_place, first, end, out_bytes
+    return list(chains.values()), in_place, first, end, out_bytes, copies
 
 
 def _place(sizes: list[int], first: list[int], last: list[int]) -> list[int]:
@@ -320,7 +357,7 @@ def plan_memory(graph: Graph, lifetime: Lifetime | None = None) -> MemoryPlan:
     if lifetime not in ("held", "call"):
         raise CompilerError(f"plan_memory: lifetime={lifetime!r} is not 'held', 'call' or "
                             "None; pass one of them (None picks)")  # fmt: skip
-    chains, in_place, first, end, out_bytes = _lifetimes(graph, lifetime == "call")
+    chains, in_place, first, end, out_bytes, copies = _lifetimes(graph, lifetime == "call")
     heads = [c[0] for c in chains]
     sizes = [_aligned(max(host_bytes(graph.node(v).type) for v in c)) for c in chains]
     starts = [first[h] for h in heads]
@@ -354,7 +391,8 @@ def plan_memory(graph: Graph, lifetime: Lifetime | None = None) -> MemoryPlan:
         bound = max(bound, live)
     naive = sum(_aligned(host_bytes(graph.node(v).type)) for c, k in zip(chains, nested, strict=True)
                 if not k for v in c) + sum(z for z, k in zip(sizes, nested, strict=True) if k)  # fmt: skip
-    return MemoryPlan(blocks, arena, naive, bound, tuple(in_place), lifetime, out_bytes)
+    copied = tuple(n.name for n in graph.nodes if n.name in copies)
+    return MemoryPlan(blocks, arena, naive, bound, tuple(in_place), lifetime, out_bytes, copied)
 
 
 def memory_plan(graph: Graph) -> tuple[Graph, list[RewriteStep], MemoryPlan]:
