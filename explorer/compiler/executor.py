@@ -1,5 +1,10 @@
-"""The executor of compiled graphs: each step a kernel chosen at compile time, with the
-memory plan's buffers allocated once, run as one generated Python function.
+"""The executor of compiled graphs: each step a kernel chosen at compile time, writing
+into the memory plan's arena, run as one generated Python function.
+
+The arena (`MemoryPlan`) is allocated once and held between calls (``"held"``: each
+planned value a view made once, ``out=b7``), or allocated by each call with the outputs in
+it (``"call"``: ``a = _empty(...)`` opens the plan, each value a view made per call,
+``out=_nd(s7, d7, a, 4096)``). The programs a cond/loop step runs get a block of it.
 
 ``Program.run`` calls the *precompiled plan*: straight-line Python source, made once per
 program, with one line per kernel call (``v7 = k3(v2, v5, out=b7)``): no per-op loop, no
