@@ -858,3 +858,17 @@ def test_scaling_view_in_a_kernel_plans_a_control_change_in_the_background():
         p.tokens_per_s_per_device for p in want.points
     ]
     assert list(v.figure.data[2].y) == [p.tokens_per_s_per_device for p in want.points]
+
+
+def test_dashboard_graph_out_of_sight_catches_up_with_another_model():
+    """A re-plan for another model while the graph tab is out of sight: the graph keeps the
+    plan for when it is opened, then draws the new model's graph and plan without error."""
+    dash = StrategyExplorer("gpt2", devices=8, global_batch=64, seq=512, draw_layers=2)
+    dash.open_tab("pipeline")
+    dash.controls["model"].value = "gpt3-125m"
+    graph = dash.views["graph"]
+    assert "plan" in graph.deferred and graph.graph is not dash.sharding.graph
+    assert dash.open_tab("graph") is graph and not graph.deferred
+    assert graph.graph is dash.sharding.graph and graph.plan is dash.sharding
+    assert dash.errors.last is None and graph.errors.last is None
+    assert len(graph.figure.data[1].x) > 0  # the new graph's units are drawn
