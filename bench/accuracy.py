@@ -955,6 +955,9 @@ def peer_simumax() -> dict:
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):  # not a run: the whole bench writes its results
+        print(__doc__)
+        return
     if "--peer" in sys.argv[1:]:
         result = json.loads(OUT.read_text()) if OUT.is_file() else {}
         result["peer_simumax"] = peer_simumax()
