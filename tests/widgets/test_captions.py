@@ -161,3 +161,27 @@ def test_graph_title_counts_the_closed_boxes_drawn_after_each_click():
         nodes, closed = re.search(r": ([\d,]+) nodes in \d+ groups, (\d+) closed", title).groups()
         boxes = next(t for t in view.figure.data if t.name == "boxes")
         assert int(closed) == len(boxes.x) and int(nodes.replace(",", "")) == len(g)
+
+
+@pytest.mark.parametrize(("axis", "rank"), [("dp", 5), ("tp", 6), ("pp", 3)])
+def test_rank_map_caption_agrees_with_its_squares(axis, rank):
+    from collections import Counter
+
+    from widgets import RankMapView
+
+    view = RankMapView(dp=2, tp=4, pp=2)
+    view.controls["axis"].value, view.controls["rank"].value = axis, rank
+    title = _text(view.figure.layout.title.text)
+    n, size = (
+        int(g) for g in re.search(rf"{axis} groups, .*?: (\d+) of (\d+) ranks", title).groups()
+    )
+    squares = view.figure.data[0]
+    labels = [re.match(rf"r(\d+)<br>{axis} (\d+)", t).groups() for t in squares.text]
+    counts = Counter(g for _, g in labels)
+    assert len(counts) == n and set(counts.values()) == {size}  # n groups of size drawn
+    summary = _text(view.summary.value)
+    said = [int(r) for r in re.search(rf"rank {rank}'s {axis} group: \[([\d, ]+)\]",
+                                       summary.replace("&#x27;", "'")).group(1).split(",")]  # fmt: skip
+    outlined = [int(r) for (r, _), w in zip(labels, squares.marker.line.width, strict=True)
+                if w > 1]  # fmt: skip
+    assert sorted(said) == outlined and rank in outlined
