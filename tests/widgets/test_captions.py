@@ -185,3 +185,22 @@ def test_rank_map_caption_agrees_with_its_squares(axis, rank):
     outlined = [int(r) for (r, _), w in zip(labels, squares.marker.line.width, strict=True)
                 if w > 1]  # fmt: skip
     assert sorted(said) == outlined and rank in outlined
+
+
+def test_plan_diff_caption_agrees_with_its_bars_and_rings():
+    from widgets import PlanDiffView
+
+    g = ex.models.build(ex.models.load("gpt2").replace(num_layers=4), batch=8, seq=256)
+    mesh = ex.Mesh({"dp": 2, "tp": 4}, hardware="a100-80g")
+    a = ex.search(g, mesh, "dynamic_programming")
+    for beta in (8.0, 0.25):
+        b = ex.search(g, mesh, "dynamic_programming",
+                      params=ex.CostParams(beta_communication=beta))  # fmt: skip
+        view = PlanDiffView(a, b)
+        said = _text(view.summary.value)
+        total = re.search(r"b - a\s+([+-][\d.e+-]+) s", said).group(1)
+        assert total == f"{sum(view.figure.data[0].x):+.4g}"  # the term bars add up to it
+        assert f"b - a = {total} s" in view.figure.layout.title.text
+        n = int(re.search(r"(\d+) ops change strategy \(ringed in red\)", said).group(1))
+        rings = next(t for t in view.graph_figure.data if t.name == "changed")
+        assert len(rings.x) == n
