@@ -204,3 +204,24 @@ def test_plan_diff_caption_agrees_with_its_bars_and_rings():
         n = int(re.search(r"(\d+) ops change strategy \(ringed in red\)", said).group(1))
         rings = next(t for t in view.graph_figure.data if t.name == "changed")
         assert len(rings.x) == n
+
+
+def test_trace_compare_summary_agrees_with_the_slices_drawn_after_a_rerun():
+    from collections import Counter
+
+    from widgets import TraceCompare
+
+    view = TraceCompare(batch=1, size=16, runs=3)
+    for size in (16, 24):
+        view.controls["size"].value = size
+        view.flush()
+        assert view.size == size and not view.stale  # re-run on the new length
+        summary, headline = _text(view.summary.value), _text(view.headline.value)
+        ops, kernels = (int(g) for g in re.search(
+            r"Ops \(eager\) / kernels \(static\)\s+(\d+)\s+(\d+)", summary).groups())  # fmt: skip
+        slices = Counter(y for t in view.figure.data if t.y is not None
+                         and t.name not in ("compilation",) and not t.name.startswith("flow")
+                         and t.name != "picked kernel's flows" for y in t.y)  # fmt: skip
+        assert (slices["eager"], slices["static (@jit)"]) == (ops, kernels)
+        speedup = re.search(r"speed-up ([\d.]+x) \(median of (\d+) runs", headline).groups()
+        assert f"{speedup[0]} (median of {speedup[1]} runs" in view.figure.layout.title.text
