@@ -310,7 +310,9 @@ def _embedding(node, in_types, attrs) -> Kernel:
                 f"({bad.size} bad ids); clip or remap the ids before the lookup",
                 None,
             )
-        return np.take(table, ids, axis=0, out=out)
+        # mode="raise" writes a temporary of the output's size then copies it into out
+        # (1.5 MB of GPT-2 small's 512-token prefill); the ids are checked above
+        return np.take(table, ids, axis=0, out=out, mode="clip")
 
     return k
 
