@@ -341,3 +341,31 @@ def test_reshape_of_a_transpose_is_written_into_the_arena():
         np.testing.assert_allclose(u, v, rtol=1e-6)
     alloc = {e.detail: e.bytes_allocated for e in rec.trace.events if e.kind == "kernel"}
     assert alloc["r"] == 0 and alloc["r2"] == N * 4 * 8 * 4  # r2 copies, fresh
+
+
+def test_kernels_writing_into_the_arena_allocate_no_copy_of_their_output():
+    # numpy's take(mode="raise") fills a temporary of the output's size before copying it
+    # into out: the embedding kernel must not (tracemalloc counts numpy's allocations)
+    import tracemalloc
+
+    from explorer.compiler.kernels import make_kernel
+
+    b = ex.GraphBuilder("emb")
+    ids, table = b.input("ids", (1, 512), "int64"), b.input("table", (1000, 64))
+    g = b.build([b.op("embedding", ids, table, name="e")])
+    node = g.node("e")
+    k = make_kernel(node, g.input_types("e"))
+    idx = (np.arange(512) % 1000).reshape(1, 512)
+    tab = np.random.default_rng(0).standard_normal((1000, 64)).astype(np.float32)
+    out = np.empty((1, 512, 64), np.float32)
+    tracemalloc.start()
+    try:
+        k(idx, tab, out=out)
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        k(idx, tab, out=out)
+        extra = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert extra < out.nbytes // 8, extra
+    np.testing.assert_array_equal(out, tab[idx])
