@@ -243,6 +243,8 @@ class TrainingParams:
     param_gather_overlap_fraction fraction   of the ZeRO-1/2 weight all-gather hidden
     p2p_overlap_fraction          fraction   of pipeline sends hidden behind compute
     fp8_cast_bytes_per_element    bytes      moved per FP8 GEMM input element (the cast)
+    eager_norm_bytes_ratio        ratio      a norm's HBM bytes over one fused pass
+    eager_rope_bytes_ratio        ratio      a rotary embedding's HBM bytes over one fused pass
     loss_forward_bytes_per_logit  bytes      per logit of an unfused loss's forward (0: fused)
     loss_backward_bytes_per_logit bytes      per logit of an unfused loss's backward (0: fused)
     fp8_matmul_efficiency_ratio   1          FP8 GEMM share of FP8 peak / BF16's of BF16's
@@ -384,6 +386,15 @@ class TrainingParams:
         "(3; current scaling adds an amax pass, 2 more); weights are cast once per step "
         "(TE caches the FP8 weight over the microbatches), not counted; assumption: the cast "
         "runs as its own memory-bound pass at hbm_efficiency")  # fmt: skip
+    eager_norm_bytes_ratio: float = knob(
+        1.0, "HBM bytes of a norm op relative to one fused pass", 1.0, 20.0,
+        source="1: a norm is one kernel reading its input and writing its output (a fused "
+        "RMSNorm, torch.compile's Inductor); stacks.EAGER_NORM_ROPE_RATIOS for torchtitan "
+        "run without torch.compile")  # fmt: skip
+    eager_rope_bytes_ratio: float = knob(
+        1.0, "HBM bytes of a rotary-embedding op relative to one fused pass", 1.0, 20.0,
+        source="1: one fused kernel; stacks.EAGER_NORM_ROPE_RATIOS for torchtitan run "
+        "without torch.compile")  # fmt: skip
     loss_forward_bytes_per_logit: float = knob(
         0.0, "HBM bytes per logit of the loss's forward kernels", 0.0, 100.0,
         source="0: the loss is one fused pass over the logits (the graph's cross-entropy op: "

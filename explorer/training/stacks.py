@@ -63,6 +63,7 @@ __all__ = [
     "FP8_ROWWISE_MATMUL_RATIO",
     "EAGER_LOSS_ACTIVATIONS",
     "UNFUSED_CE_BYTES",
+    "EAGER_NORM_ROPE_RATIOS",
     "REMAT_NAMES",
     "named_remat_fractions",
     "names",
@@ -700,6 +701,14 @@ FP8_ROWWISE_MATMUL_RATIO = 0.52
 #: f2e5db402c, store_true); NeMo's launcher recipes set it from 24.09.
 UNFUSED_CE_BYTES = (38.0, 14.0)
 
+#: (norm, rotary embedding) HBM bytes over one fused pass when torchtitan runs without
+#: torch.compile: its RMSNorm (torchtitan/models/norms.py at 9dec370, norm_type 'rmsnorm' in
+#: train_configs/llama3_8b.toml) is x.float() (read 2, write 4), pow (8), mean (4), the
+#: multiply by rsqrt (8), type_as (6) and the weight multiply (4): 36 bytes per element for
+#: a fused kernel's 4 (9x); apply_rotary_emb (models/llama/model.py at 9dec370) is
+#: xq.float() (6), the complex multiply (8) and type_as (6): 20 for 4 (5x).
+EAGER_NORM_ROPE_RATIOS = (9.0, 5.0)
+
 #: The activations of a run whose loss runs eagerly: PyTorch's cross_entropy on
 #: ``pred.flatten(0, 1).float()`` (torchtitan train.py at 9dec370, loss_fn, its
 #: ``torch.compile(loss_fn)`` commented out) keeps the BF16 logits (2 bytes), their FP32
@@ -809,7 +818,8 @@ def row_params(
     with its ``precision`` and the switches its ``knobs`` column names (``async_tp`` and
     ``tp_comm_overlap`` -> ``tp_comm_overlap_fraction``, ``fp8_allgather`` ->
     ``fp8_weight_gather``, ``compile`` -> ``fused_ops``: `COMPILE_FUSED_OPS` or the
-    default (off: an eager loss too, `EAGER_LOSS_ACTIVATIONS`);
+    default (off: an eager loss, `EAGER_LOSS_ACTIVATIONS`, and eager norms and rotary
+    embeddings, `EAGER_NORM_ROPE_RATIOS`);
     ``loss_compiled=false`` -> the same; ``loss_fusion=false`` (Megatron-Core's
     cross_entropy_loss_fusion off) -> `UNFUSED_CE_BYTES`; ``remat_saved`` (the tensors a
     MaxText remat_policy=custom saves, given ``cfg`` and ``seq``) -> op-level selective
@@ -848,6 +858,8 @@ def row_params(
             changes["fused_ops"] = COMPILE_FUSED_OPS if on else _FUSED
             if not on:
                 changes.update(_eager_loss())
+                changes["eager_norm_bytes_ratio"] = EAGER_NORM_ROPE_RATIOS[0]
+                changes["eager_rope_bytes_ratio"] = EAGER_NORM_ROPE_RATIOS[1]
         elif key == "loss_compiled" and value[:5] == "false":
             changes.update(_eager_loss())
         elif key == "loss_fusion" and value[:5] == "false":

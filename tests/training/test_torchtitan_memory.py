@@ -46,3 +46,30 @@ def test_llama3_8b_fsdp_peaks_within_ten_percent_of_torchtitans_table() -> None:
     for r in rows:
         sim = predict(r, measured_params(r))
         assert sim.memory.total / r.memory_bytes - 1 == pytest.approx(0.0, abs=0.10), r.label
+
+
+def test_eager_norms_and_rotary_embeddings_move_their_fp32_passes() -> None:
+    from explorer.training.step_model.kernels import memory_s, part_times
+    from explorer.training.step_model.stage_costs import stage_costs
+
+    eager = stacks.row_params("torchtitan_2024_h100", "torchtitan", "bf16", "compile=false")
+    assert (eager.eager_norm_bytes_ratio, eager.eager_rope_bytes_ratio) == (
+        stacks.EAGER_NORM_ROPE_RATIOS
+    )
+    compiled = stacks.row_params("torchtitan_2024_h100", "torchtitan", "bf16", "compile=true")
+    assert compiled.eager_norm_bytes_ratio == 1.0
+    hw = ex.hardware.load("h100-hbm2e-96g")
+    cfg = ex.models.load("llama3-8b")
+    c = stage_costs(cfg, 2048, 1, 1, hw, eager.cost, eager.search_method, eager.fused_ops)
+    a = part_times(c.layer.kernels, hw.chip, compiled.replace(fused_ops=eager.fused_ops)
+                   .resolved(hw.chip))  # fmt: skip
+    b = part_times(c.layer.kernels, hw.chip, eager.resolved(hw.chip))
+    p = eager.resolved(hw.chip)
+    extra = 0.0
+    for o in c.layer.kernels:
+        short = o.name.split(".")[-1]
+        r = 9.0 if short.endswith("norm") else 5.0 if short.endswith("_rope") else 1.0
+        n = o.read_bytes + o.written_bytes
+        extra += memory_s(r * n, hw.chip, p) - memory_s(n, hw.chip, p)
+    assert extra > 0
+    assert b.forward_s - a.forward_s == pytest.approx(extra, rel=1e-6)

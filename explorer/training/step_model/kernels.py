@@ -92,7 +92,8 @@ KERNEL_FIELDS = (
     "memory_bound_backward_ratio", "flash_attention", "flash_attention_efficiency",
     "flash_backward_flops_ratio", "flash_block_tokens", "precision", "fp8_cast_bytes_per_element",
     "fp8_matmul_efficiency_ratio", "fp8_scaling_matmul_ratio", "loss_forward_bytes_per_logit",
-    "loss_backward_bytes_per_logit", "fp8_tp_gather", "tp_layout",
+    "loss_backward_bytes_per_logit", "fp8_tp_gather", "tp_layout", "eager_norm_bytes_ratio",
+    "eager_rope_bytes_ratio",
 )  # fmt: skip
 
 
@@ -327,7 +328,7 @@ def part_times(
                 b += gemm_s(o.batch, o.k, o.n, o.m, o.itemsize, chip, p, o.dtype)
             kb = o.grads
         else:
-            nbytes = o.read_bytes + o.written_bytes
+            nbytes = (o.read_bytes + o.written_bytes) * _eager_ratio(o, p)
             f = memory_s(nbytes, chip, p)
             b = memory_s(nbytes * p.memory_bound_backward_ratio, chip, p)
             kb = 1
@@ -344,6 +345,19 @@ def part_times(
 
 
 _LOSS = "token_loss"  # the builders' cross-entropy op (models/builders.py)
+
+
+def _eager_ratio(o: OpShape, p: TrainingParams) -> float:
+    """HBM bytes of memory op ``o`` over its fused pass: ``eager_norm_bytes_ratio`` for the
+    builders' norms (``*norm``), ``eager_rope_bytes_ratio`` for their rotary embeddings
+    (``*_rope``), 1 for the rest. The backward keeps its ``memory_bound_backward_ratio``
+    of the forward's bytes (an assumption for the eager ops' autograd)."""
+    short = o.name.split(".")[-1]
+    if short.endswith("norm"):
+        return p.eager_norm_bytes_ratio
+    if short.endswith("_rope"):
+        return p.eager_rope_bytes_ratio
+    return 1.0
 
 
 def _loss_s(o: OpShape, f: float, b: float, chip: Chip, p: TrainingParams) -> tuple[float, float]:
