@@ -209,8 +209,6 @@ class StrategyExplorer(View):
         if self.plan is not None and self._in_background():
             self._start_replan(key)
             return
-        with self._plan_lock:
-            self._generation += 1  # a plan still computing in the background is dropped
         try:
             self.replan()
         except Exception as e:  # noqa: BLE001  (shown beside its control)
@@ -253,7 +251,10 @@ class StrategyExplorer(View):
 
     def replan(self) -> None:
         """Run ``plan_training`` for the controls' job (with progress), then publish the
-        plan and its operator-level plan to every linked view."""
+        plan and its operator-level plan to every linked view (a plan still computing in the
+        background for an earlier change is dropped)."""
+        with self._plan_lock:
+            self._generation += 1
         self._apply(*self._compute(self._job()))
 
     def _job(self) -> tuple:

@@ -872,3 +872,33 @@ def test_dashboard_graph_out_of_sight_catches_up_with_another_model():
     assert graph.graph is dash.sharding.graph and graph.plan is dash.sharding
     assert dash.errors.last is None and graph.errors.last is None
     assert len(graph.figure.data[1].x) > 0  # the new graph's units are drawn
+
+
+def test_dashboard_constraints_set_while_a_background_plan_runs_are_not_overwritten():
+    """The steering row re-plans at once; a background plan started before for the old job
+    finishes later and must not replace the constrained plan."""
+    dash = StrategyExplorer("gpt2", devices=8, global_batch=64, seq=512, draw_layers=2,
+                            coalesce_s=0, background=True)  # fmt: skip
+    started, release = threading.Event(), threading.Event()
+    real = ex.plan_training
+
+    def slow(*args, **kwargs):
+        if kwargs.get("devices") == 16 and not kwargs.get("constraints"):
+            started.set()
+            release.wait(60)
+        return real(*args, **kwargs)
+
+    strategy_explorer.ex.plan_training, old = slow, strategy_explorer.ex.plan_training
+    try:
+        strategy_explorer._PLANS.clear()
+        dash.controls["devices"].value = 16  # planned in the thread, held
+        assert started.wait(60)
+        worker = dash._worker
+        dash.set_constraints((ex.Fix("pp", 2),))  # the steering row plans at once
+        assert dash.plan.config.pp == 2
+        release.set()  # the older plan (no constraint) finishes after it: dropped
+        worker.join(60)
+    finally:
+        strategy_explorer.ex.plan_training = old
+    assert dash.plan.devices == 16 and dash.plan.config.pp == 2
+    assert dash.constraints == (ex.Fix("pp", 2),)
