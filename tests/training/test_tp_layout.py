@@ -108,3 +108,16 @@ def test_fp8_tensor_parallel_all_gathers_move_three_quarters_of_the_bytes() -> N
     assert not row.fp8_tp_gather
     with pytest.raises(TrainingParamsError, match="fp8_tp_gather"):
         TrainingParams(fp8_tp_gather="yes")
+
+
+def test_op_level_checkpointing_gathers_the_block_inputs_again() -> None:
+    cfg = ex.models.load("llama3-8b")
+    par = ex.ParallelConfig(dp=1, tp=8, microbatch_size=12, sp=True, recompute="selective")
+    op = ex.stacks.params("torchtitan")
+    core = op.replace(selective_recompute="attention")
+    a = ex.training.estimate(cfg, par, HW, global_batch=12, seq=8192, params=op)
+    b = ex.training.estimate(cfg, par, HW, global_batch=12, seq=8192, params=core)
+    # the backward's TP seconds grow by the forward's all-gathers (half its TP seconds)
+    fwd_tp = dict(b.time_by_kind)["tp-comm"] / 2  # forward and backward alike here
+    extra = dict(a.time_by_kind)["tp-comm"] - dict(b.time_by_kind)["tp-comm"]
+    assert extra == pytest.approx(fwd_tp / 2, rel=0.05)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from ...pipeline.partition import StagePartition
 from ..view import StepView
 
-__all__ = ["split_params", "stage_comm_s", "comm_bytes", "fp8_gather_factor"]
+__all__ = ["split_params", "stage_comm_s", "comm_bytes", "fp8_gather_factor", "regathered_s"]
 
 #: The share of a Megatron-split layer's tensor-parallel volume that is all-gathers (with
 #: sequence parallelism: an all-gather and a reduce-scatter of the same size around each of
@@ -29,7 +29,7 @@ def stage_comm_s(s: StepView, part: StagePartition, g: int) -> tuple[float, floa
     c = s.costs
     n = part.layers(g)
     fwd = n * c.layer.tp_forward_s
-    bwd = n * c.layer.tp_backward_s
+    bwd = n * c.layer.tp_backward_s + regathered_s(s, n)
     for has, P in ((part.has_embed(g), c.embed), (part.has_head(g), c.head)):
         if has:
             fwd += P.tp_forward_s
@@ -62,3 +62,21 @@ def fp8_gather_factor(p) -> float:
     if p.precision == "fp8" and p.fp8_tp_gather and p.tp_layout == "megatron":
         return 1.0 - _GATHER_SHARE / 2
     return 1.0
+
+
+def regathered_s(s: StepView, n_layers: int) -> float:
+    """Seconds of the tensor-parallel all-gathers op-level selective checkpointing runs
+    again in the backward of ``n_layers`` selectively recomputed layers of one microbatch:
+    torchtitan's save list keeps the matmul, attention and reduce-scatter outputs but not
+    the all-gathered block inputs (torchtitan/models/llama3/parallelize_llama.py at
+    820504e, ``_save_list``), which the weight gradients of q, k, v and of the MLP's first
+    GEMMs need: each block's all-gather runs again (`_GATHER_SHARE` of the layer's forward
+    TP seconds, less with FP8 all-gathers, `fp8_gather_factor`). 0 for the attention-core
+    policy, without tensor parallelism or with the searched layouts."""
+    p, par = s.tparams, s.par
+    if p.selective_recompute != "op" or p.tp_layout != "megatron" or par.tp == 1:
+        return 0.0
+    sel = s.layer_policies(n_layers, None)[1]
+    g = fp8_gather_factor(p)
+    gather_share = (g - (1.0 - _GATHER_SHARE)) / g  # of the (FP8-scaled) forward seconds
+    return sel * gather_share * s.costs.layer.tp_forward_s
