@@ -7,7 +7,10 @@ masked to 0: both matmuls and the softmax do twice the work they need. By blocks
 rows, block ``i`` reads keys ``0 .. (i + 1) B``: at ``S = 512`` and ``B = 64`` the
 kernel does 56% of the matmul and softmax work (``sum((i + 1) B) B / S^2``). The values
 are the same up to rounding (each row's softmax and weighted sum cover the same keys; the
-masked ones weigh exactly 0 either way).
+masked ones weigh exactly 0 either way). GPT-2 small prefilling 512 tokens (12 layers,
+one BLAS thread, measured under load: other helpers running): the attention kernels of a
+traced call 421 -> 297 ms; whole calls 2456 -> 2292 ms (medians of 5 interleaved calls,
+noisy at that load); logits within 3.6e-6 of the whole-matrix program.
 
 Only prefills of at least two blocks are rewritten; decoding steps (one query, the mask an
 input) are left alone.
