@@ -11,7 +11,9 @@ it and simulates the best few.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from ..checks import is_int
@@ -189,26 +191,40 @@ def chunk_live_counts(
     their own counts, not their average by the total. The states repeat with period
     pp x v forwards once the warm-up is done, so the walk stops at 4 x pp microbatches
     (exact: tests/training/test_memory_agreement.py walks the whole schedule)."""
-    return _chunk_live_counts(kind, pp, microbatches, device, chunks)
+    if kind != "interleaved_1f1b" or chunks == 1:
+        return _chunk_live_counts(kind, pp, microbatches, device, chunks)
+    # Only the first 4 x pp microbatches matter (both multiples of pp: interleaved 1F1B
+    # needs it), and one walk of that schedule gives every device's states: the memo is
+    # keyed by the schedule, not by (microbatches, device) (a planner's ~80 misses per
+    # plan_training each built a whole schedule for one device).
+    return _interleaved_live_counts(pp, min(microbatches, 4 * pp), chunks)[device]
 
 
 @memoize(maxsize=4096)
 def _chunk_live_counts(kind, pp, microbatches, device, chunks):
-    if kind != "interleaved_1f1b" or chunks == 1:
-        return ((peak_in_flight(kind, pp, microbatches, device, chunks),),)
-    m = min(microbatches, 4 * pp)  # both multiples of pp: interleaved 1F1B needs it
-    live = [0] * chunks
-    states = []
-    for s in build_schedule(kind, pp, m, chunks).order[device]:
-        live[s.chunk] += 1 if s.phase == "F" else -1
-        if s.phase == "F":
-            states.append(tuple(live))
-    states = set(states)
-    kept = [
-        a for a in states
-        if not any(b != a and all(x >= y for x, y in zip(b, a, strict=True)) for b in states)
-    ]  # fmt: skip
-    return tuple(sorted(kept))
+    return ((peak_in_flight(kind, pp, microbatches, device, chunks),),)
+
+
+@memoize(maxsize=1024)
+def _interleaved_live_counts(pp, m, chunks) -> tuple[tuple[tuple[int, ...], ...], ...]:
+    """`chunk_live_counts` of every device of an interleaved 1F1B schedule of ``m``
+    microbatches over ``pp`` devices and ``chunks`` chunks, one walk of its order."""
+    order = build_schedule("interleaved_1f1b", pp, m, chunks).order
+    out = []
+    for device in range(pp):
+        live = [0] * chunks
+        states = []
+        for s in order[device]:
+            live[s.chunk] += 1 if s.phase == "F" else -1
+            if s.phase == "F":
+                states.append(tuple(live))
+        states = set(states)
+        kept = [
+            a for a in states
+            if not any(b != a and all(x >= y for x, y in zip(b, a, strict=True)) for b in states)
+        ]  # fmt: skip
+        out.append(tuple(sorted(kept)))
+    return tuple(out)
 
 
 def peak_activations(step: StepModel, part: StagePartition, device: int, n_full) -> float:
@@ -250,7 +266,7 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
         config = config.replace(recompute_num_layers=n_full)
     idle = by_kind.get("idle", 0.0)
     stack_name = stack_of(step.tparams)
-    bands_file = bands_path()  # resolved once for both bands (it resolves the checkout)
+    bands_file = _bands_file()  # one path for both bands
     return SimResult(
         config=config, model=step.cfg.name, hardware=step.cluster.name,
         global_batch=step.gb, seq=step.seq, step_time_s=step_time,
@@ -264,6 +280,19 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
         band=band(stack_name, step.cluster, path=bands_file),
         memory_band=band(stack_name, step.cluster, "memory", path=bands_file),
     )  # fmt: skip
+
+
+_BANDS_FILES: dict[str | None, Path] = {}
+
+
+def _bands_file() -> Path:
+    """`bands_path`, resolved once per ``$EXPLORER_DATASETS`` value: resolving the checkout
+    took a third of a millisecond, on every one of a plan's ~1,000 estimates."""
+    env = os.environ.get("EXPLORER_DATASETS")
+    path = _BANDS_FILES.get(env)
+    if path is None:
+        path = _BANDS_FILES[env] = bands_path()
+    return path
 
 
 #: Microbatches (times interleaved chunks) one event simulation schedules at most; each is
