@@ -38,7 +38,7 @@ from .kernels_imported import (
 )
 from .ufunc_program import UnsupportedExpr, compile_expr
 
-__all__ = ["make_kernel", "BUILDERS", "WRITES_OUT", "IN_PLACE", "ALIASES"]
+__all__ = ["make_kernel", "BUILDERS", "WRITES_OUT", "IN_PLACE", "ALIASES", "causal_blocks"]
 
 Kernel = Callable[..., np.ndarray]
 
@@ -227,12 +227,17 @@ def _matmul_2d(eq: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...],
     return k_matmul_2d
 
 
+def causal_blocks(rows: int, keys: int, offset: int, block: int) -> list[tuple[int, int, int]]:
+    """``(first row, end row, keys seen)`` per block of query rows: row ``r`` sees keys
+    ``0 .. r + offset`` (causal)."""
+    return [(r0, min(rows, r0 + block), min(keys, min(rows, r0 + block) + offset))
+            for r0 in range(0, rows, block)]  # fmt: skip
+
+
 def _causal_attention(node, in_types, attrs) -> Kernel:
     """Causal attention by blocks of query rows (``passes/causal_attention.py``): per
     block, the scores against the keys it sees into one scratch buffer, scaled, masked,
     softmaxed in place, then multiplied by those keys' values into the block's rows."""
-    from .passes.causal_attention import blocks
-
     bsz, heads, rows, _ = in_types[0].shape
     keys = in_types[1].shape[3]
     dt = node.type.dtype.numpy.type
@@ -241,7 +246,7 @@ def _causal_attention(node, in_types, attrs) -> Kernel:
     scratch = np.empty((bsz, heads, block, keys), dt)
     peak = np.empty((bsz, heads, block, 1), dt)
     plan = []
-    for r0, r1, seen in blocks(rows, keys, offset, block):
+    for r0, r1, seen in causal_blocks(rows, keys, offset, block):
         s = scratch[:, :, : r1 - r0, :seen]
         drop = np.arange(seen)[None, :] > (np.arange(r0, r1)[:, None] + offset)
         plan.append((r0, r1, seen, s, peak[:, :, : r1 - r0], drop if drop.any() else None))

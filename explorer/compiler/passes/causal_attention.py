@@ -25,6 +25,7 @@ import numpy as np
 from ...ir import Graph, Node
 from ...ir.node import freeze_attrs
 from ...ir.opdef import REGISTRY, REQUIRED, OpDef, OpGroup, register
+from ..kernels import causal_blocks as blocks
 from .fuse_softmax import masked_softmax
 from .grouped_attention import _batched_matmul_eq
 from .rewrite import RewriteStep
@@ -33,13 +34,6 @@ __all__ = ["causal_attention", "causal_attention_impl", "BLOCK", "blocks"]
 
 #: Query rows per block (bench/jit.py row (g), GPT-2 small prefill of 512 tokens).
 BLOCK = 64
-
-
-def blocks(rows: int, keys: int, offset: int, block: int) -> list[tuple[int, int, int]]:
-    """``(first row, end row, keys seen)`` per block of query rows: row ``r`` sees keys
-    ``0 .. r + offset`` (causal)."""
-    return [(r0, min(rows, r0 + block), min(keys, min(rows, r0 + block) + offset))
-            for r0 in range(0, rows, block)]  # fmt: skip
 
 
 def causal_attention_impl(q: np.ndarray, kt: np.ndarray, v: np.ndarray, scale: float,
