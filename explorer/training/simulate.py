@@ -600,8 +600,9 @@ def estimate(
     memo: dict[tuple, tuple[float, list]] = {}
     t_stage = []
     kinds: dict[str, float] = {}
+    shapes = part.shapes  # (layers, embedding?, head?) per stage
     for g in range(S):
-        key = (part.layers(g), part.has_embed(g), part.has_head(g))
+        key = shapes[g]
         if key not in memo:
             f, b = step.stage_segments(part, g, n_full)
             # each segment's share of the step (x * m / p), worked out once per stage shape
@@ -614,8 +615,14 @@ def estimate(
     pipe = pipeline_time(t_stage, m, p) + 2 * (S - 1) * step.p2p_s
     tail = 0.0
     tails: dict[float, list] = {}
+    device_params: dict[tuple, float] = {}  # by the shapes of a device's chunks
     for d in range(p):
-        params_d = sum(step.stage_params(part, c * p + d) for c in range(v))
+        chunks = tuple(shapes[c * p + d] for c in range(v))
+        params_d = device_params.get(chunks) if step.dense is None else None
+        if params_d is None:  # dense first layers: a stage's parameters depend on where it is
+            params_d = device_params[chunks] = sum(
+                step.stage_params(part, c * p + d) for c in range(v)
+            )
         if params_d not in tails:
             windows = step.device_backward_s(part, d, n_full), step.device_forward_s(part, d)
             tails[params_d] = step.tail(params_d, *windows)
