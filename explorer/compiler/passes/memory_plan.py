@@ -179,7 +179,10 @@ class MemoryPlan:
         for b in self.blocks:
             if value in b.values:
                 return b
-        raise KeyError(value)
+        raise CompilerError(
+            f"memory plan: %{value} has no block in the arena (it is an input, a parameter, "
+            "an output or a view); ask block_of for a value listed in offsets()"
+        )
 
     def shared(self) -> tuple[tuple[str, ...], ...]:
         """Groups of blocks that reuse storage: blocks whose byte ranges overlap (at other

@@ -8,14 +8,10 @@ The layouts inside a layer, and so the collectives' seconds, come from the opera
 from __future__ import annotations
 
 from ...pipeline.partition import StagePartition
+from ..kernels import TP_GATHER_SHARE, fp8_gather_factor
 from ..view import StepView
 
 __all__ = ["split_params", "stage_comm_s", "comm_bytes", "fp8_gather_factor", "regathered_s"]
-
-#: The share of a Megatron-split layer's tensor-parallel volume that is all-gathers (with
-#: sequence parallelism: an all-gather and a reduce-scatter of the same size around each of
-#: attention and the MLP, forward and backward).
-_GATHER_SHARE = 0.5
 
 
 def split_params(params: float, tp: int) -> float:
@@ -48,29 +44,13 @@ def comm_bytes(s: StepView, n_layers: int) -> float:
     return 2 * n_layers * s.mesh.collective_bytes("all-reduce", per, ("tp",)) * s.m
 
 
-def fp8_gather_factor(p) -> float:
-    """The factor on a layer's tensor-parallel seconds when its all-gathers move FP8
-    (``TrainingParams.fp8_tp_gather`` with FP8 training and Megatron's split): 1 byte in
-    place of 2 for `_GATHER_SHARE` of the volume (3/4); 1 otherwise.
-
-    >>> import explorer as ex
-    >>> fp8_gather_factor(ex.stacks.params("torchtitan", precision="fp8"))
-    0.75
-    >>> fp8_gather_factor(ex.stacks.params("torchtitan"))
-    1.0
-    """
-    if p.precision == "fp8" and p.fp8_tp_gather and p.tp_layout == "megatron":
-        return 1.0 - _GATHER_SHARE / 2
-    return 1.0
-
-
 def regathered_s(s: StepView, n_layers: int) -> float:
     """Seconds of the tensor-parallel all-gathers op-level selective checkpointing runs
     again in the backward of ``n_layers`` selectively recomputed layers of one microbatch:
     torchtitan's save list keeps the matmul, attention and reduce-scatter outputs but not
     the all-gathered block inputs (torchtitan/models/llama3/parallelize_llama.py at
     820504e, ``_save_list``), which the weight gradients of q, k, v and of the MLP's first
-    GEMMs need: each block's all-gather runs again (`_GATHER_SHARE` of the layer's forward
+    GEMMs need: each block's all-gather runs again (`TP_GATHER_SHARE` of the layer's forward
     TP seconds, less with FP8 all-gathers, `fp8_gather_factor`). 0 for the attention-core
     policy, without tensor parallelism or with the searched layouts."""
     p, par = s.tparams, s.par
@@ -78,5 +58,5 @@ def regathered_s(s: StepView, n_layers: int) -> float:
         return 0.0
     sel = s.layer_policies(n_layers, None)[1]
     g = fp8_gather_factor(p)
-    gather_share = (g - (1.0 - _GATHER_SHARE)) / g  # of the (FP8-scaled) forward seconds
+    gather_share = (g - (1.0 - TP_GATHER_SHARE)) / g  # of the (FP8-scaled) forward seconds
     return sel * gather_share * s.costs.layer.tp_forward_s
