@@ -291,3 +291,29 @@ def test_numba_backend_steps_show_their_generated_source(monkeypatch):
     plain = next(k for k, s in enumerate(view.steps) if not s.source)
     view.controls["step"].value = plain
     assert "<pre" not in view.step_info.value
+
+
+def test_a_shape_measured_before_shows_its_runs_again_and_a_new_shape_measures():
+    view = TraceCompare(batch=1, size=16, runs=2)
+    calls, eager = [], view.fn
+
+    def counted(*args):  # the eager side, counted (the jitted side was compiled from it)
+        calls.append(len(args))
+        return eager(*args)
+
+    view.fn = counted
+    first_runs, first_steps = view.runs, view.steps
+    view.controls["size"].value = 24  # new: compiled and run 2 x 2 times (+ warm-ups)
+    view.flush()
+    assert view.runs is not first_runs and len(view.runs) == 2
+    assert view.compile_events and view.recompiles == 1
+    new_calls = len(calls)
+    view.controls["size"].value = 16  # back: the runs measured at 16, nothing run again
+    view.flush()
+    assert len(calls) == new_calls and view.runs is first_runs and view.steps is first_steps
+    assert view.compile_events == () and view.recompiles == 1  # the cache-hit compile track
+    assert "cache hit" in view.figure.data[TRACE_COMPILE].text[0]
+    assert view._diffs and len(view._diffs) == len(view.steps)
+    view.controls["runs"].value = 3  # another run count at 16 is a new measurement
+    view.flush()
+    assert len(calls) > new_calls and len(view.runs) == 3
