@@ -33,8 +33,8 @@ capture + passes (``CacheEntry.compile_ms``); numba kernel compilation separatel
 the bench points numba's and torch inductor's disk caches at fresh directories unless
 ``--warm-cache``); for
 torch.compile and jax.jit, first call minus a steady call. Peak memory: tracemalloc for
-ours and numpy (numpy reports its buffers to it; a @jit program's buffers are allocated
-inside the measured call); jax.jit: XLA's compiled memory analysis (temporaries + outputs);
+ours and numpy (numpy reports its buffers to it) over a steady call, plus the arena a @jit
+program holds between calls; jax.jit: XLA's compiled memory analysis (temporaries + outputs);
 torch: its CPU allocations are not traced by tracemalloc and are reported as n/a.
 Peak RSS of a call (``peak_rss_bytes``): one method for every column, torch's included:
 the kernel's peak resident size (VmHWM, reset through /proc/self/clear_refs before the
@@ -183,17 +183,18 @@ def _rss_peak(fn: Callable) -> int | None:
 
 
 def _jit_column(jf, call: Callable[[object], object]) -> Column:
-    def peak(fn):
-        for entry in jf.cache.values():
-            entry.programs.clear()  # the measured call allocates the program's buffers
-        return _tracemalloc_peak(fn)
+    """A steady call (the program built before it) plus the arena the program holds between
+    calls (``plan_buffer_bytes``, added by `run_workload`): the method of rows (e)-(i)."""
 
     def info():
         entry = next(iter(jf.cache.values()))
+        held = sum(p.persistent_bytes for e in jf.cache.values() for ps in e.programs.values()
+                   for p in ps)  # fmt: skip
         return {"compile_ms": entry.compile_ms, "kernels": len(entry.graph.ops),
-                "generated": sum(n.op == "generated" for n in entry.graph.ops)}  # fmt: skip
+                "generated": sum(n.op == "generated" for n in entry.graph.ops),
+                "plan_buffer_bytes": held}  # fmt: skip
 
-    return Column(lambda: lambda: call(jf), peak, info)
+    return Column(lambda: lambda: call(jf), _tracemalloc_peak, info)
 
 
 def _ours(fn: Callable, args: tuple, eager_call: Callable | None = None) -> dict[str, Column]:
