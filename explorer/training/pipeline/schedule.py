@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ...checks import is_int
+from ...memo import memoize
 from ..config import SCHEDULES, ScheduleKind
 from ..errors import ParallelConfigError
 from .timeline import simulate_schedule
@@ -164,11 +165,17 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int) -> Schedule:
             "change the batch or microbatch size, or use the 1f1b schedule"
         )
     total = microbatches * chunks
+    # every device runs the same 2 x total steps in its own order: each made once (a pp16 x
+    # 192-microbatch step made 12k of them, the garbage collector walking them as it went)
+    made: dict[tuple[int, Phase], Step] = {}
 
     def step(k: int, phase: Phase) -> Step:
-        c = (k // pp) % chunks
-        mb = (k // (pp * chunks)) * pp + k % pp
-        return Step(c if phase == "F" else chunks - 1 - c, mb, phase)
+        s = made.get((k, phase))
+        if s is None:
+            c = (k // pp) % chunks
+            mb = (k // (pp * chunks)) * pp + k % pp
+            s = made[(k, phase)] = Step(c if phase == "F" else chunks - 1 - c, mb, phase)
+        return s
 
     order = []
     for d in range(pp):
@@ -186,11 +193,19 @@ def interleaved_1f1b(pp: int, microbatches: int, chunks: int) -> Schedule:
 
 def build_schedule(kind: ScheduleKind, pp: int, microbatches: int, chunks: int = 1) -> Schedule:
     """The schedule ``kind`` for ``pp`` devices, ``microbatches`` and ``chunks`` per device.
+    Schedules are immutable values: the last few built are kept (`simulate` asks for the
+    same one whenever only the step's costs change: a view's ZeRO or recompute control).
 
     >>> s = build_schedule("1f1b", pp=4, microbatches=8)
     >>> [s.in_flight(d) for d in range(4)]
     [4, 3, 2, 1]
     """
+    if isinstance(kind, str) and all(is_int(v) for v in (pp, microbatches, chunks)):
+        return _build_memoized(kind, pp, microbatches, chunks)
+    return _build(kind, pp, microbatches, chunks)  # the builders say what is wrong
+
+
+def _build(kind: ScheduleKind, pp: int, microbatches: int, chunks: int) -> Schedule:
     if kind == "gpipe":
         return gpipe(pp, microbatches)
     if kind == "1f1b":
@@ -200,6 +215,9 @@ def build_schedule(kind: ScheduleKind, pp: int, microbatches: int, chunks: int =
     raise ParallelConfigError(
         f"unknown schedule {kind!r}; expected one of {', '.join(repr(s) for s in SCHEDULES)}"
     )
+
+
+_build_memoized = memoize(maxsize=32, name="training.build_schedule")(_build)
 
 
 def bubble_fraction(kind: ScheduleKind, pp: int, microbatches: int, chunks: int = 1) -> float:
