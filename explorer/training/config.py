@@ -76,6 +76,13 @@ class ParallelConfig:
         stage_layers: layers per pipeline stage, given (``plan_training``'s `StageLayers`
             constraint; one count per stage, one chunk per device); None: the step model
             chooses the split (`simulate`).
+        dp_shard: hybrid sharded data parallelism (HSDP): the data-parallel ranks ZeRO
+            shards over, a divisor of ``dp`` (torchtitan's ``data_parallel_shard_degree``,
+            MaxText's ``ici_fsdp_parallelism``); the ``dp_replicate = dp / dp_shard`` groups
+            hold the same shards and all-reduce their sharded gradients once a step
+            (torchtitan's ``data_parallel_replicate_degree``, MaxText's
+            ``dcn_data_parallelism``). None, the default, shards over all of ``dp`` (plain
+            ZeRO / FSDP); a ``dp_shard`` equal to ``dp`` is stored as None. Needs zero >= 1.
 
     An ``ep`` that divides ``dp`` with ``etp = tp`` is the unfolded layout (the experts
     split over ``ep`` of the data-parallel replicas, `experts_folded` False); any other
@@ -87,6 +94,9 @@ class ParallelConfig:
     1024
     >>> print(ParallelConfig(dp=2, tp=4, recompute="full"))
     dp2 x tp4 x pp1, mb1, 1f1b, zero0, recompute full
+    >>> hsdp = ParallelConfig(dp=512, zero=3, dp_shard=128)  # MaxText FSDP 128 x DP 4
+    >>> hsdp.dp_replicate, hsdp.shard_replicas, str(hsdp)
+    (4, 128, 'dp512 hsdp128 x tp1 x pp1, mb1, 1f1b, zero3, recompute none')
     """
 
     dp: int = 1
@@ -105,6 +115,7 @@ class ParallelConfig:
     cp_kv_exchange: KvExchange = "all_gather"
     etp: int | None = None
     stage_layers: tuple[int, ...] | None = None
+    dp_shard: int | None = None
 
     def __post_init__(self) -> None:
         if self.virtual_stages is None:  # Megatron-LM's usual two chunks when interleaving
@@ -158,6 +169,8 @@ class ParallelConfig:
                 "ranks, but cp=1; set cp > 1 or cp_kv_exchange='all_gather'"
             )
         _check_fold(self)
+        if self.dp_shard is not None:
+            _check_dp_shard(self)
         if self.stage_layers is not None:
             _check_stage_layers(self)
         if self.recompute_num_layers is not None:
@@ -185,6 +198,26 @@ class ParallelConfig:
         128
         """
         return self.dp * self.cp
+
+    @property
+    def shard_degree(self) -> int:
+        """Data-parallel ranks ZeRO shards over: ``dp_shard``, or ``dp`` when None."""
+        return self.dp if self.dp_shard is None else self.dp_shard
+
+    @property
+    def dp_replicate(self) -> int:
+        """Replicas of each ZeRO shard group (HSDP): ``dp / dp_shard``; 1 without HSDP."""
+        return self.dp // self.shard_degree
+
+    @property
+    def shard_replicas(self) -> int:
+        """Devices ZeRO shards the model states over: ``dp_shard * cp`` (`weight_replicas`
+        without HSDP); gradients are still reduced over all ``weight_replicas``.
+
+        >>> ParallelConfig(dp=8, cp=2, zero=3, dp_shard=4).shard_replicas
+        8
+        """
+        return self.shard_degree * self.cp
 
     @property
     def expert_tp(self) -> int:
@@ -270,6 +303,7 @@ class ParallelConfig:
         if self.cp > 1:
             ring = " ring" if self.cp_kv_exchange == "ring" else ""
             extra = f" x cp{self.cp}{ring}{extra}"
+        hsdp = "" if self.dp_shard is None else f" hsdp{self.dp_shard}"
         sched = self.schedule + (f"(v{self.virtual_stages})" if self.virtual_stages > 1 else "")
         rec = self.recompute
         if self.recompute_num_layers is not None:
@@ -278,8 +312,36 @@ class ParallelConfig:
             "" if self.stage_layers is None else f", layers {'/'.join(map(str, self.stage_layers))}"
         )
         return (
-            f"dp{self.dp} x tp{self.tp} x pp{self.pp}{extra}, mb{self.microbatch_size}, "
+            f"dp{self.dp}{hsdp} x tp{self.tp} x pp{self.pp}{extra}, mb{self.microbatch_size}, "
             f"{sched}, zero{self.zero}, recompute {rec}{split}"
+        )
+
+
+def _check_dp_shard(par: ParallelConfig) -> None:
+    """``dp_shard``: an int that divides ``dp``, with a ZeRO stage to shard, and (with
+    experts carved out of dp) a multiple of ``ep``; equal to ``dp`` it is stored as None."""
+    n = par.dp_shard
+    if not is_int(n, minimum=1):
+        raise ParallelConfigError(f"dp_shard={n!r}; expected an int >= 1 that divides dp")
+    if par.dp % n:
+        raise ParallelConfigError(
+            f"dp_shard={n} does not divide dp={par.dp}; HSDP splits the data-parallel ranks "
+            f"into dp / dp_shard replicas of one shard group, so choose dp_shard among the "
+            f"divisors of {par.dp}"
+        )
+    if n == par.dp:  # plain ZeRO / FSDP: one spelling per layout
+        object.__setattr__(par, "dp_shard", None)
+        return
+    if par.zero == 0:
+        raise ParallelConfigError(
+            f"dp_shard={n} with zero=0: without ZeRO nothing is sharded over the dp_shard "
+            "group; set zero to 1, 2 or 3 (zero=3 is FSDP/HSDP) or leave dp_shard=None"
+        )
+    if par.ep > 1 and not par.experts_folded and n % par.ep:
+        raise ParallelConfigError(
+            f"dp_shard={n} is not a multiple of ep={par.ep}: the experts are split over ep of "
+            "the data-parallel ranks, inside the shard group; choose dp_shard among the "
+            f"multiples of {par.ep} that divide dp={par.dp}"
         )
 
 

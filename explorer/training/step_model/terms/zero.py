@@ -11,19 +11,33 @@ stage  sharded over dp      gradient reduction          weights
 3      + weights            reduce-scatter per micro-   all-gather before each forward and
                             batch                       backward; a prefetch buffer
 =====  ===================  ==========================  =================================
+
+Hybrid sharding (HSDP, ``ParallelConfig.dp_shard``): ZeRO shards over ``dp_shard * cp``
+devices only (`ParallelConfig.shard_replicas`); its gathers and reduce-scatters run in
+that group, on the inner levels it spans (`shard_mesh`: the ``dp`` axis split into
+``dp_replicate`` outer and ``dp`` inner, as torchtitan's ``["dp_replicate", "dp_shard"]``
+mesh and MaxText's ``dcn_data_parallelism`` outside ``ici_fsdp_parallelism``), and the
+``dp_replicate`` copies of each shard all-reduce their sharded gradients once a step
+(`replicate_s`, priced in `dp.tail_s`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
-from ....hardware import ring_latency
+from ....hardware import Mesh, ring_latency
+from ....hardware.wan import collective_time as dc_collective_time
 from ...memory import StateBytes, reduce_buffer_bytes
 from ..view import StepView
 from . import recompute
 
 __all__ = [
     "AXES",
+    "REPLICATE_AXES",
+    "shard_mesh",
+    "shard_collective_s",
+    "replicate_s",
     "model_state_bytes",
     "state_bytes",
     "gradient_collective",
@@ -48,6 +62,55 @@ _STATE = StateBytes()  # mixed-precision Adam, 16 bytes per parameter
 # The data-parallel group of a device: dp replicas, experts split over ep of them, and the
 # context-parallel ranks (same weights, other positions of the sequences).
 AXES = ("dp", "ep", "cp")
+# HSDP: the axis of `shard_mesh` over which the copies of one shard group all-reduce.
+REPLICATE_AXES = ("dp_replicate",)
+
+
+def shard_mesh(s: StepView) -> Mesh:
+    """The mesh ZeRO's collectives run on: the step model's own without HSDP; with it,
+    its ``dp`` axis split into ``dp_replicate`` (outer) and ``dp`` (inner: ``dp_shard``
+    ranks with the ``ep`` and ``cp`` axes inside it), so that `AXES` is the shard group and
+    `REPLICATE_AXES` the copies of a shard, each on the link levels it spans.
+
+    >>> import explorer as ex
+    >>> from explorer.training.step_model.model import StepModel
+    >>> s = StepModel(ex.models.load("gpt3-1.3b"), ex.ParallelConfig(dp=32, zero=3, dp_shard=8),
+    ...               ex.hardware.load("a100-80g"), 32, 2048, ex.TrainingParams())
+    >>> print(shard_mesh(s))
+    Mesh(pp=1 [inter], dp_replicate=4 [inter], dp=8 [intra], ep=1 [intra], cp=1 [intra], tp=1 [intra]) on a100-80g
+    """
+    r = s.par.dp_replicate
+    return s.mesh if r == 1 else _split_dp(s.mesh, r)
+
+
+@functools.lru_cache(maxsize=256)
+def _split_dp(mesh: Mesh, replicate: int) -> Mesh:
+    axes: list[tuple[str, int]] = []
+    for name, size in mesh.axes:
+        if name == "dp":
+            axes += [("dp_replicate", replicate), ("dp", size // replicate)]
+        else:
+            axes.append((name, size))
+    return Mesh(axes, hardware=mesh.hardware)
+
+
+def shard_collective_s(s: StepView, kind: str, size: float) -> float:
+    """Seconds of one ``kind`` over ``size`` bytes in the ZeRO shard group (`AXES` on
+    `shard_mesh`; the step model's own collective without HSDP)."""
+    if s.par.dp_replicate == 1:
+        return s.collective_s(kind, size, AXES)
+    return dc_collective_time(shard_mesh(s), kind, size, AXES)
+
+
+def replicate_s(s: StepView, params: float) -> float:
+    """HSDP: seconds of the once-a-step all-reduce of a device's gradient shard (``params /
+    shard_replicas`` parameters at `reduced_gradient_bytes`) over the ``dp_replicate``
+    copies of its shard group, at ``bandwidth_efficiency``; 0 without HSDP."""
+    if s.par.dp_replicate == 1:
+        return 0.0
+    size = params / s.par.shard_replicas * reduced_gradient_bytes(s)
+    t = dc_collective_time(shard_mesh(s), "all-reduce", size, REPLICATE_AXES)
+    return t / s.tparams.cost.bandwidth_efficiency
 
 
 def model_state_bytes(
@@ -69,7 +132,7 @@ def state_bytes(s: StepView, params: float) -> tuple[float, float, float]:
     """`model_state_bytes` of ``params`` parameters on a device of ``s`` (its weight
     replicas, ZeRO stage and `StateBytes`)."""
     par = s.par
-    return model_state_bytes(params, par.weight_replicas, par.zero, s.tparams.state)
+    return model_state_bytes(params, par.shard_replicas, par.zero, s.tparams.state)
 
 
 def gradient_collective(s: StepView) -> str:
@@ -97,7 +160,7 @@ def optimizer_params(params: float, dp: int, zero: int) -> float:
 
 def updated_params(s: StepView, params: float) -> float:
     """`optimizer_params` of a device of ``s`` holding ``params`` parameters."""
-    return optimizer_params(params, s.par.weight_replicas, s.par.zero)
+    return optimizer_params(params, s.par.shard_replicas, s.par.zero)
 
 
 def reduce_buffer(s: StepView, unit_params: float) -> float:
@@ -106,7 +169,7 @@ def reduce_buffer(s: StepView, unit_params: float) -> float:
     tp_, par = s.tparams, s.par
     return reduce_buffer_bytes(
         unit_params, tp_.zero_reduce_bucket_params, tp_.state.gradient_bytes, par.zero,
-        par.weight_replicas,
+        par.shard_replicas,
     )  # fmt: skip
 
 
@@ -125,7 +188,7 @@ def ring_latency_s(s: StepView) -> float:
     >>> round(ring_latency_s(s) * 1e6, 1)  # 3 node hops x 10 us + 28 intra hops x 5 us
     170.0
     """
-    n = s.par.weight_replicas
+    n = s.par.shard_replicas
     cl = s.cluster
     per_node = max(1, min(n, cl.chips_per_node // s.par.tp))
     return ring_latency(
@@ -196,7 +259,7 @@ def _zero3_collective_s(s: StepView, kind: str, size: float, n_layers: int) -> f
     latency (`ring_latency_s`) per collective (`collectives_per_layer` a layer, at least
     one)."""
     tp_ = s.tparams
-    volume = s.collective_s(kind, size, AXES) - s.collective_s(kind, 0.0, AXES)
+    volume = shard_collective_s(s, kind, size) - shard_collective_s(s, kind, 0.0)
     calls = max(1.0, collectives_per_layer(s) * n_layers)
     return volume / tp_.zero_bandwidth_efficiency + calls * ring_latency_s(s)
 
@@ -204,7 +267,7 @@ def _zero3_collective_s(s: StepView, kind: str, size: float, n_layers: int) -> f
 def gather_s(s: StepView, params: float, n_layers: int) -> float:
     """ZeRO-3: seconds to all-gather ``params`` parameters' weights (``n_layers``
     layers') before one forward (and again before one backward) of one microbatch."""
-    if s.par.zero < 3 or s.par.weight_replicas == 1:
+    if s.par.zero < 3 or s.par.shard_replicas == 1:
         return 0.0
     size = params * gathered_weight_bytes(s)
     return _zero3_collective_s(s, "all-gather", size, n_layers)
@@ -231,7 +294,7 @@ def reduced_gradient_bytes(s: StepView) -> float:
 def reduce_scatter_s(s: StepView, params: float, n_layers: int) -> float:
     """ZeRO-3: seconds to reduce-scatter one microbatch's gradients of ``params``
     parameters (``n_layers`` layers'), priced as the gathers (`gather_s`)."""
-    if s.par.zero < 3 or s.par.weight_replicas == 1:
+    if s.par.zero < 3 or s.par.shard_replicas == 1:
         return 0.0
     size = params * reduced_gradient_bytes(s)
     return _zero3_collective_s(s, "reduce-scatter", size, n_layers)
@@ -248,10 +311,10 @@ def regather_fraction(s: StepView, n_layers: int, n_full: int | None) -> float:
 
 def tail_gather_s(s: StepView, params: float) -> float:
     """ZeRO 1/2: seconds to all-gather the updated weights after the optimizer step."""
-    if s.par.zero not in (1, 2) or s.par.weight_replicas == 1:
+    if s.par.zero not in (1, 2) or s.par.shard_replicas == 1:
         return 0.0
     size = params * s.tparams.state.weight_bytes
-    return s.collective_s("all-gather", size, AXES) / s.tparams.cost.bandwidth_efficiency
+    return shard_collective_s(s, "all-gather", size) / s.tparams.cost.bandwidth_efficiency
 
 
 def gather_buffer_bytes(s: StepView) -> float:
@@ -271,16 +334,16 @@ def gather_buffer_bytes(s: StepView) -> float:
 def comm_bytes(s: StepView, params: float) -> float:
     """Bytes a device holding ``params`` parameters sends per step for weight gathers:
     once after the step (ZeRO 1/2), forward and backward of every microbatch (ZeRO-3)."""
-    zero = s.par.zero
+    zero, mesh = s.par.zero, shard_mesh(s)
     if zero in (1, 2):
-        return s.mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
+        return mesh.collective_bytes("all-gather", params * s.tparams.state.weight_bytes, AXES)
     if zero == 3:
         n = math.ceil(s.cfg.num_layers / s.par.stages)
         gathers = 2 + regather_fraction(s, n, None if s.par.recompute != "per_layer" else 0)
         return (
             gathers
             * s.m
-            * s.mesh.collective_bytes("all-gather", params * gathered_weight_bytes(s), AXES)
+            * mesh.collective_bytes("all-gather", params * gathered_weight_bytes(s), AXES)
         )
     return 0.0
 
