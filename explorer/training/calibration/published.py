@@ -25,6 +25,7 @@ dataset's runs used beyond their layout: a fused attention kernel, a framework's
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 
@@ -470,6 +471,10 @@ def _stack_run(name, row, skip_unsupported, skipped) -> MeasuredRun | None:
         known["cp"] = c["cp"]
     if ep > 1:
         known["ep"] = ep
+    shard = _hsdp_shard(row["sharding"], c["dp"])
+    if shard:  # hybrid sharding: ZeRO over the FSDP group, replicated over DP (HSDP)
+        known["dp_shard"] = shard
+        source += f"; HSDP: dp_shard {shard} of dp {c['dp']} (sharding column)"
     if etp_why:
         known["etp"] = 1
         source += f"; {etp_why}"
@@ -513,6 +518,20 @@ def _stack_run(name, row, skip_unsupported, skipped) -> MeasuredRun | None:
         precision=precision, tokens_per_s_per_gpu=x["tokens_per_s_per_gpu"],
         mfu_percent=x["mfu_percent"], ac_mode=row["ac_mode"].strip(), knobs=knobs,
     )  # fmt: skip
+
+
+def _hsdp_shard(sharding: str, dp: int) -> int | None:
+    """The FSDP group of a row whose ``sharding`` column reads ``FSDP <n> x DP <r>`` with
+    ``r > 1`` and ``n * r == dp`` (MaxText's ici_fsdp_parallelism inside
+    dcn_data_parallelism: hybrid sharding, `ParallelConfig.dp_shard`); else None.
+
+    >>> _hsdp_shard("JAX FSDP 128 x DP 4", 512), _hsdp_shard("JAX FSDP 64 x DP 1", 64)
+    (128, None)
+    """
+    m = re.search(r"FSDP\s+(\d+)\s*x\s*DP\s+(\d+)", sharding or "")
+    if not m or int(m.group(2)) == 1 or int(m.group(1)) * int(m.group(2)) != dp:
+        return None
+    return int(m.group(1))
 
 
 def _expert_tp_one(layout: dict[str, int]) -> str:
