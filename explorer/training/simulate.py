@@ -497,7 +497,7 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     the working set are reserved on every stage (the worst case). Raises `PartitionError`."""
     par, L = step.par, step.cfg.num_layers
     n = math.ceil(L / par.stages)
-    per_param = sum(zero.model_state_bytes(1.0, par.weight_replicas, par.zero, step.tparams.state))
+    per_param = sum(zero.model_state_bytes(1.0, par.shard_replicas, par.zero, step.tparams.state))
     static = [step.embed_params * per_param] + [step.layer_params * per_param] * L
     static.append(step.head_params * per_param)
     static = dense.layer_static(step, static, per_param)  # dense first layers' own weights

@@ -104,7 +104,7 @@ def _tail(step: StepModel, part: StagePartition, g: int, offload: bool, link: Ho
     if not offload:
         return tail
     par = step.par
-    opt = zero.optimizer_params(params, par.weight_replicas, par.zero)
+    opt = zero.optimizer_params(params, par.shard_replicas, par.zero)
     exposed = optimizer_offload_s(opt, window, link, step.tparams)[3]
     return [(k, exposed if k == "optimizer" else x) for k, x in tail]
 
