@@ -202,6 +202,11 @@ def megatron_args(plan, *, model: ModelConfig | str | None = None,
         strategy = "optim_grads" if c.zero == 2 else "optim_grads_params"
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", strategy,
                  "--use-distributed-optimizer"]  # fmt: skip
+    if c.dp_replicate > 1:  # HSDP: ZeRO within dp / r ranks, the r copies all-reduce
+        # Megatron-Core's distributed-optimizer instances; Megatron-FSDP takes the same
+        # flag as its HSDP switch (mcore_fsdp_adapter.py _init_dist_index at 599fe927:
+        # enable_hsdp = num_distributed_optimizer_instances > 1, outer groups outermost)
+        args += ["--num-distributed-optimizer-instances", str(c.dp_replicate)]
     if c.recompute == "selective":
         args += ["--recompute-granularity", "selective"]
     elif c.recompute == "full":
@@ -231,10 +236,22 @@ def _deepspeed_experts(c: ParallelConfig) -> None:
         )
 
 
+def _deepspeed_hsdp(c: ParallelConfig) -> None:
+    """Raise for hybrid sharding: DeepSpeed's ZeRO shards every state over all of dp (its
+    ZeRO++ hpZ keeps only a secondary weight copy per node, not `dp_shard`'s layout)."""
+    if c.dp_replicate > 1:
+        raise ExportError(
+            f"{c} shards ZeRO over dp_shard={c.dp_shard} of dp={c.dp} (HSDP), which "
+            "DeepSpeed's ZeRO cannot express; set dp_shard=None, or export with "
+            "megatron_args (--num-distributed-optimizer-instances)"
+        )
+
+
 def deepspeed_config(plan, *, global_batch: int, dtype: str = "bf16") -> dict[str, object]:
     """The DeepSpeed JSON config (batch sizes, ZeRO stage, precision, checkpointing)."""
     c = _config(plan)
     _deepspeed_experts(c)
+    _deepspeed_hsdp(c)
     m = c.microbatches(global_batch)
     if c.zero >= 2 and c.pp > 1:
         raise ExportError(
@@ -261,6 +278,7 @@ def deepspeed_args(plan, *, config_path: str = "ds_config.json") -> tuple[str, .
     """Megatron-DeepSpeed arguments: the parallel degrees, ZeRO stage and the config file."""
     c = _config(plan)
     _deepspeed_experts(c)
+    _deepspeed_hsdp(c)
     args = ["--tensor-model-parallel-size", str(c.tp), "--pipeline-model-parallel-size", str(c.pp)]
     if c.pp == 1:
         args.append("--no-pipeline-parallel")

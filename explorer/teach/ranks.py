@@ -103,6 +103,24 @@ class RankLayout:
                 "choose ep dividing dp * cp"
             )
 
+    @classmethod
+    def from_config(cls, par) -> RankLayout:
+        """The rank layout of a `explorer.training.ParallelConfig`: its degrees, with
+        ``dp_replicate`` from its HSDP ``dp_shard`` (1 without it).
+
+        >>> from explorer.training import ParallelConfig
+        >>> print(RankLayout.from_config(ParallelConfig(dp=8, tp=2, zero=3, dp_shard=4)))
+        dp8 (2 replicas) x tp2 x pp1 = 16 ranks
+        """
+        try:
+            return cls(dp=par.dp, tp=par.tp, pp=par.pp, cp=par.cp, ep=par.ep,
+                       dp_replicate=par.dp_replicate)  # fmt: skip
+        except AttributeError:
+            raise TeachError(
+                f"RankLayout.from_config expects a ParallelConfig, got {type(par).__name__}; "
+                "pass explorer.training.ParallelConfig(...) or build RankLayout(dp=..., ...)"
+            ) from None
+
     @property
     def world_size(self) -> int:
         return self.dp * self.tp * self.pp * self.cp

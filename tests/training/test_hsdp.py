@@ -155,3 +155,26 @@ def test_maxtext_rows_read_their_sharding_column_as_hsdp():
             assert "HSDP: dp_shard 128" in r.source
         else:  # "JAX FSDP n x DP 1": plain FSDP over all of dp
             assert r.config.dp_shard is None and r.config.dp_replicate == 1
+
+
+# --- exports and rank map -----------------------------------------------------------------
+def test_megatron_args_name_the_optimizer_instances_and_deepspeed_refuses():
+    from explorer.export.launch_args import deepspeed_args, deepspeed_config, megatron_args
+
+    hsdp = ex.ParallelConfig(dp=16, tp=2, zero=3, dp_shard=4)
+    args = megatron_args(hsdp)
+    i = args.index("--num-distributed-optimizer-instances")
+    assert args[i + 1] == "4"
+    assert "--num-distributed-optimizer-instances" not in megatron_args(hsdp.replace(dp_shard=None))
+    for export in (deepspeed_args, lambda c: deepspeed_config(c, global_batch=16)):
+        with pytest.raises(ex.ExplorerError, match="dp_shard=4 of dp=16"):
+            export(hsdp)
+
+
+def test_rank_map_groups_follow_the_shard_mesh():
+    from explorer.teach.ranks import RankLayout, rank_map
+
+    m = rank_map(RankLayout.from_config(ex.ParallelConfig(dp=8, tp=2, zero=3, dp_shard=4)))
+    assert m.groups["fsdp"][0] == (0, 2, 4, 6)  # dp_shard ranks inside, tp innermost
+    assert m.groups["replicate"][0] == (0, 8)  # the copies of a shard, outermost
+    assert RankLayout.from_config(ex.ParallelConfig(dp=8, zero=3)).dp_replicate == 1
