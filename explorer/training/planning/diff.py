@@ -255,8 +255,9 @@ def _terms(a: SimResult, b: SimResult) -> tuple[tuple[str, float], ...]:
 
 # --- configurations as text ---------------------------------------------------------------
 _INT_FIELDS = {"dp": "dp", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "etp": "etp",
-               "mb": "microbatch_size", "zero": "zero", "v": "virtual_stages"}  # fmt: skip
-_TOKEN = re.compile(r"^(dp|tp|pp|cp|ep|etp|mb|zero|v)(\d+)$")
+               "mb": "microbatch_size", "zero": "zero", "v": "virtual_stages",
+               "hsdp": "dp_shard"}  # fmt: skip
+_TOKEN = re.compile(r"^(dp|tp|pp|cp|ep|etp|mb|zero|v|hsdp)(\d+)$")
 _SCHEDULES = {"gpipe": "gpipe", "1f1b": "1f1b", "interleaved": "interleaved_1f1b",
               "interleaved_1f1b": "interleaved_1f1b"}  # fmt: skip
 _RECOMPUTE = ("none", "selective", "full", "per_layer")
@@ -309,7 +310,7 @@ def parse_config(text: object, base: ParallelConfig | None = None) -> dict[str, 
         else:
             raise ParallelConfigError(
                 f"config {text!r}: cannot read {w!r}; write degrees as dp16 tp8 pp2 cp2 ep8 "
-                "etp1, mb2 (microbatch size), zero0-3, a schedule (gpipe, 1f1b, interleaved, "
+                "etp1 hsdp4 (ZeRO shard group), mb2 (microbatch size), zero0-3, a schedule (gpipe, 1f1b, interleaved, "
                 "v4), a recompute policy (none, selective, full, per_layer) and sp"
             )
     return out
