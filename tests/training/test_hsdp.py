@@ -29,6 +29,14 @@ def test_replicate_degree_and_shard_group():
     assert "hsdp16" in str(par)
 
 
+def test_text_form_round_trips_through_the_config_parser():
+    from explorer.training.planning.diff import parse_config
+
+    par = ex.ParallelConfig(dp=512, zero=3, dp_shard=128, microbatch_size=2)
+    assert parse_config(str(par))["dp_shard"] == 128
+    assert ex.ParallelConfig(**parse_config(str(par))) == par
+
+
 def test_dp_shard_equal_to_dp_is_plain_zero():
     par = ex.ParallelConfig(dp=16, zero=3, dp_shard=16)
     assert par.dp_shard is None and par == ex.ParallelConfig(dp=16, zero=3)
