@@ -11,7 +11,7 @@ from explorer.hardware.wan import collective_time as dc_collective_time
 
 from ...hardware import Cluster, HardwareError, Mesh
 from ...ir import DType
-from ...memo import memoize
+from ...memo import Memo, memoize
 from ...models import ModelConfig
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError, TrainingParamsError
@@ -63,7 +63,7 @@ class StepModel:
         self.costs: StageCosts = cp.split_costs(whole, par.cp)
         self.costs = dense.ep_kernels(self.costs, cfg, par, cluster.chip, tp_)  # experts over ep
         # devices over (pp, dp, ep, cp, tp); across datacenters dp goes outermost
-        self.mesh = Mesh(mesh_axes(par, cluster), hardware=cluster)
+        self.mesh, self._collective_times = _shared_mesh(par, cluster)
         self.act_dtype_bytes = DType.parse(cfg.dtype).itemsize
         self.cap = tp_.cost.device_memory_cap_bytes or float(cluster.chip.memory_bytes)
         # Parameters on one device per part.
@@ -90,8 +90,14 @@ class StepModel:
         self._stage_params: dict[tuple[int, bool, bool], float] = {}
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
-        """Seconds of one collective on this configuration's mesh (memoized)."""
-        return _collective_s(self.mesh, kind, size, axes)
+        """Seconds of one collective on this configuration's mesh (memoized): looked up
+        in the mesh's own table first (`_shared_mesh`), which spares hashing the whole
+        mesh and its cluster on each of the ~10 collectives of an estimate."""
+        key = (kind, size, axes)
+        seconds = self._collective_times.get(key)
+        if seconds is None:
+            seconds = self._collective_times[key] = _collective_s(self.mesh, kind, size, axes)
+        return seconds
 
     # --- per-layer activations and recompute ------------------------------------------
     def layer_act(self, policy: str) -> float:
@@ -329,6 +335,25 @@ def exposed_s(comm_s: float, window_s: float, fraction: float, interference: flo
     """
     hidden = min(fraction * comm_s, max(window_s, 0.0))
     return comm_s - hidden * (1.0 - interference)
+
+
+#: a step's mesh and a table of its collectives' seconds, by (mesh axes, cluster object):
+#: the ~1,000 configurations of a plan run on a few dozen meshes, and each built its own
+#: (the cluster is kept in the entry, so its id names it while the entry lives)
+_MESHES: Memo[tuple] = Memo("training.step_meshes", maxsize=1024)
+
+
+def _shared_mesh(par: ParallelConfig, cluster: Cluster) -> tuple[Mesh, dict]:
+    """The mesh of ``par`` on ``cluster`` (`mesh_axes`) and its table of collective
+    seconds (kind, size, axes) -> s, shared by every configuration with that mesh; each
+    entry a value of `_collective_s`, so the results are the same as without the table."""
+    axes = tuple(mesh_axes(par, cluster).items())
+    key = (axes, id(cluster))
+    entry = _MESHES.peek(key)
+    if entry is None or entry[0] is not cluster:
+        entry = (cluster, Mesh(dict(axes), hardware=cluster), {})
+        _MESHES.put(key, entry)
+    return entry[1], entry[2]
 
 
 @memoize(maxsize=100_000, name="training.collective_s")
