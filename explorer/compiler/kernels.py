@@ -461,23 +461,37 @@ def _fused_kernel(node: Node, in_types: tuple[TensorType, ...]) -> Kernel:
 
 
 def _blocked_ufuncs(node: Node, in_types: tuple[TensorType, ...]) -> Kernel | None:
-    """A large fused kernel as the ufunc program run over blocks of leading-dim rows of about
-    ``BLOCK_NUMEL`` elements: each block's intermediates stay in cache, where the unfused ops
-    (eager) stream every intermediate through memory. None when the leading dim is too short
+    """A large fused kernel as the ufunc program run over blocks of about ``BLOCK_NUMEL``
+    elements, cut along the output's first dim that is not 1 (a batch-1 ``(1, 512, 768)``
+    is cut along its 512 rows): each block's intermediates stay in cache, where the unfused
+    ops (eager) stream every intermediate through memory. None when that dim is too short
     to block (numexpr then runs it)."""
     shape, dt = node.type.shape, node.type.dtype.numpy
     attrs = dict(node.attrs)
-    row = math.prod(shape[1:])
+    axis = next((i for i, n in enumerate(shape) if n != 1), None)
+    if axis is None:
+        return None
+    row = math.prod(shape[axis + 1 :])
     rows = max(1, BLOCK_NUMEL // max(row, 1))
-    if not shape or shape[0] < 2 * rows:
+    if shape[axis] < 2 * rows:
         return None
     dtypes, consts = [t.dtype.numpy for t in in_types], attrs.get("consts", ())
-    full = compile_expr(attrs["expr"], dtypes, consts, (rows, *shape[1:]), dt, False)
-    rest = shape[0] % rows
-    last = compile_expr(attrs["expr"], dtypes, consts, (rest, *shape[1:]), dt) if rest else None
-    # inputs of the output's full leading dim are cut into blocks; the others broadcast
-    cut = [t.rank == len(shape) and t.shape[0] == shape[0] for t in in_types]
-    n_full = shape[0] // rows * rows
+    lead = shape[:axis]
+    full = compile_expr(attrs["expr"], dtypes, consts, (*lead, rows, *shape[axis + 1 :]), dt,
+                        False)  # fmt: skip
+    rest = shape[axis] % rows
+    last = (compile_expr(attrs["expr"], dtypes, consts, (*lead, rest, *shape[axis + 1 :]), dt)
+            if rest else None)  # fmt: skip
+    # inputs spanning the output's blocked dim are cut into blocks (along their own axis,
+    # shapes aligned on the right); the others broadcast
+    cuts = []
+    for t in in_types:
+        j = axis - (len(shape) - t.rank)
+        cuts.append(j if j >= 0 and t.shape[j] == shape[axis] else None)
+    n_full = shape[axis] // rows * rows
+
+    def part(x, j, r0, r1):
+        return x if j is None else x[(slice(None),) * j + (slice(r0, r1),)]
 
     def k_blocked(*xs, out=None):
         if out is None:
@@ -485,11 +499,11 @@ def _blocked_ufuncs(node: Node, in_types: tuple[TensorType, ...]) -> Kernel | No
         # the block temporaries live for this call only: no memory held between calls
         tmp = [np.empty(s, d) for s, d in full.scratch]
         for r0 in range(0, n_full, rows):
-            part = [x[r0 : r0 + rows] if c else x for x, c in zip(xs, cut, strict=True)]
-            full(*part, out=out[r0 : r0 + rows], scratch=tmp)
+            full(*[part(x, j, r0, r0 + rows) for x, j in zip(xs, cuts, strict=True)],
+                 out=part(out, axis, r0, r0 + rows), scratch=tmp)  # fmt: skip
         if last is not None:
-            last(*[x[n_full:] if c else x for x, c in zip(xs, cut, strict=True)],
-                 out=out[n_full:])  # fmt: skip
+            last(*[part(x, j, n_full, None) for x, j in zip(xs, cuts, strict=True)],
+                 out=part(out, axis, n_full, None))  # fmt: skip
         return out
 
     return k_blocked

@@ -6,7 +6,7 @@ import pytest
 
 import explorer as ex
 from explorer.compiler import F, kernels, optimize
-from explorer.compiler.passes import fuse_softmax
+from explorer.compiler.passes import fuse, fuse_softmax
 from explorer.compiler.ufunc_program import UnsupportedExpr, compile_expr
 
 EXPRS = [
@@ -140,6 +140,27 @@ def test_large_fused_kernel_runs_in_blocks_with_a_remainder(rng):
     assert k.__name__ == "k_blocked"
     assert shape[0] % (kernels.BLOCK_NUMEL // shape[1]) != 0  # the remainder block runs
     np.testing.assert_allclose(f(*args).numpy(), bias_gelu_mask(*args).numpy(), rtol=1e-5,
+                               atol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [1003, 1024])
+def test_batch_one_fused_kernel_runs_in_blocks_along_its_rows(rows, rng):
+    """A ``(1, rows, 300)`` output (batch 1) is cut along its rows, not handed to numexpr;
+    inputs of rank 3 and 2 span the rows, a ``(1, 1, 300)`` bias and a ``(300,)`` one
+    broadcast; ragged rows run a remainder block."""
+    b = ex.GraphBuilder("g")
+    ins = [b.input("x", (1, rows, 300)), b.input("y", (rows, 300)),
+           b.input("c", (1, 1, 300)), b.input("d", (300,))]  # fmt: skip
+    g = fuse(b.build([b.op("mul", b.op("add", b.op("add", ins[0], ins[1]), ins[2]),
+                                 b.op("tanh", ins[3]))]))[0]  # fmt: skip
+    node = next(n for n in g.ops if n.op == "fused")
+    k = kernels.make_kernel(node, g.input_types(node.name))
+    assert k.__name__ == "k_blocked"
+    xs = [rng.standard_normal(t.shape).astype(np.float32) for t in g.input_types(node.name)]
+    got = k(*xs, out=np.full((1, rows, 300), np.nan, np.float32))
+    local = {f"in{i}": x for i, x in enumerate(xs)}
+    want = eval(dict(node.attrs)["expr"], {"tanh": np.tanh}, local)  # the region's own expr
+    np.testing.assert_allclose(got, np.broadcast_to(want, (1, rows, 300)), rtol=1e-6,
                                atol=1e-6)  # fmt: skip
 
 
