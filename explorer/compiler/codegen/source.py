@@ -40,7 +40,7 @@ __all__ = ["elementwise_source", "softmax_source", "norm_source", "broadcast_spl
 NUMBA_TYPES = {"float32": "float32", "bool": "boolean"}
 _BINOP = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
 _CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
-_CALL = {"exp": "exp32", "log": "np.log", "sqrt": "np.sqrt", "abs": "abs", "tanh": "np.tanh"}
+_CALL = {"exp": "exp32", "log": "np.log", "sqrt": "np.sqrt", "abs": "abs", "tanh": "tanh32"}
 _NP = {"float32": "float32", "bool": "bool_"}
 # how an input of each broadcast kind is read inside the loop nest
 _READ = {"full": "{a}[i, j]", "row": "{a}[0, j]", "col": "{a}[i, 0]", "scalar": "{a}[0, 0]"}
@@ -170,6 +170,28 @@ def exp32(x):
 """
 
 
+# tanh in fp32 that LLVM vectorizes, as exp32 (numba's np.tanh calls libm's scalar tanhf:
+# a bias + tanh-GELU over GPT-2 small's (512, 3072) MLP took 8.0 ms in numba against 3.6 ms
+# for numpy's blocked SIMD ufuncs, measured under load). Cephes' tanhf: an odd polynomial
+# below |x| = 0.625 (no cancellation near 0; written x (1 + s p) so -0.0 stays -0.0), 1 - 2 / (exp(2|x|) + 1) with the
+# sign above (1 at inf, NaN kept); both computed and one selected, so the loop stays
+# branch-free.
+_TANH32 = """\
+@njit(inline="always", cache=True, error_model="numpy")
+def tanh32(x):
+    z = abs(x)
+    big = np.float32(1.0) - np.float32(2.0) / (exp32(np.float32(2.0) * z) + np.float32(1.0))
+    big = -big if x < np.float32(0.0) else big
+    s = x * x
+    p = np.float32(-5.70498872745e-3) * s + np.float32(2.06390887954e-2)
+    p = p * s - np.float32(5.37397155531e-2)
+    p = p * s + np.float32(1.33314422036e-1)
+    p = p * s - np.float32(3.33332819422e-1)
+    small = x * (np.float32(1.0) + p * s)  # x * (...) keeps -0.0
+    return big if z > np.float32(0.625) else small
+"""
+
+
 def _header(parallel: bool, sig: str) -> list[str]:
     return [
         "import numpy as np",
@@ -177,6 +199,9 @@ def _header(parallel: bool, sig: str) -> list[str]:
         "",
         "",
         *_EXP32.splitlines(),
+        "",
+        "",
+        *_TANH32.splitlines(),
         "",
         "",
         f'@njit("{sig}", parallel={parallel}, fastmath=False, error_model="numpy", cache=True,',
