@@ -236,29 +236,35 @@ def causal_blocks(rows: int, keys: int, offset: int, block: int) -> list[tuple[i
 
 def _causal_attention(node, in_types, attrs) -> Kernel:
     """Causal attention by blocks of query rows (``passes/causal_attention.py``): per
-    block, the scores against the keys it sees into one scratch buffer, scaled, masked,
-    softmaxed in place, then multiplied by those keys' values into the block's rows."""
-    bsz, heads, rows, _ = in_types[0].shape
+    block, the scores against the keys it sees into one scratch buffer, masked, softmaxed in
+    place, then multiplied by those keys' values into the block's rows. The scale multiplies
+    the block's queries (rows x head dim, a small scratch) rather than its scores, and the
+    mask is written only over the keys some row of the block may not see (the diagonal
+    tile): two passes over the scores fewer."""
+    bsz, heads, rows, d = in_types[0].shape
     keys = in_types[1].shape[3]
     dt = node.type.dtype.numpy.type
     alloc = _alloc(node.type)
     scale, offset, block = dt(attrs["scale"]), attrs["offset"], attrs["block"]
     scratch = np.empty((bsz, heads, block, keys), dt)
     peak = np.empty((bsz, heads, block, 1), dt)
+    qs = np.empty((bsz, heads, block, d), dt)
     plan = []
     for r0, r1, seen in causal_blocks(rows, keys, offset, block):
         s = scratch[:, :, : r1 - r0, :seen]
-        drop = np.arange(seen)[None, :] > (np.arange(r0, r1)[:, None] + offset)
-        plan.append((r0, r1, seen, s, peak[:, :, : r1 - r0], drop if drop.any() else None))
+        first = max(0, min(seen, r0 + offset + 1))  # keys 0 .. first - 1: every row sees them
+        drop = np.arange(first, seen)[None, :] > (np.arange(r0, r1)[:, None] + offset)
+        tile = (s[..., first:], drop) if drop.any() else None
+        plan.append((r0, r1, seen, s, peak[:, :, : r1 - r0], qs[:, :, : r1 - r0], tile))
     ninf = dt(-np.inf)
 
     def k_causal_attention(q, kt, v, out=None):
         o = alloc() if out is None else out
-        for r0, r1, seen, s, m, drop in plan:
-            np.matmul(q[:, :, r0:r1], kt[..., :seen], out=s)
-            s *= scale
-            if drop is not None:
-                np.copyto(s, ninf, where=drop)
+        for r0, r1, seen, s, m, qb, tile in plan:
+            np.multiply(q[:, :, r0:r1], scale, out=qb)
+            np.matmul(qb, kt[..., :seen], out=s)
+            if tile is not None:
+                np.copyto(tile[0], ninf, where=tile[1])
             np.maximum.reduce(s, axis=-1, keepdims=True, out=m)
             s -= m
             np.exp(s, out=s)
