@@ -240,7 +240,9 @@ def _causal_attention(node, in_types, attrs) -> Kernel:
     place, then multiplied by those keys' values into the block's rows. The scale multiplies
     the block's queries (rows x head dim, a small scratch) rather than its scores, and the
     mask is written only over the keys some row of the block may not see (the diagonal
-    tile): two passes over the scores fewer."""
+    tile), and the softmax's division by the row sums divides the block's output rows (head
+    dim wide) after the second matmul instead of its scores (keys wide): three passes over
+    the scores fewer."""
     bsz, heads, rows, d = in_types[0].shape
     keys = in_types[1].shape[3]
     dt = node.type.dtype.numpy.type
@@ -269,8 +271,9 @@ def _causal_attention(node, in_types, attrs) -> Kernel:
             s -= m
             np.exp(s, out=s)
             np.sum(s, axis=-1, keepdims=True, out=m)
-            s /= m
-            np.matmul(s, v[:, :, :seen], out=o[:, :, r0:r1])
+            ob = o[:, :, r0:r1]
+            np.matmul(s, v[:, :, :seen], out=ob)
+            ob /= m
         return o
 
     return k_causal_attention
