@@ -261,9 +261,10 @@ def _result(step: StepModel, split, n_full, step_time, mems, timeline, by_kind) 
     devices = par.devices
     peak = step.cluster.chip.peak_flops(step.cfg.dtype)
     tflops = model_f / step_time / devices / 1e12
-    config = par.replace(num_microbatches=step.m)
+    changes: dict[str, object] = {"num_microbatches": step.m}
     if par.recompute == "per_layer":
-        config = config.replace(recompute_num_layers=n_full)
+        changes["recompute_num_layers"] = n_full
+    config = par.replace(**changes)  # one validated copy, not two
     idle = by_kind.get("idle", 0.0)
     stack_name = stack_of(step.tparams)
     bands_file = _bands_file()  # one path for both bands
@@ -599,19 +600,28 @@ def estimate(
     part = split[0]
     memo: dict[tuple, tuple[float, list]] = {}
     t_stage = []
-    kinds: dict[str, float] = {}
+    names: list[str] = []  # the segments' kinds, in the order they first appear
+    slots: list[int] = []  # each segment's index in names (the same for every stage)
+    acc: list[float] = []  # each kind's seconds, summed stage by stage as the dict did
     shapes = part.shapes  # (layers, embedding?, head?) per stage
     for g in range(S):
         key = shapes[g]
         if key not in memo:
             f, b = step.stage_segments(part, g, n_full)
+            if not names:
+                for k, _ in f + b:
+                    if k not in names:
+                        names.append(k)
+                slots = [names.index(k) for k, _ in f + b]
+                acc = [0.0] * len(names)
             # each segment's share of the step (x * m / p), worked out once per stage shape
             memo[key] = (sum(x for _, x in f) + sum(x for _, x in b),
-                         [(k, x * m / p) for k, x in f + b])  # fmt: skip
+                         [x * m / p for _, x in f + b])  # fmt: skip
         t, shares = memo[key]
         t_stage.append(t)
-        for k, x in shares:
-            kinds[k] = kinds.get(k, 0.0) + x
+        for i, x in zip(slots, shares, strict=True):
+            acc[i] += x
+    kinds: dict[str, float] = dict(zip(names, acc, strict=True))
     pipe = pipeline_time(t_stage, m, p) + 2 * (S - 1) * step.p2p_s
     tail = 0.0
     tails: dict[float, list] = {}

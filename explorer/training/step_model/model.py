@@ -88,6 +88,11 @@ class StepModel:
         self._memory_terms: tuple[float, float, float] | None = None
         self._reduce_buffers: dict[float, float] = {}
         self._stage_params: dict[tuple[int, bool, bool], float] = {}
+        # a stage's compute seconds (by its shape, without dense first layers) and
+        # activation bytes (by layers, embedding?, recomputed layers): asked ~10 times per
+        # shape by the split, the memory of each device and the tail's windows
+        self._stage_compute: dict[tuple[int, bool, bool], tuple[float, float]] = {}
+        self._stage_act: dict[tuple[int, bool, int | None], float] = {}
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized): looked up
@@ -115,7 +120,17 @@ class StepModel:
     def stage_compute_s(self, part: StagePartition, g: int) -> tuple[float, float]:
         """(forward, backward) compute seconds of stage ``g`` for one microbatch: its
         parts' kernels plus ``microbatch_overhead_s`` each way, and ``moe_layer_overhead_s``
-        for each of its MoE layers."""
+        for each of its MoE layers. Without dense first layers they depend on the stage's
+        shape alone (layers, embedding?, head?), so they are computed once per shape."""
+        if self.dense is not None:
+            return self._stage_compute_of(part, g)
+        key = (part.layers(g), part.has_embed(g), part.has_head(g))
+        times = self._stage_compute.get(key)
+        if times is None:
+            times = self._stage_compute[key] = self._stage_compute_of(part, g)
+        return times
+
+    def _stage_compute_of(self, part: StagePartition, g: int) -> tuple[float, float]:
         c = self.costs
         n = part.layers(g)
         fwd = n * c.layer.forward_s
@@ -239,11 +254,18 @@ class StepModel:
 
     def stage_act(self, part: StagePartition, g: int, n_full: int | None) -> float:
         """Activation bytes of stage ``g`` per microbatch in flight (less what its
-        offloaded layers keep in host memory, `recompute.offload_saved_bytes`)."""
-        n = part.layers(g)
-        act = recompute.layers_act(self, n, n_full) - recompute.offload_saved_bytes(self, n, n_full)
-        if part.has_embed(g):
-            act += self.embed_act()
+        offloaded layers keep in host memory, `recompute.offload_saved_bytes`); computed once
+        per (layers, embedding?, recomputed layers)."""
+        n, embed = part.layers(g), part.has_embed(g)
+        key = (n, embed, n_full)
+        act = self._stage_act.get(key)
+        if act is None:
+            act = recompute.layers_act(self, n, n_full) - recompute.offload_saved_bytes(
+                self, n, n_full
+            )
+            if embed:
+                act += self.embed_act()
+            self._stage_act[key] = act
         return act
 
     def head_act(self) -> float:
