@@ -221,6 +221,24 @@ def test_two_cheap_ops_stay_on_numpy(every_region, rng):
     assert step.rule == "numpy_fallback" and "memory-bound" in step.detail
 
 
+@needs_numba
+def test_a_large_bias_and_residual_add_gets_a_kernel(rng):
+    """From ``TWO_OP_MIN_NUMEL`` elements a two-add region (bias + residual of a prefill)
+    runs in numba's one pass (numpy's two passes measured twice as slow); ragged rows."""
+
+    def residual(x, h, b):
+        return x + (h + b)
+
+    shape = (1, 67, 500)
+    assert 67 * 500 >= cost.TWO_OP_MIN_NUMEL
+    args = [_tensor(rng, shape), _tensor(rng, shape), _tensor(rng, (500,))]
+    want, got, f = _both(residual, *args)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=RTOL, atol=ATOL)
+    assert "generated" in _ops(f, *args)
+    step = next(s for s in f.steps(*args) if s.pass_name == "codegen")
+    assert step.rule == "numba_kernel"
+
+
 def test_broadcast_split_classifies_inputs():
     assert broadcast_split((4, 8), [(4, 8), (8,), (4, 1), ()]) == (
         1, ("full", "row", "col", "scalar"))  # fmt: skip
