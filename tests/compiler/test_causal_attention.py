@@ -27,7 +27,8 @@ def test_blocks_see_the_keys_up_to_their_last_row():
     assert blocks(4, 9, 5, 2) == [(0, 2, 7), (2, 4, 9)]
 
 
-@pytest.mark.parametrize(("rows", "keys", "offset"), [(40, 40, 0), (37, 37, 0), (32, 45, 13)])
+@pytest.mark.parametrize(("rows", "keys", "offset"),
+                         [(40, 40, 0), (37, 37, 0), (32, 45, 13), (29, 40, 11)])  # fmt: skip
 def test_blocked_kernel_equals_the_whole_matrix(rows, keys, offset):
     g = _attention_graph(rows, keys, offset)
     new, steps = causal_attention(g, block=8)
