@@ -122,13 +122,19 @@ class StepModel:
         parts' kernels plus ``microbatch_overhead_s`` each way, and ``moe_layer_overhead_s``
         for each of its MoE layers. Without dense first layers they depend on the stage's
         shape alone (layers, embedding?, head?), so they are computed once per shape."""
+        return self._by_shape(self._stage_compute, self._stage_compute_of, part, g)
+
+    def _by_shape(self, cache: dict, compute, part: StagePartition, g: int):
+        """``compute(part, g)``, kept in ``cache`` by the stage's shape (layers, embedding?,
+        head?) when the model has no dense first layers (with them the stage's position
+        matters too)."""
         if self.dense is not None:
-            return self._stage_compute_of(part, g)
+            return compute(part, g)
         key = (part.layers(g), part.has_embed(g), part.has_head(g))
-        times = self._stage_compute.get(key)
-        if times is None:
-            times = self._stage_compute[key] = self._stage_compute_of(part, g)
-        return times
+        value = cache.get(key)
+        if value is None:
+            value = cache[key] = compute(part, g)
+        return value
 
     def _stage_compute_of(self, part: StagePartition, g: int) -> tuple[float, float]:
         c = self.costs
@@ -189,13 +195,7 @@ class StepModel:
         """Parameters on a device of stage ``g``. Without dense first layers they depend
         on the stage's layer count and whether it holds the embedding and the head alone
         (`dense.params_delta`), so they are computed once per such shape."""
-        if self.dense is not None:
-            return self._stage_params_of(part, g)
-        key = (part.layers(g), part.has_embed(g), part.has_head(g))
-        params = self._stage_params.get(key)
-        if params is None:
-            params = self._stage_params[key] = self._stage_params_of(part, g)
-        return params
+        return self._by_shape(self._stage_params, self._stage_params_of, part, g)
 
     def _stage_params_of(self, part: StagePartition, g: int) -> float:
         return (
