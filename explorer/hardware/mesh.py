@@ -98,6 +98,9 @@ class Mesh:
         object.__setattr__(self, "axes", pairs)
         object.__setattr__(self, "hardware", cluster)
         object.__setattr__(self, "links", placed)
+        # (kind, axes, algorithm, concurrent) -> how the collective's seconds follow from its
+        # size (`_link_plan`): not a field (equality, hash and repr ignore it)
+        object.__setattr__(self, "_link_plans", {})
 
     # ----- shape -------------------------------------------------------------------------
     @property
@@ -300,6 +303,33 @@ class Mesh:
         >>> round(mesh.collective_time("all-reduce", 2**30, ("dp", "tp")) * 1e3, 3)
         11.722
         """
+        plans = self.__dict__.get("_link_plans")
+        key = None  # kept only for values: a list or generator of axes is not memoized
+        if plans is not None and isinstance(axes, str | tuple) and isinstance(concurrent, tuple):
+            try:
+                key = (kind, axes, algorithm, concurrent)
+                plan = plans.get(key)
+            except TypeError:  # an unhashable member (a list inside the tuple)
+                key, plan = None, None
+        if key is None or plan is None:
+            plan = self._link_plan(kind, axes, algorithm, concurrent)
+            if key is not None:
+                plans[key] = plan
+        return _apply_plan(plan, size_bytes)
+
+    def _link_plan(
+        self,
+        kind: CollectiveKind | str,
+        axes: str | Iterable[str],
+        algorithm: Algorithm,
+        concurrent: Iterable[str | Iterable[str]],
+    ) -> tuple:
+        """What `collective_time` derives from everything but the size: the group, its
+        algorithm and the links of each phase (which levels the ring crosses, their shared
+        bandwidth and latency). They do not depend on the message size, and a plan search
+        asks for the same collective at hundreds of sizes, so `collective_time` keeps them
+        per (kind, axes, algorithm, concurrent) and applies the size in `_apply_plan` with
+        the same formulas (`ring_time`, `tree_time`, `hierarchical_time`)."""
         kind = CollectiveKind.parse(kind)
         if algorithm not in ALGORITHMS:
             raise MeshError(
@@ -311,14 +341,14 @@ class Mesh:
         self._cluster("collective_time")
         levels = {self.link(name) for name in names}
         if n == 1:
-            return 0.0
+            return ("zero",)
         if algorithm == "auto":
             mixed = len(levels) > 1 and kind is not CollectiveKind.SEND_RECV
             algorithm = "hierarchical" if mixed else "ring"
         if algorithm == "hierarchical":
             intra = tuple(a for a in names if self.link(a) == "intra")
             inter = tuple(a for a in names if self.link(a) != "intra")
-            return self.hierarchical_time(kind, size_bytes, intra, inter, others)
+            return ("hierarchical", kind, *self._hierarchical_links(kind, intra, inter, others))
         # Ring and tree run at the slowest link any of their steps crosses; a ring
         # collective's group spreads over its members' NICs on a multi-rail cluster.
         spread = kind is not CollectiveKind.ALL_TO_ALL and kind is not CollectiveKind.SEND_RECV
@@ -334,9 +364,8 @@ class Mesh:
                 # others across it, both at once: the slower of the two
                 alpha = ring_time(kind, 0.0, n, link.bandwidth_bytes_per_s, link.latency_s)
                 inner = cluster.levels[top - 1].bandwidth_bytes_per_s
-                return alpha + max((n - g) / n * size_bytes / link.bandwidth_bytes_per_s,
-                                   (g - 1) / n * size_bytes / inner)  # fmt: skip
-        return timer(kind, size_bytes, n, link.bandwidth_bytes_per_s, link.latency_s)
+                return ("split_all_to_all", alpha, n, g, link.bandwidth_bytes_per_s, inner)
+        return ("ring", timer, kind, n, link.bandwidth_bytes_per_s, link.latency_s)
 
     def hierarchical_time(
         self,
@@ -359,13 +388,20 @@ class Mesh:
         ...     mesh.collective_time("all-reduce", 2**30, ("dp", "tp")))
         True
         """
+        others = tuple(self._check_axis_names(c) for c in concurrent)
+        return hierarchical_time(
+            kind, size_bytes, *self._hierarchical_links(kind, inner, outer, others)
+        )
+
+    def _hierarchical_links(
+        self, kind, inner: str | Iterable[str], outer: str | Iterable[str], others: tuple
+    ) -> tuple[int, int, tuple[float, float], tuple[float, float]]:
+        """(inner group size, outer group size, inner link, outer link) of
+        `hierarchical_time`: everything but the size."""
         inner_axes = self._check_axis_names(inner)
         outer_axes = self._check_axis_names(outer)
-        others = tuple(self._check_axis_names(c) for c in concurrent)
         self._check_axis_names(inner_axes + outer_axes)  # an axis in both raises
-        return hierarchical_time(
-            kind,
-            size_bytes,
+        return (
             self._group_size(inner_axes),
             self._group_size(outer_axes),
             self._phase_link(inner_axes, others, kind),
@@ -429,6 +465,21 @@ class Mesh:
                 f"build it with Mesh(..., hardware=NAME), NAME in explorer.hardware.names()"
             )
         return self.hardware
+
+
+def _apply_plan(plan: tuple, size_bytes: float) -> float:
+    """Seconds of a collective of ``size_bytes`` from its `Mesh._link_plan`."""
+    how = plan[0]
+    if how == "ring":
+        _, timer, kind, n, bandwidth, latency = plan
+        return timer(kind, size_bytes, n, bandwidth, latency)
+    if how == "hierarchical":
+        _, kind, n_intra, n_inter, intra, inter = plan
+        return hierarchical_time(kind, size_bytes, n_intra, n_inter, intra, inter)
+    if how == "split_all_to_all":
+        _, alpha, n, g, bandwidth, inner = plan
+        return alpha + max((n - g) / n * size_bytes / bandwidth, (g - 1) / n * size_bytes / inner)
+    return 0.0
 
 
 def _check_axes(axes: Any) -> tuple[tuple[str, int], ...]:

@@ -122,13 +122,16 @@ def stack_of(params: TrainingParams) -> str | None:
     """The name of the stack preset ``params`` are (``stacks.params(name)`` equal to them,
     up to `RUN_FIELDS`), or None for hand-set params: a run's band is its stack's when it
     ran a preset. Remembered per params (every estimate of a plan search asks)."""
+    last = _LAST_STACK_OF
+    if last is not None and last[0] is params:  # a plan's ~1,000 estimates share one params
+        return last[1]
     try:
         hash(params)
     except TypeError:
         return None
     with _LOCK:
         if params in _STACK_OF:
-            return _STACK_OF[params]
+            return _remember_last(params, _STACK_OF[params])
     own = _without_run_fields(params)
     # presets may coincide (megatron-lm-2021 and deepspeed are TrainingParams()): the
     # default stack, then the 2021 one, then the catalog order
@@ -139,6 +142,13 @@ def stack_of(params: TrainingParams) -> str | None:
         _STACK_OF[params] = name
         if len(_STACK_OF) > 256:
             _STACK_OF.pop(next(iter(_STACK_OF)))
+    return _remember_last(params, name)
+
+
+def _remember_last(params: TrainingParams, name: str | None) -> str | None:
+    # comparing the params field by field (hashing them) took 9 us of each estimate
+    global _LAST_STACK_OF
+    _LAST_STACK_OF = (params, name)
     return name
 
 
@@ -148,6 +158,7 @@ def _without_run_fields(params: TrainingParams) -> TrainingParams:
 
 
 _STACK_OF: dict = {}
+_LAST_STACK_OF: tuple[TrainingParams, str | None] | None = None
 
 
 def bands_path() -> Path:
@@ -204,11 +215,15 @@ def write_bands(residuals: Iterable[Residual], source: str, path: Path | None = 
     path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     with _LOCK:
         _CACHE.clear()
+        _BANDS.clear()
     return path
 
 
 _LOCK = threading.Lock()
 _CACHE: dict[Path, dict] = {}
+#: `band` by its arguments: every estimate of a plan search asks for two, and reading the
+#: table took 8 us each (cleared with the tables by `write_bands`)
+_BANDS: dict[tuple, PredictionBand | None] = {}
 
 
 def _table(path: Path) -> dict | None:
@@ -234,6 +249,26 @@ def band(
     ``hardware``; None where no check rows were measured at all (no bands file). A
     ``stack`` of None (hand-set `TrainingParams`) uses the band of all check rows, widened.
     """
+    if path is None:  # bands_path() follows $EXPLORER_DATASETS: not memoized
+        return _band(stack, hardware, quantity, path)
+    key = (stack, hardware, quantity, path)
+    found = _BANDS.get(key, _MISSING)
+    if found is not _MISSING:
+        return found
+    result = _band(stack, hardware, quantity, path)
+    with _LOCK:
+        if len(_BANDS) > 256:
+            _BANDS.clear()
+        _BANDS[key] = result
+    return result
+
+
+_MISSING = object()
+
+
+def _band(
+    stack: str | None, hardware: str | Cluster, quantity: str, path: Path | None
+) -> PredictionBand | None:
     if quantity not in ("step_time", "memory"):
         raise TrainingError(f"band quantity={quantity!r}; expected 'step_time' or 'memory'")
     table = _table(path or bands_path())
