@@ -233,7 +233,11 @@ def peak_activations(step: StepModel, part: StagePartition, device: int, n_full)
     the stage split's memory check all use it, so they report the same memory."""
     par = step.par
     acts = [step.stage_act(part, c * par.pp + device, n_full) for c in range(par.virtual_stages)]
-    states = chunk_live_counts(par.schedule, par.pp, step.m, device, par.virtual_stages)
+    states = step.live_states.get(device)
+    if states is None:
+        states = step.live_states[device] = chunk_live_counts(
+            par.schedule, par.pp, step.m, device, par.virtual_stages
+        )
     return max(sum(n * a for n, a in zip(state, acts, strict=True)) for state in states)
 
 

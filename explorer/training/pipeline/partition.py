@@ -20,6 +20,7 @@ within a tie the later stages take more, the last included.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -97,6 +98,7 @@ class StagePartition:
         return " | ".join(parts)
 
 
+@functools.lru_cache(maxsize=1024)
 def uniform_partition(num_layers: int, stages: int) -> StagePartition:
     """Megatron-LM's split: layers as even as possible (earlier stages take the extra
     ones), the embedding with the first stage and the head with the last. With one or two

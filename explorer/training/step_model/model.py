@@ -93,6 +93,9 @@ class StepModel:
         # shape by the split, the memory of each device and the tail's windows
         self._stage_compute: dict[tuple[int, bool, bool], tuple[float, float]] = {}
         self._stage_act: dict[tuple[int, bool, int | None], float] = {}
+        # per pipeline device, the chunk live counts its peak activations are weighed by
+        # (`simulate.chunk_live_counts`: the same for every split and recompute count)
+        self.live_states: dict[int, tuple[tuple[int, ...], ...]] = {}
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized): looked up
@@ -130,7 +133,7 @@ class StepModel:
         matters too)."""
         if self.dense is not None:
             return compute(part, g)
-        key = (part.layers(g), part.has_embed(g), part.has_head(g))
+        key = part.shapes[g]  # (layers, embedding?, head?)
         value = cache.get(key)
         if value is None:
             value = cache[key] = compute(part, g)
@@ -256,7 +259,7 @@ class StepModel:
         """Activation bytes of stage ``g`` per microbatch in flight (less what its
         offloaded layers keep in host memory, `recompute.offload_saved_bytes`); computed once
         per (layers, embedding?, recomputed layers)."""
-        n, embed = part.layers(g), part.has_embed(g)
+        n, embed, _ = part.shapes[g]
         key = (n, embed, n_full)
         act = self._stage_act.get(key)
         if act is None:
@@ -279,6 +282,7 @@ class StepModel:
         """The breakdown of device ``d`` given its peak live activations ``live_act``."""
         par, tp_ = self.par, self.tparams
         chunks = [c * par.pp + d for c in range(par.virtual_stages)]
+        shapes = part.shapes
         params = sum(self.stage_params(part, g) for g in chunks)
         w, gr, opt = zero.state_bytes(self, params)
         if self._memory_terms is None:
@@ -286,9 +290,9 @@ class StepModel:
                 self.head_act(), cp.transient_bytes(self), zero.gather_buffer_bytes(self)
             )  # fmt: skip
         head, transient, zbuf = self._memory_terms
-        act = live_act + (head if any(part.has_head(g) for g in chunks) else 0.0)
+        act = live_act + (head if any(shapes[g][2] for g in chunks) else 0.0)
         act += transient  # the layer in flight's gathered K, V (dK, dV)
-        work = recompute.working_set(self, [part.layers(g) for g in chunks], n_full)
+        work = recompute.working_set(self, [shapes[g][0] for g in chunks], n_full)
         rbuf = self.reduce_buffer(part, chunks)
         al = tp_.allowances
         # Fragmentation is the caching allocator's: the CUDA context and the collective
@@ -306,9 +310,10 @@ class StepModel:
         (`zero.reduce_buffer`): its largest part (a layer, the embedding or the head;
         every part when ``part`` is None) up to ``zero_reduce_bucket_params``."""
         units = [self.layer_params]
-        if part is None or any(part.has_embed(g) for g in chunks):
+        shapes = part.shapes if part is not None else None
+        if shapes is None or any(shapes[g][1] for g in chunks):
             units.append(self.embed_params)
-        if part is None or any(part.has_head(g) for g in chunks):
+        if shapes is None or any(shapes[g][2] for g in chunks):
             units.append(self.head_params)
         unit = max(units)
         buf = self._reduce_buffers.get(unit)
