@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as ipw
@@ -20,14 +23,12 @@ from .errors import FieldError, ViewError, field
 from .figure_widget import FigureWidget
 from .figures.pipeline import (
     CHUNK_PATTERNS,
-    EVENT_KINDS,
     TRACE_GROUPS,
+    TRACE_KEYS,
     TRACE_SELECTED_MB,
-    chunk_marker,
     figure_height,
     group_arrays,
-    hover_template,
-    kind_arrays,
+    kind_traces,
     pipeline_axes,
     pipeline_figure,
     pipeline_title,
@@ -35,6 +36,8 @@ from .figures.pipeline import (
     selected_arrays,
     time_unit,
     timeline_columns,
+    trace_arrays,
+    trace_hover,
     visible_groups,
 )
 from .format import fmt_seconds
@@ -47,7 +50,6 @@ __all__ = ["PipelineView", "MAX_MICROBATCHES", "SCHEDULE_NAMES"]
 # counts up to here (and up to the sequences per replica).
 MAX_MICROBATCHES = 256
 VIRTUAL_STAGES = (1, 2, 3, 4, 6, 8)
-CHUNKED_KINDS = ("compute-forward", "compute-backward", "recompute")
 SCHEDULE_NAMES = (("1F1B", "1f1b"), ("GPipe", "gpipe"), ("interleaved 1F1B", "interleaved_1f1b"))
 _WIDE = {"description_width": "initial"}
 
@@ -94,15 +96,17 @@ class PipelineView(TrainingView):
                          stack=stack)  # fmt: skip
         self.window: tuple[float, float] | None = None
         self._bubbles: dict[int, tuple[Any, BubbleBreakdown]] = {}
-        self.sim = self._simulate(self.config)
-        self.bubble = self._bubble(self.sim)
-        self._cols = timeline_columns(self.sim.timeline)
-        self.window = readable_window(self._cols)  # real sizes open where numbers are read
-        self.figure = FigureWidget(pipeline_figure(self.sim, formula=self.bubble.formula,
-                                                   window=self.window))  # fmt: skip
+        with gc_paused():
+            self.sim = self._simulate(self.config)
+            self.bubble = self._bubble(self.sim)
+            self._cols = timeline_columns(self.sim.timeline)
+            self.window = readable_window(self._cols)  # real sizes open where numbers are read
+            self.figure = FigureWidget(pipeline_figure(self.sim, formula=self.bubble.formula,
+                                                       window=self.window))  # fmt: skip
         self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
-        for k in ("compute-forward", "compute-backward"):
-            self.figure.data[EVENT_KINDS.index(k)].on_click(self.errors.guard(self._on_click))
+        for k in ("compute-forward", "compute-backward"):  # every chunk's trace
+            for i in kind_traces(k):
+                self.figure.data[i].on_click(self.errors.guard(self._on_click))
         self.controls = {
             "schedule": ipw.Dropdown(options=SCHEDULE_NAMES, description="schedule",
                                      style=_WIDE, layout=ipw.Layout(width="auto")),
@@ -248,7 +252,8 @@ class PipelineView(TrainingView):
 
     def set_config(self, config: ParallelConfig, global_batch: int | None = None) -> None:
         self.window = None  # _draw opens the new step on a readable window
-        super().set_config(config, global_batch)
+        with gc_paused():
+            super().set_config(config, global_batch)
 
     def _zoom_percent(self) -> tuple[int, int]:
         """The zoom control's reading of the window shown (whole percent, at least 1)."""
@@ -269,7 +274,9 @@ class PipelineView(TrainingView):
 
     def _draw(self) -> None:
         """Set only what changes (bar arrays, row labels, title, axes, group labels):
-        building a new figure and copying it costs ~3x more for a few thousand bars."""
+        building a new figure and copying it costs ~3x more for a few thousand bars. Each
+        trace keeps its colour and pattern (one per kind and chunk), so a redraw sends
+        numbers only."""
         sim, c = self.sim, self.sim.config
         self.bubble = self._bubble(sim)
         unit, scale = time_unit(sim.timeline.step_time_s)
@@ -281,12 +288,10 @@ class PipelineView(TrainingView):
         self._zooming = True
         try:
             with fig.batch_update():
-                for trace, kind in zip(fig.data, EVENT_KINDS, strict=False):
-                    a = kind_arrays(cols, kind)
-                    trace.update(y=a["y"], base=a["base"], x=a["x"], customdata=a["customdata"])
-                    trace.hovertemplate = hover_template(kind, unit)
-                    if kind in CHUNKED_KINDS:
-                        trace.marker.update(chunk_marker(cols, kind, c.virtual_stages))
+                arrays = trace_arrays(cols, c.virtual_stages)
+                for trace, (kind, chunk), a in zip(fig.data, TRACE_KEYS, arrays, strict=False):
+                    trace.update(hovertemplate=trace_hover(kind, chunk, c.virtual_stages, unit),
+                                 **a)  # fmt: skip
                 t = fig.data[TRACE_SELECTED_MB]
                 t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
                 self._set_groups()
@@ -400,7 +405,8 @@ class PipelineView(TrainingView):
         why = (
             f"The formula assumes identical stages and free transfers; here the slowest "
             f"stage takes {b.stage_imbalance:.2f}× the mean (the embedding sits on the first "
-            f"stage, the head and loss on the last, layers may not divide evenly), transfers take {fmt_seconds(b.p2p_s)} per hop"
+            f"stage, the head and loss on the last, layers may not divide evenly), transfers "
+            f"take {fmt_seconds(b.p2p_s)} per hop"
         )
         return (
             f"<div style='line-height:1.45'><b>{c}</b> on {c.devices} × {s.hardware}: step "
@@ -414,7 +420,8 @@ class PipelineView(TrainingView):
     # --- clicks -------------------------------------------------------------------------
     def _on_click(self, trace, points, state) -> None:
         if points.point_inds:
-            stage, mb = (int(v) for v in trace.customdata[points.point_inds[0]][:2])
+            i = points.point_inds[0]  # the box's stage and microbatch (trace_arrays)
+            stage, mb = int(trace.customdata[i]), int(trace.text[i])
             self.click(stage, mb)
 
     def click(self, stage: int, microbatch: int) -> None:
@@ -441,6 +448,26 @@ def _chunks_text(c) -> str:
              for k in range(c.virtual_stages)]  # fmt: skip
     return (f"<br>Virtual chunks (stage = chunk × pp + device): {', '.join(parts)}, each a "
             "lighter shade; hover a box for its chunk.")  # fmt: skip
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Simulate and redraw without the cyclic garbage collector (reference counting still
+    frees everything but cycles; the collector's previous state is restored).
+
+    Why: a microbatch change at GPT-3 size makes some 10^5 short- and long-lived objects
+    (the simulated events, and the bubble breakdown's two re-simulated schedules). With the
+    collector on, that many allocations set off a full collection of the whole heap on
+    every other change, which was the first change's extra cost; paused, the change counts
+    as one young collection when it ends, and full collections come much more rarely
+    instead of later (bench/pipeline_gc.py measures both side by side)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _formula_text(c) -> str:

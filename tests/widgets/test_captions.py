@@ -12,6 +12,7 @@ import pytest
 import explorer as ex
 from widgets import MemoryView, PipelineView, ScalingView
 from widgets.figures.memory import ROW_NAMES
+from widgets.figures.pipeline import trace_index
 from widgets.format import fmt_bytes, fmt_seconds
 
 _GIB = 2**30
@@ -33,10 +34,10 @@ def test_pipeline_caption_agrees_with_its_figure_after_a_microbatch_change():
         got = re.search(r"dp (\d+) × (\d+) microbatches × microbatch size\s+(\d+)", info)
         assert got, info
         dp, count, size = (int(g) for g in got.groups())
-        forward = fig.data[0]
+        forward = fig.data[trace_index("compute-forward")]  # gpt2 1F1B: one chunk
         assert forward.name == "Forward"
-        assert len({int(c[1]) for c in forward.customdata}) == count
-        stages = len({int(c[0]) for c in forward.customdata})
+        assert len({int(mb) for mb in forward.text}) == count  # the numbers on the boxes
+        stages = len({int(st) for st in forward.customdata})
         assert len(forward.x) == count * stages  # one box per microbatch per stage
         assert f"{count} microbatches of {size}" in title
         assert dp * count * size == int(re.search(r"global batch\s+(\d+)", info).group(1))

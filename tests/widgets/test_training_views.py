@@ -32,16 +32,20 @@ from widgets.figures import memory_figure, pipeline_figure, scaling_figure
 from widgets.figures.errors import ViewError
 from widgets.figures.memory import ROW_NAMES, ROWS, TRACE_TOTAL
 from widgets.figures.pipeline import (
+    CHUNK_PATTERNS,
     EVENT_KINDS,
     EVENT_NAMES,
     TRACE_GROUPS,
+    TRACE_KEYS,
     TRACE_SELECTED_MB,
+    kind_traces,
     label_groups,
     label_mode,
     timeline_columns,
+    trace_index,
 )
 
-FWD, BWD, IDLE = (EVENT_KINDS.index(k) for k in ("compute-forward", "compute-backward", "idle"))
+FWD, BWD, IDLE = (trace_index(k) for k in ("compute-forward", "compute-backward", "idle"))
 
 
 def arr(v):
@@ -120,6 +124,13 @@ def _same_data(page_trace: dict, py_trace, keys=("x", "y")) -> None:
         np.testing.assert_array_equal(np.asarray(got, dtype=object), np.asarray(want, dtype=object))
 
 
+def boxes(data, kind: str, key: str = "x") -> np.ndarray:
+    """``key`` of every box of ``kind``, all its chunks' traces together, from a figure's
+    ``data`` or its ``to_dict()["data"]``."""
+    parts = [data[i][key] for i in kind_traces(kind)]
+    return np.concatenate([arr(v) for v in parts if v is not None])
+
+
 def _late_page(fig) -> list[dict]:
     """What a page that connects now draws from: the synced ``_widget_data``."""
     return list(fig._widget_data)
@@ -182,13 +193,21 @@ def test_pipeline_figure_has_a_bar_per_step_and_the_bubble(sim):
     fig = pipeline_figure(sim, selected_microbatch=1)
     d = fig.to_dict()
     pp, m = 4, sim.config.num_microbatches
-    assert [t["legendgroup"] for t in d["data"][: len(EVENT_KINDS)]] == list(EVENT_KINDS)
-    assert [t["name"] for t in d["data"][: len(EVENT_KINDS)]] == [
-        EVENT_NAMES[k] for k in EVENT_KINDS
-    ]
+    bars = d["data"][:TRACE_SELECTED_MB]
+    assert [t["legendgroup"] for t in bars] == [kind for kind, _ in TRACE_KEYS]
+    # the legend: one entry per kind (its chunk-0 trace), in EVENT_KINDS order
+    legend = [t for t in bars if t.get("showlegend", True)]
+    assert [t["name"] for t in legend] == [EVENT_NAMES[k] for k in EVENT_KINDS]
+    assert len(boxes(d["data"], "compute-forward")) == pp * m
     assert len(arr(d["data"][FWD]["x"])) == pp * m and len(arr(d["data"][BWD]["x"])) == pp * m
     assert len(arr(d["data"][IDLE]["x"])) > 0  # the bubble is drawn
-    assert d["data"][FWD]["texttemplate"] == "F%{customdata[1]}"
+    assert d["data"][FWD]["texttemplate"] == "F%{text}"
+    # each forward box shows its microbatch (text) and carries its stage (customdata)
+    cols = timeline_columns(sim.timeline)
+    fwd = cols["kind"] == "compute-forward"
+    assert sorted(zip(arr(d["data"][FWD]["customdata"]), arr(d["data"][FWD]["text"]),
+                      strict=True)) == sorted(zip(cols["stage"][fwd], cols["mb"][fwd],
+                                                  strict=True))  # fmt: skip
     assert len(arr(d["data"][TRACE_SELECTED_MB]["x"])) == 2 * pp  # F and B of mb 1 per stage
     assert d["layout"]["yaxis"]["ticktext"] == ["stage 0", "stage 1", "stage 2", "stage 3"]
     assert "bubble" in d["layout"]["title"]["text"] and d["layout"]["title"]["x"] == 0
@@ -202,7 +221,12 @@ def test_pipeline_figure_interleaved_rows(sim):
                                                 num_microbatches=None), global_batch=32, seq=512)  # fmt: skip
     d = pipeline_figure(s).to_dict()
     assert d["layout"]["yaxis"]["ticktext"][0] == "dev 0: st 0,4,8"
-    assert len(arr(d["data"][FWD]["x"])) == 4 * 3 * s.config.num_microbatches
+    assert len(boxes(d["data"], "compute-forward")) == 4 * 3 * s.config.num_microbatches
+    for k in range(3):  # chunk k's boxes, and only they, in the forward trace of chunk k
+        t = d["data"][trace_index("compute-forward", k)]
+        assert set(arr(t["customdata"]) // 4) == {k}  # stage = chunk x pp + device
+        assert len(arr(t["x"])) == 4 * s.config.num_microbatches
+        assert f"(chunk {k})" in t["hovertemplate"]
 
 
 def _compute_boxes(cols, window=None):
@@ -291,7 +315,7 @@ def test_pipeline_view_microbatches_keep_the_global_batch(pipeline):
     assert v.controls["microbatches"].value == 16 and v.controls["pp"].value == 4
     v.controls["microbatches"].value = 4
     d = v.figure.to_dict()
-    assert len(arr(d["data"][FWD]["x"])) == 4 * 4
+    assert len(boxes(d["data"], "compute-forward")) == 4 * 4
     assert v.global_batch == 32 and v.config.microbatch_size == 4  # 32 / (dp 2 x 4)
     assert "4 microbatches of 4" in d["layout"]["title"]["text"]
     assert "global batch <b>32</b> (fixed)" in v.info.value
@@ -331,7 +355,7 @@ def test_pipeline_view_pp_keeps_devices(pipeline):
     v = pipeline
     v.controls["pp"].value = 2
     assert v.config.dp == 4 and v.config.devices == 8 and v.global_batch == 32
-    assert len(v.figure.data[FWD].x) == 2 * v.controls["microbatches"].value
+    assert len(boxes(v.figure.data, "compute-forward")) == 2 * v.controls["microbatches"].value
     assert v.figure.layout.yaxis.ticktext == ("stage 0", "stage 1")
 
 
@@ -377,16 +401,23 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     assert 48 in v.controls["microbatches"].options
     assert all(m % 8 == 0 and 48 % m == 0 for m in v.controls["microbatches"].options)
     lo, hi = v.window
-    fwd = v.figure.data[FWD]
-    inside = (np.asarray(fwd.base) < hi) & (np.asarray(fwd.base) + np.asarray(fwd.x) > lo)
-    widths = np.asarray(fwd.x)[inside] * PLOT_WIDTH_PX / (hi - lo)
+    base, x = (
+        boxes(v.figure.data, "compute-forward", "base"),
+        boxes(v.figure.data, "compute-forward"),
+    )
+    inside = (base < hi) & (base + x > lo)
+    widths = x[inside] * PLOT_WIDTH_PX / (hi - lo)
     assert inside.sum() >= 8 and np.median(widths) >= BOX_LABEL_PX  # numbers fit the boxes
-    assert fwd.texttemplate == "F%{customdata[1]}"
-    chunk = np.asarray(fwd.customdata)[:, 4].astype(int)
-    shapes, colors = np.asarray(fwd.marker.pattern.shape), np.asarray(fwd.marker.color)
-    assert len(set(shapes)) == len(set(colors)) == 4  # four chunks, four patterns and shades
-    for k in range(4):
-        assert len(set(shapes[chunk == k])) == 1 and len(set(colors[chunk == k])) == 1
+    shapes, colors = set(), set()
+    for k in range(4):  # one trace per chunk: its boxes, one colour and one pattern
+        t = v.figure.data[trace_index("compute-forward", k)]
+        assert t.texttemplate == "F%{text}" and len(t.x) == 8 * 48
+        assert set(np.asarray(t.customdata) // 8) == {k}  # stage = chunk x pp + device
+        assert isinstance(t.marker.color, str) and t.marker.pattern.shape == CHUNK_PATTERNS[k]
+        shapes.add(t.marker.pattern.shape)
+        colors.add(t.marker.color)
+    assert len(shapes) == len(colors) == 4  # four chunks, four patterns and shades
+    assert all(len(v.figure.data[i].x) == 0 for i in kind_traces("compute-forward")[4:])
     assert "chunk 1 hatched /" in v.info.value
 
 
@@ -395,7 +426,8 @@ def test_pipeline_click_selects_stage_and_microbatch(pipeline):
 
     v = pipeline
     trace = v.figure.data[BWD]
-    i = next(i for i, c in enumerate(trace.customdata) if list(c[:2]) == [2, 3])
+    i = next(i for i, (st, mb) in enumerate(zip(trace.customdata, trace.text, strict=True))
+             if (st, mb) == (2, 3))  # fmt: skip
     v._on_click(trace, Points([i], [0], [0], "compute-backward", BWD), None)
     assert (v.selection.stage, v.selection.microbatch) == (2, 3)
     assert len(v.figure.data[TRACE_SELECTED_MB].x) == 2 * 4
@@ -413,11 +445,11 @@ def test_pipeline_view_page_holds_every_trace_after_any_sequence(pipeline):
         if key in ("microbatches", "pp") and value not in v.controls[key].options:
             continue  # the menus offer only what runs (the slider: counts that divide)
         v.controls[key].value = value
-        for k in range(len(EVENT_KINDS) + 1):
+        for k in range(TRACE_SELECTED_MB + 1):
             _same_data(page.trace(k), v.figure.data[k], ("x", "y", "base"))
             _same_data(_late_page(v.figure)[k], v.figure.data[k], ("x", "y", "base"))
-        assert len(page.trace(FWD)["x"]) == v.config.pp * v.sim.config.num_microbatches * (
-            v.config.virtual_stages
+        assert len(boxes(page.data, "compute-forward")) == v.config.pp * (
+            v.sim.config.num_microbatches * v.config.virtual_stages
         )
 
 
@@ -902,3 +934,32 @@ def test_dashboard_constraints_set_while_a_background_plan_runs_are_not_overwrit
         strategy_explorer.ex.plan_training = old
     assert dash.plan.devices == 16 and dash.plan.config.pp == 2
     assert dash.constraints == (ex.Fix("pp", 2),)
+
+
+def test_pipeline_redraw_sends_numbers_only_and_pauses_the_collector(pipeline):
+    """A redraw's per-box data are flat numeric arrays (plotly sends them as binary
+    buffers; per-box colour strings and a two-column customdata went as JSON lists), each
+    trace one colour; the cyclic collector is off while the step is simulated and drawn
+    and is back as it was afterwards (also when it was off)."""
+    import gc
+
+    v = pipeline
+    seen = []
+    draw = v._draw
+    v._draw = lambda: (seen.append(gc.isenabled()), draw())
+    v.controls["schedule"].value = "interleaved_1f1b"
+    assert seen == [False] and gc.isenabled()
+    for t in v.figure._widget_data[:TRACE_SELECTED_MB]:
+        assert isinstance(t["marker"]["color"], str), t["name"]
+        # (not base: plotly validates it as "any" and keeps it as an object array)
+        for key in ("x", "y", "text", "customdata", "hovertext"):
+            if key in t:
+                a = t[key]
+                assert isinstance(a, np.ndarray) and a.ndim == 1, (t["name"], key)
+                assert a.dtype.kind in "if" and a.dtype != np.int64, (t["name"], key)
+    gc.disable()
+    try:
+        v.controls["schedule"].value = "1f1b"
+        assert seen == [False, False] and not gc.isenabled()  # left as the caller had it
+    finally:
+        gc.enable()

@@ -1,11 +1,15 @@
 """``pipeline_figure``: a simulated training step as a device x time Gantt chart, in the manner
 of Megatron-LM's 1F1B / interleaved figures (numbered microbatch boxes).
 
-One horizontal-bar trace per event kind (forward, backward, recompute, each collective,
-optimizer, idle), always in the order of ``EVENT_KINDS`` so that views update them by
-index; the legend shows human names (``EVENT_NAMES``), ``legendgroup`` keeps the kind. The
-bubble shows as hatched grey ``idle`` bars; pipeline transfers (``pp-comm``, which overlap
-compute) are a thin strip under their row. A last trace outlines the selected microbatch.
+One horizontal-bar trace per event kind and virtual chunk (``TRACE_KEYS``: forward,
+backward and recompute get one trace per chunk, each collective, the optimizer and idle one
+trace), always in that order, so views update them by position and find them by name with
+``trace_index`` / ``kind_traces``. Each trace has one colour and one pattern: a chunk's shade
+and hatch are a trace's, not 6,000 per-box strings to validate and send on every redraw. The
+legend shows one entry per kind (its chunk-0 trace, human names from ``EVENT_NAMES``);
+``legendgroup`` keeps the kind, so a legend click hides every chunk of it. The bubble shows as
+hatched grey ``idle`` bars; pipeline transfers (``pp-comm``, which overlap compute) are a thin
+strip under their row. Then a trace outlines the selected microbatch.
 
 Microbatch numbers at any size: every forward/backward box carries its number (``F12``,
 ``B3``); plotly hides a number that does not fit its box, so zooming in (the view's zoom
@@ -29,16 +33,17 @@ from .errors import ViewError
 from .style import base_layout
 
 __all__ = [
-    "pipeline_figure", "pipeline_title", "kind_arrays", "selected_arrays", "timeline_columns",
+    "pipeline_figure", "pipeline_title", "selected_arrays", "timeline_columns",
     "TRACE_SELECTED_MB", "row_labels", "figure_height", "EVENT_KINDS", "EVENT_NAMES",
-    "time_unit", "hover_template", "label_mode", "label_groups", "group_arrays", "TRACE_GROUPS",
+    "time_unit", "hover_template", "trace_hover", "label_mode", "label_groups",
+    "group_arrays", "TRACE_GROUPS",
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
-    "chunk_marker", "CHUNK_PATTERNS", "readable_window",
+    "trace_marker", "CHUNK_PATTERNS", "readable_window", "TRACE_KEYS", "trace_index",
+    "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS",
 ]  # fmt: skip
 
-TRACE_SELECTED_MB = len(EVENT_KINDS)  # after one trace per event kind
-TRACE_GROUPS = TRACE_SELECTED_MB + 1  # the group labels (text), last
 _SHORT = {"compute-forward": "F", "compute-backward": "B", "recompute": "R"}
+CHUNKED_KINDS: tuple[str, ...] = tuple(_SHORT)  # the kinds drawn one trace per chunk
 EVENT_NAMES: dict[str, str] = {
     "compute-forward": "Forward",
     "compute-backward": "Backward",
@@ -65,8 +70,40 @@ LEGEND_PX = 64  # the legend under the time axis (up to three lines)
 #: apart without colour.
 CHUNK_PATTERNS = ("", "/", ".", "x", "\\", "+", "-", "|")
 _CHUNK_LIGHTEN = (0.0, 0.35, 0.15, 0.5, 0.25, 0.6, 0.05, 0.45)
+#: Traces per chunked kind: chunk ``c`` is drawn by trace ``c % MAX_CHUNKS`` of its kind.
+MAX_CHUNKS = len(CHUNK_PATTERNS)
+#: (event kind, chunk) of every bar trace, in figure order.
+TRACE_KEYS: tuple[tuple[str, int], ...] = tuple(
+    (kind, c) for kind in EVENT_KINDS
+    for c in (range(MAX_CHUNKS) if kind in _SHORT else (0,))
+)  # fmt: skip
+TRACE_SELECTED_MB = len(TRACE_KEYS)  # after the bar traces
+TRACE_GROUPS = TRACE_SELECTED_MB + 1  # the group labels (text), last
+_FIRST = {kind: TRACE_KEYS.index((kind, 0)) for kind in EVENT_KINDS}
+# per event-kind code (its position in EVENT_KINDS): the index of its first trace, and
+# whether it has one trace per chunk
+_FIRST_OF_CODE = np.array([_FIRST[k] for k in EVENT_KINDS], dtype=np.int64)
+_CHUNKED_CODE = np.array([k in _SHORT for k in EVENT_KINDS])
 _BAR = (-0.2, 0.55)  # bar offset and width in row units: the 0.3 above holds group labels
 _STRIP = (0.37, 0.1)  # pp-comm strip under the bar
+
+
+def trace_index(kind: str, chunk: int = 0) -> int:
+    """The position in the figure of the bar trace of ``kind`` (and virtual ``chunk``,
+    for forward, backward and recompute).
+
+    >>> trace_index("compute-forward"), trace_index("compute-backward", 1)
+    (0, 9)
+    """
+    if kind not in _FIRST:
+        raise ViewError(f"event kind {kind!r} is not drawn; use one of {', '.join(EVENT_KINDS)}")
+    return _FIRST[kind] + (chunk % MAX_CHUNKS if kind in _SHORT else 0)
+
+
+def kind_traces(kind: str) -> tuple[int, ...]:
+    """The positions of every bar trace of ``kind`` (one per chunk for compute kinds)."""
+    first = trace_index(kind)
+    return tuple(range(first, first + (MAX_CHUNKS if kind in _SHORT else 1)))
 
 
 def time_unit(step_s: float) -> tuple[str, float]:
@@ -91,35 +128,69 @@ def row_labels(pp: int, chunks: int) -> list[str]:
 
 def timeline_columns(timeline: Timeline, scale: float | None = None) -> dict[str, np.ndarray]:
     """The events as numpy columns (one pass; the figure never loops over events again):
-    kind, device, start/end (in the unit of ``time_unit``, or times ``scale``), stage,
-    chunk, microbatch."""
+    kind (and its position in ``EVENT_KINDS``, ``code``), device, start/end (in the unit of
+    ``time_unit``, or times ``scale``), stage, chunk, microbatch."""
     ev = timeline.events
     n = len(ev)
     if scale is None:
         scale = time_unit(timeline.step_time_s)[1]
     kind = np.array([e.kind for e in ev], dtype=object)
+    code = {k: i for i, k in enumerate(EVENT_KINDS)}
     num = np.fromiter(
         (x for e in ev for x in (e.device, e.start_s, e.end_s, e.stage, e.microbatch, e.chunk)),
         dtype=float, count=6 * n,
     ).reshape(n, 6)  # fmt: skip
     return {
         # int32, not int64: plotly sends int64 arrays as JSON lists, int32 as binary buffers
-        "kind": kind, "device": num[:, 0].astype(np.int32), "start": num[:, 1] * scale,
+        "kind": kind, "code": np.fromiter((code[e.kind] for e in ev), np.int64, count=n),
+        "device": num[:, 0].astype(np.int32), "start": num[:, 1] * scale,
         "end": num[:, 2] * scale, "stage": num[:, 3].astype(np.int32),
         "mb": num[:, 4].astype(np.int32), "chunk": num[:, 5].astype(np.int32),
         "span": timeline.step_time_s * scale,
     }  # fmt: skip
 
 
-def kind_arrays(cols: dict[str, np.ndarray], kind: str) -> dict:
-    """The bar data of one event kind: y (device), base and x (start and length),
-    customdata ([stage, microbatch, start, end, chunk]); labels and hover are per-trace
-    templates over customdata, so no per-event string is made in Python."""
-    m = cols["kind"] == kind
-    start, end = cols["start"][m], cols["end"][m]
-    custom = np.column_stack([cols["stage"][m], cols["mb"][m], start, end, cols["chunk"][m]])
-    return {"y": cols["device"][m], "base": start, "x": np.maximum(end - start, 0.0),
-            "customdata": custom}  # fmt: skip
+def trace_arrays(cols: dict[str, np.ndarray], chunks: int) -> list[dict]:
+    """The bar data of every trace of ``TRACE_KEYS``: y (device), base and x (start and
+    length), hovertext (the length again, as a number the hover formats: a bar's ``%{x}``
+    in plotly's hover is where it ends), and for compute kinds text (the microbatch number
+    the box shows) and customdata (the stage). Every per-box value is
+    a flat numeric array: plotly sends those as binary buffers, where a two-column
+    customdata went as nested JSON lists (17,000 of them per redraw at GPT-3 size), and
+    labels and hover are per-trace templates, so no per-box string is made. The events of a
+    compute kind are split by chunk when the schedule interleaves ``chunks`` > 1 model chunks
+    per device (one chunk: all in the chunk-0 trace). One sort, no per-kind scan."""
+    code = cols["code"]
+    slot = _FIRST_OF_CODE[code]
+    if chunks > 1:
+        slot = slot + np.where(_CHUNKED_CODE[code], cols["chunk"] % MAX_CHUNKS, 0)
+    order = np.argsort(slot, kind="stable")  # events keep their time order in a trace
+    bounds = np.searchsorted(slot[order], np.arange(len(TRACE_KEYS) + 1))
+    start, end = cols["start"], cols["end"]
+    width = np.maximum(end - start, 0.0)
+    out = []
+    for (kind, _), lo, hi in zip(TRACE_KEYS, bounds[:-1], bounds[1:], strict=True):
+        i = order[lo:hi]
+        a = {"y": cols["device"][i], "base": start[i], "x": width[i], "hovertext": width[i]}
+        if kind in _SHORT:
+            a.update(text=cols["mb"][i], customdata=cols["stage"][i])
+        out.append(a)
+    return out
+
+
+def trace_marker(kind: str, chunk: int) -> dict:
+    """The colour and pattern of the trace of ``kind``'s ``chunk``: chunk ``c`` gets
+    ``CHUNK_PATTERNS[c]`` and a lighter shade of the kind's colour (chunk 0: the plain
+    colour); the idle bubble is hatched grey."""
+    base = EVENT_COLORS[kind]
+    if kind == "idle":
+        return {"color": base, "pattern": {"shape": "/", "fgcolor": "#B0B0B0", "size": 6}}
+    if kind not in _SHORT:
+        return {"color": base}
+    c = chunk % MAX_CHUNKS
+    return {"color": _lighter(base, _CHUNK_LIGHTEN[c]),
+            "pattern": {"shape": CHUNK_PATTERNS[c], "fgcolor": "#FFFFFF", "fgopacity": 0.4,
+                        "size": 8}}  # fmt: skip
 
 
 def _lighter(hex_color: str, amount: float) -> str:
@@ -128,25 +199,12 @@ def _lighter(hex_color: str, amount: float) -> str:
     return f"#{r:02X}{g:02X}{b:02X}"
 
 
-def chunk_marker(cols: dict[str, np.ndarray], kind: str, chunks: int) -> dict:
-    """Per-box colour and pattern of a compute kind when the schedule interleaves
-    ``chunks`` model chunks per device: chunk ``c`` gets ``CHUNK_PATTERNS[c]`` and a lighter
-    shade of the kind's colour. One chunk (or another kind): the plain colour."""
-    base = EVENT_COLORS[kind]
-    if chunks <= 1 or kind not in _SHORT:
-        return {"color": base, "pattern": {"shape": ""}}
-    chunk = cols["chunk"][cols["kind"] == kind] % len(CHUNK_PATTERNS)
-    colors = np.array([_lighter(base, a) for a in _CHUNK_LIGHTEN], dtype=object)
-    shapes = np.array(CHUNK_PATTERNS, dtype=object)
-    return {"color": colors[chunk], "pattern": {"shape": shapes[chunk], "fgcolor": "#FFFFFF",
-                                                "fgopacity": 0.4, "size": 8}}  # fmt: skip
-
-
 def readable_window(cols: dict[str, np.ndarray]) -> tuple[float, float] | None:
     """The window a view opens on: None (the whole step) when every forward/backward box is
     wide enough for its number at ``PLOT_WIDTH_PX``; else the start of the step, as long as
-    ``BOX_LABEL_PX`` per short box (the 5th percentile: forwards are shorter) needs (a pp 8 x 48 microbatch step opens on its first
-    stretch of numbered boxes; the zoom control widens it)."""
+    ``BOX_LABEL_PX`` per short box (the 5th percentile: forwards are shorter) needs (a pp 8
+    x 48 microbatch step opens on its first stretch of numbered boxes; the zoom control
+    widens it)."""
     if label_mode(cols, None) == "boxes":
         return None
     m = _visible(cols, None)
@@ -278,32 +336,38 @@ def pipeline_title(sim: SimResult | None, timeline: Timeline, formula: float | N
     )
 
 
-def hover_template(kind: str, unit: str) -> str:
-    """Hover of one box: stage, chunk and microbatch (compute), start, end and length."""
+def hover_template(kind: str, unit: str, chunk: int | None = 0) -> str:
+    """Hover of one box of ``kind`` (of virtual ``chunk``; None: not named): stage, chunk
+    and microbatch (compute), start, end and length (``trace_arrays`` says where each value
+    is; the length read ``%{x}``, which plotly's hover gives as the end)."""
     where = (
-        "stage %{customdata[0]} (chunk %{customdata[4]}), microbatch %{customdata[1]}<br>"
+        "stage %{customdata}" + ("" if chunk is None else f" (chunk {chunk})")
+        + ", microbatch %{text}<br>"
         if kind in _SHORT else ""
     )  # fmt: skip
     return (
-        f"{where}%{{customdata[2]:.4g}} → %{{customdata[3]:.4g}} {unit} "
-        f"(%{{x:.3g}} {unit})<extra>{EVENT_NAMES[kind]}</extra>"
+        f"{where}%{{base:.4g}} → %{{x:.4g}} {unit} "
+        f"(%{{hovertext:.3g}} {unit})<extra>{EVENT_NAMES[kind]}</extra>"
     )
 
 
-def _bar_trace(kind: str, a: dict, unit: str, chunk: dict | None = None) -> go.Bar:
+def trace_hover(kind: str, chunk: int, chunks: int, unit: str) -> str:
+    """The hover of the trace of (``kind``, ``chunk``) when the step has ``chunks`` chunks
+    per device (more than ``MAX_CHUNKS``: chunks share traces, the stage alone names one)."""
+    return hover_template(kind, unit, chunk if chunks <= MAX_CHUNKS else None)
+
+
+def _bar_trace(kind: str, chunk: int, a: dict, unit: str, chunks: int) -> go.Bar:
     thin = kind == "pp-comm"
-    marker: dict = {"color": EVENT_COLORS[kind], "line": {"width": 0}}
-    if chunk is not None and kind in _SHORT:
-        marker.update(chunk)
-    if kind == "idle":
-        marker["pattern"] = {"shape": "/", "fgcolor": "#B0B0B0", "size": 6}
+    marker: dict = {**trace_marker(kind, chunk), "line": {"width": 0}}
     short = _SHORT.get(kind)
     offset, width = _STRIP if thin else _BAR
+    name = EVENT_NAMES[kind] + (f", chunk {chunk}" if chunk else "")
     return go.Bar(
-        orientation="h", name=EVENT_NAMES[kind], legendgroup=kind, y=a["y"], base=a["base"],
-        x=a["x"], customdata=a["customdata"],
-        texttemplate=f"{short}%{{customdata[1]}}" if short else None,
-        hovertemplate=hover_template(kind, unit),
+        orientation="h", name=name, legendgroup=kind, showlegend=chunk == 0, y=a["y"],
+        base=a["base"], x=a["x"], hovertext=a["hovertext"], text=a.get("text"),
+        customdata=a.get("customdata"), texttemplate=f"{short}%{{text}}" if short else None,
+        hovertemplate=trace_hover(kind, chunk, chunks, unit),
         textposition="inside" if short else "none", insidetextanchor="middle", textangle=0,
         textfont={"size": 9, "color": "white"}, marker=marker, width=width, offset=offset,
         cliponaxis=True,
@@ -319,9 +383,10 @@ def pipeline_figure(
 
     Rows are the pipeline's devices (stage d on device d; with interleaving device d runs
     stages d, d+p, ...); x is time in the unit of ``time_unit(step)``. Traces: one per
-    ``EVENT_KINDS`` entry, then ``selected`` (the outline of the selected microbatch, or of
-    a stage's steps). Layout annotations label groups of boxes when boxes are too narrow for
-    their numbers (see the module docstring).
+    ``TRACE_KEYS`` entry (event kind and chunk), then ``selected`` (the outline of the
+    selected microbatch, or of a stage's steps), then the group labels (a text trace) that
+    number groups of boxes when boxes are too narrow for their numbers (see the module
+    docstring).
 
     Args:
         window: the visible time range (x axis units); default the whole step.
@@ -331,8 +396,9 @@ def pipeline_figure(
     >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4, microbatch_size=2),
     ...                   global_batch=32, seq=512)
     >>> fig = pipeline_figure(sim)
-    >>> fig.data[0].name, fig.data[0].texttemplate, fig.data[0].customdata[0][:2].tolist()
-    ('Forward', 'F%{customdata[1]}', [0.0, 0.0])
+    >>> t = fig.data[0]  # forward boxes: the stage in customdata, the microbatch in text
+    >>> t.name, t.texttemplate, int(t.customdata[0]), int(t.text[0])
+    ('Forward', 'F%{text}', 0, 0)
     """
     sim = result if isinstance(result, SimResult) else None
     timeline = sim.timeline if sim is not None else result
@@ -341,11 +407,14 @@ def pipeline_figure(
             "pipeline_figure needs an event timeline: pass ex.simulate(...)'s result (an "
             "estimate has none) or a Timeline"
         )
-    chunks = sim.config.virtual_stages if sim is not None else 1
     unit, scale = time_unit(timeline.step_time_s)
     cols = timeline_columns(timeline, scale)
-    traces = [_bar_trace(kind, kind_arrays(cols, kind), unit, chunk_marker(cols, kind, chunks))
-              for kind in EVENT_KINDS]  # fmt: skip
+    # a bare Timeline: its chunks are those its events name
+    chunks = (sim.config.virtual_stages if sim is not None
+              else int(cols["chunk"].max()) + 1 if len(cols["chunk"]) else 1)  # fmt: skip
+    arrays = trace_arrays(cols, chunks)
+    traces = [_bar_trace(kind, chunk, a, unit, chunks)
+              for (kind, chunk), a in zip(TRACE_KEYS, arrays, strict=True)]  # fmt: skip
     sel = selected_arrays(cols, selected_microbatch, selected_stage)
     traces.append(go.Bar(
         orientation="h", name="selected", y=sel["y"], base=sel["base"], x=sel["x"],
