@@ -40,6 +40,7 @@ from ..models.torch_import import TorchImportError, from_torch
 from . import torch_cache
 from .errors import TorchCompileError
 from .executor import Program
+from .huge_pages import collapse
 from .passes import LEVELS, Level, MemoryPlan, RewriteStep, optimize
 from .passes.donate import donate as donate_inputs
 from .passes.driver import BACKENDS, Backend
@@ -217,6 +218,8 @@ class TorchProgram:
         tolerance: (rtol, atol) against torch for the model's dtype (`TOLERANCE`).
         notes: what ``compile`` decided for the user (the cache turned off, ...).
         cache: what the disk cache did (`CacheEvent`: hit, miss, corrupt with its reason).
+        huge_page_bytes: bytes of the weights moved onto huge pages in place
+            (`huge_pages.collapse`: weights from 4 MiB; 0 where the OS refuses).
     """
 
     def __init__(self, module: Any, graph: Graph, sig: FlatSignature, defaults: dict[str, Any],
@@ -256,6 +259,8 @@ class TorchProgram:
         self.source = self.program.source
         slot = {n: i for i, n in enumerate(self.program.feed_names)}
         self._template = [fed.get(n) for n in self.program.feed_names]
+        # the weights the plan streams, on huge pages (in place: see huge_pages)
+        self.huge_page_bytes = collapse(a for a in self._template if a is not None)
         self._user_slots = [slot[n] for n in self._user]
         self._fast = sig.positional and set(sig.keywords) <= set(defaults)
         self._single = self._out_index[0] if sig.out_spec.is_leaf() else None
