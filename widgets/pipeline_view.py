@@ -459,8 +459,8 @@ def gc_paused() -> Iterator[None]:
     (the simulated events, and the bubble breakdown's two re-simulated schedules). With the
     collector on, that many allocations set off a full collection of the whole heap on
     every other change, which was the first change's extra cost; paused, the change counts
-    as one young collection when it ends, and full collections come much more rarely
-    instead of later (bench/pipeline_gc.py measures both side by side)."""
+    as one young collection when it ends, so full collections come much more rarely (not
+    merely later)."""
     was = gc.isenabled()
     gc.disable()
     try:
