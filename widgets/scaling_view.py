@@ -22,6 +22,8 @@ from .errors import FieldError, field
 from .figure_widget import FigureWidget
 from .figures.errors import ViewError
 from .figures.scaling import METRIC_TITLES, METRICS, curve_label, scaling_figure
+from .heap import settle_heap
+from .plan_ahead import PlanAhead, Stopped, in_kernel
 from .selection import Selection
 
 __all__ = ["ScalingView", "Series", "DEVICE_COUNTS", "MAX_SERIES"]
@@ -76,6 +78,12 @@ class ScalingView(View):
             when the view lives in a kernel (a running event loop; a weak/strong change of
             GPT-3 175B plans its points for seconds), at once in scripts and tests.
             ``False``: always at once.
+        plan_ahead: after the curves are drawn, plan in a thread the series the next
+            likely change needs (the last series in the other mode, then its device range
+            one count wider at either end), so that the change is drawn from the caches
+            (`PlanAhead`; a change before they are done plans what is missing itself).
+            ``None`` (default): in a kernel (a running event loop), not in scripts and
+            tests; ``ahead.wait()`` waits for it.
 
     Controls: ``model``, ``hardware``, ``mode``, ``global_batch``, ``counts`` (a range),
     ``metric``, ``add``, ``clear``.
@@ -98,9 +106,12 @@ class ScalingView(View):
         hardware: str = "a100-80g", global_batch: int | None = None, seq: int | None = None,
         counts: tuple[int, ...] = DEVICE_COUNTS, lazy: bool = False,
         selection: Selection | None = None, background: bool | None = None,
+        plan_ahead: bool | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=None)
         self.background = background
+        self.plan_ahead = plan_ahead
+        self.ahead = PlanAhead("scaling view")
         self._lock = threading.RLock()
         self._generation = 0  # bumped by every change of the series: stale workers stop
         self._worker: threading.Thread | None = None
@@ -174,10 +185,11 @@ class ScalingView(View):
         if not lazy:
             self.compute()
         self.link(selection or Selection())
+        settle_heap()  # in a kernel, once: short full collections from now on (heap.py)
 
     # --- computing ----------------------------------------------------------------------
     def _curve(self, s: Series, report, on_point=None) -> ScalingCurve:
-        key = (s.model, s.hardware, s.mode, s.global_batch, s.seq, s.counts)
+        key = _key(s)
         with _CURVES_LOCK:
             curve = _CURVES.get(key)
         if curve is None:
@@ -223,11 +235,53 @@ class ScalingView(View):
         curves = list(self.curves)
         for i in todo:
             s = self.series[i]
+            self._own_turn(s)
             with self.progress.task(f"scaling {s.label}"):
                 report = self.errors.guard(self.progress.callback(f"scaling {s.model}"))
                 curves[i] = self._curve(s, report)
         self.curves = curves
         self._draw()
+        self._look_ahead()
+
+    # --- planning ahead -----------------------------------------------------------------
+    def _plans_ahead(self) -> bool:
+        return self.plan_ahead if self.plan_ahead is not None else in_kernel()
+
+    def next_series(self) -> list[Series]:
+        """The series a next change most likely asks for, most likely first: the last
+        series in the other mode, then its device range one count wider at the top and at
+        the bottom (the range slider's neighbours); those already planned are left out."""
+        last = self.series[-1]
+        options = sorted(self.controls["counts"].options)
+        lo, hi = options.index(min(last.counts)), options.index(max(last.counts))
+        out = [_replace(last, mode="strong" if last.mode == "weak" else "weak")]
+        if hi + 1 < len(options):
+            out.append(_replace(last, counts=tuple(options[lo : hi + 2])))
+        if lo > 0:
+            out.append(_replace(last, counts=tuple(options[lo - 1 : hi + 1])))
+        with _CURVES_LOCK:
+            return [s for s in out if _key(s) not in _CURVES and s not in self.series]
+
+    def _own_turn(self, s: Series) -> None:
+        """Before computing ``s``: when it is the series being planned ahead, wait for it
+        (it is partly done); otherwise stop planning ahead. Every view's planning ahead
+        stops: the change's own computation gets the interpreter."""
+        self.ahead.finish(s)
+        PlanAhead.stop_all()
+
+    def _look_ahead(self) -> None:
+        """Every curve drawn: plan the next likely series in a thread (see ``plan_ahead``)."""
+        if not self._plans_ahead() or not self.computed:
+            return
+
+        def compute(s: Series, live) -> None:
+            def report(done: int, total: int) -> None:
+                if not live():
+                    raise Stopped
+
+            self._curve(s, report)
+
+        self.ahead.start(self.next_series(), compute)
 
     def _start(self) -> None:
         with self._lock:
@@ -236,6 +290,7 @@ class ScalingView(View):
             todo = [i for i, c in enumerate(self.curves) if c is None]
             if not todo:
                 self._draw()
+                self._look_ahead()
                 return
             self._draw()  # the axes (and the series computed before) at once
             worker = threading.Thread(
@@ -262,6 +317,7 @@ class ScalingView(View):
                         self._partial[i] = curve
                         self._draw()
 
+                self._own_turn(s)
                 try:
                     with self.progress.task(f"scaling {s.label}"):
                         report = self.errors.guard(self.progress.callback(f"scaling {s.model}"))
@@ -283,6 +339,9 @@ class ScalingView(View):
             with self._lock:
                 if live():
                     self._undo = None
+                else:
+                    return
+            self._look_ahead()
         except _Replaced:
             return
 
@@ -386,6 +445,7 @@ class ScalingView(View):
             self._say_editing()
             self.compute(background=True)
             return
+        self._own_turn(series)
         with self.progress.task(f"scaling {series.label}"):
             report = self.errors.guard(self.progress.callback(f"scaling {series.model}"))
             curve = self._curve(series, report)
@@ -492,6 +552,11 @@ class ScalingView(View):
 _WIDE = {"description_width": "initial"}
 # what a scaling figure's traces differ in from one state to the next
 _TRACE_KEYS = ("x", "y", "name", "visible", "hovertext", "line", "legendgroup")
+
+
+def _key(s: Series) -> tuple:
+    """The curve cache's key of a series."""
+    return (s.model, s.hardware, s.mode, s.global_batch, s.seq, s.counts)
 
 
 def _refuse_duplicate(series: Series, drawn: list[Series]) -> None:

@@ -33,9 +33,11 @@ from .errors import FieldError, field
 from .figures.errors import ViewError
 from .format import fmt_bytes
 from .graph_view import GraphView
+from .heap import settle_heap
 from .memory_view import MemoryView
 from .mesh_view import MeshView
 from .pipeline_view import PipelineView
+from .plan_ahead import PlanAhead, Stopped, in_kernel
 from .scaling_view import ScalingView
 from .selection import Selection
 from .steer import TrainingSteer
@@ -87,6 +89,12 @@ class StrategyExplorer(View):
             redraw when the new plan is ready; ``wait()`` waits for it). ``None`` (default):
             in a kernel (a running event loop) yes, in scripts and tests no. The first plan
             is always computed before the constructor returns.
+        plan_ahead: after a plan is drawn, plan in a thread the jobs of the device counts
+            next to it in the menu (one smaller, one larger), so that changing the device
+            count is answered from the plan cache (`PlanAhead`; a change before they are done
+            plans itself, or waits for the one in flight when it is that job);
+            ``ahead.wait()`` waits for it.
+            ``None`` (default): in a kernel (a running event loop), not in scripts and tests.
 
     Views out of sight (tabs not shown) keep what is published to them and draw the last
     plan when their tab opens (`View.defer`); a job planned before in this process comes
@@ -111,10 +119,12 @@ class StrategyExplorer(View):
         self, model: str = "gpt2-medium", *, hardware: str = "a100-80g", devices: int = 64,
         global_batch: int = 256, seq: int = 1024, draw_layers: int = 4,
         selection: Selection | None = None, coalesce_s: float = 0.3, stack: str | None = None,
-        background: bool | None = None,
+        background: bool | None = None, plan_ahead: bool | None = None,
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         self.background = background
+        self.plan_ahead = plan_ahead
+        self.ahead = PlanAhead("dashboard")
         self.planning = False  # a re-plan is running in the background
         self.plan_cached = False  # the plan shown came from the plan cache
         self._plan_lock = threading.Lock()
@@ -190,6 +200,7 @@ class StrategyExplorer(View):
                      layout=wrap),
             self.note,
         )  # fmt: skip
+        settle_heap()  # in a kernel, once: short full collections from now on (heap.py)
 
     # --- planning -----------------------------------------------------------------------
     def _on_control(self, key: str | None, delay: float | None = None) -> None:
@@ -255,7 +266,10 @@ class StrategyExplorer(View):
         background for an earlier change is dropped)."""
         with self._plan_lock:
             self._generation += 1
-        self._apply(*self._compute(self._job()))
+        job = self._job()
+        self._own_turn(job)
+        self._apply(*self._compute(job))
+        self._look_ahead()
 
     def _job(self) -> tuple:
         """The job the controls ask for: (model, hardware, stack, devices, global batch,
@@ -270,7 +284,7 @@ class StrategyExplorer(View):
         background thread may run it. ``live()`` False stops it at the next progress step."""
         import time
 
-        model, hw, stack, devices, gb, seq, constraints = job
+        model, hw, _, devices = job[:4]
         t0 = time.perf_counter()
         with self.progress.task(f"planning {model} on {devices} x {hw}", steps=2) as step:
             shown = self.errors.guard(self.progress.callback("configurations"))
@@ -280,20 +294,65 @@ class StrategyExplorer(View):
                     raise _Replaced
                 shown(done, total)
 
-            with _CACHE_LOCK:
-                plan = _PLANS.get(job)
-            cached = plan is not None
-            if plan is None:
-                plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb,
-                                        seq=seq, progress=report, stack=stack,
-                                        constraints=list(constraints) or None)  # fmt: skip
-                with _CACHE_LOCK:
-                    _PLANS[job] = plan
-                    if len(_PLANS) > _PLAN_CACHE_SIZE:
-                        _PLANS.popitem(last=False)
+            plan, cached = self._plan(job, report)
             step("operator strategies of the chosen dp x tp mesh")
             sharding = self._sharding_plan(plan)
         return plan, sharding, time.perf_counter() - t0, cached
+
+    def _plan(self, job: tuple, report) -> tuple[Any, bool]:
+        """(the TrainingPlan of ``job``, whether it came from the plan cache)."""
+        model, hw, stack, devices, gb, seq, constraints = job
+        with _CACHE_LOCK:
+            plan = _PLANS.get(job)
+        if plan is not None:
+            return plan, True
+        plan = ex.plan_training(model, devices=devices, hardware=hw, global_batch=gb, seq=seq,
+                                progress=report, stack=stack,
+                                constraints=list(constraints) or None)  # fmt: skip
+        with _CACHE_LOCK:
+            _PLANS[job] = plan
+            if len(_PLANS) > _PLAN_CACHE_SIZE:
+                _PLANS.popitem(last=False)
+        return plan, False
+
+    # --- planning ahead -----------------------------------------------------------------
+    def _plans_ahead(self) -> bool:
+        return self.plan_ahead if self.plan_ahead is not None else in_kernel()
+
+    def next_jobs(self) -> list[tuple]:
+        """The jobs a next change most likely asks for: the device counts next to the
+        current one in the menu (the smaller first), the rest of the job as it is; those
+        planned before are left out."""
+        job = self._job()
+        options = sorted(self.controls["devices"].options)
+        i = options.index(job[3])
+        counts = [options[k] for k in (i - 1, i + 1) if 0 <= k < len(options)]
+        jobs = [(*job[:3], n, *job[4:]) for n in counts]
+        with _CACHE_LOCK:
+            return [j for j in jobs if j not in _PLANS]
+
+    def _look_ahead(self) -> None:
+        """A plan drawn: plan the next likely jobs in a thread (see ``plan_ahead``)."""
+        if not self._plans_ahead():
+            return
+
+        def compute(job: tuple, live) -> None:
+            def report(done: int, total: int) -> None:
+                if not live():
+                    raise Stopped
+
+            plan, _ = self._plan(job, report)
+            if live():
+                self._sharding_plan(plan)
+
+        self.ahead.start(self.next_jobs(), compute)
+
+    def _own_turn(self, job: tuple) -> None:
+        """Before planning ``job``: when it is the job being planned ahead, wait for it (it
+        is partly done); otherwise stop planning ahead. Every view's planning ahead stops:
+        the change's own plan gets the interpreter."""
+        self.ahead.finish(job)
+        PlanAhead.stop_all()
 
     def _apply(self, plan, sharding, plan_s: float, cached: bool = False) -> None:
         """Publish ``plan`` to the views: those on screen redraw now, the others when their
@@ -355,6 +414,7 @@ class StrategyExplorer(View):
         def live() -> bool:
             return generation == self._generation
 
+        self._own_turn(job)
         try:
             result: Any = self._compute(job, live)
         except _Replaced:
@@ -371,6 +431,7 @@ class StrategyExplorer(View):
                 else:
                     self._apply(*result)
                     self._accepted()
+                    self._look_ahead()
             finally:
                 self.planning = False
 

@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 from ...checks import is_int
 from ...hardware import Cluster, resolve
+from ...memo import Memo
 from ...models import ModelConfig, load
 from ..config import ParallelConfig
 from ..errors import TrainingError, TrainingPlanError
@@ -25,6 +26,12 @@ __all__ = ["ScalingMode", "ScalingPoint", "ScalingCurve", "scaling_curve"]
 
 ScalingMode = Literal["weak", "strong"]
 _PROGRESS_STEPS = 100  # progress units per device count
+
+#: each device count's plan outcome, by every input of its `plan_homogeneous` call (model,
+#: cluster, devices, batch, sequence, params, space, constraints): a weak and a strong curve
+#: share their first point, curves over neighbouring ranges share the counts in common, and a
+#: view planning a curve ahead of a change (`widgets.ScalingView`) leaves its points here
+_POINTS: Memo[tuple] = Memo("training.scaling_points", maxsize=512)
 
 
 @dataclass(frozen=True)
@@ -144,29 +151,31 @@ def scaling_curve(
             def inner(done: int, of: int, i: int = i) -> None:
                 progress(i * _PROGRESS_STEPS + _PROGRESS_STEPS * done // max(of, 1), total)
 
-        try:
-            plan = plan_homogeneous(
-                cfg, n, cluster, gb, seq, params, space=space, top_k=1, simulate_top=1,
-                progress=inner, constraints=constraints,
-            )  # fmt: skip
-        except TrainingPlanError as e:
-            if progress is not None:
-                progress((i + 1) * _PROGRESS_STEPS, total)
-            points.append(ScalingPoint(n, gb, None, None, None, None, None, None, None, str(e)))
+        key = _point_key(cfg, cluster, n, gb, seq, params, space, constraints)
+        found = _POINTS.peek(key) if key is not None else None
+        planned_before = found is not None
+        if found is None:
+            found = _plan_point(cfg, n, cluster, gb, seq, params, space, inner, constraints)
+            if key is not None:
+                _POINTS.put(key, found)
+        if progress is not None and (planned_before or isinstance(found, str)):
+            progress((i + 1) * _PROGRESS_STEPS, total)  # this count's share is done
+        if isinstance(found, str):  # why nothing was planned
+            points.append(ScalingPoint(n, gb, None, None, None, None, None, None, None, found))
             continue
-        s = plan.sim
-        per_dev = s.tokens_per_s / n
+        config, step_time_s, tokens_per_s, tflops, mfu = found
+        per_dev = tokens_per_s / n
         ref = ref or per_dev
         points.append(
             ScalingPoint(
                 devices=n,
                 global_batch=gb,
-                config=plan.config,
-                step_time_s=s.step_time_s,
-                tokens_per_s=s.tokens_per_s,
+                config=config,
+                step_time_s=step_time_s,
+                tokens_per_s=tokens_per_s,
                 tokens_per_s_per_device=per_dev,
-                tflops_per_device=s.tflops_per_device,
-                mfu=s.mfu,
+                tflops_per_device=tflops,
+                mfu=mfu,
                 linearity=per_dev / ref,
             )  # fmt: skip
         )
@@ -174,3 +183,29 @@ def scaling_curve(
     if on_point is not None:
         on_point(curve)
     return curve
+
+
+def _point_key(cfg, cluster, n, gb, seq, params, space, constraints) -> tuple | None:
+    """The memo key of one count's plan: every input of its `plan_homogeneous` call (None
+    when one is not hashable: planned without the memo)."""
+    key = (cfg, cluster, n, gb, seq, params, space,
+           None if constraints is None else tuple(constraints))  # fmt: skip
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _plan_point(cfg, n, cluster, gb, seq, params, space, progress, constraints):
+    """(config, step time, tokens/s, TFLOP/s per device, MFU) of the plan at ``n`` devices,
+    or the message of the `TrainingPlanError` saying why there is none."""
+    try:
+        plan = plan_homogeneous(
+            cfg, n, cluster, gb, seq, params, space=space, top_k=1, simulate_top=1,
+            progress=progress, constraints=constraints,
+        )  # fmt: skip
+    except TrainingPlanError as e:
+        return str(e)
+    s = plan.sim
+    return plan.config, s.step_time_s, s.tokens_per_s, s.tflops_per_device, s.mfu
