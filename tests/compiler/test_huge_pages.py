@@ -96,3 +96,36 @@ def test_compile_moves_a_large_weight_and_outputs_equal_torch():
     with torch.no_grad():
         np.testing.assert_allclose(prog(x).numpy(), big(x).numpy(), rtol=1e-5, atol=1e-5)
     assert ex.compile(small, (xs,), disk_cache="off").huge_page_bytes == 0
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def test_blocks_of_a_fused_projection_are_copied_side_by_side_into_one_buffer():
+    transformers = pytest.importorskip("transformers")
+    import explorer as ex
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128,
+                                  n_positions=32, bos_token_id=0, eos_token_id=0)  # fmt: skip
+    model = transformers.GPT2LMHeadModel(cfg).eval()
+    ids = torch.tensor([[1, 5, 9, 3]])
+    prog = ex.compile(model, (ids,), disk_cache="off")
+    blocks = {k: v for k, v in prog.weights.items() if "c_attn.weight[" in k}
+    assert len(blocks) == 2 * 3  # q, k, v columns, 2 layers (the bias's are contiguous views)
+    owners = {id(_owner(v)) for v in blocks.values()}
+    assert len(owners) == 1  # one buffer, not a copy each
+    starts = [v.ctypes.data for v in blocks.values()]
+    assert starts == sorted(starts) and all(s % 64 == 0 for s in starts)
+    state = dict(model.named_parameters())
+    for name, v in blocks.items():
+        whole, cut = name[:-1].split("[")
+        a, b = (int(x) for x in cut.split(":"))
+        assert v.flags.c_contiguous
+        np.testing.assert_array_equal(v, state[whole].detach().numpy()[..., a:b])
+    with torch.no_grad():
+        want = model(ids).logits.numpy()
+    np.testing.assert_allclose(prog(ids).logits.numpy(), want, rtol=1e-5, atol=1e-5)
