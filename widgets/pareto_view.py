@@ -27,13 +27,13 @@ from .base import View, replace_figure
 from .figure_widget import FigureWidget
 from .figures.errors import ViewError
 from .figures.pareto import AXIS_UNITS, TRACES, axis_title, pareto_figure
+from .pick_menu import NOTHING, PickMenu
 from .selection import Selection
 from .training_view import simulate_cached
 
 __all__ = ["ParetoView"]
 
 _NONE = "(none)"
-_NO_POINT = -1
 
 
 class ParetoView(View):
@@ -44,8 +44,9 @@ class ParetoView(View):
         x, y, color: the objectives on the axes and in colour (default: the plan's first
             three objectives; ``color=None`` for none).
 
-    Controls: ``x``, ``y``, ``color`` (dropdowns of the plan's objectives); ``point`` (the
-    front's plans by step time: choosing one is a click on it).
+    Controls: ``x``, ``y``, ``color`` (dropdowns of the plan's objectives); ``point`` and
+    ``dominated`` (the front's plans and the dominated ones, by step time: choosing one is a
+    click on it, and a click moves them).
 
     >>> import explorer as ex
     >>> plan = ex.plan_training("gpt2", devices=8, global_batch=64, seq=512,
@@ -90,13 +91,15 @@ class ParetoView(View):
                                   value=self.color or _NONE, description="colour",
                                   style=wide, layout=box),
         }  # fmt: skip
-        self.controls["point"] = ipw.Dropdown(
-            options=_point_options(front), value=_NO_POINT, description="front plan",
-            style=wide, layout=ipw.Layout(width="min(100%, 48em)"),
-        )  # fmt: skip
+        # the keyboard's way to a click on a point: the front's plans, and the dominated ones
+        pick = self.errors.guard(self._on_point)
+        self.controls["point"] = PickMenu(_point_options(front), pick, description="front plan",
+                                          width="min(100%, 48em)")  # fmt: skip
+        self.controls["dominated"] = PickMenu(_dominated_options(front), pick,
+                                              description="dominated plan",
+                                              width="min(100%, 48em)")  # fmt: skip
         for key in ("x", "y", "color"):
             self.controls[key].observe(self.errors.guard(self._on_axis), names="value")
-        self.controls["point"].observe(self.errors.guard(self._on_point), names="value")
         self.figure = FigureWidget(self._build())
         for name in ("dominated", "front", "dominators", "plan"):
             k = TRACES.index(name)
@@ -104,7 +107,8 @@ class ParetoView(View):
         self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="center", width="100%")
         self._layout_children(
-            ipw.HBox([self.controls[k] for k in ("x", "y", "color", "point")], layout=wrap),
+            ipw.HBox([self.controls[k] for k in ("x", "y", "color")], layout=wrap),
+            ipw.HBox([self.controls[k] for k in ("point", "dominated")], layout=wrap),
             self.figure, self.info,
         )  # fmt: skip
         self._info()
@@ -217,7 +221,6 @@ class ParetoView(View):
             self.controls["x"].options = options
             self.controls["y"].options = options
             self.controls["color"].options = [(_NONE, _NONE), *options]
-            self.controls["point"].options = _point_options(self.front)
         finally:
             self._bulk = False
         self._sync_controls()
@@ -228,10 +231,12 @@ class ParetoView(View):
             self.controls["x"].value = self.x
             self.controls["y"].value = self.y
             self.controls["color"].value = self.color or _NONE
-            on_front = self.picked is not None and self.picked < len(self.front.front)
-            self.controls["point"].value = self.picked if on_front else _NO_POINT
         finally:
             self._bulk = False
+        # the point menus follow the pick (a click, or a plan published elsewhere)
+        f, picked = self.front, NOTHING if self.picked is None else self.picked
+        self.controls["point"].show(picked, _point_options(f))
+        self.controls["dominated"].show(picked, _dominated_options(f))
 
     def _on_axis(self, change: dict[str, Any]) -> None:
         if getattr(self, "_bulk", False):
@@ -248,10 +253,9 @@ class ParetoView(View):
             x, y = (y if value == x else x), value
         self.set_axes(x, y, color)
 
-    def _on_point(self, change: dict[str, Any]) -> None:
-        if getattr(self, "_bulk", False) or change["new"] == _NO_POINT:
-            return
-        self.pick(int(change["new"]))
+    def _on_point(self, index: int) -> None:
+        if index != NOTHING:
+            self.pick(int(index))
 
     def _on_click(self, trace, points, state) -> None:
         if points.point_inds:
@@ -320,14 +324,28 @@ def _front_of(plan: Any) -> ParetoFront:
     return pareto
 
 
+def _point_label(p) -> str:
+    return f"{p.step_time_s:.3g} s, {p.memory_bytes / 2**30:.1f} GiB: {p.config}"
+
+
 def _point_options(front: ParetoFront) -> list[tuple[str, int]]:
     """The front's points by step time, for the "front plan" menu (index in points; the
-    first entry, ``_NO_POINT``, is no choice: ipywidgets shows a None value as blank)."""
+    first entry, ``NOTHING``, is no choice)."""
     order = sorted(range(len(front.front)), key=lambda i: front.front[i].step_time_s)
-    return [("choose one (or click a point)", _NO_POINT)] + [
-        (f"{front.front[i].step_time_s:.3g} s, {front.front[i].memory_bytes / 2**30:.1f} GiB: "
-         f"{front.front[i].config}", i)
-        for i in order
+    return [("choose one (or click a point)", NOTHING)] + [
+        (_point_label(front.front[i]), i) for i in order
+    ]
+
+
+def _dominated_options(front: ParetoFront) -> list[tuple[str, int]]:
+    """The dominated points by step time, for the "dominated plan" menu (index in points:
+    after the front's)."""
+    n = len(front.front)
+    order = sorted(range(len(front.dominated)), key=lambda j: front.dominated[j].step_time_s)
+    return [(f"choose one of {len(order)} (or click a faded point)", NOTHING)] + [
+        (f"{_point_label(front.dominated[j])} (dominated by "
+         f"{len(front.dominated[j].dominated_by)})", n + j)
+        for j in order
     ]  # fmt: skip
 
 

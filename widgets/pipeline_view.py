@@ -41,6 +41,7 @@ from .figures.pipeline import (
     visible_groups,
 )
 from .format import fmt_seconds
+from .pick_menu import NOTHING, PickMenu
 from .selection import Selection
 from .training_view import TrainingView, divisors
 
@@ -129,14 +130,11 @@ class PipelineView(TrainingView):
             w.observe(self.errors.guard(self._on_control), names="value")
         self._sync_controls()
         # the keyboard's way to what a click on a bar does (select a stage, a microbatch)
+        pick = self.errors.guard(lambda _: self._on_pick())
         self.pick = {
-            "stage": ipw.Dropdown(options=[("no stage", -1)], value=-1, description="select",
-                                  style=_WIDE, layout=ipw.Layout(width="auto")),
-            "microbatch": ipw.Dropdown(options=[("every microbatch", -1)], value=-1,
-                                       style=_WIDE, layout=ipw.Layout(width="auto")),
-        }  # fmt: skip
-        for w in self.pick.values():
-            w.observe(self.errors.guard(self._on_pick), names="value")
+            "stage": PickMenu([("no stage", NOTHING)], pick, description="select"),
+            "microbatch": PickMenu([("every microbatch", NOTHING)], pick),
+        }
         self._sync_pick()
         self.info = ipw.HTML(self._info(), layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
@@ -361,26 +359,21 @@ class PipelineView(TrainingView):
         if pick is None:
             return
         c = self.sim.config
-        stages = [("no stage", -1)] + [(f"stage {k}", k) for k in range(c.pp)]
-        mbs = [("every microbatch", -1)] + [(f"microbatch {m}", m)
-                                            for m in range(c.num_microbatches)]  # fmt: skip
-        self._bulk = True
-        try:
-            for key, options, value in (("stage", stages, self.stage),
-                                        ("microbatch", mbs, self.microbatch)):  # fmt: skip
-                w = pick[key]
-                if w.options != tuple(options):
-                    w.options = options
-                w.value = value if value is not None and 0 <= value < len(options) - 1 else -1
-        finally:
-            self._bulk = False
+        # every stage a click can pick: interleaved, pp x v of them, chunk c on device d
+        stages = [("no stage", NOTHING)] + [
+            (f"stage {k}" if c.virtual_stages == 1 else
+             f"stage {k} (device {k % c.pp}, chunk {k // c.pp})", k)
+            for k in range(c.pp * c.virtual_stages)
+        ]  # fmt: skip
+        mbs = [("every microbatch", NOTHING)] + [(f"microbatch {m}", m)
+                                                 for m in range(c.num_microbatches)]  # fmt: skip
+        pick["stage"].show(NOTHING if self.stage is None else self.stage, stages)
+        pick["microbatch"].show(NOTHING if self.microbatch is None else self.microbatch, mbs)
 
-    def _on_pick(self, change: dict[str, Any]) -> None:
-        if self._bulk:
-            return
+    def _on_pick(self) -> None:
         stage, mb = (w.value for w in self.pick.values())
-        self.stage = None if stage == -1 else stage
-        self.microbatch = None if mb == -1 else mb
+        self.stage = None if stage == NOTHING else stage
+        self.microbatch = None if mb == NOTHING else mb
         self._mark()
         self._select(stage=self.stage, microbatch=self.microbatch)
 
