@@ -1,0 +1,72 @@
+"""scaling_curve keeps each device count's plan outcome by every input of its plan: a curve
+asked again, the weak and strong curves' common first point and neighbouring ranges' common
+counts are not planned twice, and a changed input (params, constraints) plans again."""
+
+import pytest
+
+import explorer as ex
+from explorer.memo import clear_all
+from explorer.training.planning import scaling
+from explorer.training.planning.homogeneous import plan_homogeneous
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """The (devices, global batch) of every count planned afresh."""
+    calls = []
+    real = scaling._plan_point
+
+    def counted(cfg, n, cluster, gb, *rest):
+        calls.append((n, gb))
+        return real(cfg, n, cluster, gb, *rest)
+
+    monkeypatch.setattr(scaling, "_plan_point", counted)
+    clear_all()
+    return calls
+
+
+def _points(curve):
+    return [(p.devices, p.global_batch, p.config, p.step_time_s, p.mfu, p.linearity)
+            for p in curve.points]  # fmt: skip
+
+
+def test_a_count_planned_once_is_not_planned_again(planned):
+    weak = ex.scaling_curve("gpt2", "a100-80g", [8, 16, 32], global_batch=64, seq=512)
+    assert planned == [(8, 64), (16, 128), (32, 256)]
+    again = ex.scaling_curve("gpt2", "a100-80g", [8, 16, 32], global_batch=64, seq=512)
+    assert planned == [(8, 64), (16, 128), (32, 256)] and _points(again) == _points(weak)
+    strong = ex.scaling_curve("gpt2", "a100-80g", [8, 16], global_batch=64, seq=512,
+                              mode="strong")  # fmt: skip
+    assert planned[3:] == [(16, 64)]  # the first point is the weak curve's
+    # each point is the plan of its job (top_k=1, simulate_top=1 as the curve plans)
+    for p in strong.points:
+        want = plan_homogeneous("gpt2", p.devices, "a100-80g", 64, 512, top_k=1, simulate_top=1)
+        assert p.config == want.config and p.step_time_s == want.sim.step_time_s
+    # a wider range plans the new count only
+    ex.scaling_curve("gpt2", "a100-80g", [8, 16, 32, 64], global_batch=64, seq=512)
+    assert planned[4:] == [(64, 512)]
+
+
+def test_another_input_plans_again(planned):
+    ex.scaling_curve("gpt2", "a100-80g", [8], global_batch=64, seq=512)
+    slow = ex.stacks.params("torchtitan")
+    other = ex.scaling_curve("gpt2", "a100-80g", [8], global_batch=64, seq=512, params=slow)
+    fixed = ex.scaling_curve("gpt2", "a100-80g", [8], global_batch=64, seq=512,
+                             constraints=[ex.Fix("pp", 2)])  # fmt: skip
+    assert planned == [(8, 64)] * 3
+    assert fixed.points[0].config.pp == 2
+    want = plan_homogeneous("gpt2", 8, "a100-80g", 64, 512, slow, top_k=1, simulate_top=1)
+    assert other.points[0].step_time_s == want.sim.step_time_s
+
+
+def test_a_count_without_a_plan_keeps_its_reason_and_progress_reaches_the_total(planned):
+    calls = []
+    first = ex.scaling_curve("gpt3-175b", "a100-80g", [8, 16], global_batch=16, seq=2048,
+                             progress=lambda d, t: calls.append((d, t)))  # fmt: skip
+    assert not first.points[0].fits and "fits no configuration" in first.points[0].note
+    assert calls[-1] == (200, 200)
+    calls.clear()
+    again = ex.scaling_curve("gpt3-175b", "a100-80g", [8, 16], global_batch=16, seq=2048,
+                             progress=lambda d, t: calls.append((d, t)))  # fmt: skip
+    assert planned == [(8, 16), (16, 32)] and again.points == first.points
+    assert calls == [(100, 200), (200, 200)]
