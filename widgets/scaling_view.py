@@ -110,7 +110,8 @@ class ScalingView(View):
     ) -> None:  # fmt: skip
         super().__init__(selection=None)
         self.background = background
-        self.plan_ahead = plan_ahead
+        # decided here: a kernel's cell runs in its event loop, a worker thread does not
+        self.plan_ahead = in_kernel() if plan_ahead is None else plan_ahead
         self.ahead = PlanAhead("scaling view")
         self._lock = threading.RLock()
         self._generation = 0  # bumped by every change of the series: stale workers stop
@@ -241,12 +242,9 @@ class ScalingView(View):
                 curves[i] = self._curve(s, report)
         self.curves = curves
         self._draw()
-        self._look_ahead()
+        self.look_ahead()
 
     # --- planning ahead -----------------------------------------------------------------
-    def _plans_ahead(self) -> bool:
-        return self.plan_ahead if self.plan_ahead is not None else in_kernel()
-
     def next_series(self) -> list[Series]:
         """The series a next change most likely asks for, most likely first: the last
         series in the other mode, then its device range one count wider at the top and at
@@ -269,9 +267,10 @@ class ScalingView(View):
         self.ahead.finish(s)
         PlanAhead.stop_all()
 
-    def _look_ahead(self) -> None:
-        """Every curve drawn: plan the next likely series in a thread (see ``plan_ahead``)."""
-        if not self._plans_ahead() or not self.computed:
+    def look_ahead(self) -> None:
+        """Every curve drawn: plan the next likely series (`next_series`) in a thread (see
+        ``plan_ahead``; called after each draw, and by hand to start it)."""
+        if not self.plan_ahead or not self.computed:
             return
 
         def compute(s: Series, live) -> None:
@@ -290,7 +289,7 @@ class ScalingView(View):
             todo = [i for i, c in enumerate(self.curves) if c is None]
             if not todo:
                 self._draw()
-                self._look_ahead()
+                self.look_ahead()
                 return
             self._draw()  # the axes (and the series computed before) at once
             worker = threading.Thread(
@@ -341,7 +340,7 @@ class ScalingView(View):
                     self._undo = None
                 else:
                     return
-            self._look_ahead()
+            self.look_ahead()
         except _Replaced:
             return
 

@@ -123,7 +123,8 @@ class StrategyExplorer(View):
     ) -> None:  # fmt: skip
         super().__init__(selection=selection)
         self.background = background
-        self.plan_ahead = plan_ahead
+        # decided here: a kernel's cell runs in its event loop, a worker thread does not
+        self.plan_ahead = in_kernel() if plan_ahead is None else plan_ahead
         self.ahead = PlanAhead("dashboard")
         self.planning = False  # a re-plan is running in the background
         self.plan_cached = False  # the plan shown came from the plan cache
@@ -269,7 +270,7 @@ class StrategyExplorer(View):
         job = self._job()
         self._own_turn(job)
         self._apply(*self._compute(job))
-        self._look_ahead()
+        self.look_ahead()
 
     def _job(self) -> tuple:
         """The job the controls ask for: (model, hardware, stack, devices, global batch,
@@ -316,9 +317,6 @@ class StrategyExplorer(View):
         return plan, False
 
     # --- planning ahead -----------------------------------------------------------------
-    def _plans_ahead(self) -> bool:
-        return self.plan_ahead if self.plan_ahead is not None else in_kernel()
-
     def next_jobs(self) -> list[tuple]:
         """The jobs a next change most likely asks for: the device counts next to the
         current one in the menu (the smaller first), the rest of the job as it is; those
@@ -331,9 +329,10 @@ class StrategyExplorer(View):
         with _CACHE_LOCK:
             return [j for j in jobs if j not in _PLANS]
 
-    def _look_ahead(self) -> None:
-        """A plan drawn: plan the next likely jobs in a thread (see ``plan_ahead``)."""
-        if not self._plans_ahead():
+    def look_ahead(self) -> None:
+        """A plan drawn: plan the next likely jobs (`next_jobs`) in a thread (see
+        ``plan_ahead``; called after each plan drawn, and by hand to start it)."""
+        if not self.plan_ahead:
             return
 
         def compute(job: tuple, live) -> None:
@@ -431,7 +430,7 @@ class StrategyExplorer(View):
                 else:
                     self._apply(*result)
                     self._accepted()
-                    self._look_ahead()
+                    self.look_ahead()
             finally:
                 self.planning = False
 

@@ -188,7 +188,7 @@ def test_a_device_change_before_planning_ahead_finished_is_still_right(monkeypat
     release.clear()
     entered.clear()
     strategy_explorer._PLANS.pop(dash._job()[:3] + (16,) + dash._job()[4:], None)
-    dash._look_ahead()
+    dash.look_ahead()
     assert entered.wait(60) and dash.ahead.current[3] == 16
     threading.Timer(0.3, release.set).start()
     dash.controls["devices"].value = 16
