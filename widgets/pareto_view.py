@@ -97,7 +97,7 @@ class ParetoView(View):
                                           width="min(100%, 48em)")  # fmt: skip
         self.controls["dominated"] = PickMenu(_dominated_options(front), pick,
                                               description="dominated plan",
-                                              width="min(100%, 48em)")  # fmt: skip
+                                              width="min(100%, 60em)")  # fmt: skip
         for key in ("x", "y", "color"):
             self.controls[key].observe(self.errors.guard(self._on_axis), names="value")
         self.figure = FigureWidget(self._build())

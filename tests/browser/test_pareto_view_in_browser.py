@@ -3,8 +3,10 @@
 What the page holds, not what Python holds: the scatter draws its four traces with the
 front's points, the axis and colour-bar titles carry units and sit inside the plot, no text
 is cut and nothing scrolls sideways; a mouse click on a front point in the page reaches the
-kernel, rings that point and redraws the linked PipelineView for its configuration.
-Screenshots: ``test-artifacts/pareto_view.png`` and ``pareto_view_after_click.png``.
+kernel, rings that point and redraws the linked PipelineView for its configuration; and the
+keyboard alone does the same for a dominated point (Tab from the "front plan" menu to the
+"dominated plan" menu; Space, an arrow key and Enter pick). Screenshots: ``test-artifacts/pareto_view.png``,
+``pareto_view_after_click.png`` and ``pareto_view_after_keyboard.png``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from lab import (
     NB,
     OUTPUT_ERRORS,
     check_plots_drawn,
+    execute,
     run_cells,
 )
 from pagelog import screenshot
@@ -58,11 +61,16 @@ FACTS = f"""() => {{
   }};
 }}"""
 
+# The <select> of the menu labelled ``label``.
+SELECT = f"""(label) => {{
+  const box = Array.from({NB}.node.querySelectorAll('.widget-dropdown'))
+    .find(d => (d.querySelector('label') || {{}}).textContent === label);
+  return box && box.querySelector('select');
+}}"""
+
 # The text the "front plan" menu shows.
 MENU = f"""() => {{
-  const box = Array.from({NB}.node.querySelectorAll('.widget-dropdown'))
-    .find(d => (d.querySelector('label') || {{}}).textContent === 'front plan');
-  const sel = box && box.querySelector('select');
+  const sel = ({SELECT})('front plan');
   // ipywidgets writes the labels' spaces as no-break spaces
   return sel && sel.selectedIndex >= 0
     ? sel.options[sel.selectedIndex].text.replace(/\\s+/g, ' ') : '';
@@ -148,6 +156,38 @@ def test_pareto_view_draws_and_a_click_drives_the_pipeline(lab, lab_page, page_l
         info = page.locator(".jp-OutputArea-output .widget-html").filter(has_text="selected (ring")
         assert info.count() == 1, "the view's text does not name the selected point"
         screenshot(page, ARTIFACTS / "pareto_view_after_click.png")
+        assert not page.evaluate(OUTPUT_ERRORS)
+
+        # the keyboard alone: Tab from the front menu reaches the dominated menu; Space opens
+        # it, an arrow key and Enter pick its first plan, which the ring, the linked pipeline
+        # and the kernel follow. (A bare arrow key on a closed menu is JupyterLab's: in
+        # command mode it moves to the next cell, for every dropdown in a notebook.)
+        page.evaluate(f"() => ({SELECT})('front plan').focus()")
+        page.keyboard.press("Tab")
+        focused = page.evaluate(f"() => document.activeElement === ({SELECT})('dominated plan')")
+        assert focused, "Tab from the front-plan menu does not reach the dominated-plan menu"
+        before = after["pipe_title"]
+        for key in ("Space", "ArrowDown", "Enter"):
+            page.keyboard.press(key)
+        want = page.evaluate(f"() => ({SELECT})('dominated plan').selectedIndex")
+        assert want == 1, "an arrow key did not move the dominated-plan menu"
+        page.wait_for_function(
+            f"(b) => (({PLOT})(1).querySelector('.gtitle') || {{}}).textContent !== b",
+            arg=before, timeout=30_000,
+        )  # fmt: skip
+        held = execute(page, "print(pareto.picked, pareto.controls['dominated'].value, "
+                             "pareto.front.points[pareto.picked].on_front, "
+                             "pipe.config == sel.training.config.replace("
+                             "num_microbatches=None, recompute_num_layers=None))")  # fmt: skip
+        assert held["status"] == "ok", held
+        picked, menu_value, on_front, same = held["text"].split()
+        assert picked == menu_value and on_front == "False" and same == "True", held
+        page.wait_for_function(
+            f"(j) => {{ const t = ({PLOT})(0).data[{SELECTED}]; "
+            "return t.customdata && t.customdata.length === 1 && t.customdata[0] === j; }",
+            arg=int(picked), timeout=30_000,
+        )  # fmt: skip
+        screenshot(page, ARTIFACTS / "pareto_view_after_keyboard.png")
         assert not page.evaluate(OUTPUT_ERRORS)
     finally:
         lab_page.close_current()
