@@ -279,6 +279,51 @@ def _causal_attention(node, in_types, attrs) -> Kernel:
     return k_causal_attention
 
 
+def _decode_attention(node, in_types, attrs) -> Kernel:
+    """One query row per head against a cache (``passes/decode_attention.py``): the scores
+    into a scratch row per head, scaled and masked in place, softmaxed without its division,
+    multiplied by the values into ``out``, then ``out`` divided by the row sums (a row of
+    the head dim instead of the keys)."""
+    bsz, heads, _, _ = in_types[0].shape
+    keys = in_types[1].shape[2]
+    dt = node.type.dtype.numpy.type
+    alloc = _alloc(node.type)
+    scale = dt(attrs["scale"])
+    s = np.empty((bsz, heads, 1, keys), dt)
+    m = np.empty((bsz, heads, 1, 1), dt)
+
+    def k_decode_attention(q, k, v, mask, out=None):
+        o = alloc() if out is None else out
+        np.matmul(q, k.swapaxes(-1, -2), out=s)
+        np.multiply(s, scale, out=s)
+        np.add(s, mask, out=s)
+        np.maximum.reduce(s, axis=-1, keepdims=True, out=m)
+        np.subtract(s, m, out=s)
+        np.exp(s, out=s)
+        np.sum(s, axis=-1, keepdims=True, out=m)
+        np.matmul(s, v, out=o)
+        o /= m
+        return o
+
+    return k_decode_attention
+
+
+def _attention_numba(fn, shape: tuple[int, ...], scale: np.float32) -> Kernel:
+    """The generated attention kernel (``codegen.source.attention_source``) on 3-D views:
+    the query row's axis dropped, the mask as ``(b or 1, h or 1, keys)``."""
+    b, h, _, e = shape
+    contiguous = np.ascontiguousarray
+
+    def k_attention(q, k, v, mask, out=None):
+        o = np.empty(shape, np.float32) if out is None else out
+        ms = mask.shape
+        fn(contiguous(q.reshape(b, h, q.shape[-1])), contiguous(k), contiguous(v),
+           contiguous(mask.reshape(ms[0], ms[1], ms[3])), o.reshape(b, h, e), scale)  # fmt: skip
+        return o
+
+    return k_attention
+
+
 def _softmax(node, in_types, attrs) -> Kernel:
     return _softmax_kernel(node.type, attrs)
 
@@ -393,6 +438,8 @@ def _numba_kernel(fn, node, attrs) -> Kernel:
         return elementwise_kernel(fn, parallel, shape, attrs["split"], attrs["kinds"],
                                   node.type.dtype.numpy)  # fmt: skip
     full = opdef.get(attrs["origin"]).full_attrs(dict(attrs["origin_attrs"]))
+    if attrs["entry"] == "attention_kernel":
+        return _attention_numba(fn, shape, np.float32(full["scale"]))
     if attrs["entry"] == "softmax_kernel":  # scale, mask and eps are the kernel's arguments
         extra = (shape[-2] if len(shape) >= 2 else 1, np.float32(full.get("scale", 1.0)),
                  bool(full.get("causal", False)), int(full.get("offset", 0)))  # fmt: skip
@@ -426,7 +473,7 @@ BUILDERS: dict[str, Builder] = {
     "layernorm": _norm, "rmsnorm": _norm, "sum": _reduce(np.sum), "mean": _reduce(np.mean),
     "max": _reduce(np.max), "embedding": _embedding, "getitem": _getitem,
     "reshape": _reshape, "transpose": _transpose, "generated": _generated,
-    "causal_attention": _causal_attention,
+    "causal_attention": _causal_attention, "decode_attention": _decode_attention,
     "gelu_grad": _gelu_grad, **IMPORTED_BUILDERS,
 }  # fmt: skip
 """op name -> kernel builder (as ``explorer.sharding.kernels.KERNELS``); any other op runs

@@ -48,7 +48,7 @@ PARALLEL_MIN_NUMEL = 1 << 20
 # x + 2y at 64x512 took 37 us on both paths.
 HEAVY = frozenset({"exp", "log", "tanh", "sqrt", "pow", "gelu", "silu", "sigmoid", "where"})
 
-Kind = Literal["elementwise", "softmax", "layernorm", "rmsnorm"]
+Kind = Literal["elementwise", "softmax", "layernorm", "rmsnorm", "attention"]
 
 
 @dataclass(frozen=True)

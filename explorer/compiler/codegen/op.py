@@ -26,6 +26,8 @@ class KernelSource:
 
 
 def _sig(in_types, attrs) -> str:
+    if attrs.get("origin") == "decode_attention":  # not elementwise: the origin's letters
+        return get("decode_attention").signature_rule(in_types, dict(attrs["origin_attrs"]))
     return sigmod.expand(",".join(["..."] * len(in_types)) + "->...", in_types)
 
 

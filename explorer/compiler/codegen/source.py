@@ -34,8 +34,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 
-__all__ = ["elementwise_source", "softmax_source", "norm_source", "broadcast_split",
-           "UnsupportedRegion", "NUMBA_TYPES"]  # fmt: skip
+__all__ = ["elementwise_source", "softmax_source", "norm_source", "attention_source",
+           "broadcast_split", "UnsupportedRegion", "NUMBA_TYPES"]  # fmt: skip
 
 NUMBA_TYPES = {"float32": "float32", "bool": "boolean"}
 _BINOP = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.Pow: "**"}
@@ -349,4 +349,52 @@ def norm_source(name: str, center: bool, parallel: bool) -> str:
             "        for j in range(d):",
             "            out[r, j] = row[j] * inv * g[0, j]",
         ]
+    return "\n".join(lines) + "\n"
+
+
+def attention_source(name: str) -> str:
+    """``name(q, k, v, mask, out, scale)``: ``softmax(q kT * scale + mask) v`` for one query
+    row per head: ``q`` ``(b, h, d)``, ``k`` ``(b, h, keys, d)``, ``v`` ``(b, h, keys, e)``,
+    ``mask`` ``(b or 1, h or 1, keys)``, ``out`` ``(b, h, e)``. Each cached key and value is
+    read once; the softmax's division divides the output row (``e`` wide) after the
+    weighted sum. The flags let LLVM reorder the dot products' and sums' additions
+    (vectorized), never assume away NaN or infinity (a masked key weighs exact 0)."""
+    f32 = NUMBA_TYPES["float32"]
+    sig = (f"void({f32}[:, :, ::1], {f32}[:, :, :, ::1], {f32}[:, :, :, ::1], "
+           f"{f32}[:, :, ::1], {f32}[:, :, ::1], float32)")  # fmt: skip
+    lines = _header(False, sig)
+    lines[-2] = lines[-2].replace("fastmath=False", 'fastmath={"reassoc", "contract"}')
+    lines += [
+        f"def {name}(q, k, v, mask, out, scale):",
+        "    b, h, d = q.shape",
+        "    keys, e = v.shape[2], v.shape[3]",
+        "    s = np.empty(keys, np.float32)",
+        "    acc = np.empty(e, np.float32)",
+        "    for i in range(b):",
+        "        mi = i if mask.shape[0] > 1 else 0",
+        "        for j in range(h):",
+        "            mj = j if mask.shape[1] > 1 else 0",
+        "            peak = np.float32(-np.inf)",
+        "            for t in range(keys):",
+        "                dot = np.float32(0.0)",
+        "                for c in range(d):",
+        "                    dot += q[i, j, c] * k[i, j, t, c]",
+        "                x = dot * scale + mask[mi, mj, t]",
+        "                s[t] = x",
+        "                if x > peak or x != x:",
+        "                    peak = x",
+        "            total = np.float32(0.0)",
+        "            for t in range(keys):",
+        "                w = exp32(s[t] - peak)",
+        "                s[t] = w",
+        "                total += w",
+        "            for c in range(e):",
+        "                acc[c] = np.float32(0.0)",
+        "            for t in range(keys):",
+        "                w = s[t]",
+        "                for c in range(e):",
+        "                    acc[c] += w * v[i, j, t, c]",
+        "            for c in range(e):",
+        "                out[i, j, c] = acc[c] / total",
+    ]
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ from .causal_attention import causal_attention
 from .codegen import codegen
 from .cse import cse
 from .dce import dce
+from .decode_attention import decode_attention
 from .donate import donate
 from .driver import LEVELS, PASSES, Level, optimize
 from .fold import fold
@@ -18,4 +19,5 @@ __all__ = [
     "fold", "cse", "dce", "simplify", "fuse", "fuse_softmax", "memory_plan", "plan_memory", "MemoryPlan",
     "optimize", "LEVELS", "PASSES", "Level", "RewriteStep", "Rule", "Rewrite", "run_rules",
     "PassDidNotConverge", "codegen", "grouped_attention", "donate", "causal_attention",
+    "decode_attention",
 ]  # fmt: skip

@@ -24,6 +24,7 @@ from ..codegen.cost import Choice, choose
 from ..codegen.op import GENERATED, KernelSource
 from ..codegen.source import (
     UnsupportedRegion,
+    attention_source,
     broadcast_split,
     elementwise_source,
     norm_source,
@@ -34,9 +35,9 @@ from .rewrite import RewriteStep
 __all__ = ["codegen", "REGIONS"]
 
 REGIONS = {"fused": "elementwise", "masked_softmax": "softmax", "softmax": "softmax",
-           "layernorm": "layernorm", "rmsnorm": "rmsnorm"}  # fmt: skip
+           "layernorm": "layernorm", "rmsnorm": "rmsnorm", "decode_attention": "attention"}  # fmt: skip
 # numpy calls the unfused kernels make (what the cost model counts for row-wise regions)
-_ROW_OPS = {"softmax": 6, "layernorm": 9, "rmsnorm": 7}
+_ROW_OPS = {"softmax": 6, "layernorm": 9, "rmsnorm": 7, "attention": 9}
 
 
 def _region(n: Node, in_types: tuple[TensorType, ...], parallel: bool) -> dict:
@@ -56,6 +57,9 @@ def _region(n: Node, in_types: tuple[TensorType, ...], parallel: bool) -> dict:
                 "ops": attrs.get("ops", ()), "members": attrs.get("members", ())}  # fmt: skip
     if any(t.dtype is not DType.FP32 for t in in_types) or out.rank == 0:
         raise UnsupportedRegion(f"{n.op} of {[t.dtype.value for t in in_types]}")
+    if kind == "attention":  # one query row: b x h x keys scores, never on threads
+        return {"source": attention_source("attention_kernel"), "entry": "attention_kernel",
+                "ops": attrs["ops"], "members": attrs["members"]}  # fmt: skip
     if kind == "softmax":
         causal = bool(attrs.get("causal", False))
         if causal and out.rank < 2:
@@ -87,8 +91,12 @@ def codegen(graph: Graph, numba_ok: bool | None = None) -> tuple[Graph, list[Rew
         n_ops = len(n.attr("ops", ())) if kind == "elementwise" else _ROW_OPS[kind]
         ops = tuple(n.attr("ops", ())) if kind == "elementwise" else (n.op,)
         # numba is imported (for its thread count) only for a region large enough for threads
-        threads = numba_threads() if ok and n.type.numel >= cost.PARALLEL_MIN_NUMEL else 1
-        choice = choose(kind, n.type.numel, n_ops, ok, threads, ops)  # type: ignore[arg-type]
+        numel = n.type.numel
+        if kind == "attention":  # its work is its scores (batch x heads x keys), one thread
+            numel = numel // n.type.shape[-1] * graph.node(n.inputs[1]).type.shape[2]
+        threads = numba_threads() if ok and numel >= cost.PARALLEL_MIN_NUMEL else 1
+        threads = 1 if kind == "attention" else threads
+        choice = choose(kind, numel, n_ops, ok, threads, ops)  # type: ignore[arg-type]
         if choice.backend == "numpy":
             kept.append((n.name, choice.reason))
             new_nodes.append(n)

@@ -1,6 +1,7 @@
 """Optimisation levels: O0 (none), O1 (fold, CSE, DCE, simplify), O2 (O1, grouped-query
 attention without repeated keys and values, attention-score fusion, causal attention by
-blocks of query rows (prefills), elementwise fusion, memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level.
+blocks of query rows (prefills), elementwise fusion, single-query attention against a cache
+as one kernel (decoding steps), memory planning). Bodies of ``cond`` and ``loop`` nodes are optimised at the same level.
 
 ``backend="numba"`` adds the ``codegen`` pass at O2 (after fusion): regions the cost model
 gives to numba become generated kernels (``codegen``, ``explorer.compiler.codegen``)."""
@@ -18,6 +19,7 @@ from .causal_attention import causal_attention
 from .codegen import codegen
 from .cse import cse
 from .dce import dce
+from .decode_attention import decode_attention
 from .fold import fold
 from .fuse import fuse
 from .fuse_softmax import fuse_softmax
@@ -34,6 +36,7 @@ BACKENDS: tuple[str, ...] = ("numpy", "numba")
 PASSES: dict[str, Callable[[Graph], tuple[Graph, list[RewriteStep]]]] = {
     "fold": fold, "cse": cse, "simplify": simplify, "dce": dce, "fuse_softmax": fuse_softmax,
     "fuse": fuse, "grouped_attention": grouped_attention, "causal_attention": causal_attention,
+    "decode_attention": decode_attention,
 }  # fmt: skip
 LEVELS: dict[str, tuple[str, ...]] = {
     "O0": (),
@@ -47,6 +50,7 @@ LEVELS: dict[str, tuple[str, ...]] = {
         "fuse_softmax",
         "causal_attention",
         "fuse",
+        "decode_attention",
     ),
 }
 
