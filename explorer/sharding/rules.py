@@ -61,7 +61,7 @@ LINEAR_CONTRACTION = frozenset({
 # kernels (O2 only, never planned): only the replicated strategy.
 REPLICATED_ONLY = frozenset({"broadcast_to", "getitem", "getitem_grad", "cond", "loop", "fused",
                              "masked_softmax", "fill", "opaque", "generated", "while_vjp",
-                             "write_slice", "causal_attention"})  # fmt: skip
+                             "write_slice", "causal_attention", "decode_attention"})  # fmt: skip
 
 # Backward ops whose last (normalised) letter needs statistics we do not split.
 _LAST_FIXED = frozenset({"softmax_grad", "layernorm_grad", "rmsnorm_grad", "cross_entropy_grad"})
