@@ -11,6 +11,13 @@
     MemoryView ZeRO / recompute change; the StrategyExplorer's first build (plan_training
     of gpt2-medium on 64 A100s included) and a re-plan after a device-count change.
 
+Then at real sizes (GPT-3 175B, DeepSeek-V3): every view's first draw and updates, the
+dashboard's re-plans and ScalingView's control changes in a simulated kernel (a running
+event loop): cold (nothing planned ahead) and, with planning ahead on as in a kernel
+(`widgets.plan_ahead`), a change to a job planned ahead. As in a kernel, the heap is
+settled once at the start (`widgets.heap.settle_heap`: a full collection and
+``gc.freeze()``).
+
 The first ``go.FigureWidget`` of a process loads plotly's JS bundle (~3 s, once per kernel)
 and the first cost tables of a transformer on a 2-axis mesh take seconds (once per mesh);
 both are reported on their own lines and kept out of the per-change figures.
@@ -160,12 +167,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     first_fw = _ms(lambda: go.FigureWidget(go.Figure(go.Scatter(x=[0], y=[0]))))
     warm_fw = _ms(lambda: go.FigureWidget(go.Figure(go.Scatter(x=[0], y=[0]))))
+    frozen = _settle_heap()
     res = {
         "first_figurewidget_ms": first_fw, "warm_figurewidget_ms": warm_fw,
         "graph_view": graph_view(args.quick), "tuner": tuner_change(args.quick),
         "training": training_views(args.quick),
         "machine": {"python": platform.python_version(), "plotly": plotly.__version__,
                     "processor": platform.machine()},
+        "gc_frozen_objects_at_start": frozen,
     }  # fmt: skip
     t, gv, tr = res["tuner"], res["graph_view"], res["training"]
     met = {
@@ -304,7 +313,8 @@ def training_views_latency(quick: bool) -> dict:
                     for r in ("selective", "full")]  # fmt: skip
     counts_s = (512, 1024) if quick else (256, 512, 1024)
     t0 = time.perf_counter()
-    scal = ScalingView([Series("gpt3-175b", "a100-80g", "strong", 1536, 2048, counts_s)])
+    scal = ScalingView([Series("gpt3-175b", "a100-80g", "strong", 1536, 2048, counts_s)],
+                       plan_ahead=False)  # fmt: skip
     scal_first = time.perf_counter() - t0
     metric = _ms(lambda: setattr(scal.controls["metric"], "value", "mfu"))
     mode = _ms(lambda: setattr(scal.controls["mode"], "value", "weak"))  # at once (a script)
@@ -315,6 +325,20 @@ def training_views_latency(quick: bool) -> dict:
         lambda: scal.computed and scal.series[-1].global_batch == 3072,
     )
     kernel_curve = scal.curves[-1]
+    scal.wait(600)  # its thread ends after the last point is drawn
+    # planning ahead (on by default in a kernel): after the draw the other mode and the
+    # one-count-wider ranges are planned in a thread; the mode change is then drawn from them
+    scal.plan_ahead = True
+    t0 = time.perf_counter()
+    scal.look_ahead()
+    ahead_series = [(s.mode, s.counts) for s in scal.next_series()]
+    scal.ahead.wait(1200)
+    ahead_s = time.perf_counter() - t0
+    ahead_busy, ahead_drawn = _in_kernel(
+        lambda: setattr(scal.controls["mode"], "value", "strong"),
+        lambda: scal.computed and scal.series[-1].mode == "strong",
+    )
+    scal.ahead.wait(1200)
     res = {
         "config": first_config, "pipeline_events": events,
         "pipeline_first_draw_s": pipe_first, "pipeline_microbatch_change_ms": med(mb),
@@ -328,6 +352,9 @@ def training_views_latency(quick: bool) -> dict:
         "scaling_mode_change_ms": mode, "scaling_kernel_change_busy_ms": mode_busy,
         "scaling_kernel_change_drawn_s": mode_drawn / 1e3,
         "scaling_kernel_change_points": len(kernel_curve.points),
+        "scaling_planned_ahead": ahead_series, "scaling_planning_ahead_s": ahead_s,
+        "scaling_kernel_planned_ahead_mode_change_busy_ms": ahead_busy,
+        "scaling_kernel_planned_ahead_mode_change_drawn_s": ahead_drawn / 1e3,
         "errors": pipe.errors.errors + mem.errors.errors + scal.errors.errors,
     }  # fmt: skip
     print(f"training views gpt3-175b on 1024 x a100-80g ({res['config']}):")
@@ -342,7 +369,27 @@ def training_views_latency(quick: bool) -> dict:
           f"kernel a batch change keeps the kernel busy {mode_busy:.0f} ms at most and its "
           f"{len(kernel_curve.points)} points are drawn {mode_drawn / 1e3:.1f} s after; "
           f"errors: {res['errors'] or 'none'}")  # fmt: skip
+    print(f"  ScalingView planning ahead {ahead_series} took {ahead_s:.1f} s; then in a kernel "
+          f"the weak -> strong change keeps the kernel busy {ahead_busy:.0f} ms at most and is "
+          f"drawn {ahead_drawn / 1e3:.2f} s after")  # fmt: skip
     return res
+
+
+def _settle_heap() -> int:
+    """What the first dashboard or ScalingView built in a kernel does (`widgets.heap`): one
+    full collection, then ``gc.freeze()``. Here after the imports and plotly's first figure,
+    before any view: a kernel freezes more (the views built before it too), so the full
+    collections of this run walk at least what a kernel's would. Returns the objects frozen."""
+    import asyncio
+    import gc
+
+    from widgets.heap import settle_heap
+
+    async def run() -> None:
+        settle_heap()
+
+    asyncio.run(run())
+    return gc.get_freeze_count()
 
 
 def _in_kernel(change, done, timeout_s: float = 600.0) -> tuple[float, float]:
@@ -392,7 +439,7 @@ def real_size_latency(quick: bool) -> dict:
 
     t0 = time.perf_counter()
     dash = StrategyExplorer("gpt3-175b", devices=1024, global_batch=1536, seq=2048,
-                            coalesce_s=0)  # fmt: skip
+                            coalesce_s=0, plan_ahead=False)  # fmt: skip
     first_s = time.perf_counter() - t0
     first_plan_s = dash.plan_s
     t0 = time.perf_counter()
@@ -414,6 +461,23 @@ def real_size_latency(quick: bool) -> dict:
     )
     replan_back = _ms(lambda: setattr(dash.controls["devices"], "value", 512))  # cached
     dash.views["scaling"].wait()
+    # planning ahead (on by default in a kernel): a new batch, planned in the thread (cold),
+    # then the device counts next to 512 planned ahead while the user reads; the change to
+    # one of them is drawn from the plan cache
+    dash.plan_ahead = True
+    batch_busy, batch_drawn = _in_kernel(
+        lambda: setattr(dash.controls["global_batch"], "value", 3072),
+        lambda: not dash.planning and dash.plan.global_batch == 3072,
+    )
+    t0 = time.perf_counter()
+    dash.ahead.wait(600)
+    ahead_s, ahead_jobs = time.perf_counter() - t0, [j[3] for j in dash.ahead.done]
+    ahead_busy, ahead_drawn = _in_kernel(
+        lambda: setattr(dash.controls["devices"], "value", 1024),
+        lambda: not dash.planning and dash.plan.devices == 1024,
+    )
+    ahead_cached = dash.plan_cached
+    dash.ahead.wait(600)
     res = {"dashboard_config": str(dash.plan.config), "dashboard_first_build_s": first_s,
            "dashboard_plan_s": first_plan_s, "tab_first_open_ms": tabs,
            "dashboard_replan_ms": replan, "dashboard_replan_plan_s": replan_plan_s,
@@ -421,6 +485,13 @@ def real_size_latency(quick: bool) -> dict:
            "dashboard_kernel_replan_busy_ms": replan_busy,
            "dashboard_kernel_replan_drawn_s": replan_drawn / 1e3,
            "dashboard_replan_seen_job_ms": replan_back,
+           "dashboard_kernel_batch_change_drawn_s": batch_drawn / 1e3,
+           "dashboard_kernel_batch_change_busy_ms": batch_busy,
+           "dashboard_planned_ahead_devices": ahead_jobs,
+           "dashboard_planning_ahead_s": ahead_s,
+           "dashboard_kernel_planned_ahead_change_drawn_s": ahead_drawn / 1e3,
+           "dashboard_kernel_planned_ahead_change_busy_ms": ahead_busy,
+           "dashboard_planned_ahead_change_from_cache": ahead_cached,
            "scaling_all_points_s": scaling_all_s,
            "errors": list(dash.errors.errors)}  # fmt: skip
     print(f"dashboard gpt3-175b on 1024 x a100-80g ({res['dashboard_config']}): first build "
@@ -433,6 +504,11 @@ def real_size_latency(quick: bool) -> dict:
           f"{open_pipeline / 1e3:.2f} s); in a kernel 512 -> 256 keeps the kernel busy "
           f"{replan_busy:.0f} ms at most, new plan drawn {replan_drawn / 1e3:.2f} s after; back to "
           f"a job planned before (cache) {replan_back:.0f} ms")  # fmt: skip
+    print(f"  planning ahead: in a kernel a batch change 1536 -> 3072 (not planned ahead) drawn "
+          f"{batch_drawn / 1e3:.2f} s after (kernel busy {batch_busy:.0f} ms at most); then "
+          f"devices {ahead_jobs} planned ahead in {ahead_s:.1f} s; the change 512 -> 1024 "
+          f"drawn {ahead_drawn / 1e3:.2f} s after (kernel busy {ahead_busy:.0f} ms at most; "
+          f"from the plan cache: {ahead_cached})")  # fmt: skip
     if quick:
         return res
     import transformers

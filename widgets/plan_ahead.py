@@ -136,13 +136,17 @@ class PlanAhead:
         return thread is not None and thread.is_alive()
 
     def wait(self, timeout_s: float | None = None) -> None:
-        """Wait for the jobs started last (tests and benchmarks)."""
-        thread = self._thread
-        if thread is None:
-            return
-        thread.join(timeout_s)
-        if thread.is_alive():
-            raise ViewError(f"planning ahead still runs after {timeout_s} s; wait longer")
+        """Wait for the jobs started last (tests and benchmarks; a start while waiting is
+        waited for too)."""
+        while True:
+            thread = self._thread
+            if thread is None:
+                return
+            thread.join(timeout_s)
+            if thread.is_alive():
+                raise ViewError(f"planning ahead still runs after {timeout_s} s; wait longer")
+            if thread is self._thread:
+                return
 
 
 _ALL: weakref.WeakSet[PlanAhead] = weakref.WeakSet()
