@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,14 @@ def _numbers(values: Any) -> np.ndarray:
 
 def _fmt(v: float) -> str:
     return f"{v:.4g}"
+
+
+def _label(value: Any) -> str:
+    """A text label as read out: a number (a numeric text array, such as the microbatch
+    numbers on a pipeline's boxes) as ``_fmt`` writes it, 0 included."""
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        return _fmt(float(value))
+    return _strip_tags(_text(value))
 
 
 def _axis_title(layout: Any, axis: str) -> str:
@@ -87,7 +96,8 @@ def _trace(t: Any, layout: Any) -> str | None:
         parts.append(f"{what} {lo}" if lo == hi else f"{what} from {lo} to {hi}")
     labels = getattr(t, "text", None)
     if isinstance(labels, Sequence | np.ndarray) and not isinstance(labels, str):
-        shown = [_strip_tags(_text(v)) for v in labels if _text(v)][:MAX_LABELS]
+        # the first few only (a Gantt chart's boxes carry thousands of numbers)
+        shown = list(islice((x for x in map(_label, labels) if x), MAX_LABELS))
         if shown:
             more = ", ..." if len(labels) > len(shown) else ""
             parts.append("labelled " + ", ".join(shown) + more)
