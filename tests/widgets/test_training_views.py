@@ -963,3 +963,12 @@ def test_pipeline_redraw_sends_numbers_only_and_pauses_the_collector(pipeline):
         assert seen == [False, False] and not gc.isenabled()  # left as the caller had it
     finally:
         gc.enable()
+
+
+def test_pipeline_summary_reads_the_box_numbers(pipeline):
+    """The screen-reader text names each trace with the first numbers its boxes show
+    (numeric per-box labels: microbatch 0 included, written as integers)."""
+    text = pipeline.describe_figures()
+    first = [int(m) for m in pipeline.figure.data[FWD].text[:6]]
+    assert f"Forward: {len(pipeline.figure.data[FWD].x)} bars" in text
+    assert "labelled " + ", ".join(map(str, first)) + ", ..." in text and first[0] == 0
