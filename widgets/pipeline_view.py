@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import ipywidgets as ipw
@@ -41,6 +38,7 @@ from .figures.pipeline import (
     visible_groups,
 )
 from .format import fmt_seconds
+from .gc_pause import gc_paused
 from .pick_menu import NOTHING, PickMenu
 from .selection import Selection
 from .training_view import TrainingView, divisors
@@ -441,26 +439,6 @@ def _chunks_text(c) -> str:
              for k in range(c.virtual_stages)]  # fmt: skip
     return (f"<br>Virtual chunks (stage = chunk × pp + device): {', '.join(parts)}, each a "
             "lighter shade; hover a box for its chunk.")  # fmt: skip
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Simulate and redraw without the cyclic garbage collector (reference counting still
-    frees everything but cycles; the collector's previous state is restored).
-
-    Why: a microbatch change at GPT-3 size makes some 10^5 short- and long-lived objects
-    (the simulated events, and the bubble breakdown's two re-simulated schedules). With the
-    collector on, that many allocations set off a full collection of the whole heap on
-    every other change, which was the first change's extra cost; paused, the change counts
-    as one young collection when it ends, so full collections come much more rarely (not
-    merely later)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _formula_text(c) -> str:
