@@ -247,16 +247,19 @@ class ScalingView(View):
     # --- planning ahead -----------------------------------------------------------------
     def next_series(self) -> list[Series]:
         """The series a next change most likely asks for, most likely first: the last
-        series in the other mode, then its device range one count wider at the top and at
-        the bottom (the range slider's neighbours); those already planned are left out."""
+        series in the other mode, then, when its counts are a range of the slider's (as the
+        slider sets them), that range one count wider at the top and at the bottom; those
+        already planned are left out. Counts given by hand (64, 512, 4096) get the other
+        mode only: the slider would replace them by every count between, a new curve."""
         last = self.series[-1]
         options = sorted(self.controls["counts"].options)
         lo, hi = options.index(min(last.counts)), options.index(max(last.counts))
         out = [_replace(last, mode="strong" if last.mode == "weak" else "weak")]
-        if hi + 1 < len(options):
-            out.append(_replace(last, counts=tuple(options[lo : hi + 2])))
-        if lo > 0:
-            out.append(_replace(last, counts=tuple(options[lo - 1 : hi + 1])))
+        if last.counts == tuple(options[lo : hi + 1]):
+            if hi + 1 < len(options):
+                out.append(_replace(last, counts=tuple(options[lo : hi + 2])))
+            if lo > 0:
+                out.append(_replace(last, counts=tuple(options[lo - 1 : hi + 1])))
         with _CURVES_LOCK:
             return [s for s in out if _key(s) not in _CURVES and s not in self.series]
 

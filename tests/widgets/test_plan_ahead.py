@@ -195,3 +195,15 @@ def test_a_device_change_before_planning_ahead_finished_is_still_right(monkeypat
     assert dash.plan.devices == 16 and dash.plan_cached  # the job planned ahead, waited for
     want = real("gpt2", devices=16, hardware="a100-80g", global_batch=64, seq=512)
     assert dash.plan.config == want.config and dash.plan.sim == want.sim
+
+
+def test_counts_given_by_hand_are_planned_ahead_in_the_other_mode_only():
+    _CURVES.clear()
+    hand = Series("gpt2", "a100-80g", "strong", 64, 512, (8, 32))  # not a slider range
+    view = ScalingView([hand], plan_ahead=False)
+    assert view.next_series() == [Series("gpt2", "a100-80g", "weak", 64, 512, (8, 32))]
+    ranged = Series("gpt2", "a100-80g", "strong", 64, 512, (16, 32))
+    view.set_last(ranged)
+    assert [(s.mode, s.counts) for s in view.next_series()] == [
+        ("weak", (16, 32)), ("strong", (16, 32, 64)), ("strong", (8, 16, 32))
+    ]  # fmt: skip
