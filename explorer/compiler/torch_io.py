@@ -23,7 +23,7 @@ import numpy as np
 
 from .errors import TorchCompileError
 
-__all__ = ["FlatSignature", "flat_module", "weights", "as_array", "PYTHON_LEAVES"]
+__all__ = ["FlatSignature", "flat_module", "weights", "module_state", "as_array", "PYTHON_LEAVES"]
 
 #: Non-tensor values a traced forward may take or return (frozen at trace time).
 PYTHON_LEAVES = (type(None), bool, int, float, str)
@@ -167,12 +167,18 @@ def as_array(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def weights(graph: Any, module: Any, lifted: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
-    """The value of every ``param`` node and of every ``input`` node that is a buffer (or a
-    block ``W[start:stop]`` of one), by node name, each as the node's numpy dtype."""
+def module_state(module: Any, lifted: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The module's parameters and buffers (and the tensors torch.export lifted) by name."""
     state = dict(module.named_parameters(remove_duplicate=False))
     state.update(dict(module.named_buffers(remove_duplicate=False)))
     state.update(lifted or {})
+    return state
+
+
+def weights(graph: Any, module: Any, lifted: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+    """The value of every ``param`` node and of every ``input`` node that is a buffer (or a
+    block ``W[start:stop]`` of one), by node name, each as the node's numpy dtype."""
+    state = module_state(module, lifted)
     out: dict[str, np.ndarray] = {}
     for n in graph.nodes:
         if n.op not in ("param", "input"):

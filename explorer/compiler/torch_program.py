@@ -49,7 +49,8 @@ from .torch_cache import CACHE_MODES, CacheEvent, DiskCache
 from .torch_eager import TimedInterpreter
 from .torch_fold import fold_weights
 from .torch_guard import make_call
-from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, weights
+from .torch_io import PYTHON_LEAVES, FlatSignature, as_array, flat_module, module_state, weights
+from .torch_projections import merge_projections
 from .torch_verify import Verification, verify_runs
 
 __all__ = ["compile", "TorchProgram", "BucketedProgram", "Verification", "TOLERANCE"]
@@ -208,7 +209,8 @@ class TorchProgram:
     calls from several threads take turns (the memory plan's buffers are shared).
 
     Attributes:
-        graph: the traced graph (parameters and buffers as ``param``/``input`` nodes).
+        graph: the traced graph (parameters and buffers as ``param``/``input`` nodes), its
+            split projections merged back (`merge_projections`).
         folded: the graph with its weight-only values computed once (`fold_weights`: rotary
             tables, position embeddings, weight casts) as ``param`` sources.
         optimized, steps, memory_plan: the static graph (``folded`` through the passes),
@@ -232,7 +234,17 @@ class TorchProgram:
         self.notes = tuple(f"{k}={v!r} passed to the forward (the call may override it)"
                            for k, v in defaults.items())  # fmt: skip
         self._out_index = _output_index(graph, sig, self.name)
-        self.weights = weights(graph, module, dict(getattr(graph, "lifted", ())))
+        lifted = dict(getattr(graph, "lifted", ()))
+        state = module_state(module, lifted)
+        # the importer's split projections back to one matmul over the stored weight
+        graph, merged = merge_projections(
+            graph, lambda name: tuple(state[name].shape) if name in state else None
+        )
+        if merged:
+            self.graph = graph
+            self.notes += (f"{merged} split projections run as one matmul each over the "
+                           "stored weight (torch_projections)",)  # fmt: skip
+        self.weights = weights(graph, module, lifted)
         users = [n for n in graph.inputs if n.name not in self.weights]
         if len(users) != len(sig.names):
             raise TorchCompileError(
