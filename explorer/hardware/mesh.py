@@ -270,7 +270,14 @@ class Mesh:
         >>> Mesh({"dp": 2, "tp": 4}).collective_bytes("all-gather", 4096, ("tp",))
         3072.0
         """
-        return bytes_sent_per_device(kind, size_bytes, self._group_size(axes))
+        plans = self.__dict__.get("_link_plans")
+        if plans is None or not isinstance(axes, str | tuple):
+            return bytes_sent_per_device(kind, size_bytes, self._group_size(axes))
+        key = ("group size", axes)  # no collective kind is a str like this
+        n = plans.get(key)
+        if n is None:
+            n = plans[key] = self._group_size(axes)
+        return bytes_sent_per_device(kind, size_bytes, n)
 
     def collective_time(
         self,

@@ -10,6 +10,7 @@ it and simulates the best few.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -238,6 +239,9 @@ def peak_activations(step: StepModel, part: StagePartition, device: int, n_full)
         states = step.live_states[device] = chunk_live_counts(
             par.schedule, par.pp, step.m, device, par.virtual_stages
         )
+    if len(acts) == 1:  # one chunk: the sum of one product is that product (non-negative)
+        a = acts[0]
+        return max(state[0] * a for state in states)
     return max(sum(n * a for n, a in zip(state, acts, strict=True)) for state in states)
 
 
@@ -388,16 +392,30 @@ def _formula_memories_of(
     step: StepModel, part: StagePartition, n_full, flight
 ) -> tuple[MemoryBreakdown, ...]:
     par = step.par
-    p, v = par.pp, par.virtual_stages
-    out, seen = [], set()
+    firsts = _distinct_devices(part, par.pp, par.virtual_stages)
+    return tuple(
+        step.device_memory(part, d, n_full, peak_activations(step, part, d, n_full)) for d in firsts
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _device_chunks(part: StagePartition, p: int, v: int) -> tuple[tuple, ...]:
+    """Per pipeline device of ``part`` over ``p`` devices and ``v`` chunks each, the shapes
+    (layers, embedding?, head?) of its chunks: the same for every configuration with this
+    split, and asked by each of a plan's ~1,000 estimates."""
     shapes = part.shapes
-    for d in range(p):
-        chunks = [c * p + d for c in range(v)]
-        shape = tuple(shapes[g] for g in chunks) if v > 1 else shapes[d]
-        if shape in seen:
-            continue
-        seen.add(shape)
-        out.append(step.device_memory(part, d, n_full, peak_activations(step, part, d, n_full)))
+    return tuple(tuple(shapes[c * p + d] for c in range(v)) for d in range(p))
+
+
+@functools.lru_cache(maxsize=1024)
+def _distinct_devices(part: StagePartition, p: int, v: int) -> tuple[int, ...]:
+    """The first device of each distinct chunk-shape tuple (`_device_chunks`), in order."""
+    seen: set = set()
+    out = []
+    for d, shape in enumerate(_device_chunks(part, p, v)):
+        if shape not in seen:
+            seen.add(shape)
+            out.append(d)
     return tuple(out)
 
 
@@ -633,8 +651,7 @@ def estimate(
     tail = 0.0
     tails: dict[float, list] = {}
     device_params: dict[tuple, float] = {}  # by the shapes of a device's chunks
-    for d in range(p):
-        chunks = tuple(shapes[c * p + d] for c in range(v))
+    for d, chunks in enumerate(_device_chunks(part, p, v)):
         params_d = device_params.get(chunks) if step.dense is None else None
         if params_d is None:  # dense first layers: a stage's parameters depend on where it is
             params_d = device_params[chunks] = sum(

@@ -82,3 +82,15 @@ def test_the_memo_is_no_part_of_the_value():
     assert a.collective_time("all-reduce", 5e6, ["dp", "tp"]) == a.collective_time(
         "all-reduce", 5e6, ("dp", "tp")
     )
+
+
+def test_bytes_sent_follow_the_group_size_memoized_or_not():
+    mesh = ex.Mesh({"dp": 4, "tp": 8}, hardware="a100-80g")
+    for _ in range(2):
+        assert mesh.collective_bytes("all-gather", 4096, ("tp",)) == 4096 * 7 / 8
+        assert mesh.collective_bytes("all-reduce", 4096, ("dp", "tp")) == 2 * 4096 * 31 / 32
+        assert mesh.collective_bytes("all-reduce", 4096, ["dp"]) == 2 * 4096 * 3 / 4
+        with pytest.raises(MeshError, match="unknown mesh axis"):
+            mesh.collective_bytes("all-gather", 4096, ("ep",))
+        with pytest.raises(HardwareError, match="size_bytes"):
+            mesh.collective_bytes("all-gather", -1, ("tp",))

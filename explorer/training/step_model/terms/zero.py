@@ -260,8 +260,25 @@ def _zero3_collective_s(s: StepView, kind: str, size: float, n_layers: int) -> f
     one)."""
     tp_ = s.tparams
     volume = shard_collective_s(s, kind, size) - shard_collective_s(s, kind, 0.0)
-    calls = max(1.0, collectives_per_layer(s) * n_layers)
-    return volume / tp_.zero_bandwidth_efficiency + calls * ring_latency_s(s)
+    per_layer, latency = _per_collective(s)
+    calls = max(1.0, per_layer * n_layers)
+    return volume / tp_.zero_bandwidth_efficiency + calls * latency
+
+
+def _per_collective(s: StepView) -> tuple[float, float]:
+    """(`collectives_per_layer`, `ring_latency_s`) of ``s``: the same for the whole
+    configuration, kept in its ``derived`` table when it has one (each ZeRO-3 estimate asked
+    for them ~6 times, each time checking the ring's arguments again)."""
+    derived = getattr(s, "derived", None)
+    found = derived.get(_PER_COLLECTIVE) if derived is not None else None
+    if found is None:
+        found = (collectives_per_layer(s), ring_latency_s(s))
+        if derived is not None:
+            derived[_PER_COLLECTIVE] = found
+    return found
+
+
+_PER_COLLECTIVE = ("zero", "per_collective")
 
 
 def gather_s(s: StepView, params: float, n_layers: int) -> float:
