@@ -207,3 +207,25 @@ def test_counts_given_by_hand_are_planned_ahead_in_the_other_mode_only():
     assert [(s.mode, s.counts) for s in view.next_series()] == [
         ("weak", (16, 32)), ("strong", (16, 32, 64)), ("strong", (8, 16, 32))
     ]  # fmt: skip
+
+
+def test_the_heap_is_settled_once_and_in_a_kernel_only(monkeypatch):
+    import asyncio
+    import gc
+
+    from widgets import heap
+
+    async def twice():
+        return heap.settle_heap(), heap.settle_heap()
+
+    monkeypatch.setattr(heap, "_done", False)
+    assert heap.settle_heap() is False  # a script: no running event loop
+    before = gc.get_freeze_count()
+    try:
+        assert asyncio.run(twice()) == (True, False)
+        assert gc.get_freeze_count() > before  # the objects alive then are frozen
+    finally:
+        gc.unfreeze()  # the rest of the test run keeps CPython's collector as it was
+    monkeypatch.setattr(heap, "_done", False)
+    monkeypatch.setattr(heap, "FREEZE", False)
+    assert asyncio.run(twice()) == (False, False)
