@@ -23,6 +23,7 @@ from .figures.pipeline import (
     TRACE_GROUPS,
     TRACE_KEYS,
     TRACE_SELECTED_MB,
+    drawn_range,
     figure_height,
     group_arrays,
     kind_traces,
@@ -102,6 +103,7 @@ class PipelineView(TrainingView):
             self.window = readable_window(self._cols)  # real sizes open where numbers are read
             self.figure = FigureWidget(pipeline_figure(self.sim, formula=self.bubble.formula,
                                                        window=self.window))  # fmt: skip
+            self._drawn = drawn_range(self.window)  # the boxes the figure holds
         self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
         for k in ("compute-forward", "compute-backward"):  # every chunk's trace
             for i in kind_traces(k):
@@ -272,24 +274,18 @@ class PipelineView(TrainingView):
         """Set only what changes (bar arrays, row labels, title, axes, group labels):
         building a new figure and copying it costs ~3x more for a few thousand bars. Each
         trace keeps its colour and pattern (one per kind and chunk), so a redraw sends
-        numbers only."""
+        numbers only, and only for the boxes around the window (``_set_boxes``)."""
         sim, c = self.sim, self.sim.config
         self.bubble = self._bubble(sim)
         unit, scale = time_unit(sim.timeline.step_time_s)
         self._cols = cols = timeline_columns(sim.timeline, scale)
         if self.window is None:  # a new step: open it where the boxes carry their numbers
             self.window = readable_window(cols)
-        sel = selected_arrays(cols, self.microbatch, self._stage_filter())
         fig = self.figure
         self._zooming = True
         try:
             with fig.batch_update():
-                arrays = trace_arrays(cols, c.virtual_stages)
-                for trace, (kind, chunk), a in zip(fig.data, TRACE_KEYS, arrays, strict=False):
-                    trace.update(hovertemplate=trace_hover(kind, chunk, c.virtual_stages, unit),
-                                 **a)  # fmt: skip
-                t = fig.data[TRACE_SELECTED_MB]
-                t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
+                self._set_boxes()
                 self._set_groups()
                 fig.layout.title.text = pipeline_title(sim, sim.timeline, self.bubble.formula)
                 fig.layout.update(pipeline_axes(cols, c.pp, c.virtual_stages, unit, self.window))
@@ -299,6 +295,19 @@ class PipelineView(TrainingView):
         self.info.value = self._info()
         self._sync_pick()
         self._set_zoom_control()
+
+    def _set_boxes(self) -> None:
+        """Put the boxes of ``drawn_range(window)`` in the bar traces and the outline (the
+        browser draws a few hundred boxes around the window, not a whole GPT-3 step)."""
+        c, fig = self.sim.config, self.figure
+        unit = time_unit(self.sim.timeline.step_time_s)[0]
+        self._drawn = drawn = drawn_range(self.window)
+        arrays = trace_arrays(self._cols, c.virtual_stages, drawn)
+        for trace, (kind, chunk), a in zip(fig.data, TRACE_KEYS, arrays, strict=False):
+            trace.update(hovertemplate=trace_hover(kind, chunk, c.virtual_stages, unit), **a)
+        sel = selected_arrays(self._cols, self.microbatch, self._stage_filter(), drawn)
+        t = fig.data[TRACE_SELECTED_MB]
+        t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
 
     def _set_zoom_control(self) -> None:
         if "zoom" not in getattr(self, "controls", {}):
@@ -325,6 +334,8 @@ class PipelineView(TrainingView):
         self._zooming = True
         try:
             with self.figure.batch_update():
+                if _reslice(self._drawn, window):
+                    self._set_boxes()
                 self._set_groups()
                 self.figure.layout.update(
                     pipeline_axes(self._cols, c.pp, c.virtual_stages, unit, window)
@@ -377,7 +388,7 @@ class PipelineView(TrainingView):
 
     def _mark(self) -> None:
         self._sync_pick()
-        sel = selected_arrays(self._cols, self.microbatch, self._stage_filter())
+        sel = selected_arrays(self._cols, self.microbatch, self._stage_filter(), self._drawn)
         with self.figure.batch_update():
             t = self.figure.data[TRACE_SELECTED_MB]
             t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
@@ -439,6 +450,17 @@ def _chunks_text(c) -> str:
              for k in range(c.virtual_stages)]  # fmt: skip
     return (f"<br>Virtual chunks (stage = chunk × pp + device): {', '.join(parts)}, each a "
             "lighter shade; hover a box for its chunk.")  # fmt: skip
+
+
+def _reslice(drawn: tuple[float, float] | None, window: tuple[float, float] | None) -> bool:
+    """Whether a figure holding the boxes of ``drawn`` must be re-sliced to show ``window``:
+    the window leaves the boxes held, or they are many times more than it needs (a zoom in
+    from the whole step)."""
+    need = drawn_range(window)
+    if need is None or drawn is None:
+        return need != drawn
+    inside = drawn[0] <= window[0] and window[1] <= drawn[1]
+    return not inside or drawn[1] - drawn[0] > 4 * (need[1] - need[0])
 
 
 def _formula_text(c) -> str:

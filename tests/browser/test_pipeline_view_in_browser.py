@@ -4,8 +4,8 @@ Chromium at 1440x900.
 What the page holds: every box numbered (``F3``, ``B0``), one legend entry per kind (the
 chunk traces share their kind's entry), no console warning about colours; the hover of a
 chunk-1 box names its stage, chunk and microbatch and gives its real length; a mouse click on
-that box reaches the kernel, outlines its microbatch and moves the stage and microbatch menus
-to it; the keyboard alone (Tab to the microbatch menu; Space, an arrow key, Enter) picks the
+that box reaches the kernel, outlines its microbatch (the boxes the figure holds: those
+around the window) and moves the stage and microbatch menus to it; the keyboard alone (Tab to the microbatch menu; Space, an arrow key, Enter) picks the
 next microbatch, and the page outlines it. Screenshots: ``test-artifacts/pipeline_view.png``
 and ``pipeline_view_after_keyboard.png``.
 """
@@ -66,7 +66,11 @@ def test_pipeline_view_numbers_chunks_and_takes_a_click_and_the_keyboard(lab, la
         page = run_cells(lab, lab_page, page_log, "pipeline_check.ipynb", CELLS)
         check_plots_drawn(page, lab_page, 1)
         facts = page.evaluate(FACTS)
-        assert facts["forwards"] == 4 * 3 * 8  # pp 4 x 3 chunks x 8 microbatches
+        # the forward boxes the view holds (those around its window) are all in the page
+        held = execute(page, "from widgets.figures.pipeline import kind_traces\n"
+                             "print(sum(len(pipe.figure.data[i].x) "
+                             "for i in kind_traces('compute-forward')))")  # fmt: skip
+        assert 0 < facts["forwards"] == int(held["text"]) < 4 * 3 * 8, held
         assert facts["labels"] and all(re.fullmatch(r"[FB]\d", x) for x in facts["labels"])
         assert facts["legend"][:2] == ["Forward", "Backward"]
         assert len(facts["legend"]) == len(set(facts["legend"]))  # one entry per kind
@@ -84,12 +88,13 @@ def test_pipeline_view_numbers_chunks_and_takes_a_click_and_the_keyboard(lab, la
         assert f"stage {stage} (chunk 1), microbatch {mb}" in hover, hover
         assert f"({length:.3g} ms)" in hover and f"{start + length:.4g} ms" in hover, hover
         page.mouse.click(x, y)
-        page.wait_for_function(f"() => ({OUTLINE})().length === 2 * 12", timeout=30_000)
+        page.wait_for_function(f"() => ({OUTLINE})().length > 0", timeout=30_000)
         page.wait_for_function(f"(s) => ({CHOSEN})('no stage').startsWith(s)",
                                arg=f"stage {stage} (device {stage % 4}, chunk 1)")  # fmt: skip
         assert page.evaluate(CHOSEN, "every microbatch") == f"microbatch {mb}"
-        held = execute(page, "print(pipe.stage, pipe.microbatch)")
-        assert held["text"].split() == [str(stage), str(mb)], held
+        held = execute(page, "print(pipe.stage, pipe.microbatch, "
+                             f"len(pipe.figure.data[{TRACE_SELECTED_MB}].x))")  # fmt: skip
+        assert held["text"].split() == [str(stage), str(mb), str(len(page.evaluate(OUTLINE)))]
 
         # the keyboard alone: Tab from the stage menu to the microbatch menu, then pick the
         # next microbatch (Space opens the menu: a bare arrow key is JupyterLab's)

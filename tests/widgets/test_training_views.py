@@ -38,6 +38,7 @@ from widgets.figures.pipeline import (
     TRACE_GROUPS,
     TRACE_KEYS,
     TRACE_SELECTED_MB,
+    drawn_range,
     kind_traces,
     label_groups,
     label_mode,
@@ -408,6 +409,19 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     inside = (base < hi) & (base + x > lo)
     widths = x[inside] * PLOT_WIDTH_PX / (hi - lo)
     assert inside.sum() >= 8 and np.median(widths) >= BOX_LABEL_PX  # numbers fit the boxes
+    # the figure holds the boxes around the window only (a browser takes seconds to draw a
+    # whole real-size step): every forward box of drawn_range(window), and no other
+    lo_d, hi_d = drawn_range(v.window)
+    cols = v._cols
+    fwd = cols["kind"] == "compute-forward"
+    near = fwd & (cols["end"] > lo_d) & (cols["start"] < hi_d)
+    assert len(base) == int(near.sum()) < int(fwd.sum())
+    assert sorted(base) == sorted(cols["start"][near])
+    for kind in EVENT_KINDS:  # each kind of the step keeps its legend entry (plotly shows
+        if (cols["kind"] == kind).any():  # none for an empty trace): its chunk-0 trace
+            assert len(v.figure.data[trace_index(kind)].x) > 0, kind
+    v.zoom(0, 100)  # the whole step: every box
+    assert len(boxes(v.figure.data, "compute-forward")) == int(fwd.sum()) == 8 * 48 * 4
     shapes, colors = set(), set()
     for k in range(4):  # one trace per chunk: its boxes, one colour and one pattern
         t = v.figure.data[trace_index("compute-forward", k)]
@@ -419,6 +433,15 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     assert len(shapes) == len(colors) == 4  # four chunks, four patterns and shades
     assert all(len(v.figure.data[i].x) == 0 for i in kind_traces("compute-forward")[4:])
     assert "chunk 1 hatched /" in v.info.value
+    v.zoom(0, 5)  # zoomed in from the whole step: sliced down again
+    assert 0 < len(boxes(v.figure.data, "compute-forward")) < int(fwd.sum())
+    # the toolbar's zoom (a relayout from the page) to a stretch not held yet: its boxes come
+    span = float(cols["span"])
+    w = (0.6 * span, 0.62 * span)
+    v._on_zoom(v.figure.layout, w)
+    held = set(boxes(v.figure.data, "compute-forward", "base"))
+    want = fwd & (cols["end"] > w[0]) & (cols["start"] < w[1])
+    assert want.any() and set(cols["start"][want]) <= held
 
 
 def test_pipeline_click_selects_stage_and_microbatch(pipeline):
@@ -448,9 +471,12 @@ def test_pipeline_view_page_holds_every_trace_after_any_sequence(pipeline):
         for k in range(TRACE_SELECTED_MB + 1):
             _same_data(page.trace(k), v.figure.data[k], ("x", "y", "base"))
             _same_data(_late_page(v.figure)[k], v.figure.data[k], ("x", "y", "base"))
-        assert len(boxes(page.data, "compute-forward")) == v.config.pp * (
-            v.sim.config.num_microbatches * v.config.virtual_stages
-        )
+        # every forward box the view holds (those around its window) is in the page
+        cols, drawn = v._cols, drawn_range(v.window)
+        near = cols["kind"] == "compute-forward"
+        if drawn is not None:
+            near &= (cols["end"] > drawn[0]) & (cols["start"] < drawn[1])
+        assert len(boxes(page.data, "compute-forward")) == int(near.sum()) > 0
 
 
 # --- MemoryView --------------------------------------------------------------------------

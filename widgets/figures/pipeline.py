@@ -39,7 +39,7 @@ __all__ = [
     "group_arrays", "TRACE_GROUPS",
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
     "trace_marker", "CHUNK_PATTERNS", "readable_window", "TRACE_KEYS", "trace_index",
-    "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS",
+    "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS", "drawn_range",
 ]  # fmt: skip
 
 _SHORT = {"compute-forward": "F", "compute-backward": "B", "recompute": "R"}
@@ -84,6 +84,7 @@ _FIRST = {kind: TRACE_KEYS.index((kind, 0)) for kind in EVENT_KINDS}
 # whether it has one trace per chunk
 _FIRST_OF_CODE = np.array([_FIRST[k] for k in EVENT_KINDS], dtype=np.int64)
 _CHUNKED_CODE = np.array([k in _SHORT for k in EVENT_KINDS])
+_LEGEND_SLOT = np.array([chunk == 0 for _, chunk in TRACE_KEYS])  # traces in the legend
 _BAR = (-0.2, 0.55)  # bar offset and width in row units: the 0.3 above holds group labels
 _STRIP = (0.37, 0.1)  # pp-comm strip under the bar
 
@@ -150,7 +151,30 @@ def timeline_columns(timeline: Timeline, scale: float | None = None) -> dict[str
     }  # fmt: skip
 
 
-def trace_arrays(cols: dict[str, np.ndarray], chunks: int) -> list[dict]:
+def drawn_range(window: tuple[float, float] | None) -> tuple[float, float] | None:
+    """The time range whose boxes a figure zoomed to ``window`` holds: the window and one
+    window's width on each side (a pan or a small zoom-out shows boxes at once); None, every
+    box, for the whole step. A browser takes seconds to draw a GPT-3 step's 33,867 boxes
+    as SVG, and a fraction of a second for the ~1,400 around a readable window.
+
+    >>> drawn_range((10.0, 12.0)), drawn_range(None)
+    ((8.0, 14.0), None)
+    """
+    if window is None:
+        return None
+    lo, hi = window
+    return (lo - (hi - lo), hi + (hi - lo))
+
+
+def _in_range(cols: dict[str, np.ndarray], drawn: tuple[float, float] | None) -> np.ndarray:
+    if drawn is None:
+        return np.ones(len(cols["start"]), dtype=bool)
+    return (cols["end"] > drawn[0]) & (cols["start"] < drawn[1])
+
+
+def trace_arrays(
+    cols: dict[str, np.ndarray], chunks: int, drawn: tuple[float, float] | None = None
+) -> list[dict]:
     """The bar data of every trace of ``TRACE_KEYS``: y (device), base and x (start and
     length), hovertext (the length again, as a number the hover formats: a bar's ``%{x}``
     in plotly's hover is where it ends), and for compute kinds text (the microbatch number
@@ -159,11 +183,22 @@ def trace_arrays(cols: dict[str, np.ndarray], chunks: int) -> list[dict]:
     customdata went as nested JSON lists (17,000 of them per redraw at GPT-3 size), and
     labels and hover are per-trace templates, so no per-box string is made. The events of a
     compute kind are split by chunk when the schedule interleaves ``chunks`` > 1 model chunks
-    per device (one chunk: all in the chunk-0 trace). One sort, no per-kind scan."""
+    per device (one chunk: all in the chunk-0 trace). Only the boxes that overlap ``drawn``
+    (``drawn_range``; None: all), and the first box of a kind the range misses: plotly
+    shows no legend entry for an empty trace, and each kind's entry (its chunk-0 trace)
+    stays whatever the zoom (the box lies outside the window, clipped). One sort, no
+    per-kind scan."""
     code = cols["code"]
     slot = _FIRST_OF_CODE[code]
     if chunks > 1:
         slot = slot + np.where(_CHUNKED_CODE[code], cols["chunk"] % MAX_CHUNKS, 0)
+    keep = _in_range(cols, drawn)
+    if drawn is not None:  # a legend trace with boxes in the step, none in range: its first
+        shown = np.zeros(len(TRACE_KEYS), dtype=bool)
+        shown[slot[keep]] = True
+        slots, first = np.unique(slot, return_index=True)
+        keep[first[_LEGEND_SLOT[slots] & ~shown[slots]]] = True
+    slot = np.where(keep, slot, len(TRACE_KEYS))  # past the last trace
     order = np.argsort(slot, kind="stable")  # events keep their time order in a trace
     bounds = np.searchsorted(slot[order], np.arange(len(TRACE_KEYS) + 1))
     start, end = cols["start"], cols["end"]
@@ -216,13 +251,16 @@ def readable_window(cols: dict[str, np.ndarray]) -> tuple[float, float] | None:
 
 
 def selected_arrays(
-    cols: dict[str, np.ndarray], microbatch: int | None, stage: int | None
-) -> dict[str, np.ndarray]:
+    cols: dict[str, np.ndarray], microbatch: int | None, stage: int | None,
+    drawn: tuple[float, float] | None = None,
+) -> dict[str, np.ndarray]:  # fmt: skip
     """Outline bars: the compute steps of ``microbatch`` (on ``stage`` only, if given), or
-    of every microbatch on ``stage``; nothing when neither is given."""
+    of every microbatch on ``stage``; nothing when neither is given. Only those that overlap
+    ``drawn`` (None: all)."""
     if microbatch is None and stage is None:
         return {"y": np.array([], np.int32), "base": np.array([]), "x": np.array([])}
     m = np.isin(cols["kind"], ("compute-forward", "compute-backward", "recompute"))
+    m &= _in_range(cols, drawn)
     if microbatch is not None:
         m &= cols["mb"] == microbatch
     if stage is not None:
@@ -389,7 +427,9 @@ def pipeline_figure(
     docstring).
 
     Args:
-        window: the visible time range (x axis units); default the whole step.
+        window: the visible time range (x axis units); default the whole step. Zoomed, the
+            figure holds only the boxes of ``drawn_range(window)`` (a view re-slices them
+            when its window leaves that range).
         formula: the closed-form bubble, shown in the title next to the simulated one.
 
     >>> import explorer as ex
@@ -412,10 +452,11 @@ def pipeline_figure(
     # a bare Timeline: its chunks are those its events name
     chunks = (sim.config.virtual_stages if sim is not None
               else int(cols["chunk"].max()) + 1 if len(cols["chunk"]) else 1)  # fmt: skip
-    arrays = trace_arrays(cols, chunks)
+    drawn = drawn_range(window)
+    arrays = trace_arrays(cols, chunks, drawn)
     traces = [_bar_trace(kind, chunk, a, unit, chunks)
               for (kind, chunk), a in zip(TRACE_KEYS, arrays, strict=True)]  # fmt: skip
-    sel = selected_arrays(cols, selected_microbatch, selected_stage)
+    sel = selected_arrays(cols, selected_microbatch, selected_stage, drawn)
     traces.append(go.Bar(
         orientation="h", name="selected", y=sel["y"], base=sel["base"], x=sel["x"],
         marker={"color": "rgba(0,0,0,0)", "line": {"width": 2.5, "color": SELECTED}},
