@@ -209,14 +209,16 @@ class TorchProgram:
     calls from several threads take turns (the memory plan's buffers are shared).
 
     Attributes:
-        graph: the traced graph (parameters and buffers as ``param``/``input`` nodes), its
-            split projections merged back (`merge_projections`).
+        graph: the traced graph (parameters and buffers as ``param``/``input`` nodes): what
+            the eager run runs; the static path merges its split projections first
+            (`merge_projections`).
         folded: the graph with its weight-only values computed once (`fold_weights`: rotary
             tables, position embeddings, weight casts) as ``param`` sources.
         optimized, steps, memory_plan: the static graph (``folded`` through the passes),
             the passes' RewriteSteps and the memory plan.
         program: the executor's `Program` (``program.source``: the plan's Python).
-        weights: parameter and buffer values by graph source name (numpy).
+        weights: parameter and buffer values by source name of the static path's graph
+            (numpy).
         tolerance: (rtol, atol) against torch for the model's dtype (`TOLERANCE`).
         notes: what ``compile`` decided for the user (the cache turned off, ...).
         cache: what the disk cache did (`CacheEvent`: hit, miss, corrupt with its reason).
@@ -236,15 +238,17 @@ class TorchProgram:
         self._out_index = _output_index(graph, sig, self.name)
         lifted = dict(getattr(graph, "lifted", ()))
         state = module_state(module, lifted)
-        # the importer's split projections back to one matmul over the stored weight
+        # the static path runs the importer's split projections as one matmul over the
+        # stored weight; the eager run keeps the traced graph, op by op
         graph, merged = merge_projections(
             graph, lambda name: tuple(state[name].shape) if name in state else None
         )
         if merged:
-            self.graph = graph
             self.notes += (f"{merged} split projections run as one matmul each over the "
-                           "stored weight (torch_projections)",)  # fmt: skip
+                           "stored weight on the static path (torch_projections)",)  # fmt: skip
+        self._lifted = lifted if merged else None  # the eager run's weights: made on demand
         self.weights = weights(graph, module, lifted)
+        self._eager_weights = self.weights
         users = [n for n in graph.inputs if n.name not in self.weights]
         if len(users) != len(sig.names):
             raise TorchCompileError(
@@ -321,7 +325,10 @@ class TorchProgram:
             return self.program.run(feeds)
 
     def _eager_outs(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
-        feeds = dict(self.weights)
+        if self._lifted is not None:  # the traced graph's weight blocks (torch_projections)
+            self._eager_weights = weights(self.graph, self.module, self._lifted)
+            self._lifted = None
+        feeds = dict(self._eager_weights)
         feeds.update(zip(self._user, arrays, strict=True))
         outer = _trace.active()
         rec = outer if outer is not None else _trace.Recorder(f"{self.name} eager")
