@@ -420,6 +420,8 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     for kind in EVENT_KINDS:  # each kind of the step keeps its legend entry (plotly shows
         if (cols["kind"] == kind).any():  # none for an empty trace): its chunk-0 trace
             assert len(v.figure.data[trace_index(kind)].x) > 0, kind
+    # the toolbar's autoscale spans the step, not the boxes held
+    assert list(v.figure.layout.xaxis.autorangeoptions.include) == [0, float(cols["span"])]
     v.zoom(0, 100)  # the whole step: every box
     assert len(boxes(v.figure.data, "compute-forward")) == int(fwd.sum()) == 8 * 48 * 4
     shapes, colors = set(), set()

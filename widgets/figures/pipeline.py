@@ -496,9 +496,11 @@ def visible_groups(cols: dict[str, np.ndarray], window=None) -> list[dict]:
 def pipeline_axes(cols, pp: int, chunks: int, unit: str, window) -> dict:
     """The layout keys that change with the data or the zoom."""
     return {
+        # autoscale (the toolbar, a double click) spans the step, not the boxes held
         "xaxis": {"title": {"text": f"time ({unit})"}, "range": list(window) if window else
                   [0, float(cols["span"])], "autorange": False, "showgrid": True,
-                  "gridcolor": "#EEE"},
+                  "gridcolor": "#EEE",
+                  "autorangeoptions": {"include": [0, float(cols["span"])]}},
         "yaxis": {"tickmode": "array", "tickvals": list(range(pp)),
                   "ticktext": row_labels(pp, chunks), "range": [pp - 0.45, -0.5],
                   "autorange": False, "automargin": True},
