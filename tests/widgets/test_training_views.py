@@ -228,6 +228,11 @@ def test_pipeline_figure_interleaved_rows(sim):
         assert set(arr(t["customdata"]) // 4) == {k}  # stage = chunk x pp + device
         assert len(arr(t["x"])) == 4 * s.config.num_microbatches
         assert f"(chunk {k})" in t["hovertemplate"]
+    # a bare Timeline (no config): its chunks are those its events name, drawn apart alike
+    bare = pipeline_figure(s.timeline)
+    for k in range(3):
+        t = bare.data[trace_index("compute-forward", k)]
+        assert set(np.asarray(t.customdata) // 4) == {k} and f"(chunk {k})" in t.hovertemplate
 
 
 def _compute_boxes(cols, window=None):
