@@ -73,7 +73,10 @@ class PipelineView(TrainingView):
     microbatches)); a count that does not divide is refused with the error beside the
     slider, the last valid chart kept and marked stale; ``virtual_stages`` (interleaved
     only); ``zoom`` (the part of the step shown, in percent: zoomed in, every box shows
-    its number; the toolbar's zoom relabels the same way).
+    its number; the toolbar's zoom relabels the same way). Zoomed, the figure holds the
+    boxes around the window only (``figures.pipeline.drawn_range``) and fetches others as
+    the window moves. ``pick["stage"]`` and ``pick["microbatch"]``: the keyboard's way to
+    what a click on a box does (``widgets.pick_menu.PickMenu``).
 
     The info line shows the bubble twice, named: the closed formula and the simulated one,
     with what separates them (``explorer.training.pipeline.bubble_breakdown``).
