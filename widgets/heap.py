@@ -20,6 +20,7 @@ built; ``gc.unfreeze()`` undoes it.
 from __future__ import annotations
 
 import gc
+import threading
 
 from .plan_ahead import in_kernel
 
@@ -28,17 +29,19 @@ __all__ = ["FREEZE", "settle_heap"]
 #: set to False before the first view is built to leave the collector as CPython sets it
 FREEZE = True
 _done = False
+_lock = threading.Lock()  # views may be built from more than one thread
 
 
 def settle_heap() -> bool:
     """Once per process, in a kernel: a full collection, then ``gc.freeze()``. True when
     it ran now."""
     global _done
-    if _done or not FREEZE:
+    if not FREEZE or not in_kernel():  # a script or a test
         return False
-    if not in_kernel():  # a script or a test
-        return False
-    _done = True
-    gc.collect()
-    gc.freeze()
+    with _lock:
+        if _done:
+            return False
+        _done = True
+        gc.collect()
+        gc.freeze()
     return True
