@@ -20,9 +20,11 @@ from .errors import FieldError, ViewError, field
 from .figure_widget import FigureWidget
 from .figures.pipeline import (
     CHUNK_PATTERNS,
+    CHUNKED_KINDS,
     TRACE_GROUPS,
     TRACE_KEYS,
     TRACE_SELECTED_MB,
+    box_text,
     drawn_range,
     figure_height,
     group_arrays,
@@ -289,6 +291,7 @@ class PipelineView(TrainingView):
         try:
             with fig.batch_update():
                 self._set_boxes()
+                self._set_box_text()
                 self._set_groups()
                 fig.layout.title.text = pipeline_title(sim, sim.timeline, self.bubble.formula)
                 fig.layout.update(pipeline_axes(cols, c.pp, c.virtual_stages, unit, self.window))
@@ -311,6 +314,13 @@ class PipelineView(TrainingView):
         sel = selected_arrays(self._cols, self.microbatch, self._stage_filter(), drawn)
         t = fig.data[TRACE_SELECTED_MB]
         t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
+
+    def _set_box_text(self) -> None:
+        """Box numbers on, or off where no box in the window is wide enough for one."""
+        where = box_text(self._cols, self.window)
+        for trace, (kind, _) in zip(self.figure.data, TRACE_KEYS, strict=False):
+            if kind in CHUNKED_KINDS:
+                trace.textposition = where
 
     def _set_zoom_control(self) -> None:
         if "zoom" not in getattr(self, "controls", {}):
@@ -339,6 +349,7 @@ class PipelineView(TrainingView):
             with self.figure.batch_update():
                 if _reslice(self._drawn, window):
                     self._set_boxes()
+                self._set_box_text()
                 self._set_groups()
                 self.figure.layout.update(
                     pipeline_axes(self._cols, c.pp, c.virtual_stages, unit, window)

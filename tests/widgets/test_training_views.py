@@ -398,7 +398,7 @@ def test_pipeline_view_zoom_shows_numbers(pipeline):
 def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     """pp 8, 48 microbatches, 4 virtual stages (it opened as a stripe of thin slices with no
     number on any forward box and the chunks in one colour)."""
-    from widgets.figures.pipeline import BOX_LABEL_PX, PLOT_WIDTH_PX
+    from widgets.figures.pipeline import BOX_LABEL_PX, BOX_TEXT_MIN_PX, PLOT_WIDTH_PX
 
     par = ex.ParallelConfig(dp=1, pp=8, microbatch_size=1, schedule="interleaved_1f1b",
                             virtual_stages=4)  # fmt: skip
@@ -427,8 +427,15 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
             assert len(v.figure.data[trace_index(kind)].x) > 0, kind
     # the toolbar's autoscale spans the step, not the boxes held
     assert list(v.figure.layout.xaxis.autorangeoptions.include) == [0, float(cols["span"])]
+    compute = [i for k in ("compute-forward", "compute-backward", "recompute")
+               for i in kind_traces(k)]  # fmt: skip
+    assert {v.figure.data[i].textposition for i in compute} == {"inside"}  # numbered
     v.zoom(0, 100)  # the whole step: every box
     assert len(boxes(v.figure.data, "compute-forward")) == int(fwd.sum()) == 8 * 48 * 4
+    # no box is wide enough for a number here: none is made (the group labels carry them)
+    widest = float((cols["end"] - cols["start"])[fwd].max()) * PLOT_WIDTH_PX / cols["span"]
+    assert widest < BOX_TEXT_MIN_PX
+    assert {v.figure.data[i].textposition for i in compute} == {"none"}
     shapes, colors = set(), set()
     for k in range(4):  # one trace per chunk: its boxes, one colour and one pattern
         t = v.figure.data[trace_index("compute-forward", k)]
@@ -440,8 +447,9 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     assert len(shapes) == len(colors) == 4  # four chunks, four patterns and shades
     assert all(len(v.figure.data[i].x) == 0 for i in kind_traces("compute-forward")[4:])
     assert "chunk 1 hatched /" in v.info.value
-    v.zoom(0, 5)  # zoomed in from the whole step: sliced down again
+    v.zoom(0, 5)  # zoomed in from the whole step: sliced down again, numbered again
     assert 0 < len(boxes(v.figure.data, "compute-forward")) < int(fwd.sum())
+    assert {v.figure.data[i].textposition for i in compute} == {"inside"}
     # the toolbar's zoom (a relayout from the page) to a stretch not held yet: its boxes come
     span = float(cols["span"])
     w = (0.6 * span, 0.62 * span)

@@ -39,7 +39,8 @@ __all__ = [
     "group_arrays", "TRACE_GROUPS",
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
     "trace_marker", "CHUNK_PATTERNS", "readable_window", "TRACE_KEYS", "trace_index",
-    "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS", "drawn_range",
+    "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS", "drawn_range", "box_text",
+    "BOX_TEXT_MIN_PX",
 ]  # fmt: skip
 
 _SHORT = {"compute-forward": "F", "compute-backward": "B", "recompute": "R"}
@@ -63,6 +64,9 @@ EVENT_NAMES: dict[str, str] = {
 # with the file browser open) groups are then wider than their labels, never narrower.
 PLOT_WIDTH_PX = 640
 BOX_LABEL_PX = 20  # narrowest box that holds "F99" at 9 px (3 x 5.5 px and a margin)
+# below this width (at PLOT_WIDTH_PX) no box number fits even on a plot 3x as wide ("F1" at
+# plotly's 8 px minimum takes ~15 px)
+BOX_TEXT_MIN_PX = 4
 GROUP_LABEL_PX = 7  # width of one character of a group label (10 px font)
 ROW_PX = 56  # one pipeline device: the bars and the group labels above them
 LEGEND_PX = 64  # the legend under the time axis (up to three lines)
@@ -287,6 +291,26 @@ def _visible(cols, window) -> np.ndarray:
     return m
 
 
+def box_text(cols: dict[str, np.ndarray], window: tuple[float, float] | None = None) -> str:
+    """The compute traces' ``textposition`` for ``window``: ``"inside"`` (each box shows its
+    number where it fits) unless even the widest box in the window is narrower than
+    ``BOX_TEXT_MIN_PX``, where no number can fit and ``"none"`` spares the browser making
+    and hiding one text per box (a whole GPT-3 step: 7-8 s -> 2.7-2.9 s to draw, measured
+    in headless Chromium under load; the numbers are then on the group labels).
+
+    >>> import explorer as ex
+    >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=32, seq=512)
+    >>> box_text(timeline_columns(sim.timeline))
+    'inside'
+    """
+    m = _visible(cols, window)
+    if not m.any():
+        return "inside"
+    span = (window[1] - window[0]) if window is not None else float(cols["span"])
+    widest = float(np.max(cols["end"][m] - cols["start"][m])) * PLOT_WIDTH_PX / max(span, 1e-30)
+    return "inside" if widest >= BOX_TEXT_MIN_PX else "none"
+
+
 def label_mode(cols: dict[str, np.ndarray], window: tuple[float, float] | None = None) -> str:
     """``"boxes"`` when the median forward/backward box in ``window`` (default: the whole
     step) is at least ``BOX_LABEL_PX`` wide on a ``PLOT_WIDTH_PX`` plot, else ``"groups"``."""
@@ -395,7 +419,7 @@ def trace_hover(kind: str, chunk: int, chunks: int, unit: str) -> str:
     return hover_template(kind, unit, chunk if chunks <= MAX_CHUNKS else None)
 
 
-def _bar_trace(kind: str, chunk: int, a: dict, unit: str, chunks: int) -> go.Bar:
+def _bar_trace(kind: str, chunk: int, a: dict, unit: str, chunks: int, text: str) -> go.Bar:
     thin = kind == "pp-comm"
     marker: dict = {**trace_marker(kind, chunk), "line": {"width": 0}}
     short = _SHORT.get(kind)
@@ -406,7 +430,7 @@ def _bar_trace(kind: str, chunk: int, a: dict, unit: str, chunks: int) -> go.Bar
         base=a["base"], x=a["x"], hovertext=a["hovertext"], text=a.get("text"),
         customdata=a.get("customdata"), texttemplate=f"{short}%{{text}}" if short else None,
         hovertemplate=trace_hover(kind, chunk, chunks, unit),
-        textposition="inside" if short else "none", insidetextanchor="middle", textangle=0,
+        textposition=text if short else "none", insidetextanchor="middle", textangle=0,
         textfont={"size": 9, "color": "white"}, marker=marker, width=width, offset=offset,
         cliponaxis=True,
     )  # fmt: skip
@@ -454,7 +478,8 @@ def pipeline_figure(
               else int(cols["chunk"].max()) + 1 if len(cols["chunk"]) else 1)  # fmt: skip
     drawn = drawn_range(window)
     arrays = trace_arrays(cols, chunks, drawn)
-    traces = [_bar_trace(kind, chunk, a, unit, chunks)
+    text = box_text(cols, window)
+    traces = [_bar_trace(kind, chunk, a, unit, chunks, text)
               for (kind, chunk), a in zip(TRACE_KEYS, arrays, strict=True)]  # fmt: skip
     sel = selected_arrays(cols, selected_microbatch, selected_stage, drawn)
     traces.append(go.Bar(
