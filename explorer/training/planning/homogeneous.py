@@ -39,20 +39,20 @@ from collections.abc import Callable, Sequence
 from ...checks import is_int, is_number
 from ...hardware import Cluster, HardwareError, resolve
 from ...models import ModelConfig, load
-from ...search.errors import SearchError
 from .. import stacks
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError, TrainingPlanError
 from ..params import TrainingParams
-from ..simulate import SimResult, check_seq, estimate, simulate
+from ..simulate import check_seq, estimate, simulate
 from ..step_model.terms import cp as cp_terms
 from . import pareto as _pareto
 from . import space as search_space
+from .bounded import BoundedSearch
 from .constraints import memory_conflict, narrow
 from .offload import offload_fallback
 from .ranking import candidate, normalize, rank
 from .result import TrainingPlan
-from .space import SearchSpace, cheapest_recompute, configurations, divisors, tp_candidates
+from .space import SearchSpace, configurations, divisors, tp_candidates
 
 __all__ = ["plan_homogeneous", "ProgressFn", "DEFAULT_TIME_LIMIT_S"]
 
@@ -113,41 +113,18 @@ def plan_homogeneous(
             f"Use a global batch divisible by the data-parallel degree (e.g. a multiple of "
             f"{devices}) or another device count"
         )
-    results: list[SimResult] = []
-    cap_errors: list[SearchError] = []
-    total = len(structures) + simulate_top
-    stopped_early = None
-    for done, (tp, pp, dp, cp) in enumerate(structures, 1):
-        if progress is not None:
-            progress(done - 1, total)
-        if results and time.perf_counter() - t0 > time_limit_s:
-            stopped_early = (
-                f"time_limit_s={time_limit_s:g} ran out after {done - 1} of {len(structures)} "
-                f"(tp, pp, dp, cp) structures; raise time_limit_s to search them all"
-            )
-            break
+    prune = objectives is None  # the Pareto front needs every fitting configuration
+    search = BoundedSearch(cfg, cluster, global_batch, seq, tparams, space, simulate_top + top_k)
+    for tp, pp, dp, cp in structures:
         bases = (
             narrowed.configurations(tp, pp, dp, cp)
             if narrowed is not None
             else configurations(cfg, tp, pp, dp, cp, global_batch, space)
         )
-        for base in bases:
-            tried = cheapest_recompute(  # the ladder: the cheapest policy that fits
-                space.recompute,
-                lambda rec, base=base: _estimate(
-                    cfg,
-                    base.replace(recompute=rec),
-                    cluster,
-                    global_batch,
-                    seq,
-                    tparams,
-                    cap_errors,
-                ),
-                fits=lambda r: r.fits,
-                stop_on=(ParallelConfigError, SearchError),  # SearchError: no layer fits the cap
-            )
-            results += [r for _, r in tried]
-    searched = len(results)
+        search.add(bases, prune)
+    total = len(structures) + simulate_top
+    stopped_early = search.run(t0, time_limit_s, progress, len(structures), total)
+    results, cap_errors = search.results(), search.cap_errors()
     if not results and cap_errors:
         raise TrainingPlanError(
             f"no configuration of {cfg.name!r} on {devices} devices with global batch "
@@ -203,6 +180,9 @@ def plan_homogeneous(
         alts.append(candidate(r, best, r.timeline is not None))
         if len(alts) >= top_k:
             break
+    if search.pruned:  # the skipped configurations the over-memory list could name
+        search.estimate_below(best.step_time_s)
+        results = search.results()
     over = sorted(
         (r for r in results if not r.fits and r.step_time_s < best.step_time_s),
         key=lambda r: r.step_time_s,
@@ -218,7 +198,7 @@ def plan_homogeneous(
         model=cfg.name, hardware=cluster.name, devices=devices, global_batch=global_batch,
         seq=seq, config=best.config, sim=best,
         alternatives=tuple(alts), over_memory=tuple(candidate(r, best, False) for r in over),
-        searched=searched, search_time_s=time.perf_counter() - t0, model_config=cfg,
+        searched=search.estimated, pruned=search.pruned, search_time_s=time.perf_counter() - t0, model_config=cfg,
         stopped_early=stopped_early, pareto=pareto, params=tparams, cluster=cluster,
         constraints=narrowed.constraints if narrowed is not None else (),
     )  # fmt: skip
@@ -325,13 +305,3 @@ def _no_fit(cfg, devices, cluster, gb, seq, tparams, results, cps=(1,)) -> Train
         f"memory per device any configuration needs is {least / _GIB:.1f} GiB ({least_cfg}), "
         f"above the {cap / _GIB:.0f} GiB available; {where} (doubling the devices)"
     )
-
-
-def _estimate(cfg, config, cluster, global_batch, seq, tparams, cap_errors: list) -> SimResult:
-    """`estimate`, keeping the operator search's "no layout fits the memory cap" errors: when
-    every configuration ends there, that is the reason nothing was planned."""
-    try:
-        return estimate(cfg, config, cluster, global_batch, seq, tparams)
-    except SearchError as e:
-        cap_errors.append(e)
-        raise

@@ -72,7 +72,11 @@ class TrainingPlan:
         config: the chosen ParallelConfig; ``sim``: its simulated step (SimResult).
         alternatives: the next best that fit, ranked, each with why it lost.
         over_memory: the fastest configurations that did not fit, with by how much.
-        searched: configurations estimated; ``search_time_s``: wall time of the search.
+        searched: estimates made (a configuration walking the recompute ladder makes one
+            per rung); ``search_time_s``: wall time of the search.
+        pruned: configurations never estimated: their step-time floor
+            (`planning.bound`) was above the step times the plan keeps, so they could not
+            change it (`planning.bounded`); 0 when every one was estimated.
         stopped_early: None, or where ``time_limit_s`` stopped the search (the plan is then
             the best of the configurations estimated by then).
         model_config: the ModelConfig planned (not compared, not serialised; lets
@@ -92,6 +96,7 @@ class TrainingPlan:
     over_memory: tuple[Candidate, ...]
     searched: int
     search_time_s: float = field(compare=False, default=0.0)
+    pruned: int = field(compare=False, default=0)
     model_config: ModelConfig | None = field(compare=False, default=None, repr=False)
     stopped_early: str | None = field(compare=False, default=None)
     pareto: ParetoFront | None = field(compare=False, default=None, repr=False)
@@ -112,7 +117,8 @@ class TrainingPlan:
             "sim": self.sim.as_dict(),
             "alternatives": [a.as_dict() for a in self.alternatives],
             "over_memory": [a.as_dict() for a in self.over_memory],
-            "searched": self.searched, "search_time_s": self.search_time_s,
+            "searched": self.searched, "pruned": self.pruned,
+            "search_time_s": self.search_time_s,
             **({"pareto": self.pareto.as_dict()} if self.pareto is not None else {}),
             **({"constraints": [str(c) for c in self.constraints]} if self.constraints else {}),
         }  # fmt: skip
@@ -144,8 +150,9 @@ class TrainingPlan:
                 if self.constraints
                 else []
             ),
-            f"alternatives ({self.searched} configurations searched in "
-            f"{self.search_time_s:.2f} s):",
+            f"alternatives ({self.searched} configurations searched"
+            + (f", {self.pruned} skipped by their step-time floor" if self.pruned else "")
+            + f" in {self.search_time_s:.2f} s):",
         ]
         lines += [f"  {a}" for a in self.alternatives] or ["  none"]
         if self.over_memory:

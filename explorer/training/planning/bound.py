@@ -1,0 +1,141 @@
+"""A floor under a configuration's estimated step time, for the search's branch and bound.
+
+`estimate` prices a step as ``pipeline_time(t_stage, m, p) + 2 (S - 1) p2p + tail``. Each
+stage's seconds per microbatch ``t_g`` are its compute (kernels, microbatch and MoE
+overheads) plus terms that are never negative: exposed tensor-, expert-, context- and
+data-parallel communication, ZeRO gathers, recomputation, offload copies. An exposed term
+``exposed_s(comm, window, f, i) = comm - min(f comm, window) (1 - i)`` is at least
+``comm (1 - f (1 - i))`` whatever its window, so each term has a floor that does not depend
+on the recompute policy or on the compute it hides behind. The floor of a configuration:
+
+- when its stage split is known before the estimate (one stage; the configuration's own
+  ``stage_layers``; interleaved 1F1B over equal chunks: `simulate._partition`'s rules),
+  each stage's compute plus the floors of its tensor-parallel, expert-parallel, ZeRO-3
+  gather and per-microbatch gradient terms, through the same `pipeline_time`, plus each
+  device's tail floor (optimizer step, the floors of its gradient reduction and ZeRO-1/2
+  weight gather); `pipeline_time` grows with every stage's time, so this is a floor for
+  every recompute policy;
+- otherwise (the split is balanced by time), with ``C`` the compute plus tensor-parallel
+  floor of one microbatch through the whole model (the same for every split into
+  ``S = p v`` stages), the slowest stage holds at least ``C / S`` and the busiest of ``p``
+  devices at least ``C / p``::
+
+      1F1B, GPipe:    sum_g t_g + (m - 1) max_g t_g      >= C + (m - 1) C / p
+      interleaved:    m max_d W_d + (p - 1) max_g t_g    >= m C / p + (p - 1) C / (p v)
+
+  both ``C (m / p + (p - 1) / (p v))``, and the tail at least 0.
+
+A configuration whose floor is above the step times the plan keeps cannot enter them, and
+`plan_homogeneous` skips its estimate (it still estimates those the over-memory list could
+name). The floor mirrors `StepModel.stage_segments` and `StepModel.tail` term by term:
+a change there must keep it below (tests/training/test_bound.py checks every
+configuration of several searches).
+
+>>> import explorer as ex
+>>> from explorer.training.step_model.model import StepModel
+>>> cfg, hw = ex.models.load("gpt2"), ex.hardware.load("a100-80g")
+>>> par = ex.ParallelConfig(dp=2, tp=2, pp=2, microbatch_size=2)
+>>> step = StepModel(cfg, par, hw, 16, 512, ex.TrainingParams())
+>>> step_time_floor(step) <= ex.estimate(cfg, par, hw, 16, 512).step_time_s
+True
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..config import ParallelConfig
+from ..pipeline.partition import StagePartition, uniform_partition
+from ..pipeline.schedule import pipeline_time
+from ..step_model.kernels import optimizer_step_s
+from ..step_model.model import StepModel
+from ..step_model.terms import dense, dp, ep, tp, zero
+
+__all__ = ["step_time_floor", "FLOOR_SLACK", "known_partition"]
+
+#: relative slack taken off the floor before it is compared: the floor sums the same terms
+#: in another order than `estimate` does, so the two may differ in the last bits
+FLOOR_SLACK = 1e-6
+
+_FRACTIONS = (
+    "tp_comm_overlap_fraction", "ep_comm_overlap_fraction", "zero_gather_overlap_fraction",
+    "zero_grad_overlap_fraction", "grad_overlap_fraction", "param_gather_overlap_fraction",
+)  # fmt: skip
+
+
+def step_time_floor(step: StepModel) -> float:
+    """Seconds no stage split and no recompute policy of ``step``'s configuration can beat
+    in `estimate` (module docstring); ``-inf`` (nothing skipped) when an overlap knob is
+    outside [0, 1], where an exposed term could be negative."""
+    tparams = step.tparams
+    fractions = [getattr(tparams, name) for name in _FRACTIONS]
+    io = tparams.overlap_interference
+    if not all(0.0 <= f <= 1.0 for f in fractions) or not 0.0 <= io <= 1.0:
+        return -math.inf
+    part = known_partition(step.par, step.cfg.num_layers)
+    if part is None:
+        return _even_floor(step)
+    return _staged_floor(step, part)
+
+
+def known_partition(par: ParallelConfig, num_layers: int) -> StagePartition | None:
+    """The split `estimate` will use when it does not depend on the stages' times (the
+    first rules of `simulate._partition`), else None."""
+    if par.stage_layers is not None:
+        if sum(par.stage_layers) != num_layers:
+            return None  # `estimate` refuses it; nothing to bound
+        return StagePartition.from_layers(par.stage_layers)
+    if par.pp == 1 or (par.virtual_stages > 1 and num_layers % par.stages == 0):
+        return uniform_partition(num_layers, par.stages)
+    return None
+
+
+def _floor(comm: float, fraction: float, interference: float) -> float:
+    """The least ``exposed_s(comm, window, fraction, interference)`` over every window."""
+    return comm * (1.0 - fraction * (1.0 - interference))
+
+
+def _tp_floor(step: StepModel, part: StagePartition, g: int) -> float:
+    n = part.layers(g)
+    f, b = tp.stage_comm_s(step, part, g)
+    raw = f + b - tp.regathered_s(step, n)  # the re-gathers depend on the recompute policy
+    return _floor(raw, step.tparams.tp_comm_overlap_fraction, step.tparams.overlap_interference)
+
+
+def _even_floor(step: StepModel) -> float:
+    par = step.par
+    p, v, stages = par.pp, par.virtual_stages, par.stages
+    part = uniform_partition(step.cfg.num_layers, stages)
+    whole = 0.0
+    for g in range(stages):
+        fwd, bwd = step.stage_compute_s(part, g)
+        whole += fwd + bwd + _tp_floor(step, part, g)
+    return whole * (step.m / p + (p - 1) / (p * v)) + 2 * (stages - 1) * step.p2p_s
+
+
+def _staged_floor(step: StepModel, part: StagePartition) -> float:
+    par, tparams = step.par, step.tparams
+    io = tparams.overlap_interference
+    p, v, stages = par.pp, par.virtual_stages, par.stages
+    t_stage = []
+    for g in range(stages):
+        n = part.layers(g)
+        fwd, bwd = step.stage_compute_s(part, g)
+        params = step.stage_params(part, g)
+        ep_raw = ep.stage_s(step, dense.moe_layers_in(step, part, (g,)))
+        gather = zero.gather_s(step, params, n)
+        grads = dp.microbatch_s(step, params, n)
+        t_stage.append(
+            fwd + bwd + _tp_floor(step, part, g)
+            + 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
+            + 2 * _floor(gather, tparams.zero_gather_overlap_fraction, io)
+            + _floor(grads, tparams.zero_grad_overlap_fraction, io)
+        )  # fmt: skip
+    tail = 0.0
+    for d in range(p):
+        params = sum(step.stage_params(part, c * p + d) for c in range(v))
+        opt = optimizer_step_s(zero.updated_params(step, params), step.cluster.chip, tparams)
+        grads = _floor(dp.tail_s(step, params), tparams.grad_overlap_fraction, io)
+        gather = _floor(zero.tail_gather_s(step, params), tparams.param_gather_overlap_fraction, io)
+        tail = max(tail, opt + grads + gather)
+    return pipeline_time(t_stage, step.m, p) + 2 * (stages - 1) * step.p2p_s + tail

@@ -1,0 +1,159 @@
+"""The one-cluster search's estimates in branch-and-bound order (`plan_homogeneous`).
+
+Each configuration (a structure's base before the recompute ladder) first gets a floor under
+its estimated step time (`bound.step_time_floor`: its compute, pipeline fill and the
+least exposed communication, no split or recompute policy does better). The configurations
+are then estimated lowest floor first, each walking the recompute ladder; once ``keep``
+fitting configurations are known (the simulated few plus the alternatives kept), a
+configuration whose floor is above the ``keep``-th step time cannot enter the plan, nor can
+any after it: they are skipped (``pruned``). After the chosen plan is simulated, the skipped
+configurations whose floor is below its step time are estimated after all, since the
+over-memory list names the faster configurations that do not fit.
+
+Results keep the order of the enumeration, whatever order they were estimated in, so the
+stable sorts of the plan (ties in step time and memory) pick as the exhaustive search did:
+the chosen configuration, the alternatives and the over-memory lists are the same.
+
+>>> import explorer as ex
+>>> plan = ex.plan_training("gpt2", devices=8, hardware="a100-80g", global_batch=64, seq=512)
+>>> plan.searched + plan.pruned > plan.searched  # most configurations never estimated
+True
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Callable, Iterable
+
+from ...errors import ExplorerError
+from ...hardware import Cluster
+from ...models import ModelConfig
+from ...search.errors import SearchError
+from ..config import ParallelConfig
+from ..errors import ParallelConfigError
+from ..params import TrainingParams
+from ..simulate import SimResult, estimate
+from ..step_model.model import StepModel
+from .bound import FLOOR_SLACK, step_time_floor
+from .ranking import rank
+from .space import SearchSpace, cheapest_recompute
+
+__all__ = ["BoundedSearch"]
+
+# A floor must clear the kept step time by this much (seconds) to skip a configuration:
+# `rank` rounds step times to the nanosecond, and a tie would be broken by memory.
+_CLEAR_S = 2e-9
+
+
+class BoundedSearch:
+    """The configurations of one search, estimated lowest floor first (module docstring).
+
+    ``keep``: how many fitting configurations the plan reads in rank order (simulated +
+    alternatives); ``add(bases, prune)`` queues configurations (``prune`` False: floor
+    -inf, estimated in the order given, as the Pareto front needs every one)."""
+
+    def __init__(
+        self, cfg: ModelConfig, cluster: Cluster, gb: int, seq: int, tparams: TrainingParams,
+        space: SearchSpace, keep: int,
+    ) -> None:  # fmt: skip
+        self._cfg, self._cluster, self._gb, self._seq = cfg, cluster, gb, seq
+        self._tparams, self._space, self._keep = tparams, space, keep
+        self._bases: list[ParallelConfig] = []
+        self._floors: list[float] = []
+        self._tried: dict[int, list[SimResult]] = {}
+        self._errors: dict[int, list[SearchError]] = {}
+        self._skipped: list[int] = []  # pruned, lowest floor first
+        self.estimated = 0  # SimResults made (a configuration makes one per rung walked)
+
+    @property
+    def pruned(self) -> int:
+        """Configurations not estimated: their floor was above every kept step time."""
+        return len(self._skipped)
+
+    def add(self, bases: Iterable[ParallelConfig], prune: bool) -> None:
+        for base in bases:
+            self._bases.append(base)
+            self._floors.append(self._floor(base) if prune else -math.inf)
+
+    def _floor(self, base: ParallelConfig) -> float:
+        try:
+            step = StepModel(
+                self._cfg, base.replace(recompute="none", recompute_num_layers=None),
+                self._cluster, self._gb, self._seq, self._tparams,
+            )  # fmt: skip
+            return step_time_floor(step) * (1.0 - FLOOR_SLACK)
+        except ExplorerError:  # the estimate says why (or skips the configuration)
+            return -math.inf
+
+    def run(
+        self, t0: float, time_limit_s: float, progress: Callable[[int, int], None] | None,
+        steps: int, total: int,
+    ) -> str | None:  # fmt: skip
+        """Estimate lowest floor first until the floors pass the kept step times; return
+        why the time limit stopped the search, or None. ``progress(done, total)`` moves
+        over ``steps`` of ``total`` as the configurations are dealt with."""
+        n = len(self._bases)
+        order = sorted(range(n), key=lambda i: (self._floors[i], i))
+        kept: list[float] = []  # the keep smallest fitting step times (rank's), ascending
+        shown = -1
+        for k, i in enumerate(order):
+            if progress is not None and steps * k // n != shown:
+                shown = steps * k // n
+                progress(shown, total)
+            if self.estimated and time.perf_counter() - t0 > time_limit_s:
+                return (
+                    f"time_limit_s={time_limit_s:g} ran out after {k} of {n} configurations "
+                    "(estimated lowest step-time floor first); raise time_limit_s to search "
+                    "them all"
+                )
+            if len(kept) >= self._keep and self._floors[i] > kept[self._keep - 1] + _CLEAR_S:
+                self._skipped = order[k:]  # every later floor is as high
+                return None
+            for r in self._estimate(i):
+                if r.fits:
+                    bisect.insort(kept, rank(r)[0])
+                    del kept[self._keep :]
+        return None
+
+    def estimate_below(self, step_time_s: float) -> None:
+        """Estimate the skipped configurations whose floor is below ``step_time_s`` (the
+        over-memory list names those faster than the plan)."""
+        late = 0
+        for i in self._skipped:
+            if self._floors[i] >= step_time_s:
+                break
+            self._estimate(i)
+            late += 1
+        self._skipped = self._skipped[late:]
+
+    def _estimate(self, i: int) -> list[SimResult]:
+        base, errors = self._bases[i], self._errors.setdefault(i, [])
+
+        def one(rec):
+            try:
+                return estimate(
+                    self._cfg, base.replace(recompute=rec), self._cluster, self._gb,
+                    self._seq, self._tparams,
+                )  # fmt: skip
+            except SearchError as e:  # no layout of a layer fits the memory cap
+                errors.append(e)
+                raise
+
+        tried = cheapest_recompute(  # the ladder: the cheapest policy that fits
+            self._space.recompute, one, fits=lambda r: r.fits,
+            stop_on=(ParallelConfigError, SearchError),
+        )  # fmt: skip
+        self._tried[i] = [r for _, r in tried]
+        self.estimated += len(tried)
+        return self._tried[i]
+
+    def results(self) -> list[SimResult]:
+        """Every estimate made, in the order of the enumeration."""
+        return [r for i in sorted(self._tried) for r in self._tried[i]]
+
+    def cap_errors(self) -> list[SearchError]:
+        """The operator search's "no layout fits the memory cap" errors, in the order of
+        the enumeration."""
+        return [e for i in sorted(self._errors) for e in self._errors[i]]
