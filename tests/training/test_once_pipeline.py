@@ -144,7 +144,12 @@ def test_plan_training_recompute_ladder_is_pinned():
                             seq=2048, space=space)  # fmt: skip
     assert str(plan.config) == "dp4 x tp2 x pp1 +sp, mb2, 1f1b, zero3, recompute per_layer(7)"
     assert plan.sim.step_time_s == pytest.approx(4.925534973171167, rel=EXACT)
-    assert plan.searched == 40  # estimates: each rung walked until one fits
+    # estimates: each rung walked until one fits (objectives=: every configuration; the
+    # default skips those whose step-time floor is above the kept plans)
+    every = ex.plan_training("gpt3-13b", devices=8, hardware="a100-40g", global_batch=32,
+                             seq=2048, space=space, objectives=("step_time", "memory"))  # fmt: skip
+    assert every.searched == 40 and every.pruned == 0 and every.config == plan.config
+    assert plan.searched < 40 and plan.pruned > 0
 
 
 def test_replan_screen_recompute_ladder_is_pinned():

@@ -42,8 +42,6 @@ True
 
 from __future__ import annotations
 
-import math
-
 from ..config import ParallelConfig
 from ..pipeline.partition import StagePartition, uniform_partition
 from ..pipeline.schedule import pipeline_time
@@ -57,21 +55,12 @@ __all__ = ["step_time_floor", "FLOOR_SLACK", "known_partition"]
 #: in another order than `estimate` does, so the two may differ in the last bits
 FLOOR_SLACK = 1e-6
 
-_FRACTIONS = (
-    "tp_comm_overlap_fraction", "ep_comm_overlap_fraction", "zero_gather_overlap_fraction",
-    "zero_grad_overlap_fraction", "grad_overlap_fraction", "param_gather_overlap_fraction",
-)  # fmt: skip
-
 
 def step_time_floor(step: StepModel) -> float:
     """Seconds no stage split and no recompute policy of ``step``'s configuration can beat
-    in `estimate` (module docstring); ``-inf`` (nothing skipped) when an overlap knob is
-    outside [0, 1], where an exposed term could be negative."""
-    tparams = step.tparams
-    fractions = [getattr(tparams, name) for name in _FRACTIONS]
-    io = tparams.overlap_interference
-    if not all(0.0 <= f <= 1.0 for f in fractions) or not 0.0 <= io <= 1.0:
-        return -math.inf
+    in `estimate` (module docstring). It relies on `TrainingParams` keeping every overlap
+    fraction and ``overlap_interference`` in [0, 1] (checked when they are made), which
+    keeps each exposed term at least 0."""
     part = known_partition(step.par, step.cfg.num_layers)
     if part is None:
         return _even_floor(step)
