@@ -91,14 +91,32 @@ def _tp_floor(step: StepModel, part: StagePartition, g: int) -> float:
     return _floor(raw, step.tparams.tp_comm_overlap_fraction, step.tparams.overlap_interference)
 
 
+def _by_shape(step: StepModel, part: StagePartition, of) -> list[float]:
+    """``of(g)`` for every stage of ``part``, worked out once per stage shape (layers,
+    embedding?, head?) when the model has no dense first layers (as `StepModel` keeps its
+    stage terms: with them a stage's position matters too)."""
+    if step.dense is not None:
+        return [of(g) for g in range(part.stages)]
+    memo: dict[tuple, float] = {}
+    out = []
+    for g, shape in enumerate(part.shapes):
+        value = memo.get(shape)
+        if value is None:
+            value = memo[shape] = of(g)
+        out.append(value)
+    return out
+
+
 def _even_floor(step: StepModel) -> float:
     par = step.par
     p, v, stages = par.pp, par.virtual_stages, par.stages
     part = uniform_partition(step.cfg.num_layers, stages)
-    whole = 0.0
-    for g in range(stages):
+
+    def stage(g: int) -> float:
         fwd, bwd = step.stage_compute_s(part, g)
-        whole += fwd + bwd + _tp_floor(step, part, g)
+        return fwd + bwd + _tp_floor(step, part, g)
+
+    whole = sum(_by_shape(step, part, stage))
     return whole * (step.m / p + (p - 1) / (p * v)) + 2 * (stages - 1) * step.p2p_s
 
 
@@ -106,25 +124,32 @@ def _staged_floor(step: StepModel, part: StagePartition) -> float:
     par, tparams = step.par, step.tparams
     io = tparams.overlap_interference
     p, v, stages = par.pp, par.virtual_stages, par.stages
-    t_stage = []
-    for g in range(stages):
+
+    def stage(g: int) -> float:
         n = part.layers(g)
         fwd, bwd = step.stage_compute_s(part, g)
         params = step.stage_params(part, g)
         ep_raw = ep.stage_s(step, dense.moe_layers_in(step, part, (g,)))
         gather = zero.gather_s(step, params, n)
         grads = dp.microbatch_s(step, params, n)
-        t_stage.append(
+        return (
             fwd + bwd + _tp_floor(step, part, g)
             + 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
             + 2 * _floor(gather, tparams.zero_gather_overlap_fraction, io)
             + _floor(grads, tparams.zero_grad_overlap_fraction, io)
         )  # fmt: skip
+
+    t_stage = _by_shape(step, part, stage)
     tail = 0.0
+    tails: dict[float, float] = {}  # by a device's parameters
     for d in range(p):
         params = sum(step.stage_params(part, c * p + d) for c in range(v))
-        opt = optimizer_step_s(zero.updated_params(step, params), step.cluster.chip, tparams)
-        grads = _floor(dp.tail_s(step, params), tparams.grad_overlap_fraction, io)
-        gather = _floor(zero.tail_gather_s(step, params), tparams.param_gather_overlap_fraction, io)
-        tail = max(tail, opt + grads + gather)
+        if params not in tails:
+            opt = optimizer_step_s(zero.updated_params(step, params), step.cluster.chip, tparams)
+            grads = _floor(dp.tail_s(step, params), tparams.grad_overlap_fraction, io)
+            gather = _floor(
+                zero.tail_gather_s(step, params), tparams.param_gather_overlap_fraction, io
+            )
+            tails[params] = opt + grads + gather
+        tail = max(tail, tails[params])
     return pipeline_time(t_stage, step.m, p) + 2 * (stages - 1) * step.p2p_s + tail
