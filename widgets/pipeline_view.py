@@ -41,7 +41,7 @@ from .figures.pipeline import (
     visible_groups,
 )
 from .format import fmt_seconds
-from .gc_pause import gc_paused
+from .heap import gc_paused
 from .pick_menu import NOTHING, PickMenu
 from .selection import Selection
 from .training_view import TrainingView, divisors
@@ -255,8 +255,7 @@ class PipelineView(TrainingView):
 
     def set_config(self, config: ParallelConfig, global_batch: int | None = None) -> None:
         self.window = None  # _draw opens the new step on a readable window
-        with gc_paused():
-            super().set_config(config, global_batch)
+        super().set_config(config, global_batch)
 
     def _zoom_percent(self) -> tuple[int, int]:
         """The zoom control's reading of the window shown (whole percent, at least 1)."""

@@ -20,6 +20,7 @@ from explorer.models import ModelConfig
 from explorer.training import ParallelConfig, SimResult
 
 from .base import View
+from .heap import gc_paused
 from .selection import Selection
 
 __all__ = ["TrainingView", "divisors", "simulate_cached"]
@@ -114,18 +115,20 @@ class TrainingView(View):
     def set_config(self, config: ParallelConfig, global_batch: int | None = None) -> None:
         """Simulate ``config`` (at ``global_batch``, default the current one) and draw it.
         An invalid one raises; the view keeps the last valid configuration and result (the
-        control that asked for it keeps the refused value, with its error beside it)."""
+        control that asked for it keeps the refused value, with its error beside it). The
+        simulation and the redraw run with the cyclic collector paused (`heap.gc_paused`)."""
         config = config.replace(num_microbatches=None, recompute_num_layers=None)
         old = self.global_batch
         self.global_batch = global_batch or old
-        try:
-            sim = self._simulate(config)
-        except Exception:
-            self.global_batch = old
-            raise
-        self.config, self.sim = config, sim
-        self._sync_controls()
-        self._draw()
+        with gc_paused():
+            try:
+                sim = self._simulate(config)
+            except Exception:
+                self.global_batch = old
+                raise
+            self.config, self.sim = config, sim
+            self._sync_controls()
+            self._draw()
 
     # --- hooks --------------------------------------------------------------------------
     def _sync_controls(self) -> None:
