@@ -45,12 +45,14 @@ def plan_training(
         space: restrict the search (`SearchSpace`), e.g. to a published configuration.
         top_k: alternatives kept in the plan; ``simulate_top``: how many of the best
             estimates are simulated event by event before the final ranking.
-        progress: ``progress(done, total)`` after each (tp, pp, dp) structure estimated
-            and each simulation (total = structures + simulations; the last call has
+        progress: ``progress(done, total)`` as the configurations are estimated or
+            skipped (``done`` moves over one step per (tp, pp, dp, cp) structure) and after
+            each simulation (total = structures + simulations; the last call has
             done == total).
-        time_limit_s: when the estimates run past it, the structures not yet estimated are
-            skipped and the plan is the best of those estimated, with ``stopped_early`` saying
-            how far the search got (the simulations of the best few still run).
+        time_limit_s: when the estimates run past it, the configurations not yet estimated
+            are skipped and the plan is the best of those estimated (lowest step-time floor
+            first, `planning.bounded`), with ``stopped_early`` saying how far the search got
+            (the simulations of the best few still run).
         objectives: names among ``"step_time"``, ``"memory"``, ``"communication"``,
             ``"cost"`` (needs a chip price): ``plan.pareto`` is then the Pareto front of the
             fitting configurations estimated (`explorer.training.planning.pareto`); ``config`` stays

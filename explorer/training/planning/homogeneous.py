@@ -27,6 +27,11 @@ Two rules keep the space small without losing the optimum of this cost model:
   1F1B's bubble but keeps all m microbatches in flight (1F1B: at most p), and ZeRO-0's
   all-reduce moves the bytes of ZeRO-1's reduce-scatter + all-gather while ZeRO-1 keeps
   1/dp of the optimizer states and updates 1/dp of the weights.
+
+Branch and bound (`planning.bounded`, `planning.bound`) then estimates the configurations
+lowest step-time floor first and skips those whose floor is above the step times the plan
+keeps (``TrainingPlan.pruned`` counts them); the plan is the one the exhaustive search gives
+(``objectives=`` estimates every configuration, as the Pareto front needs them all).
 """
 
 from __future__ import annotations
