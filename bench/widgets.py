@@ -1,4 +1,5 @@
-"""Widgets, Python side, measured side by side in one run; writes bench/results/widgets.json.
+"""Widgets, measured side by side in one run (the Python side, then the browser's draw of the
+real-size figures: bench/widgets_browser.py); writes bench/results/widgets.json.
 
 (a) A CostTuner control change on gpt2-medium (24 layers, batch 8, seq 1024) on a 2x4 mesh,
     from the slider value to the updated figure (re-plan included), against the bare core
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import plotly  # noqa: E402
 import plotly.graph_objects as go  # noqa: E402
+from widgets_browser import browser_draw  # noqa: E402
 
 import explorer as ex  # noqa: E402
 from widgets import (  # noqa: E402
@@ -224,6 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
     res["graph_view_latency"] = graph_view_latency(args.quick)
     res["trace_compare_latency"] = trace_compare_latency(args.quick)
     res["real_size_latency"] = real_size_latency(args.quick)
+    res["browser_draw"] = browser_draw(rounds=2 if args.quick else 3)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=2, default=str))
     print(f"wrote {RESULTS}")
