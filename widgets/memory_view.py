@@ -22,6 +22,7 @@ from .figures.memory import (
     total_colors,
 )
 from .format import fmt_bytes, fmt_seconds
+from .pick_menu import NOTHING, PickMenu
 from .selection import Selection
 from .training_view import TrainingView, divisors
 
@@ -88,10 +89,8 @@ class MemoryView(TrainingView):
             w.observe(self.errors.guard(self._on_control), names="value")
         self._sync_controls()
         # the keyboard's way to what a click on a bar does
-        self.stage_menu = ipw.Dropdown(options=self._stage_options(), value=-1,
-                                       description="select", style=_WIDE,
-                                       layout=ipw.Layout(width="auto"))  # fmt: skip
-        self.stage_menu.observe(self.errors.guard(self._on_stage_menu), names="value")
+        self.stage_menu = PickMenu(self._stage_options(), self.errors.guard(self._pick_stage),
+                                   value=NOTHING, description="select")  # fmt: skip
         self.info = ipw.HTML(self._info(), layout=ipw.Layout(width="auto"))
         wrap = ipw.Layout(flex_flow="row wrap", align_items="flex-start", width="100%")
         self._layout_children(
@@ -160,7 +159,7 @@ class MemoryView(TrainingView):
     def _stage_options(self) -> list[tuple[str, int]]:
         where = "stage" if self.sim.config.virtual_stages == 1 else "pipeline device"
         n = len(self.sim.memory_per_device)
-        return [("no stage", -1)] + [(f"{where} {k}", k) for k in range(n)]
+        return [("no stage", NOTHING)] + [(f"{where} {k}", k) for k in range(n)]
 
     def _sync_stage_menu(self) -> None:
         """The stage menu lists the bars drawn and shows the one selected."""
@@ -168,24 +167,16 @@ class MemoryView(TrainingView):
         if menu is None:
             return
         x = self._selected(len(self.sim.memory_per_device))
-        self._bulk = True
-        try:
-            options = self._stage_options()
-            if menu.options != tuple(options):
-                menu.options = options
-            menu.value = -1 if x is None else x
-        finally:
-            self._bulk = False
+        menu.show(NOTHING if x is None else x, self._stage_options())
 
-    def _on_stage_menu(self, change: dict[str, Any]) -> None:
-        if self._bulk:
-            return
-        if change["new"] == -1:
+    def _pick_stage(self, stage: int) -> None:
+        """What a click on a bar does, for the stage menu (`NOTHING`: clear the selection)."""
+        if stage == NOTHING:
             self.stage = None
             self._mark()
             self._select(stage=None)
         else:
-            self.click(change["new"])
+            self.click(stage)
 
     def _mark(self) -> None:
         n = len(self.sim.memory_per_device)

@@ -25,6 +25,7 @@ from .figures.mesh import (
 )
 from .figures.ring import TEACH_KINDS, ring_rounds_figure
 from .figures.style import base_layout
+from .pick_menu import NOTHING, PickMenu
 from .selection import Selection
 
 __all__ = ["MeshView"]
@@ -104,9 +105,8 @@ class MeshView(View):
         for key in ("operand", "dims", "collective", "teach_kind", "teach_axis", "step"):
             self.controls[key].observe(guard(self._on_control), names="value")
         # the keyboard's way to what a click on a cell does
-        self.controls["device"] = ipw.Dropdown(options=_device_options(mesh), value=-1,
-                                               description="device", **words)  # fmt: skip
-        self.controls["device"].observe(guard(self._on_device_menu), names="value")
+        self.controls["device"] = PickMenu(_device_options(mesh), guard(self._pick_device),
+                                           value=NOTHING, description="device")  # fmt: skip
         self.observe(guard(self._device_menu_follows), names="device")
         axis_box, self.axis_error = field(self.controls["teach_axis"])
         self.info = ipw.HTML(layout=ipw.Layout(width="auto"))
@@ -439,24 +439,16 @@ class MeshView(View):
             self._redraw()
             replace_figure(self.ring_figure, self._ring())
 
-    def _on_device_menu(self, change: dict[str, Any]) -> None:
-        if getattr(self, "_updating_controls", False) or change["new"] == -1:
-            return
-        if change["new"] != self.device:
-            self.click_device(change["new"])
+    def _pick_device(self, device: int) -> None:
+        """What a click on a device cell does, for the device menu."""
+        if device != NOTHING and device != self.device:
+            self.click_device(device)
 
     def _device_menu_follows(self, change: dict[str, Any]) -> None:
         menu = self.controls.get("device")
-        if menu is None:
-            return
-        self._updating_controls = True
-        try:
-            options = _device_options(self.mesh)
-            if menu.options != tuple(options):
-                menu.options = options
-            menu.value = -1 if change["new"] is None else change["new"]
-        finally:
-            self._updating_controls = False
+        if menu is not None:
+            menu.show(NOTHING if change["new"] is None else change["new"],
+                      _device_options(self.mesh))  # fmt: skip
 
     def _set_mesh(self, mesh: Mesh) -> None:
         self.mesh = mesh
@@ -507,4 +499,4 @@ def _placeholder() -> go.Figure:
 
 def _device_options(mesh: Mesh) -> list[tuple[str, int]]:
     """The device menu: "none" and every device id of the mesh."""
-    return [("none", -1)] + [(str(d), d) for d in range(mesh.size)]
+    return [("none", NOTHING)] + [(str(d), d) for d in range(mesh.size)]
