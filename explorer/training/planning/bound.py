@@ -56,15 +56,19 @@ __all__ = ["step_time_floor", "FLOOR_SLACK", "known_partition"]
 FLOOR_SLACK = 1e-6
 
 
-def step_time_floor(step: StepModel) -> float:
+def step_time_floor(step: StepModel, zero_terms: bool = True) -> float:
     """Seconds no stage split and no recompute policy of ``step``'s configuration can beat
     in `estimate` (module docstring). It relies on `TrainingParams` keeping every overlap
     fraction and ``overlap_interference`` in [0, 1] (checked when they are made), which
-    keeps each exposed term at least 0."""
+    keeps each exposed term at least 0.
+
+    ``zero_terms=False`` leaves out every term that depends on the ZeRO stage (ZeRO-3
+    gathers, gradient reductions, the tail): a floor for every ZeRO stage of the
+    configuration at once."""
     part = known_partition(step.par, step.cfg.num_layers)
     if part is None:
         return _even_floor(step)
-    return _staged_floor(step, part)
+    return _staged_floor(step, part, zero_terms)
 
 
 def known_partition(par: ParallelConfig, num_layers: int) -> StagePartition | None:
@@ -120,26 +124,31 @@ def _even_floor(step: StepModel) -> float:
     return whole * (step.m / p + (p - 1) / (p * v)) + 2 * (stages - 1) * step.p2p_s
 
 
-def _staged_floor(step: StepModel, part: StagePartition) -> float:
+def _staged_floor(step: StepModel, part: StagePartition, zero_terms: bool = True) -> float:
     par, tparams = step.par, step.tparams
     io = tparams.overlap_interference
     p, v, stages = par.pp, par.virtual_stages, par.stages
 
     def stage(g: int) -> float:
-        n = part.layers(g)
         fwd, bwd = step.stage_compute_s(part, g)
-        params = step.stage_params(part, g)
         ep_raw = ep.stage_s(step, dense.moe_layers_in(step, part, (g,)))
+        t = fwd + bwd + _tp_floor(step, part, g)
+        t += 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
+        if not zero_terms:
+            return t
+        n = part.layers(g)
+        params = step.stage_params(part, g)
         gather = zero.gather_s(step, params, n)
         grads = dp.microbatch_s(step, params, n)
         return (
-            fwd + bwd + _tp_floor(step, part, g)
-            + 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
-            + 2 * _floor(gather, tparams.zero_gather_overlap_fraction, io)
+            t + 2 * _floor(gather, tparams.zero_gather_overlap_fraction, io)
             + _floor(grads, tparams.zero_grad_overlap_fraction, io)
         )  # fmt: skip
 
     t_stage = _by_shape(step, part, stage)
+    pipe = pipeline_time(t_stage, step.m, p) + 2 * (stages - 1) * step.p2p_s
+    if not zero_terms:
+        return pipe
     tail = 0.0
     tails: dict[float, float] = {}  # by a device's parameters
     for d in range(p):
@@ -152,4 +161,4 @@ def _staged_floor(step: StepModel, part: StagePartition) -> float:
             )
             tails[params] = opt + grads + gather
         tail = max(tail, tails[params])
-    return pipeline_time(t_stage, step.m, p) + 2 * (stages - 1) * step.p2p_s + tail
+    return pipe + tail

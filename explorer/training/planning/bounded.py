@@ -1,9 +1,11 @@
 """The one-cluster search's estimates in branch-and-bound order (`plan_homogeneous`).
 
-Each configuration (a structure's base before the recompute ladder) first gets a floor under
-its estimated step time (`bound.step_time_floor`: its compute, pipeline fill and the
-least exposed communication, no split or recompute policy does better). The configurations
-are then estimated lowest floor first, each walking the recompute ladder; once ``keep``
+Each configuration (a structure's base before the recompute ladder) gets a floor under its
+estimated step time (`bound.step_time_floor`: its compute, pipeline fill and the least
+exposed communication, no split or recompute policy does better). The configurations that
+differ only in their ZeRO stage first share one floor without the ZeRO terms; a group is
+split into its configurations' own floors when it is the lowest left. The configurations
+are estimated lowest floor first, each walking the recompute ladder; once ``keep``
 fitting configurations are known (the simulated few plus the alternatives kept), a
 configuration whose floor is above the ``keep``-th step time cannot enter the plan, nor can
 any after it: they are skipped (``pruned``). After the chosen plan is simulated, the skipped
@@ -23,9 +25,11 @@ True
 from __future__ import annotations
 
 import bisect
+import heapq
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import fields
 
 from ...errors import ExplorerError
 from ...hardware import Cluster
@@ -65,6 +69,11 @@ class BoundedSearch:
         self._tried: dict[int, list[SimResult]] = {}
         self._errors: dict[int, list[SearchError]] = {}
         self._skipped: list[int] = []  # pruned, lowest floor first
+        # configurations that differ only in their ZeRO stage (indices), in order
+        self._groups: list[list[int]] = []
+        self._group_of: dict[tuple, list[int]] = {}
+        self._steps: dict[int, StepModel] = {}  # a group's step model until it is split
+        self._pruning = True
         self.estimated = 0  # SimResults made (a configuration makes one per rung walked)
 
     @property
@@ -74,16 +83,34 @@ class BoundedSearch:
 
     def add(self, bases: Iterable[ParallelConfig], prune: bool) -> None:
         for base in bases:
+            i = len(self._bases)
             self._bases.append(base)
-            self._floors.append(self._floor(base) if prune else -math.inf)
+            self._floors.append(-math.inf)
+            self._pruning = prune
+            if not prune:
+                self._groups.append([i])  # each alone, in the order given
+                continue
+            key = tuple(getattr(base, f.name) for f in fields(base) if f.name != "zero")
+            members = self._group_of.get(key)
+            if members is None:
+                self._group_of[key] = members = []
+                self._groups.append(members)
+                self._floors[i] = self._floor(i, zero_terms=False)
+            else:
+                self._floors[i] = self._floors[members[0]]
+            members.append(i)
 
-    def _floor(self, base: ParallelConfig) -> float:
+    def _floor(self, i: int, zero_terms: bool = True) -> float:
+        """Configuration ``i``'s floor (``zero_terms=False``: its group's, kept with the
+        step model it was worked out on, which the configuration's own floor reuses)."""
         try:
-            step = StepModel(
-                self._cfg, base.replace(recompute="none", recompute_num_layers=None),
-                self._cluster, self._gb, self._seq, self._tparams,
-            )  # fmt: skip
-            return step_time_floor(step) * (1.0 - FLOOR_SLACK)
+            step = self._steps.pop(i, None)
+            if step is None:
+                base = self._bases[i].replace(recompute="none", recompute_num_layers=None)
+                step = StepModel(self._cfg, base, self._cluster, self._gb, self._seq, self._tparams)
+            if not zero_terms:
+                self._steps[i] = step
+            return step_time_floor(step, zero_terms) * (1.0 - FLOOR_SLACK)
         except ExplorerError:  # the estimate says why (or skips the configuration)
             return -math.inf
 
@@ -93,28 +120,45 @@ class BoundedSearch:
     ) -> str | None:  # fmt: skip
         """Estimate lowest floor first until the floors pass the kept step times; return
         why the time limit stopped the search, or None. ``progress(done, total)`` moves
-        over ``steps`` of ``total`` as the configurations are dealt with."""
+        over ``steps`` of ``total`` as the configurations are estimated."""
         n = len(self._bases)
-        order = sorted(range(n), key=lambda i: (self._floors[i], i))
+        # (floor, first index, group) for a group not split yet; (floor, index, -1) for
+        # one configuration with its own floor. The least entry is a floor under all left.
+        heap = [(self._floors[g[0]], g[0], k) for k, g in enumerate(self._groups)]
+        heapq.heapify(heap)
         kept: list[float] = []  # the keep smallest fitting step times (rank's), ascending
-        shown = -1
-        for k, i in enumerate(order):
-            if progress is not None and steps * k // n != shown:
-                shown = steps * k // n
-                progress(shown, total)
+        shown = done = 0
+        if progress is not None:
+            progress(0, total)
+        while heap:
+            floor, i, group = heap[0]
+            if len(kept) >= self._keep and floor > kept[self._keep - 1] + _CLEAR_S:
+                self._skipped = sorted(
+                    (j for _, i, g in heap for j in (self._groups[g] if g >= 0 else (i,))),
+                    key=lambda j: (self._floors[j], j),
+                )  # every floor left is as high
+                return None
+            heapq.heappop(heap)
+            if group >= 0:  # split the group: each configuration's own floor
+                for j in self._groups[group]:
+                    if self._pruning:
+                        self._floors[j] = self._floor(j)
+                    heapq.heappush(heap, (self._floors[j], j, -1))
+                continue
             if self.estimated and time.perf_counter() - t0 > time_limit_s:
                 return (
-                    f"time_limit_s={time_limit_s:g} ran out after {k} of {n} configurations "
+                    f"time_limit_s={time_limit_s:g} ran out after {done} of {n} configurations "
                     "(estimated lowest step-time floor first); raise time_limit_s to search "
                     "them all"
                 )
-            if len(kept) >= self._keep and self._floors[i] > kept[self._keep - 1] + _CLEAR_S:
-                self._skipped = order[k:]  # every later floor is as high
-                return None
             for r in self._estimate(i):
                 if r.fits:
                     bisect.insort(kept, rank(r)[0])
                     del kept[self._keep :]
+            done += 1
+            if progress is not None and steps * done // n != shown:
+                shown = steps * done // n
+                progress(shown, total)
         return None
 
     def estimate_below(self, step_time_s: float) -> None:
