@@ -21,14 +21,19 @@ from .figure_widget import FigureWidget
 from .figures.pipeline import (
     CHUNK_PATTERNS,
     CHUNKED_KINDS,
+    OVERVIEW_KINDS,
     TRACE_GROUPS,
     TRACE_KEYS,
+    TRACE_OVERVIEW,
     TRACE_SELECTED_MB,
     box_text,
     drawn_range,
     figure_height,
     group_arrays,
     kind_traces,
+    overview_arrays,
+    overview_mode,
+    overview_trace_data,
     pipeline_axes,
     pipeline_figure,
     pipeline_title,
@@ -109,6 +114,7 @@ class PipelineView(TrainingView):
             self.figure = FigureWidget(pipeline_figure(self.sim, formula=self.bubble.formula,
                                                        window=self.window))  # fmt: skip
             self._drawn = drawn_range(self.window)  # the boxes the figure holds
+            self._overview = overview_mode(self._cols, self.window)  # drawn as the overview
         self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
         for k in ("compute-forward", "compute-backward"):  # every chunk's trace
             for i in kind_traces(k):
@@ -303,13 +309,20 @@ class PipelineView(TrainingView):
 
     def _set_boxes(self) -> None:
         """Put the boxes of ``drawn_range(window)`` in the bar traces and the outline (the
-        browser draws a few hundred boxes around the window, not a whole GPT-3 step)."""
+        browser draws a few hundred boxes around the window, not a whole GPT-3 step); where
+        the boxes are narrower than a pixel (``overview_mode``), the overview heatmaps
+        instead, and the outline still on the selection's real boxes."""
         c, fig = self.sim.config, self.figure
         unit = time_unit(self.sim.timeline.step_time_s)[0]
         self._drawn = drawn = drawn_range(self.window)
-        arrays = trace_arrays(self._cols, c.virtual_stages, drawn)
+        self._overview = overview = overview_mode(self._cols, self.window)
+        arrays = trace_arrays(self._cols, c.virtual_stages, drawn, overview)
         for trace, (kind, chunk), a in zip(fig.data, TRACE_KEYS, arrays, strict=False):
             trace.update(hovertemplate=trace_hover(kind, chunk, c.virtual_stages, unit), **a)
+        cells = (overview_arrays(self._cols, c.pp, self.window) if overview
+                 else [None] * len(OVERVIEW_KINDS))  # fmt: skip
+        for k, (kind, a) in enumerate(zip(OVERVIEW_KINDS, cells, strict=True)):
+            fig.data[TRACE_OVERVIEW + k].update(**overview_trace_data(a, kind, unit))
         sel = selected_arrays(self._cols, self.microbatch, self._stage_filter(), drawn)
         t = fig.data[TRACE_SELECTED_MB]
         t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]
@@ -346,7 +359,9 @@ class PipelineView(TrainingView):
         self._zooming = True
         try:
             with self.figure.batch_update():
-                if _reslice(self._drawn, window):
+                # the overview's cells are a pixel of this window: redrawn at every zoom
+                overview = overview_mode(self._cols, window)
+                if _reslice(self._drawn, window) or overview or overview != self._overview:
                     self._set_boxes()
                 self._set_box_text()
                 self._set_groups()

@@ -35,13 +35,16 @@ from widgets.figures.pipeline import (
     CHUNK_PATTERNS,
     EVENT_KINDS,
     EVENT_NAMES,
+    OVERVIEW_KINDS,
     TRACE_GROUPS,
     TRACE_KEYS,
+    TRACE_OVERVIEW,
     TRACE_SELECTED_MB,
     drawn_range,
     kind_traces,
     label_groups,
     label_mode,
+    overview_mode,
     timeline_columns,
     trace_index,
 )
@@ -430,20 +433,29 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     compute = [i for k in ("compute-forward", "compute-backward", "recompute")
                for i in kind_traces(k)]  # fmt: skip
     assert {v.figure.data[i].textposition for i in compute} == {"inside"}  # numbered
-    v.zoom(0, 100)  # the whole step: every box
-    assert len(boxes(v.figure.data, "compute-forward")) == int(fwd.sum()) == 8 * 48 * 4
-    # no box is wide enough for a number here: none is made (the group labels carry them)
-    widest = float((cols["end"] - cols["start"])[fwd].max()) * PLOT_WIDTH_PX / cols["span"]
-    assert widest < BOX_TEXT_MIN_PX
-    assert {v.figure.data[i].textposition for i in compute} == {"none"}
     shapes, colors = set(), set()
     for k in range(4):  # one trace per chunk: its boxes, one colour and one pattern
         t = v.figure.data[trace_index("compute-forward", k)]
-        assert t.texttemplate == "F%{text}" and len(t.x) == 8 * 48
+        assert t.texttemplate == "F%{text}" and len(t.x) > 0
         assert set(np.asarray(t.customdata) // 8) == {k}  # stage = chunk x pp + device
         assert isinstance(t.marker.color, str) and t.marker.pattern.shape == CHUNK_PATTERNS[k]
         shapes.add(t.marker.pattern.shape)
         colors.add(t.marker.color)
+    v.zoom(0, 100)  # the whole step: boxes narrower than a pixel, drawn as the overview
+    # no box is wide enough for a number here: none is made (the group labels carry them)
+    widest = float((cols["end"] - cols["start"])[fwd].max()) * PLOT_WIDTH_PX / cols["span"]
+    assert widest < BOX_TEXT_MIN_PX and overview_mode(cols)
+    assert {v.figure.data[i].textposition for i in compute} == {"none"}
+    # the bars hold one box of zero length per kind (its legend entry) and nothing else
+    for kind in EVENT_KINDS:
+        if (cols["kind"] == kind).any():
+            assert list(v.figure.data[trace_index(kind)].x) == [0.0], kind
+    heat = v.figure.data[TRACE_OVERVIEW + OVERVIEW_KINDS.index("compute-forward")]
+    z = np.asarray(heat.z)
+    assert set(np.unique(z[np.isfinite(z)]).tolist()) == {0, 1, 2, 3}  # every chunk shows
+    assert heat.meta["boxes"] == int(fwd.sum()) == 8 * 48 * 4
+    shades = {heat.colorscale[2 * k][1] for k in range(4)}  # z = chunk k's band
+    assert shades == colors  # the chunks' shades of the boxes (hatching is below a pixel)
     assert len(shapes) == len(colors) == 4  # four chunks, four patterns and shades
     assert all(len(v.figure.data[i].x) == 0 for i in kind_traces("compute-forward")[4:])
     assert "chunk 1 hatched /" in v.info.value

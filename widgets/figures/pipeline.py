@@ -40,7 +40,8 @@ __all__ = [
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
     "trace_marker", "CHUNK_PATTERNS", "readable_window", "TRACE_KEYS", "trace_index",
     "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS", "drawn_range", "box_text",
-    "BOX_TEXT_MIN_PX",
+    "BOX_TEXT_MIN_PX", "OVERVIEW_BINS", "OVERVIEW_KINDS", "TRACE_OVERVIEW", "overview_mode",
+    "overview_arrays", "overview_hover", "overview_colorscale", "overview_trace_data",
 ]  # fmt: skip
 
 _SHORT = {"compute-forward": "F", "compute-backward": "B", "recompute": "R"}
@@ -177,8 +178,9 @@ def _in_range(cols: dict[str, np.ndarray], drawn: tuple[float, float] | None) ->
 
 
 def trace_arrays(
-    cols: dict[str, np.ndarray], chunks: int, drawn: tuple[float, float] | None = None
-) -> list[dict]:
+    cols: dict[str, np.ndarray], chunks: int, drawn: tuple[float, float] | None = None,
+    overview: bool = False,
+) -> list[dict]:  # fmt: skip
     """The bar data of every trace of ``TRACE_KEYS``: y (device), base and x (start and
     length), hovertext (the length again, as a number the hover formats: a bar's ``%{x}``
     in plotly's hover is where it ends), and for compute kinds text (the microbatch number
@@ -191,22 +193,32 @@ def trace_arrays(
     (``drawn_range``; None: all), and the first box of a kind the range misses: plotly
     shows no legend entry for an empty trace, and each kind's entry (its chunk-0 trace)
     stays whatever the zoom (the box lies outside the window, clipped). One sort, no
-    per-kind scan."""
+    per-kind scan.
+
+    ``overview``: the window is drawn by the overview heatmaps (``overview_arrays``), so
+    the bars hold only the pipeline transfers' strip, and each legend trace one box of
+    zero length (its legend entry; nothing drawn over the overview)."""
     code = cols["code"]
     slot = _FIRST_OF_CODE[code]
     if chunks > 1:
         slot = slot + np.where(_CHUNKED_CODE[code], cols["chunk"] % MAX_CHUNKS, 0)
     keep = _in_range(cols, drawn)
-    if drawn is not None:  # a legend trace with boxes in the step, none in range: its first
-        shown = np.zeros(len(TRACE_KEYS), dtype=bool)
+    if overview:
+        keep &= cols["kind"] == "pp-comm"
+    rescued = np.zeros(len(keep), dtype=bool)
+    if drawn is not None or overview:  # a legend trace with boxes in the step, none in
+        shown = np.zeros(len(TRACE_KEYS), dtype=bool)  # range: its first
         shown[slot[keep]] = True
         slots, first = np.unique(slot, return_index=True)
-        keep[first[_LEGEND_SLOT[slots] & ~shown[slots]]] = True
+        rescued[first[_LEGEND_SLOT[slots] & ~shown[slots]]] = True
+        keep |= rescued
     slot = np.where(keep, slot, len(TRACE_KEYS))  # past the last trace
     order = np.argsort(slot, kind="stable")  # events keep their time order in a trace
     bounds = np.searchsorted(slot[order], np.arange(len(TRACE_KEYS) + 1))
     start, end = cols["start"], cols["end"]
     width = np.maximum(end - start, 0.0)
+    if overview:
+        width = np.where(rescued, 0.0, width)
     out = []
     for (kind, _), lo, hi in zip(TRACE_KEYS, bounds[:-1], bounds[1:], strict=True):
         i = order[lo:hi]
@@ -382,6 +394,138 @@ def group_arrays(groups: list[dict]) -> dict:
     }
 
 
+# --- the overview: boxes narrower than a pixel ---------------------------------------------
+#: Cells per window width of the overview (``overview_arrays``): at least the plot's pixels
+#: at any notebook width (1440x900: ~1000 px; the bench draws 1100 px), so a cell is at most
+#: a pixel wide.
+OVERVIEW_BINS = 1280
+#: The kinds the overview draws, one heatmap each (the pipeline transfers' thin strip stays
+#: bars: it overlaps the compute it runs beside).
+OVERVIEW_KINDS: tuple[str, ...] = tuple(k for k in EVENT_KINDS if k != "pp-comm")
+#: The position of the first overview heatmap (one per ``OVERVIEW_KINDS``), after the labels.
+TRACE_OVERVIEW = TRACE_GROUPS + 1
+
+
+def overview_mode(cols: dict[str, np.ndarray], window: tuple[float, float] | None = None) -> bool:
+    """Whether ``window`` is drawn as the overview: even its widest forward/backward box is
+    narrower than ``BOX_TEXT_MIN_PX`` (no number can show; ``box_text`` is ``"none"``). A
+    whole GPT-3 175B step holds 33,867 boxes of 0.1-1.5 px at 1100 px: the browser took
+    1.7 s to draw them as SVG bars; the overview is one image per kind.
+
+    >>> import explorer as ex
+    >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=32, seq=512)
+    >>> overview_mode(timeline_columns(sim.timeline))
+    False
+    """
+    return box_text(cols, window) == "none"
+
+
+def overview_arrays(
+    cols: dict[str, np.ndarray], pp: int, window: tuple[float, float] | None
+) -> list[dict]:
+    """The heatmap data of each ``OVERVIEW_KINDS`` entry for ``window``: time is cut into
+    ``OVERVIEW_BINS`` cells per window width over ``drawn_range(window)`` (clipped to the
+    step), and each cell of a row shows the (kind, chunk) that is busy longest in it (the
+    colour a pixel holding sub-pixel boxes takes), or nothing when less than half of it is
+    covered (an idle gap wider than a pixel stays a gap). Rows: ``2 pp - 1`` (each device's
+    bar from ``_BAR``, then a gap row of NaN), y given as the rows' edges. Per kind: ``z``
+    (the chunk, NaN where the kind is not the one shown), ``customdata`` (per cell: how many
+    of the kind's boxes overlap it and, for compute kinds, the lowest and highest
+    microbatch among them), ``x0``/``dx`` (cell centres), ``y`` (edges), ``boxes`` (the
+    kind's boxes in the range) and ``cell`` (a cell's width). Coverage per cell from
+    cumulative busy time at the cell edges (one searchsorted per row and trace: GPT-3's
+    33,867 events in tens of milliseconds)."""
+    span = float(cols["span"])
+    width = (window[1] - window[0]) if window is not None else span
+    lo, hi = drawn_range(window) or (0.0, span)
+    lo, hi = max(lo, 0.0), min(hi, span)
+    cell = width / OVERVIEW_BINS
+    nb = max(1, int(np.ceil((hi - lo) / cell - 1e-9)))
+    edges = lo + cell * np.arange(nb + 1)
+    code = cols["code"]
+    slot = _FIRST_OF_CODE[code] + np.where(_CHUNKED_CODE[code], cols["chunk"] % MAX_CHUNKS, 0)
+    drawn = (cols["kind"] != "pp-comm") & (cols["end"] > lo) & (cols["start"] < hi)
+    busy = np.zeros((pp, len(TRACE_KEYS), nb))
+    count = np.zeros((pp, len(TRACE_KEYS), nb), dtype=np.int32)
+    mb_lo = np.full((pp, len(TRACE_KEYS), nb), -1, dtype=np.int32)
+    mb_hi = np.full((pp, len(TRACE_KEYS), nb), -1, dtype=np.int32)
+    for d in range(pp):
+        on_row = drawn & (cols["device"] == d)
+        for s in np.unique(slot[on_row]):
+            i = np.flatnonzero(on_row & (slot == s))
+            i = i[np.argsort(cols["start"][i], kind="stable")]
+            start, end, mb = cols["start"][i], cols["end"][i], cols["mb"][i]
+            busy[d, s] = np.diff(_busy_until(start, end, edges))
+            # the boxes overlapping cell k: from the first ending after its left edge to
+            # the last starting before its right edge
+            first = np.searchsorted(end, edges[:-1], side="right")
+            last = np.searchsorted(start, edges[1:], side="left")
+            n = np.maximum(last - first, 0)
+            count[d, s] = n
+            has = np.flatnonzero(n)
+            if len(has):
+                pairs = np.column_stack((first[has], last[has])).ravel()
+                ext = np.r_[mb, 0]  # reduceat's right end may be one past the last box
+                mb_lo[d, s, has] = np.minimum.reduceat(ext, pairs)[::2]
+                mb_hi[d, s, has] = np.maximum.reduceat(ext, pairs)[::2]
+    shown = busy.argmax(axis=1)  # (pp, nb): the slot busy longest in each cell
+    empty = busy.sum(axis=1) < 0.5 * cell
+    y = np.ravel([(d + _BAR[0], d + _BAR[0] + _BAR[1]) for d in range(pp)])
+    out = []
+    for kind in OVERVIEW_KINDS:
+        slots = np.array(kind_traces(kind))
+        mine = np.isin(shown, slots) & ~empty
+        z = np.full((2 * pp - 1, nb), np.nan, dtype=np.float32)
+        z[::2] = np.where(mine, shown - slots[0], np.nan)
+        pick = np.clip(shown - slots[0], 0, len(slots) - 1)[:, None, :]
+        cnt = np.take_along_axis(count[:, slots], pick, 1)[:, 0]
+        data = np.zeros((2 * pp - 1, nb, 3 if kind in _SHORT else 1), dtype=np.int16)
+        data[::2, :, 0] = np.where(mine, cnt, 0)
+        if kind in _SHORT:
+            data[::2, :, 1] = np.take_along_axis(mb_lo[:, slots], pick, 1)[:, 0]
+            data[::2, :, 2] = np.take_along_axis(mb_hi[:, slots], pick, 1)[:, 0]
+        n_boxes = int((drawn & np.isin(slot, slots)).sum())
+        if kind not in _SHORT:
+            data = data[..., 0]
+        if not mine.any():
+            z, data = np.zeros((0, 0), np.float32), np.zeros((0, 0), np.int16)
+        out.append({"z": z, "customdata": data,
+                    "x0": float(edges[0] + cell / 2), "dx": cell, "y": y,
+                    "boxes": n_boxes, "cell": cell})  # fmt: skip
+    return out
+
+
+def _busy_until(start: np.ndarray, end: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Time covered by the boxes ``start``..``end`` (sorted by start, not overlapping)
+    before each time of ``at``: the sum over boxes of clip(t - start, 0, length)."""
+    cs = np.r_[0.0, np.cumsum(start)]
+    ce = np.r_[0.0, np.cumsum(end)]
+    ns = np.searchsorted(start, at, side="left")
+    ne = np.searchsorted(end, at, side="left")
+    return (ns * at - cs[ns]) - (ne * at - ce[ne])
+
+
+def overview_hover(kind: str, unit: str, cell: float) -> str:
+    """Hover of an overview cell: how many boxes of ``kind`` it holds, their microbatches
+    (compute kinds) and chunk, and the time it spans (its centre, half a cell either side)."""
+    what = ("chunk %{z}: %{customdata[0]} boxes, microbatches %{customdata[1]}–"
+            "%{customdata[2]}" if kind in _SHORT else "%{customdata} boxes")  # fmt: skip
+    return (
+        f"{what} (boxes narrower than a pixel: zoom in for each)<br>%{{x:.4g}} ± "
+        f"{cell / 2:.2g} {unit}<extra>{EVENT_NAMES[kind]}</extra>"
+    )
+
+
+def overview_colorscale(kind: str) -> list:
+    """The discrete colours of ``kind``'s chunks (z = chunk), as ``trace_marker`` gives."""
+    n = MAX_CHUNKS if kind in _SHORT else 1
+    out = []
+    for c in range(n):
+        color = trace_marker(kind, c)["color"]
+        out += [[c / n, color], [(c + 1) / n, color]]
+    return out
+
+
 def pipeline_title(sim: SimResult | None, timeline: Timeline, formula: float | None = None) -> str:
     if sim is None:
         return f"{timeline}"
@@ -436,6 +580,26 @@ def _bar_trace(kind: str, chunk: int, a: dict, unit: str, chunks: int, text: str
     )  # fmt: skip
 
 
+def overview_trace_data(a: dict | None, kind: str, unit: str) -> dict:
+    """What an overview heatmap holds: ``overview_arrays``' cells (None: nothing, the
+    window is drawn as boxes); ``meta`` keeps how many boxes the cells stand for (the
+    screen-reader summary says it)."""
+    if a is None or not a["z"].size:
+        return {"z": np.zeros((0, 0), np.float32), "customdata": None, "meta": None}
+    return {"z": a["z"], "customdata": a["customdata"], "x0": a["x0"], "dx": a["dx"],
+            "y": a["y"], "meta": {"boxes": a["boxes"]},
+            "hovertemplate": overview_hover(kind, unit, a["cell"])}  # fmt: skip
+
+
+def _overview_trace(kind: str, a: dict | None, unit: str) -> go.Heatmap:
+    n = MAX_CHUNKS if kind in _SHORT else 1
+    return go.Heatmap(
+        name=EVENT_NAMES[kind], legendgroup=kind, showlegend=False, showscale=False,
+        colorscale=overview_colorscale(kind), zmin=-0.5, zmax=n - 0.5, zsmooth=False,
+        hoverongaps=False, **overview_trace_data(a, kind, unit),
+    )  # fmt: skip
+
+
 def pipeline_figure(
     result: SimResult | Timeline, *, selected_microbatch: int | None = None,
     selected_stage: int | None = None, title: str = "", height: int | None = None,
@@ -477,7 +641,8 @@ def pipeline_figure(
     chunks = (sim.config.virtual_stages if sim is not None
               else int(cols["chunk"].max()) + 1 if len(cols["chunk"]) else 1)  # fmt: skip
     drawn = drawn_range(window)
-    arrays = trace_arrays(cols, chunks, drawn)
+    overview = overview_mode(cols, window)
+    arrays = trace_arrays(cols, chunks, drawn, overview)
     text = box_text(cols, window)
     traces = [_bar_trace(kind, chunk, a, unit, chunks, text)
               for (kind, chunk), a in zip(TRACE_KEYS, arrays, strict=True)]  # fmt: skip
@@ -493,8 +658,11 @@ def pipeline_figure(
         textfont={"size": 10, "color": "#333"}, textposition="middle center",
         hoverinfo="skip", showlegend=False, cliponaxis=True,
     ))  # fmt: skip
-    fig = go.Figure(traces)
     pp = timeline.devices
+    views = overview_arrays(cols, pp, window) if overview else [None] * len(OVERVIEW_KINDS)
+    traces += [_overview_trace(kind, a, unit) for kind, a in zip(OVERVIEW_KINDS, views,
+                                                                 strict=True)]  # fmt: skip
+    fig = go.Figure(traces)
     fig.update_layout(
         **base_layout(title or pipeline_title(sim, timeline, formula),
                       height=height or figure_height(pp), legend=False),
