@@ -106,3 +106,34 @@ def test_fewer_kept_plans_prune_more():
     narrow = ex.plan_training("gpt3-1.3b", top_k=1, simulate_top=1, **kw)
     assert narrow.searched < wide.searched and narrow.pruned > wide.pruned
     assert len(wide.alternatives) == 10 and len(narrow.alternatives) == 1
+
+
+def _search(prune: bool, keep: int = 2):
+    from explorer.training.planning.bounded import BoundedSearch
+
+    name, devices, hw, gb, seq = "gpt3-1.3b", 32, "a100-80g", 64, 2048
+    cfg, tparams = ex.models.load(name), stacks.resolve(None, None, "test")
+    cluster = resolve(hw).extended(devices)
+    search = BoundedSearch(cfg, cluster, gb, seq, tparams, SearchSpace(), keep)
+    search.add(_bases(name, devices, hw, gb, seq), prune)
+    assert search.run(0.0, 1e9, None, 1, 1) is None
+    return search
+
+
+def test_skipped_configurations_estimated_after_all_below_a_step_time():
+    # the over-memory list names the configurations faster than the simulated plan: each
+    # one below that time is estimated after all, in the order of the enumeration
+    exhaustive = _search(prune=False).results()
+    every = [repr(r) for r in exhaustive]
+    times = sorted(r.step_time_s for r in exhaustive)
+    search = _search(prune=True)
+    skipped = search.pruned
+    assert skipped > 0 and search.estimated < len(every)
+    middle = times[len(times) // 2]
+    search.estimate_below(middle)
+    got = {repr(r) for r in search.results()}
+    below = [r for r in exhaustive if r.step_time_s < middle]
+    assert below and all(repr(r) in got for r in below)
+    assert 0 < search.pruned < skipped
+    search.estimate_below(float("inf"))
+    assert search.pruned == 0 and [repr(r) for r in search.results()] == every
