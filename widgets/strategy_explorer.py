@@ -622,7 +622,9 @@ class StrategyExplorer(View):
             f"(MFU {s.mfu:.1%}), bubble {s.bubble_fraction:.1%}, memory "
             f"{fmt_bytes(s.memory.total)} of {fmt_bytes(s.memory_cap_bytes)} ({fits}); "
             f"{_band_html(s)}"
-            f"{p.searched} configurations in {p.search_time_s:.2f} s"
+            f"{p.searched} estimates in {p.search_time_s:.2f} s"
+            + (f" ({p.pruned} configurations skipped by their step-time floor)"
+               if p.pruned else "")
             + (" (planned earlier in this session: from the plan cache)" if self.plan_cached
                else "")
         )  # fmt: skip

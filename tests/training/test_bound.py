@@ -97,7 +97,9 @@ def test_pruning_changes_no_plan(kw):
     assert repr(plan.config) == repr(every.config) and repr(plan.sim) == repr(every.sim)
     assert plan.alternatives == every.alternatives
     assert plan.over_memory == every.over_memory
-    assert f"{plan.pruned} skipped by their step-time floor" in plan.report(robust=False)
+    assert f"{plan.pruned} configurations skipped by their step-time floor" in plan.report(
+        robust=False
+    )
 
 
 def test_fewer_kept_plans_prune_more():

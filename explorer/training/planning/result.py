@@ -150,8 +150,12 @@ class TrainingPlan:
                 if self.constraints
                 else []
             ),
-            f"alternatives ({self.searched} configurations searched"
-            + (f", {self.pruned} skipped by their step-time floor" if self.pruned else "")
+            f"alternatives ({self.searched} estimates"
+            + (
+                f", {self.pruned} configurations skipped by their step-time floor"
+                if self.pruned
+                else ""
+            )
             + f" in {self.search_time_s:.2f} s):",
         ]
         lines += [f"  {a}" for a in self.alternatives] or ["  none"]
