@@ -21,7 +21,7 @@ from .figure_widget import FigureWidget
 from .figures.pipeline import (
     CHUNK_PATTERNS,
     CHUNKED_KINDS,
-    OVERVIEW_KINDS,
+    OVERVIEW_KEYS,
     TRACE_GROUPS,
     TRACE_KEYS,
     TRACE_OVERVIEW,
@@ -34,6 +34,7 @@ from .figures.pipeline import (
     overview_arrays,
     overview_mode,
     overview_trace_data,
+    overview_ygap,
     pipeline_axes,
     pipeline_figure,
     pipeline_title,
@@ -301,6 +302,8 @@ class PipelineView(TrainingView):
                 fig.layout.title.text = pipeline_title(sim, sim.timeline, self.bubble.formula)
                 fig.layout.update(pipeline_axes(cols, c.pp, c.virtual_stages, unit, self.window))
                 fig.layout.height = figure_height(c.pp)
+                fig.update_traces(ygap=overview_ygap(fig.layout, c.pp),
+                                  selector={"type": "heatmap"})  # fmt: skip
         finally:
             self._zooming = False
         self.info.value = self._info()
@@ -320,9 +323,9 @@ class PipelineView(TrainingView):
         for trace, (kind, chunk), a in zip(fig.data, TRACE_KEYS, arrays, strict=False):
             trace.update(hovertemplate=trace_hover(kind, chunk, c.virtual_stages, unit), **a)
         cells = (overview_arrays(self._cols, c.pp, self.window) if overview
-                 else [None] * len(OVERVIEW_KINDS))  # fmt: skip
-        for k, (kind, a) in enumerate(zip(OVERVIEW_KINDS, cells, strict=True)):
-            fig.data[TRACE_OVERVIEW + k].update(**overview_trace_data(a, kind, unit))
+                 else [None] * len(OVERVIEW_KEYS))  # fmt: skip
+        for k, ((kind, chunk), a) in enumerate(zip(OVERVIEW_KEYS, cells, strict=True)):
+            fig.data[TRACE_OVERVIEW + k].update(**overview_trace_data(a, kind, chunk, unit))
         sel = selected_arrays(self._cols, self.microbatch, self._stage_filter(), drawn)
         t = fig.data[TRACE_SELECTED_MB]
         t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]

@@ -40,8 +40,8 @@ __all__ = [
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
     "trace_marker", "CHUNK_PATTERNS", "readable_window", "TRACE_KEYS", "trace_index",
     "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS", "drawn_range", "box_text",
-    "BOX_TEXT_MIN_PX", "OVERVIEW_BINS", "OVERVIEW_KINDS", "TRACE_OVERVIEW", "overview_mode",
-    "overview_arrays", "overview_hover", "overview_colorscale", "overview_trace_data",
+    "BOX_TEXT_MIN_PX", "OVERVIEW_BINS", "OVERVIEW_KEYS", "TRACE_OVERVIEW", "overview_mode",
+    "overview_arrays", "overview_hover", "overview_ygap", "overview_trace_data",
 ]  # fmt: skip
 
 _SHORT = {"compute-forward": "F", "compute-backward": "B", "recompute": "R"}
@@ -399,18 +399,19 @@ def group_arrays(groups: list[dict]) -> dict:
 #: at any notebook width (1440x900: ~1000 px; the bench draws 1100 px), so a cell is at most
 #: a pixel wide.
 OVERVIEW_BINS = 1280
-#: The kinds the overview draws, one heatmap each (the pipeline transfers' thin strip stays
-#: bars: it overlaps the compute it runs beside).
-OVERVIEW_KINDS: tuple[str, ...] = tuple(k for k in EVENT_KINDS if k != "pp-comm")
-#: The position of the first overview heatmap (one per ``OVERVIEW_KINDS``), after the labels.
+#: The (kind, chunk) of each overview heatmap, one per bar trace but the pipeline
+#: transfers' thin strip (it stays bars: it overlaps the compute it runs beside).
+OVERVIEW_KEYS: tuple[tuple[str, int], ...] = tuple(k for k in TRACE_KEYS if k[0] != "pp-comm")
+#: The position of the first overview heatmap (one per ``OVERVIEW_KEYS``), after the labels.
 TRACE_OVERVIEW = TRACE_GROUPS + 1
+_OVERVIEW_SLOTS = np.array([TRACE_KEYS.index(k) for k in OVERVIEW_KEYS])
 
 
 def overview_mode(cols: dict[str, np.ndarray], window: tuple[float, float] | None = None) -> bool:
     """Whether ``window`` is drawn as the overview: even its widest forward/backward box is
     narrower than ``BOX_TEXT_MIN_PX`` (no number can show; ``box_text`` is ``"none"``). A
-    whole GPT-3 175B step holds 33,867 boxes of 0.1-1.5 px at 1100 px: the browser took
-    1.7 s to draw them as SVG bars; the overview is one image per kind.
+    whole GPT-3 175B step holds 33,867 boxes of 0.1-1.5 px at 1100 px: drawn as SVG bars,
+    one path each, they took the browser seconds; the overview is one image per trace.
 
     >>> import explorer as ex
     >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=32, seq=512)
@@ -423,32 +424,31 @@ def overview_mode(cols: dict[str, np.ndarray], window: tuple[float, float] | Non
 def overview_arrays(
     cols: dict[str, np.ndarray], pp: int, window: tuple[float, float] | None
 ) -> list[dict]:
-    """The heatmap data of each ``OVERVIEW_KINDS`` entry for ``window``: time is cut into
-    ``OVERVIEW_BINS`` cells per window width over ``drawn_range(window)`` (clipped to the
-    step), and each cell of a row shows the (kind, chunk) that is busy longest in it (the
-    colour a pixel holding sub-pixel boxes takes), or nothing when less than half of it is
-    covered (an idle gap wider than a pixel stays a gap). Rows: ``2 pp - 1`` (each device's
-    bar from ``_BAR``, then a gap row of NaN), y given as the rows' edges. Per kind: ``z``
-    (the chunk, NaN where the kind is not the one shown), ``customdata`` (per cell: how many
-    of the kind's boxes overlap it and, for compute kinds, the lowest and highest
-    microbatch among them), ``x0``/``dx`` (cell centres), ``y`` (edges), ``boxes`` (the
-    kind's boxes in the range) and ``cell`` (a cell's width). Coverage per cell from
-    cumulative busy time at the cell edges (one searchsorted per row and trace: GPT-3's
-    33,867 events in tens of milliseconds)."""
+    """The cells of each ``OVERVIEW_KEYS`` heatmap for ``window``: the window is cut into
+    ``OVERVIEW_BINS`` cells, and each cell of a row shows the (kind, chunk) busy longest in
+    it (the colour a pixel of sub-pixel boxes takes), or nothing when less than half of it
+    is busy (an idle gap wider than a pixel stays a gap). Per trace, flat arrays in
+    plotly's column form (x, y, z: one entry per cell; plotly sends 1-D numeric arrays as
+    binary buffers, 2-D ones as nested lists): ``x`` the cell's centre, ``y`` its device,
+    ``z`` how many of the trace's boxes overlap it (NaN: not this trace's), ``text`` and
+    ``hovertext`` the lowest and highest microbatch among them; a NaN frame first (every
+    column on row 0, every row in column 0) so the grid's columns and rows are the same in
+    every trace. ``boxes``: the trace's boxes in the window; ``cell``: a cell's width.
+    Busy time per cell from the cumulative busy time at the cell edges (one searchsorted
+    per row and trace: GPT-3's 33,867 events in tens of milliseconds)."""
     span = float(cols["span"])
-    width = (window[1] - window[0]) if window is not None else span
-    lo, hi = drawn_range(window) or (0.0, span)
+    lo, hi = window if window is not None else (0.0, span)
+    cell = (hi - lo) / OVERVIEW_BINS
     lo, hi = max(lo, 0.0), min(hi, span)
-    cell = width / OVERVIEW_BINS
-    nb = max(1, int(np.ceil((hi - lo) / cell - 1e-9)))
-    edges = lo + cell * np.arange(nb + 1)
+    first_cell = int(np.floor(lo / cell))
+    nb = max(1, int(np.ceil(hi / cell - 1e-9)) - first_cell)
+    edges = cell * (first_cell + np.arange(nb + 1))
     code = cols["code"]
     slot = _FIRST_OF_CODE[code] + np.where(_CHUNKED_CODE[code], cols["chunk"] % MAX_CHUNKS, 0)
-    drawn = (cols["kind"] != "pp-comm") & (cols["end"] > lo) & (cols["start"] < hi)
-    busy = np.zeros((pp, len(TRACE_KEYS), nb))
-    count = np.zeros((pp, len(TRACE_KEYS), nb), dtype=np.int32)
-    mb_lo = np.full((pp, len(TRACE_KEYS), nb), -1, dtype=np.int32)
-    mb_hi = np.full((pp, len(TRACE_KEYS), nb), -1, dtype=np.int32)
+    drawn = (cols["kind"] != "pp-comm") & (cols["end"] > edges[0]) & (cols["start"] < edges[-1])
+    shape = (pp, len(TRACE_KEYS), nb)
+    busy, count = np.zeros(shape), np.zeros(shape, dtype=np.int32)
+    mb_lo, mb_hi = np.zeros(shape, dtype=np.int32), np.zeros(shape, dtype=np.int32)
     for d in range(pp):
         on_row = drawn & (cols["device"] == d)
         for s in np.unique(slot[on_row]):
@@ -457,7 +457,8 @@ def overview_arrays(
             start, end, mb = cols["start"][i], cols["end"][i], cols["mb"][i]
             busy[d, s] = np.diff(_busy_until(start, end, edges))
             # the boxes overlapping cell k: from the first ending after its left edge to
-            # the last starting before its right edge
+            # the last starting before its right edge (a trace's boxes on a row follow
+            # one another)
             first = np.searchsorted(end, edges[:-1], side="right")
             last = np.searchsorted(start, edges[1:], side="left")
             n = np.maximum(last - first, 0)
@@ -468,30 +469,22 @@ def overview_arrays(
                 ext = np.r_[mb, 0]  # reduceat's right end may be one past the last box
                 mb_lo[d, s, has] = np.minimum.reduceat(ext, pairs)[::2]
                 mb_hi[d, s, has] = np.maximum.reduceat(ext, pairs)[::2]
-    shown = busy.argmax(axis=1)  # (pp, nb): the slot busy longest in each cell
-    empty = busy.sum(axis=1) < 0.5 * cell
-    y = np.ravel([(d + _BAR[0], d + _BAR[0] + _BAR[1]) for d in range(pp)])
+    shown = busy.argmax(axis=1)  # (pp, nb): the trace busy longest in each cell
+    shown[busy.sum(axis=1) < 0.5 * cell] = -1
+    centres = (edges[:-1] + edges[1:]) / 2
+    frame_x = np.r_[centres, np.full(pp - 1, centres[0])]
+    frame_y = np.r_[np.zeros(nb, np.int32), np.arange(1, pp, dtype=np.int32)]
+    nan = np.full(len(frame_x), np.nan, dtype=np.float32)
     out = []
-    for kind in OVERVIEW_KINDS:
-        slots = np.array(kind_traces(kind))
-        mine = np.isin(shown, slots) & ~empty
-        z = np.full((2 * pp - 1, nb), np.nan, dtype=np.float32)
-        z[::2] = np.where(mine, shown - slots[0], np.nan)
-        pick = np.clip(shown - slots[0], 0, len(slots) - 1)[:, None, :]
-        cnt = np.take_along_axis(count[:, slots], pick, 1)[:, 0]
-        data = np.zeros((2 * pp - 1, nb, 3 if kind in _SHORT else 1), dtype=np.int16)
-        data[::2, :, 0] = np.where(mine, cnt, 0)
-        if kind in _SHORT:
-            data[::2, :, 1] = np.take_along_axis(mb_lo[:, slots], pick, 1)[:, 0]
-            data[::2, :, 2] = np.take_along_axis(mb_hi[:, slots], pick, 1)[:, 0]
-        n_boxes = int((drawn & np.isin(slot, slots)).sum())
-        if kind not in _SHORT:
-            data = data[..., 0]
-        if not mine.any():
-            z, data = np.zeros((0, 0), np.float32), np.zeros((0, 0), np.int16)
-        out.append({"z": z, "customdata": data,
-                    "x0": float(edges[0] + cell / 2), "dx": cell, "y": y,
-                    "boxes": n_boxes, "cell": cell})  # fmt: skip
+    for s in _OVERVIEW_SLOTS:
+        d, k = np.nonzero(shown == s)
+        out.append({
+            "x": np.r_[frame_x, centres[k]], "y": np.r_[frame_y, d].astype(np.int32),
+            "z": np.r_[nan, count[d, s, k]].astype(np.float32),
+            "text": np.r_[nan, mb_lo[d, s, k]].astype(np.float32),
+            "hovertext": np.r_[nan, mb_hi[d, s, k]].astype(np.float32),
+            "boxes": int((drawn & (slot == s)).sum()), "cells": len(d), "cell": cell,
+        })  # fmt: skip
     return out
 
 
@@ -505,25 +498,25 @@ def _busy_until(start: np.ndarray, end: np.ndarray, at: np.ndarray) -> np.ndarra
     return (ns * at - cs[ns]) - (ne * at - ce[ne])
 
 
-def overview_hover(kind: str, unit: str, cell: float) -> str:
-    """Hover of an overview cell: how many boxes of ``kind`` it holds, their microbatches
-    (compute kinds) and chunk, and the time it spans (its centre, half a cell either side)."""
-    what = ("chunk %{z}: %{customdata[0]} boxes, microbatches %{customdata[1]}–"
-            "%{customdata[2]}" if kind in _SHORT else "%{customdata} boxes")  # fmt: skip
+def overview_hover(kind: str, chunk: int, unit: str, cell: float) -> str:
+    """Hover of an overview cell: how many boxes of ``kind`` (and ``chunk``) it holds, their
+    microbatches (compute kinds) and the time it spans (its centre, half a cell either
+    side)."""
+    what = (f"chunk {chunk}: %{{z}} boxes, microbatches %{{text}}–%{{hovertext}}"
+            if kind in _SHORT else "%{z} boxes")  # fmt: skip
     return (
-        f"{what} (boxes narrower than a pixel: zoom in for each)<br>%{{x:.4g}} ± "
+        f"{what} (each narrower than a pixel: zoom in for them)<br>%{{x:.4g}} ± "
         f"{cell / 2:.2g} {unit}<extra>{EVENT_NAMES[kind]}</extra>"
     )
 
 
-def overview_colorscale(kind: str) -> list:
-    """The discrete colours of ``kind``'s chunks (z = chunk), as ``trace_marker`` gives."""
-    n = MAX_CHUNKS if kind in _SHORT else 1
-    out = []
-    for c in range(n):
-        color = trace_marker(kind, c)["color"]
-        out += [[c / n, color], [(c + 1) / n, color]]
-    return out
+def overview_ygap(layout: go.Layout, pp: int) -> float:
+    """The pixels between two rows of overview cells, so a cell is as tall as a bar
+    (``_BAR``): the plot's height over the y range, times the part of a row bars leave
+    empty."""
+    m = layout.margin
+    plot = layout.height - m.t - m.b
+    return max(0.0, plot / (pp + 0.05) * (1.0 - _BAR[1]))
 
 
 def pipeline_title(sim: SimResult | None, timeline: Timeline, formula: float | None = None) -> str:
@@ -580,23 +573,25 @@ def _bar_trace(kind: str, chunk: int, a: dict, unit: str, chunks: int, text: str
     )  # fmt: skip
 
 
-def overview_trace_data(a: dict | None, kind: str, unit: str) -> dict:
-    """What an overview heatmap holds: ``overview_arrays``' cells (None: nothing, the
-    window is drawn as boxes); ``meta`` keeps how many boxes the cells stand for (the
-    screen-reader summary says it)."""
-    if a is None or not a["z"].size:
-        return {"z": np.zeros((0, 0), np.float32), "customdata": None, "meta": None}
-    return {"z": a["z"], "customdata": a["customdata"], "x0": a["x0"], "dx": a["dx"],
-            "y": a["y"], "meta": {"boxes": a["boxes"]},
-            "hovertemplate": overview_hover(kind, unit, a["cell"])}  # fmt: skip
+def overview_trace_data(a: dict | None, kind: str, chunk: int, unit: str) -> dict:
+    """What an overview heatmap holds: ``overview_arrays``' cells (None, or no cell of the
+    trace: nothing, the window is drawn as boxes); ``meta`` keeps how many boxes the cells
+    stand for (the screen-reader summary says it)."""
+    if a is None or not a["cells"]:
+        empty = np.zeros(0, np.float32)
+        return {"x": empty, "y": np.zeros(0, np.int32), "z": empty, "text": empty,
+                "hovertext": empty, "meta": None}  # fmt: skip
+    return {"x": a["x"], "y": a["y"], "z": a["z"], "text": a["text"],
+            "hovertext": a["hovertext"], "meta": {"boxes": a["boxes"]},
+            "hovertemplate": overview_hover(kind, chunk, unit, a["cell"])}  # fmt: skip
 
 
-def _overview_trace(kind: str, a: dict | None, unit: str) -> go.Heatmap:
-    n = MAX_CHUNKS if kind in _SHORT else 1
+def _overview_trace(kind: str, chunk: int, a: dict | None, unit: str) -> go.Heatmap:
+    color = trace_marker(kind, chunk)["color"]
     return go.Heatmap(
-        name=EVENT_NAMES[kind], legendgroup=kind, showlegend=False, showscale=False,
-        colorscale=overview_colorscale(kind), zmin=-0.5, zmax=n - 0.5, zsmooth=False,
-        hoverongaps=False, **overview_trace_data(a, kind, unit),
+        name=EVENT_NAMES[kind] + (f", chunk {chunk}" if chunk else ""), legendgroup=kind,
+        showlegend=False, showscale=False, colorscale=[[0, color], [1, color]],
+        zsmooth=False, hoverongaps=False, **overview_trace_data(a, kind, chunk, unit),
     )  # fmt: skip
 
 
@@ -659,9 +654,9 @@ def pipeline_figure(
         hoverinfo="skip", showlegend=False, cliponaxis=True,
     ))  # fmt: skip
     pp = timeline.devices
-    views = overview_arrays(cols, pp, window) if overview else [None] * len(OVERVIEW_KINDS)
-    traces += [_overview_trace(kind, a, unit) for kind, a in zip(OVERVIEW_KINDS, views,
-                                                                 strict=True)]  # fmt: skip
+    views = overview_arrays(cols, pp, window) if overview else [None] * len(OVERVIEW_KEYS)
+    traces += [_overview_trace(kind, chunk, a, unit)
+               for (kind, chunk), a in zip(OVERVIEW_KEYS, views, strict=True)]  # fmt: skip
     fig = go.Figure(traces)
     fig.update_layout(
         **base_layout(title or pipeline_title(sim, timeline, formula),
@@ -678,6 +673,7 @@ def pipeline_figure(
                 "yanchor": "bottom", "font": {"size": 11}},
         margin={"b": 44 + LEGEND_PX},
     )  # fmt: skip
+    fig.update_traces(ygap=overview_ygap(fig.layout, pp), selector={"type": "heatmap"})
     return fig
 
 

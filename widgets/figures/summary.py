@@ -73,12 +73,21 @@ def _trace(t: Any, layout: Any) -> str | None:
     if kind in ("heatmap", "surface"):
         z = np.asarray(t.z if t.z is not None else [], dtype=object)
         rows, cols = (z.shape + (0, 0))[:2] if z.ndim >= 2 else (len(z), 0)
+        if not z.size:
+            return None  # an empty grid draws nothing
+        meta = t.meta if isinstance(t.meta, dict) else {}
+        if "boxes" in meta:  # an overview standing for boxes narrower than a pixel
+            cells = _numbers(t.z).size
+            return (f"{_strip_tags(_text(t.name)) or kind}: {meta['boxes']} boxes narrower "
+                    f"than a pixel, drawn as {cells} cells")  # fmt: skip
         vals = _numbers(list(np.ravel(z)))
         rng = f", values {_fmt(vals.min())} to {_fmt(vals.max())}" if vals.size else ""
         return f"{_strip_tags(_text(t.name)) or kind}: a {rows} x {cols} grid{rng}"
     xs = getattr(t, "x", None)
     ys = getattr(t, "y", None)
     n = len(xs) if xs is not None else len(ys) if ys is not None else 0
+    if kind == "bar" and t.orientation == "h" and n and not _numbers(xs).any():
+        return None  # a Gantt's boxes of zero length draw nothing (a legend's placeholder)
     if n == 0:
         return None
     name = _strip_tags(_text(t.name)) or kind
