@@ -591,7 +591,12 @@ def _compiled_columns(module, inputs: tuple, torch, donate: tuple[int, ...] = ()
             return lambda: run(*inputs)
 
         def info():  # the static run's memory-plan buffers live between calls
-            return {} if eager else {"plan_buffer_bytes": built[-1].program.persistent_bytes}
+            if eager:
+                return {}
+            prog = built[-1]
+            return {"plan_buffer_bytes": prog.program.persistent_bytes,
+                    "generated": sum(n.op == "generated" for n in prog.optimized.ops),
+                    "huge_page_bytes": prog.huge_page_bytes}  # fmt: skip
 
         return Column(make, _tracemalloc_peak, info)
 
@@ -1154,6 +1159,10 @@ def main(argv: list[str] | None = None) -> dict:
                   f"numpy kernels while they compiled in the background, ready "
                   f"{nb.get('kernels_ready_ms', 0) / 1e3:.2f} s after it began "
                   f"({nb['numba_compile_s']:.2f} s compiling)")  # fmt: skip
+            if nb.get("huge_page_bytes"):
+                print(f"    weights moved onto huge pages in place by ex.compile: "
+                      f"{nb['huge_page_bytes'] / 2**20:.0f} MiB (torch's columns read the same "
+                      "tensors)")  # fmt: skip
             if "first_call_ms" in warm:
                 print(f"    new process, warm kernel cache, sync compile: first call "
                       f"{warm['first_call_ms']:.0f} ms (loading {warm['numba_compile_s']:.2f} s, "
