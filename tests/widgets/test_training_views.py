@@ -33,8 +33,11 @@ from widgets.figures.errors import ViewError
 from widgets.figures.memory import ROW_NAMES, ROWS, TRACE_TOTAL
 from widgets.figures.pipeline import (
     CHUNK_PATTERNS,
+    CHUNKED_KINDS,
     EVENT_KINDS,
     EVENT_NAMES,
+    MAX_CHUNKS,
+    OVERVIEW_BINS,
     OVERVIEW_KEYS,
     TRACE_GROUPS,
     TRACE_KEYS,
@@ -48,6 +51,7 @@ from widgets.figures.pipeline import (
     timeline_columns,
     trace_index,
 )
+from widgets.figures.summary import figure_summary
 
 FWD, BWD, IDLE = (trace_index(k) for k in ("compute-forward", "compute-backward", "idle"))
 
@@ -470,6 +474,104 @@ def test_pipeline_view_at_real_size_is_readable_and_tells_chunks_apart():
     held = set(boxes(v.figure.data, "compute-forward", "base"))
     want = fwd & (cols["end"] > w[0]) & (cols["start"] < w[1])
     assert want.any() and set(cols["start"][want]) <= held
+
+
+def _gpt3_step():
+    par = ex.ParallelConfig(dp=8, tp=8, pp=16, microbatch_size=1, schedule="interleaved_1f1b",
+                            virtual_stages=2, recompute="full")  # fmt: skip
+    return ex.simulate("gpt3-175b", par, global_batch=1536, seq=2048)
+
+
+def test_pipeline_overview_at_gpt3_size_shows_each_pixel_busy_as_the_boxes_are():
+    """The whole step of GPT-3 175B over 1,024 A100s (33,867 boxes, each narrower than a
+    pixel) is drawn as the overview: the bars hold no box but a zero-length one per legend
+    kind; each cell shows the trace busy longest in it, and only where at least half of it
+    is busy, and its hover counts the trace's boxes there and their microbatches: all
+    checked against the boxes themselves, cell by cell, on the first and last rows."""
+    sim = _gpt3_step()
+    fig = pipeline_figure(sim)
+    cols = timeline_columns(sim.timeline)
+    assert len(cols["start"]) == 33_867 and overview_mode(cols)
+    held = [len(t.x) for t in fig.data[:TRACE_SELECTED_MB]]
+    drawn = [float(np.sum(t.x)) for t in fig.data[:TRACE_SELECTED_MB]]
+    assert sum(held) <= len(EVENT_KINDS) and sum(drawn) == 0  # legend entries only
+    heat = fig.data[TRACE_OVERVIEW:]
+    assert [(t.type, t.name) for t in heat] == [
+        ("heatmap", EVENT_NAMES[k] + (f", chunk {c}" if c else "")) for k, c in OVERVIEW_KEYS
+    ]
+    cells = sum(int(np.isfinite(np.asarray(t.z)).sum()) for t in heat)
+    assert 0 < cells <= 16 * OVERVIEW_BINS  # one trace per cell at most
+    span = float(cols["span"])
+    width = span / OVERVIEW_BINS
+    edges = width * np.arange(OVERVIEW_BINS + 1)
+    centres = (edges[:-1] + edges[1:]) / 2
+    key = [(k, c % MAX_CHUNKS if k in CHUNKED_KINDS else 0) for k, c in
+           zip(cols["kind"], cols["chunk"], strict=True)]  # fmt: skip
+    for row in (0, 15):
+        m = (cols["device"] == row) & (cols["kind"] != "pp-comm")
+        start, end = cols["start"][m][:, None], cols["end"][m][:, None]
+        overlap = np.clip(np.minimum(end, edges[1:]) - np.maximum(start, edges[:-1]), 0, None)
+        keys = [key[i] for i in np.flatnonzero(m)]
+        busy = {k: overlap[[j for j, x in enumerate(keys) if x == k]].sum(axis=0)
+                for k in set(keys)}  # fmt: skip
+        total = sum(busy.values())
+        shown = {}
+        for t, k in zip(heat, OVERVIEW_KEYS, strict=True):
+            x, y, z = (np.asarray(a, dtype=float) for a in (t.x, t.y, t.z))
+            on = (y == row) & np.isfinite(z)
+            for cx, n, lo, hi in zip(x[on], z[on], np.asarray(t.text, float)[on],
+                                     np.asarray(t.hovertext, float)[on], strict=True):  # fmt: skip
+                j = int(np.argmin(np.abs(centres - cx)))
+                assert j not in shown and abs(centres[j] - cx) < width * 1e-6
+                shown[j] = k
+                mine = [i for i, x in enumerate(keys) if x == k and overlap[i, j] > 0]
+                mbs = cols["mb"][m][mine]
+                assert (n, lo, hi) == (len(mine), mbs.min(), mbs.max()), (row, j, k)
+        for j in range(OVERVIEW_BINS):
+            if total[j] < 0.5 * width - 1e-9:
+                assert j not in shown, (row, j)  # less than half busy: a gap
+            elif total[j] > 0.5 * width + 1e-9:
+                best = max(busy, key=lambda k, j=j: busy[k][j])
+                assert busy[shown[j]][j] == pytest.approx(busy[best][j]), (row, j)
+        # the row's busy time, cell by cell: what the overview shows is what is busy
+        assert len(shown) * width == pytest.approx(float(total.sum()), rel=0.02)
+    summary = figure_summary(fig)
+    forwards = int(((cols["kind"] == "compute-forward") & (cols["chunk"] == 0)).sum())
+    assert f"Forward: {forwards} boxes narrower than a pixel, drawn as" in summary
+    assert "Tensor-parallel communication" not in summary  # never the longest in a pixel
+
+
+def test_pipeline_view_zoomed_out_to_the_overview_and_back_keeps_selection():
+    """Zoomed out, the view draws the overview; a microbatch picked there (menu) outlines
+    its real boxes; zooming in (control, then the toolbar) brings the boxes back and empties
+    the overview."""
+    par = ex.ParallelConfig(dp=1, pp=8, microbatch_size=1, schedule="interleaved_1f1b",
+                            virtual_stages=4)  # fmt: skip
+    v = PipelineView("gpt3-6.7b", par, global_batch=48, seq=2048)
+    heat = range(TRACE_OVERVIEW, TRACE_OVERVIEW + len(OVERVIEW_KEYS))
+    assert all(len(v.figure.data[i].z) == 0 for i in heat)  # opens on boxes
+    v.controls["zoom"].value = (0, 100)
+    assert any(len(v.figure.data[i].z) for i in heat) and v.window is None
+    assert float(np.sum(boxes(v.figure.data, "compute-forward"))) == 0  # no box drawn
+    v.pick["microbatch"].value = 7
+    cols = v._cols
+    mine = np.isin(cols["kind"], ("compute-forward", "compute-backward", "recompute"))
+    mine &= cols["mb"] == 7
+    out = v.figure.data[TRACE_SELECTED_MB]
+    assert v.microbatch == 7 and len(out.x) == int(mine.sum()) == 2 * 8 * 4
+    assert sorted(out.base) == sorted(cols["start"][mine])  # the real boxes, not cells
+    v.controls["zoom"].value = (0, 5)  # zoomed in: boxes again, overview empty
+    assert all(len(v.figure.data[i].z) == 0 for i in heat)
+    assert float(np.sum(boxes(v.figure.data, "compute-forward"))) > 0
+    v._on_zoom(v.figure.layout, (0.0, float(cols["span"])))  # the toolbar's autoscale
+    assert any(len(v.figure.data[i].z) for i in heat)
+    v._on_zoom(v.figure.layout, (0.3 * cols["span"], 0.32 * cols["span"]))  # its zoom in
+    assert all(len(v.figure.data[i].z) == 0 for i in heat)
+    w = v.window
+    near = (cols["kind"] == "compute-forward") & (cols["end"] > w[0]) & (cols["start"] < w[1])
+    assert set(cols["start"][near]) <= set(boxes(v.figure.data, "compute-forward", "base"))
+    out = v.figure.data[TRACE_SELECTED_MB]  # still outlined where held
+    assert set(out.base) <= set(cols["start"][mine])
 
 
 def test_pipeline_click_selects_stage_and_microbatch(pipeline):
