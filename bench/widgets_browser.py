@@ -8,8 +8,11 @@ a blank page in headless Chromium (Debian's, software rendering, the browser tie
 with the plotly.js bundled with the Python package: ``Plotly.newPlot`` for a first draw,
 ``Plotly.react`` for an update, timed in the page around the awaited call (rendering done).
 Workloads: PipelineView on GPT-3 175B over 1,024 A100s (dp8 tp8 pp16 interleaved v=2, full
-recompute, global batch 1536): first draw at the window it opens on, the update to 96
-microbatches, and the whole step (every box, the toolbar's autoscale); GraphView on
+recompute, global batch 1536, 192 microbatches: 33,867 boxes): first draw at the window it
+opens on and the update to 96 microbatches; the zoom out from that window to the whole
+step (the zoom control or the toolbar's autoscale: boxes narrower than a pixel, drawn as
+the overview, ``figures.pipeline.overview_arrays``) and the zoom in from it to 5% of the
+step (boxes again); GraphView on
 llama3-405b's forward graph (3,916 nodes), collapsed and fully expanded. Medians of
 ``rounds``; console warnings counted and their texts printed (Chromium's "Multiple readback
 operations using getImageData" notice comes from plotly's WebGL text drawing on the software
@@ -31,7 +34,6 @@ import plotly  # noqa: E402
 
 import explorer as ex  # noqa: E402
 from widgets import GraphView, PipelineView  # noqa: E402
-from widgets.figures.pipeline import pipeline_figure  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--enable-unsafe-swiftshader"]
@@ -54,13 +56,17 @@ def figures() -> dict[str, tuple[str, str | None]]:
                             virtual_stages=2, recompute="full")  # fmt: skip
     pipe = PipelineView(cfg, par, global_batch=1536, seq=2048)
     first = pipe.figure.to_json()
+    pipe.controls["zoom"].value = (0, 100)
+    whole = pipe.figure.to_json()
+    pipe.controls["zoom"].value = (0, 5)
+    zoomed = pipe.figure.to_json()
     pipe.controls["microbatches"].value = 96
     update = pipe.figure.to_json()
-    whole = pipeline_figure(pipe.sim).to_json()
     g = ex.models.build(ex.models.load("llama3-405b"), batch=1, seq=2048)
     return {
         "pipeline gpt3-175b: first draw + 96 microbatches": (first, update),
-        "pipeline gpt3-175b: whole step": (whole, None),
+        "pipeline gpt3-175b: first draw + zoom out to the whole step": (first, whole),
+        "pipeline gpt3-175b: whole step + zoom in to 5%": (whole, zoomed),
         "graph llama3-405b: collapsed": (GraphView(g).figure.to_json(), None),
         "graph llama3-405b: every group open": (
             GraphView(g, collapsed=False).figure.to_json(), None),

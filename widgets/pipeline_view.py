@@ -83,7 +83,10 @@ class PipelineView(TrainingView):
     only); ``zoom`` (the part of the step shown, in percent: zoomed in, every box shows
     its number; the toolbar's zoom relabels the same way). Zoomed, the figure holds the
     boxes around the window only (``figures.pipeline.drawn_range``) and fetches others as
-    the window moves. ``pick["stage"]`` and ``pick["microbatch"]``: the keyboard's way to
+    the window moves; zoomed out so far that even the widest box is narrower than a box
+    number needs (a whole real-size step), it draws the overview instead (one cell per
+    pixel showing the kind and chunk busy longest there; hover counts its boxes and
+    microbatches) and the boxes come back as the zoom narrows. ``pick["stage"]`` and ``pick["microbatch"]``: the keyboard's way to
     what a click on a box does (``widgets.pick_menu.PickMenu``).
 
     The info line shows the bubble twice, named: the closed formula and the simulated one,

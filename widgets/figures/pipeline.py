@@ -17,6 +17,14 @@ control or the toolbar) shows them. When the boxes at the current zoom are too n
 their numbers, the numbers are also written per group of consecutive boxes above each row
 (``F16–19 B0–3``: the forwards and backwards of that stretch), groups sized so their labels
 fit (``label_groups``). Hover shows each box's stage, chunk, microbatch and times.
+
+Level of detail: where even the widest box in the window is narrower than a number needs
+(``overview_mode``; a whole GPT-3 175B step: 33,867 boxes of 0.1-1.5 px), the boxes are
+drawn as an overview instead: after the group labels, one heatmap per (kind, chunk)
+(``OVERVIEW_KEYS`` from ``TRACE_OVERVIEW``), ``OVERVIEW_BINS`` cells across the window, each
+cell of a row in the colour of the trace busy longest in it (``overview_arrays``); the bars
+then hold the pipeline transfers and one zero-length box per legend entry, the outline of
+the selection stays on the real boxes.
 """
 
 from __future__ import annotations
