@@ -114,3 +114,62 @@ def test_pipeline_view_numbers_chunks_and_takes_a_click_and_the_keyboard(lab, la
         assert not warned, warned[:3]  # per-box colour arrays made plotly.js warn per box
     finally:
         lab_page.close_current()
+
+
+BIG = [
+    """import explorer as ex
+from widgets import PipelineView
+
+par = ex.ParallelConfig(dp=1, pp=8, microbatch_size=1, schedule="interleaved_1f1b",
+                        virtual_stages=4)
+big = PipelineView("gpt3-6.7b", par, global_batch=48, seq=2048)
+big""",
+]
+CELLS_DRAWN = f"() => {GD}.querySelectorAll('.heatmaplayer .hm image').length"
+# Page coordinates of the overview cell of row ``d`` at ``frac`` of the plot's width.
+CELL_XY = f"""([d, frac]) => {{
+  const gd = {GD}, xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const r = gd.getBoundingClientRect();
+  return [r.left + xa._offset + xa._length * frac, r.top + ya._offset + ya.l2p(d + 0.075)];
+}}"""
+
+
+def test_pipeline_view_zoomed_out_draws_the_overview_and_keeps_the_selection(
+    lab, lab_page, page_log
+):
+    """pp 8 x 48 microbatches x 4 chunks (1,536 forward boxes): the zoom control's 0-100%
+    draws the overview (heatmap images, no box), a cell's hover counts its boxes and names
+    their microbatches, a microbatch picked there is outlined on its real boxes in the page,
+    and zooming back in draws boxes again (the images gone). Screenshot:
+    ``test-artifacts/pipeline_view_overview.png``."""
+    try:
+        page = run_cells(lab, lab_page, page_log, "pipeline_overview.ipynb", BIG)
+        check_plots_drawn(page, lab_page, 1)
+        assert page.evaluate(CELLS_DRAWN) == 0  # opens on numbered boxes
+        execute(page, "big.controls['zoom'].value = (0, 100)")
+        page.wait_for_function(f"() => ({CELLS_DRAWN})() > 0", timeout=30_000)
+        facts = page.evaluate(FACTS)
+        assert facts["labels"] == [] and facts["legend"][:2] == ["Forward", "Backward"]
+        assert facts["forwards"] == 1  # no box: the legend entry's zero-length one
+        for frac in (0.3, 0.5, 0.7):  # a cell in the steady state of row 0
+            page.mouse.move(*page.evaluate(CELL_XY, [0, frac]))
+            page.wait_for_timeout(300)
+            hover = page.evaluate(f"() => Array.from({GD}.querySelectorAll("
+                                  "'.hoverlayer .hovertext')).map(t => t.textContent)")  # fmt: skip
+            if hover:
+                break
+        assert hover and re.search(r"\d+ boxes", hover[0]), hover
+        assert "narrower than a pixel" in hover[0], hover
+        page.mouse.move(5, 5)
+        execute(page, "big.pick['microbatch'].value = 7")
+        held = execute(page, f"print(len(big.figure.data[{TRACE_SELECTED_MB}].x))")
+        page.wait_for_function(f"(n) => ({OUTLINE})().length === n",
+                               arg=int(held["text"]), timeout=30_000)  # fmt: skip
+        assert int(held["text"]) == 2 * 8 * 4  # forward and backward on 8 devices x 4 chunks
+        screenshot(page, ARTIFACTS / "pipeline_view_overview.png")
+        execute(page, "big.controls['zoom'].value = (0, 5)")
+        page.wait_for_function(f"() => ({CELLS_DRAWN})() === 0", timeout=30_000)
+        assert page.evaluate(FACTS)["forwards"] > 8 * 4  # the boxes around the window
+        assert not page.evaluate(OUTPUT_ERRORS)
+    finally:
+        lab_page.close_current()
