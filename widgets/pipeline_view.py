@@ -119,6 +119,7 @@ class PipelineView(TrainingView):
                                                        window=self.window))  # fmt: skip
             self._drawn = drawn_range(self.window)  # the boxes the figure holds
             self._overview = overview_mode(self._cols, self.window)  # drawn as the overview
+            self._cells_held = self._overview  # the overview heatmaps hold cells
         self.figure.layout.on_change(self.errors.guard(self._on_zoom), "xaxis.range")
         for k in ("compute-forward", "compute-backward"):  # every chunk's trace
             for i in kind_traces(k):
@@ -325,10 +326,13 @@ class PipelineView(TrainingView):
         arrays = trace_arrays(self._cols, c.virtual_stages, drawn, overview)
         for trace, (kind, chunk), a in zip(fig.data, TRACE_KEYS, arrays, strict=False):
             trace.update(hovertemplate=trace_hover(kind, chunk, c.virtual_stages, unit), **a)
+        if not overview and not getattr(self, "_cells_held", True):
+            return  # the overview heatmaps are empty already
         cells = (overview_arrays(self._cols, c.pp, self.window) if overview
                  else [None] * len(OVERVIEW_KEYS))  # fmt: skip
         for k, ((kind, chunk), a) in enumerate(zip(OVERVIEW_KEYS, cells, strict=True)):
             fig.data[TRACE_OVERVIEW + k].update(**overview_trace_data(a, kind, chunk, unit))
+        self._cells_held = overview
         sel = selected_arrays(self._cols, self.microbatch, self._stage_filter(), drawn)
         t = fig.data[TRACE_SELECTED_MB]
         t.y, t.base, t.x = sel["y"], sel["base"], sel["x"]

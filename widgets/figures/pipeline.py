@@ -614,7 +614,8 @@ def pipeline_figure(
     stages d, d+p, ...); x is time in the unit of ``time_unit(step)``. Traces: one per
     ``TRACE_KEYS`` entry (event kind and chunk), then ``selected`` (the outline of the
     selected microbatch, or of a stage's steps), then the group labels (a text trace) that
-    number groups of boxes when boxes are too narrow for their numbers (see the module
+    number groups of boxes when boxes are too narrow for their numbers, then one overview
+    heatmap per ``OVERVIEW_KEYS`` entry, empty unless ``overview_mode`` (see the module
     docstring).
 
     Args:
