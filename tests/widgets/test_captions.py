@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 import explorer as ex
@@ -51,6 +52,31 @@ def test_pipeline_caption_agrees_with_its_figure_after_a_microbatch_change():
         sim = re.search(r"simulated\s+([\d.]+%)", info).group(1)
         formula = re.search(r"\)\s+([\d.]+%)\s*,\s+simulated", info).group(1)
         assert f"bubble {sim} simulated / {formula} formula" in title
+
+
+def test_pipeline_caption_agrees_with_its_overview_zoomed_out():
+    """Zoomed out to a whole real-size step (pp 8 x 48 microbatches x 4 chunks), boxes are
+    narrower than a pixel and drawn as the overview: the caption's step is where the last
+    busy cell ends (to a cell), and its microbatch count is the overview's highest
+    microbatch + 1."""
+    par = ex.ParallelConfig(dp=1, pp=8, microbatch_size=1, schedule="interleaved_1f1b",
+                            virtual_stages=4)  # fmt: skip
+    view = PipelineView("gpt3-6.7b", par, global_batch=48, seq=2048)
+    view.controls["zoom"].value = (0, 100)
+    info, fig = _text(view.info.value), view.figure
+    cells = [t for t in fig.data if t.type == "heatmap" and t.z is not None and len(t.z)]
+    assert cells, "the whole step should be drawn as the overview"
+    unit = _UNITS[re.search(r"time \((\w+)\)", fig.layout.xaxis.title.text).group(1)]
+    half = max(t.x[1] - t.x[0] for t in cells) / 2  # the frame lists the columns first
+    end = max(float(np.max(np.asarray(t.x)[np.isfinite(np.asarray(t.z, float))])) + half
+              for t in cells)  # fmt: skip
+    step = float(re.search(r"step (\S+) (\S+),", info).group(1))
+    step *= _UNITS[re.search(r"step \S+ (\S+),", info).group(1)] / unit
+    assert abs(end - step) <= half * 2 + 1e-3 * step  # last busy cell, or rounding of "3.80 s"
+    got = re.search(r"dp (\d+) × (\d+) microbatches", info)
+    forward = [t for t in cells if t.legendgroup == "compute-forward"]
+    top = max(float(np.nanmax(np.asarray(t.hovertext, float))) for t in forward)
+    assert int(got.group(2)) == int(top) + 1
 
 
 def test_memory_caption_agrees_with_its_bars_after_a_zero_and_recompute_change():
