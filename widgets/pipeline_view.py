@@ -21,6 +21,7 @@ from .figure_widget import FigureWidget
 from .figures.pipeline import (
     CHUNK_PATTERNS,
     CHUNKED_KINDS,
+    MAX_CHUNKS,
     OVERVIEW_KEYS,
     TRACE_GROUPS,
     TRACE_KEYS,
@@ -124,6 +125,9 @@ class PipelineView(TrainingView):
         for k in ("compute-forward", "compute-backward"):  # every chunk's trace
             for i in kind_traces(k):
                 self.figure.data[i].on_click(self.errors.guard(self._on_click))
+        for k, (kind, _) in enumerate(OVERVIEW_KEYS):  # and its overview cells
+            if kind in ("compute-forward", "compute-backward"):
+                self.figure.data[TRACE_OVERVIEW + k].on_click(self.errors.guard(self._on_cell))
         self.controls = {
             "schedule": ipw.Dropdown(options=SCHEDULE_NAMES, description="schedule",
                                      style=_WIDE, layout=ipw.Layout(width="auto")),
@@ -463,6 +467,27 @@ class PipelineView(TrainingView):
             i = points.point_inds[0]  # the box's stage and microbatch (trace_arrays)
             stage, mb = int(trace.customdata[i]), int(trace.text[i])
             self.click(stage, mb)
+
+    def _on_cell(self, trace, points, state) -> None:
+        """A click on an overview cell: select the stage and microbatch of the cell's trace's
+        box nearest the click on that row (the cell's time and device: its x and y)."""
+        if not points.xs:
+            return
+        kind, chunk = OVERVIEW_KEYS[points.trace_index - TRACE_OVERVIEW]
+        self.click_at(kind, chunk, int(round(float(points.ys[0]))), float(points.xs[0]))
+
+    def click_at(self, kind: str, chunk: int, device: int, time: float) -> None:
+        """Select the box of ``kind`` and virtual ``chunk`` on pipeline ``device`` nearest
+        ``time`` (x axis units): what a click on an overview cell does."""
+        cols = self._cols
+        m = (cols["kind"] == kind) & (cols["device"] == device)
+        m &= cols["chunk"] % MAX_CHUNKS == chunk
+        if not m.any():
+            raise ViewError(f"no {kind} box of chunk {chunk} on device {device}: nothing to select")
+        i = np.flatnonzero(m)
+        mid = (cols["start"][i] + cols["end"][i]) / 2
+        j = i[int(np.argmin(np.abs(mid - time)))]
+        self.click(int(cols["stage"][j]), int(cols["mb"][j]))
 
     def click(self, stage: int, microbatch: int) -> None:
         """What a click on a forward or backward bar does: select its stage and microbatch."""

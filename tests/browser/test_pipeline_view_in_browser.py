@@ -18,7 +18,13 @@ import pytest
 from lab import ARTIFACTS, NB, OUTPUT_ERRORS, check_plots_drawn, execute, run_cells
 from pagelog import screenshot
 
-from widgets.figures.pipeline import TRACE_SELECTED_MB, trace_index
+from widgets.figures.pipeline import (
+    OVERVIEW_BINS,
+    OVERVIEW_KEYS,
+    TRACE_OVERVIEW,
+    TRACE_SELECTED_MB,
+    trace_index,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -126,6 +132,11 @@ big = PipelineView("gpt3-6.7b", par, global_batch=48, seq=2048)
 big""",
 ]
 CELLS_DRAWN = f"() => {GD}.querySelectorAll('.heatmaplayer .hm image').length"
+BWD1_CELLS = TRACE_OVERVIEW + OVERVIEW_KEYS.index(("compute-backward", 1))
+# A busy cell of that trace past the middle of the step whose boxes are not microbatch 7.
+CELL = f"""() => {{ const t = {GD}.data[{BWD1_CELLS}], z = Array.from(t.z);
+  const i = z.findIndex((v, k) => k > z.length / 2 && isFinite(v) && t.text[k] > 7);
+  return [t.x[i], t.y[i], t.text[i], t.hovertext[i]]; }}"""
 BAR_FORWARDS = f"""() => {GD}.data.filter(t => t.type === 'bar' && t.legendgroup ===
   'compute-forward').reduce((n, t) => n + (t.x ? t.x.length : 0), 0)"""
 # Page coordinates of the overview cell of row ``d`` at ``frac`` of the plot's width.
@@ -169,6 +180,24 @@ def test_pipeline_view_zoomed_out_draws_the_overview_and_keeps_the_selection(
                                arg=int(held["text"]), timeout=30_000)  # fmt: skip
         assert int(held["text"]) == 2 * 8 * 4  # forward and backward on 8 devices x 4 chunks
         screenshot(page, ARTIFACTS / "pipeline_view_overview.png")
+        # a mouse click on a backward cell of chunk 1 selects its box there
+        outline = page.evaluate(OUTLINE)
+        x, d, lo, hi = page.evaluate(CELL)
+        xy = page.evaluate(f"""([x, d]) => {{ const gd = {GD}, r = gd.getBoundingClientRect();
+          const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+          return [r.left + xa._offset + xa.l2p(x), r.top + ya._offset + ya.l2p(d + 0.075)];
+          }}""", [x, d])  # fmt: skip
+        page.mouse.click(*xy)
+        page.wait_for_function(f"(b) => JSON.stringify(({OUTLINE})()) !== JSON.stringify(b)",
+                               arg=outline, timeout=30_000)  # fmt: skip
+        # the box selected is on the clicked row within a pixel (two cells) of the click:
+        # the mouse lands on whole pixels, and a cell is under a pixel wide
+        near = execute(page, f"""c, cell = big._cols, big.window or (0, float(big._cols['span']))
+cell = (cell[1] - cell[0]) / {OVERVIEW_BINS}
+m = (c['stage'] == big.stage) & (c['mb'] == big.microbatch) & (c['device'] == {int(d)})
+m &= (c['end'] > {x} - 2 * cell) & (c['start'] < {x} + 2 * cell)
+print(int(m.sum()), big.stage % 8)""")  # fmt: skip
+        assert near["text"].split() == ["1", str(int(d))], (near, x, d, lo, hi)
         execute(page, "big.controls['zoom'].value = (0, 5)")
         page.wait_for_function(f"() => ({CELLS_DRAWN})() === 0", timeout=30_000)
         assert page.evaluate(BAR_FORWARDS) > 8 * 4  # the boxes around the window

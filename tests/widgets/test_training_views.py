@@ -560,6 +560,20 @@ def test_pipeline_view_zoomed_out_to_the_overview_and_back_keeps_selection():
     out = v.figure.data[TRACE_SELECTED_MB]
     assert v.microbatch == 7 and len(out.x) == int(mine.sum()) == 2 * 8 * 4
     assert sorted(out.base) == sorted(cols["start"][mine])  # the real boxes, not cells
+    # a click on an overview cell (plotly gives its x and y): its trace's box there
+    from plotly.callbacks import Points
+
+    k = OVERVIEW_KEYS.index(("compute-backward", 1))
+    t = v.figure.data[TRACE_OVERVIEW + k]
+    z = np.asarray(t.z, float)
+    j = int(np.flatnonzero(np.isfinite(z))[len(np.flatnonzero(np.isfinite(z))) // 2])
+    x, d = float(t.x[j]), int(t.y[j])
+    v._on_cell(t, Points([j], [x], [d], t.name, TRACE_OVERVIEW + k), None)
+    bwd = (cols["kind"] == "compute-backward") & (cols["device"] == d) & (cols["chunk"] == 1)
+    hit = bwd & (cols["stage"] == v.stage) & (cols["mb"] == v.microbatch)
+    assert hit.sum() == 1 and v.stage == 8 + d  # chunk 1 of device d
+    assert t.text[j] <= v.microbatch <= t.hovertext[j]  # one of the cell's boxes
+    assert (v.selection.stage, v.selection.microbatch) == (v.stage, v.microbatch)
     v.controls["zoom"].value = (0, 5)  # zoomed in: boxes again, overview empty
     assert all(len(v.figure.data[i].z) == 0 for i in heat)
     assert float(np.sum(boxes(v.figure.data, "compute-forward"))) > 0
