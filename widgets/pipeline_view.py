@@ -483,7 +483,11 @@ class PipelineView(TrainingView):
         m = (cols["kind"] == kind) & (cols["device"] == device)
         m &= cols["chunk"] % MAX_CHUNKS == chunk
         if not m.any():
-            raise ViewError(f"no {kind} box of chunk {chunk} on device {device}: nothing to select")
+            c = self.sim.config
+            raise ViewError(
+                f"no {kind} box of chunk {chunk} on pipeline device {device}: nothing to "
+                f"select; give a device in 0..{c.pp - 1} and a chunk in 0..{c.virtual_stages - 1}"
+            )
         i = np.flatnonzero(m)
         mid = (cols["start"][i] + cols["end"][i]) / 2
         j = i[int(np.argmin(np.abs(mid - time)))]

@@ -574,6 +574,8 @@ def test_pipeline_view_zoomed_out_to_the_overview_and_back_keeps_selection():
     assert hit.sum() == 1 and v.stage == 8 + d  # chunk 1 of device d
     assert t.text[j] <= v.microbatch <= t.hovertext[j]  # one of the cell's boxes
     assert (v.selection.stage, v.selection.microbatch) == (v.stage, v.microbatch)
+    with pytest.raises(ViewError, match=r"chunk 5 on pipeline device 0.*chunk in 0\.\.3"):
+        v.click_at("compute-forward", 5, 0, 1.0)
     v.controls["zoom"].value = (0, 5)  # zoomed in: boxes again, overview empty
     assert all(len(v.figure.data[i].z) == 0 for i in heat)
     assert float(np.sum(boxes(v.figure.data, "compute-forward"))) > 0
