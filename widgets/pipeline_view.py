@@ -85,7 +85,8 @@ class PipelineView(TrainingView):
     its number; the toolbar's zoom relabels the same way). Zoomed, the figure holds the
     boxes around the window only (``figures.pipeline.drawn_range``) and fetches others as
     the window moves; zoomed out so far that even the widest box is narrower than a box
-    number needs (a whole real-size step), it draws the overview instead (one cell per
+    number needs, or that the boxes around the window are more than a browser draws in
+    half a second (a whole real-size step), it draws the overview instead (one cell per
     pixel showing the kind and chunk busy longest there; hover counts its boxes and
     microbatches) and the boxes come back as the zoom narrows. ``pick["stage"]`` and ``pick["microbatch"]``: the keyboard's way to
     what a click on a box does (``widgets.pick_menu.PickMenu``).
@@ -321,7 +322,7 @@ class PipelineView(TrainingView):
     def _set_boxes(self) -> None:
         """Put the boxes of ``drawn_range(window)`` in the bar traces and the outline (the
         browser draws a few hundred boxes around the window, not a whole GPT-3 step); where
-        the boxes are narrower than a pixel (``overview_mode``), the overview heatmaps
+        the boxes are too narrow or too many (``overview_mode``), the overview heatmaps
         instead, and the outline still on the selection's real boxes."""
         c, fig = self.sim.config, self.figure
         unit = time_unit(self.sim.timeline.step_time_s)[0]

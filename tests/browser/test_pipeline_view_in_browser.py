@@ -172,7 +172,7 @@ def test_pipeline_view_zoomed_out_draws_the_overview_and_keeps_the_selection(
             if hover:
                 break
         assert hover and re.search(r"\d+ boxes", hover[0]), hover
-        assert "narrower than a pixel" in hover[0], hover
+        assert "zoom in for each box" in hover[0], hover
         page.mouse.move(5, 5)
         execute(page, "big.pick['microbatch'].value = 7")
         held = execute(page, f"print(len(big.figure.data[{TRACE_SELECTED_MB}].x))")

@@ -537,7 +537,7 @@ def test_pipeline_overview_at_gpt3_size_shows_each_pixel_busy_as_the_boxes_are()
         assert len(shown) * width == pytest.approx(float(total.sum()), rel=0.02)
     summary = figure_summary(fig)
     forwards = int(((cols["kind"] == "compute-forward") & (cols["chunk"] == 0)).sum())
-    assert f"Forward: {forwards} boxes narrower than a pixel, drawn as" in summary
+    assert f"Forward: {forwards} boxes drawn as" in summary and "zoom in for each" in summary
     assert "Tensor-parallel communication" not in summary  # never the longest in a pixel
 
 

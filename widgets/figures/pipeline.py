@@ -18,8 +18,9 @@ their numbers, the numbers are also written per group of consecutive boxes above
 (``F16–19 B0–3``: the forwards and backwards of that stretch), groups sized so their labels
 fit (``label_groups``). Hover shows each box's stage, chunk, microbatch and times.
 
-Level of detail: where even the widest box in the window is narrower than a number needs
-(``overview_mode``; a whole GPT-3 175B step: 33,867 boxes of 0.1-1.5 px), the boxes are
+Level of detail: where even the widest box in the window is narrower than a number needs,
+or the boxes around it are too many for a browser to draw at once (``overview_mode``; a
+whole GPT-3 175B step: 33,867 boxes of 0.1-1.5 px), the boxes are
 drawn as an overview instead: after the group labels, one heatmap per (kind, chunk)
 (``OVERVIEW_KEYS`` from ``TRACE_OVERVIEW``), ``OVERVIEW_BINS`` cells across the window, each
 cell of a row in the colour of the trace busy longest in it (``overview_arrays``); the bars
@@ -48,7 +49,7 @@ __all__ = [
     "microbatch_window", "pipeline_axes", "visible_groups", "PLOT_WIDTH_PX", "BOX_LABEL_PX",
     "trace_marker", "CHUNK_PATTERNS", "readable_window", "TRACE_KEYS", "trace_index",
     "kind_traces", "trace_arrays", "CHUNKED_KINDS", "MAX_CHUNKS", "drawn_range", "box_text",
-    "BOX_TEXT_MIN_PX", "OVERVIEW_BINS", "OVERVIEW_KEYS", "TRACE_OVERVIEW", "overview_mode",
+    "BOX_TEXT_MIN_PX", "OVERVIEW_BINS", "OVERVIEW_MAX_BOXES", "OVERVIEW_KEYS", "TRACE_OVERVIEW", "overview_mode",
     "overview_arrays", "overview_hover", "overview_ygap", "overview_trace_data",
 ]  # fmt: skip
 
@@ -402,7 +403,7 @@ def group_arrays(groups: list[dict]) -> dict:
     }
 
 
-# --- the overview: boxes narrower than a pixel ---------------------------------------------
+# --- the overview: boxes too narrow or too many ----------------------------------------------
 #: Cells per window width of the overview (``overview_arrays``): at least the plot's pixels
 #: at any notebook width (1440x900: ~1000 px; the bench draws 1100 px), so a cell is at most
 #: a pixel wide.
@@ -412,21 +413,27 @@ OVERVIEW_BINS = 1280
 OVERVIEW_KEYS: tuple[tuple[str, int], ...] = tuple(k for k in TRACE_KEYS if k[0] != "pp-comm")
 #: The position of the first overview heatmap (one per ``OVERVIEW_KEYS``), after the labels.
 TRACE_OVERVIEW = TRACE_GROUPS + 1
+#: Above this many boxes around the window the overview is drawn, however wide the boxes.
+OVERVIEW_MAX_BOXES = 4000
 _OVERVIEW_SLOTS = np.array([TRACE_KEYS.index(k) for k in OVERVIEW_KEYS])
 
 
 def overview_mode(cols: dict[str, np.ndarray], window: tuple[float, float] | None = None) -> bool:
     """Whether ``window`` is drawn as the overview: even its widest forward/backward box is
-    narrower than ``BOX_TEXT_MIN_PX`` (no number can show; ``box_text`` is ``"none"``). A
-    whole GPT-3 175B step holds 33,867 boxes of 0.1-1.5 px at 1100 px: drawn as SVG bars,
-    one path each, they took the browser seconds; the overview is one image per trace.
+    narrower than ``BOX_TEXT_MIN_PX`` (no number can show; ``box_text`` is ``"none"``), or
+    the boxes of ``drawn_range(window)`` are more than ``OVERVIEW_MAX_BOXES`` (a browser
+    draws each bar as an SVG path: at 10-15% of a GPT-3 175B step, 7,132-10,665 bars took
+    Chromium 0.67-0.89 s to draw, 3,620 bars 0.31 s, measured under load). A whole GPT-3
+    step holds 33,867 boxes of 0.1-1.5 px at 1100 px; the overview is one image per trace.
 
     >>> import explorer as ex
     >>> sim = ex.simulate("gpt2", ex.ParallelConfig(dp=2, pp=4), global_batch=32, seq=512)
     >>> overview_mode(timeline_columns(sim.timeline))
     False
     """
-    return box_text(cols, window) == "none"
+    if box_text(cols, window) == "none":
+        return True
+    return int(_in_range(cols, drawn_range(window)).sum()) > OVERVIEW_MAX_BOXES
 
 
 def overview_arrays(
@@ -513,7 +520,7 @@ def overview_hover(kind: str, chunk: int, unit: str, cell: float) -> str:
     what = (f"chunk {chunk}: %{{z}} boxes, microbatches %{{text}}–%{{hovertext}}"
             if kind in _SHORT else "%{z} boxes")  # fmt: skip
     return (
-        f"{what} (each narrower than a pixel: zoom in for them)<br>%{{x:.4g}} ± "
+        f"{what} (an overview: zoom in for each box)<br>%{{x:.4g}} ± "
         f"{cell / 2:.2g} {unit}<extra>{EVENT_NAMES[kind]}</extra>"
     )
 

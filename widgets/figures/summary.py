@@ -76,10 +76,10 @@ def _trace(t: Any, layout: Any) -> str | None:
         if not z.size:
             return None  # an empty grid draws nothing
         meta = t.meta if isinstance(t.meta, dict) else {}
-        if "boxes" in meta:  # an overview standing for boxes narrower than a pixel
+        if "boxes" in meta:  # an overview standing for boxes
             cells = _numbers(t.z).size
-            return (f"{_strip_tags(_text(t.name)) or kind}: {meta['boxes']} boxes narrower "
-                    f"than a pixel, drawn as {cells} cells")  # fmt: skip
+            return (f"{_strip_tags(_text(t.name)) or kind}: {meta['boxes']} boxes drawn as "
+                    f"{cells} cells (an overview: zoom in for each box)")  # fmt: skip
         vals = _numbers(list(np.ravel(z)))
         rng = f", values {_fmt(vals.min())} to {_fmt(vals.max())}" if vals.size else ""
         return f"{_strip_tags(_text(t.name)) or kind}: a {rows} x {cols} grid{rng}"
