@@ -47,6 +47,7 @@ from widgets.figures.pipeline import (
     kind_traces,
     label_groups,
     label_mode,
+    overview_arrays,
     overview_mode,
     timeline_columns,
     trace_index,
@@ -539,6 +540,36 @@ def test_pipeline_overview_at_gpt3_size_shows_each_pixel_busy_as_the_boxes_are()
     forwards = int(((cols["kind"] == "compute-forward") & (cols["chunk"] == 0)).sum())
     assert f"Forward: {forwards} boxes drawn as" in summary and "zoom in for each" in summary
     assert "Tensor-parallel communication" not in summary  # never the longest in a pixel
+
+
+def test_pipeline_overview_leaves_a_cell_less_than_half_busy_as_a_gap():
+    """The idle bubble is drawn as a kind of its own, so the GPT-3 step's rows are busy
+    almost everywhere; with its idle boxes left out, the cells of the bubble are less than
+    half busy and the overview leaves them empty (an idle gap wider than a pixel stays a
+    gap), while a cell more than half busy shows a trace."""
+    sim = _gpt3_step()
+    cols = timeline_columns(sim.timeline)
+    keep = cols["kind"] != "idle"
+    gapped = {k: (v[keep] if isinstance(v, np.ndarray) and len(v) == len(keep) else v)
+              for k, v in cols.items()}  # fmt: skip
+    pp = int(cols["device"].max()) + 1
+    cells = overview_arrays(gapped, pp, None)
+    width = cells[0]["cell"]
+    edges = width * np.arange(OVERVIEW_BINS + 1)
+    for row in (0, pp - 1):
+        m = (gapped["device"] == row) & (gapped["kind"] != "pp-comm")
+        start, end = gapped["start"][m][:, None], gapped["end"][m][:, None]
+        busy = np.clip(np.minimum(end, edges[1:]) - np.maximum(start, edges[:-1]), 0,
+                       None).sum(axis=0)  # fmt: skip
+        shown = np.zeros(OVERVIEW_BINS, dtype=bool)
+        for t in cells:
+            x, y, z = t["x"], t["y"], t["z"]
+            on = (y == row) & np.isfinite(z)
+            shown[np.floor(x[on] / width).astype(int)] = True
+        gaps = busy < 0.5 * width - 1e-9
+        assert gaps.sum() > 10, row  # the bubble leaves cells less than half busy
+        assert not shown[gaps].any(), row
+        assert shown[busy > 0.5 * width + 1e-9].all(), row
 
 
 def test_pipeline_view_zoomed_out_to_the_overview_and_back_keeps_selection():
