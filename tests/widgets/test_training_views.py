@@ -36,9 +36,11 @@ from widgets.figures.pipeline import (
     CHUNKED_KINDS,
     EVENT_KINDS,
     EVENT_NAMES,
+    GROUP_LABEL_PX,
     MAX_CHUNKS,
     OVERVIEW_BINS,
     OVERVIEW_KEYS,
+    PLOT_WIDTH_PX,
     TRACE_GROUPS,
     TRACE_KEYS,
     TRACE_OVERVIEW,
@@ -277,6 +279,19 @@ def test_pipeline_numbers_every_box_or_every_group():
     fig = pipeline_figure(many)
     assert list(fig.data[TRACE_GROUPS].text) == [g["text"] for g in groups]
     span = float(cols["span"])
+    # each label whole inside the plot (at PLOT_WIDTH_PX, GROUP_LABEL_PX a character):
+    # centred above its group, or moved inwards at either end of the axis
+    per_px = span / PLOT_WIDTH_PX
+    moved = []
+    for k, (g, x) in enumerate(zip(groups, fig.data[TRACE_GROUPS].x, strict=True)):
+        half = len(g["text"]) * GROUP_LABEL_PX * per_px / 2
+        assert 0 <= x - half and x + half <= span, g
+        if x != pytest.approx((g["x0"] + g["x1"]) / 2):
+            moved.append(k)
+    ends = {k for k, g in enumerate(groups)
+            if k == 0 or k == len(groups) - 1 or groups[k - 1]["device"] != g["device"]
+            or groups[k + 1]["device"] != g["device"]}  # fmt: skip
+    assert moved and set(moved) <= ends  # only a row's first or last label moves
     window = (0.0, span * 0.01)
     assert label_mode(cols, window) == "boxes"
     assert len(pipeline_figure(many, window=window).data[TRACE_GROUPS].x) == 0

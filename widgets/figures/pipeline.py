@@ -347,7 +347,8 @@ def label_groups(
     cols: dict[str, np.ndarray], window: tuple[float, float] | None = None
 ) -> list[dict]:
     """Groups of consecutive forward/backward boxes per device, each as wide as its label:
-    ``{"device", "x0", "x1", "text", "boxes"}`` with text such as ``"F16–19 B0–3"`` (the
+    ``{"device", "x0", "x1", "x", "text", "boxes"}`` (``x``: where its label is centred) with
+    text such as ``"F16–19 B0–3"`` (the
     range of microbatch numbers of each phase in the group). The row is cut into stretches
     of one label's width (at ``PLOT_WIDTH_PX`` over ``window``) and the boxes starting in a
     stretch form its group, so every box in ``window`` is in exactly one group (vectorised:
@@ -364,7 +365,10 @@ def label_groups(
     dev, start, end = cols["device"][idx], cols["start"][idx], cols["end"][idx]
     fwd = cols["kind"][idx] == "compute-forward"
     mb = cols["mb"][idx].astype(float)
-    stretch = np.floor((start - origin) / width).astype(np.int64)
+    # whole stretches only: the boxes of a last, narrower stretch join the one before, so
+    # every group is at least a label wide and its label fits inside the plot
+    whole = max(1, int(span // width))
+    stretch = np.clip(np.floor((start - origin) / width), 0, whole - 1).astype(np.int64)
     key = dev.astype(np.int64) * (int(stretch.max()) + 2) + stretch
     first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
     count = np.diff(np.r_[first, len(idx)])
@@ -383,8 +387,11 @@ def label_groups(
             for short, (lo, hi) in zip("FB", ranges, strict=True)
             if np.isfinite(lo[g])
         ]
+        # centred above the group, but kept whole inside the plot: a group at either end
+        # of the window would put half its label past the axis, clipped
+        x = min(max((x0[g] + x1[g]) / 2, origin + width / 2), origin + span - width / 2)
         out.append({"device": int(dev[i]), "x0": float(x0[g]), "x1": float(x1[g]),
-                    "text": " ".join(parts), "boxes": int(count[g])})  # fmt: skip
+                    "x": float(x), "text": " ".join(parts), "boxes": int(count[g])})  # fmt: skip
     return out
 
 
@@ -393,11 +400,11 @@ def _ranges(lo: int, hi: int) -> str:
 
 
 def group_arrays(groups: list[dict]) -> dict:
-    """The text trace of ``label_groups``: each label centred above its group's boxes
-    (one trace, not layout annotations: hundreds of annotations take plotly seconds to
-    validate, a text trace milliseconds)."""
+    """The text trace of ``label_groups``: each label centred above its group's boxes, moved
+    inwards where that would cut it at the plot's edge (one trace, not layout annotations:
+    hundreds of annotations take plotly seconds to validate, a text trace milliseconds)."""
     return {
-        "x": np.array([(g["x0"] + g["x1"]) / 2 for g in groups], dtype=float),
+        "x": np.array([g["x"] for g in groups], dtype=float),
         "y": np.array([g["device"] + _BAR[0] - 0.15 for g in groups], dtype=float),
         "text": [g["text"] for g in groups],
     }
