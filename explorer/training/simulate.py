@@ -252,6 +252,22 @@ def _in_flight(step: StepModel) -> list[int]:
     ]
 
 
+def ladder_fits(step: StepModel, n_full: int | None) -> bool:
+    """Whether `estimate`'s stage split of ``step`` with ``n_full`` fully recomputed layers
+    per stage (``per_layer``; None otherwise) fits the memory cap: the question its
+    recompute ladder asks of each count, asked ahead by the plan's search
+    (`planning.bounded`) to raise a configuration's step-time floor before its estimate."""
+    flight = _in_flight(step)
+    split = _partition(step, n_full, flight, memory_capped=False)
+    return max(m.total for m in _formula_memories(step, split[0], n_full, flight)) <= step.cap
+
+
+def recompute_counts(step: StepModel) -> list[int | None]:
+    """The fully recomputed layer counts `estimate`'s ladder chooses among (fewest
+    first): ``[None]`` unless ``per_layer`` without a count."""
+    return _n_full_candidates(step)
+
+
 def _n_full_candidates(step: StepModel) -> list[int | None]:
     par = step.par
     if par.recompute != "per_layer":
@@ -609,7 +625,12 @@ def estimate(
     Exact for uniform stages without transfers; `plan_training` ranks with it. ``params``
     and ``stack`` as in `simulate`."""
     cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params, stack, "estimate")
-    step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
+    return estimate_step(StepModel(cfg, parallel, cluster, global_batch, seq, tparams))
+
+
+def estimate_step(step: StepModel) -> SimResult:
+    """`estimate` of a configuration's step model (the plan's search keeps the step models
+    whose memory it asked before, `ladder_fits`, and estimates them)."""
     par, m = step.par, step.m
     flight = _in_flight(step)
     S, p, v = par.stages, par.pp, par.virtual_stages

@@ -83,8 +83,20 @@ def test_known_partition_only_where_the_split_does_not_depend_on_times():
         dict(cfg="gpt2", devices=8, hardware="a100-80g", global_batch=64, seq=1024),
         dict(cfg="gpt3-1.3b", devices=64, hardware="a100-80g", global_batch=256, seq=2048),
         dict(cfg="qwen3-30b-a3b", devices=16, hardware="h100-sxm", global_batch=64, seq=4096),
+        # most configurations need recomputation: their memory is asked before their
+        # estimate and raises their floor
+        dict(cfg="gpt3-175b", devices=256, hardware="a100-80g", global_batch=1536, seq=2048),
+        # a ladder the memory questions leave to the estimates
+        dict(
+            cfg="gpt3-1.3b",
+            devices=16,
+            hardware="a100-80g",
+            global_batch=256,
+            seq=2048,
+            space=SearchSpace(recompute=("none", "selective", "full")),
+        ),
     ],
-    ids=["gpt2", "gpt3-1.3b", "qwen3-30b-a3b"],
+    ids=["gpt2", "gpt3-1.3b", "qwen3-30b-a3b", "gpt3-175b-recompute", "other-ladder"],
 )
 def test_pruning_changes_no_plan(kw):
     # objectives= estimates every configuration (the Pareto front needs them all): the
@@ -110,10 +122,10 @@ def test_fewer_kept_plans_prune_more():
     assert len(wide.alternatives) == 10 and len(narrow.alternatives) == 1
 
 
-def _search(prune: bool, keep: int = 2):
+def _search(prune: bool, keep: int = 2, job=("gpt3-1.3b", 32, "a100-80g", 64, 2048)):
     from explorer.training.planning.bounded import BoundedSearch
 
-    name, devices, hw, gb, seq = "gpt3-1.3b", 32, "a100-80g", 64, 2048
+    name, devices, hw, gb, seq = job
     cfg, tparams = ex.models.load(name), stacks.resolve(None, None, "test")
     cluster = resolve(hw).extended(devices)
     search = BoundedSearch(cfg, cluster, gb, seq, tparams, SearchSpace(), keep)
@@ -132,10 +144,49 @@ def test_skipped_configurations_estimated_after_all_below_a_step_time():
     skipped = search.pruned
     assert skipped > 0 and search.estimated < len(every)
     middle = times[len(times) // 2]
-    search.estimate_below(middle)
+    search.estimate_below(middle, over=len(every))
     got = {repr(r) for r in search.results()}
     below = [r for r in exhaustive if r.step_time_s < middle]
     assert below and all(repr(r) in got for r in below)
     assert 0 < search.pruned < skipped
-    search.estimate_below(float("inf"))
+    search.estimate_below(float("inf"), over=len(every))
     assert search.pruned == 0 and [repr(r) for r in search.results()] == every
+
+
+def test_the_over_memory_list_needs_only_its_fastest_below_a_step_time():
+    # estimate_below stops once no floor left is below the over-th fastest result over
+    # memory: those over-memory results are the exhaustive search's, estimated or not
+    job = ("gpt3-175b", 256, "a100-80g", 1536, 2048)  # most need recomputation
+    exhaustive = _search(prune=False, job=job).results()
+    worst = max(r.step_time_s for r in exhaustive)
+    over = sorted((r for r in exhaustive if not r.fits), key=lambda r: r.step_time_s)[:2]
+    assert len(over) == 2
+    wide, narrow = _search(prune=True, job=job), _search(prune=True, job=job)
+    wide.estimate_below(worst, over=len(exhaustive))
+    narrow.estimate_below(worst, over=2)
+    assert narrow.pruned > wide.pruned  # fewer estimated
+    got = sorted((r for r in narrow.results() if not r.fits), key=lambda r: r.step_time_s)
+    assert [repr(r) for r in got[:2]] == [repr(r) for r in over]
+
+
+def test_the_recompute_floor_is_below_every_count_from_it():
+    # `step_time_floor(recomputed=k)`: a per_layer configuration whose ladder cannot fit
+    # with fewer than k fully recomputed layers per stage is never estimated faster with
+    # k or more (split known in advance and balanced by time)
+    from explorer.training.simulate import recompute_counts
+
+    cfg, tparams = ex.models.load("gpt3-1.3b"), stacks.resolve(None, None, "test")
+    cluster, checked = resolve("a100-80g").extended(32), 0
+    for base in list(_bases("gpt3-1.3b", 32, "a100-80g", 64, 2048))[::7]:
+        par = base.replace(recompute="per_layer")
+        step = StepModel(cfg, par, cluster, 64, 2048, tparams)
+        counts = recompute_counts(step)
+        floors = [step_time_floor(step, recomputed=k) for k in counts]
+        assert floors == sorted(floors) and floors[-1] > floors[0]  # more layers, more time
+        for k, floor in zip(counts, floors, strict=True):
+            for n in counts[counts.index(k) :: 3]:
+                r = ex.estimate(cfg, par.replace(recompute_num_layers=n), cluster, 64, 2048,
+                                tparams)  # fmt: skip
+                assert floor * (1 - FLOOR_SLACK) <= r.step_time_s, (str(par), k, n)
+                checked += 1
+    assert checked > 50

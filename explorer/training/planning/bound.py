@@ -42,12 +42,14 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..config import ParallelConfig
 from ..pipeline.partition import StagePartition, uniform_partition
 from ..pipeline.schedule import pipeline_time
 from ..step_model.kernels import optimizer_step_s
 from ..step_model.model import StepModel
-from ..step_model.terms import dense, dp, ep, tp, zero
+from ..step_model.terms import dense, dp, ep, recompute, tp, zero
 
 __all__ = ["step_time_floor", "FLOOR_SLACK", "known_partition"]
 
@@ -56,7 +58,9 @@ __all__ = ["step_time_floor", "FLOOR_SLACK", "known_partition"]
 FLOOR_SLACK = 1e-6
 
 
-def step_time_floor(step: StepModel, zero_terms: bool = True) -> float:
+def step_time_floor(
+    step: StepModel, zero_terms: bool = True, recomputed: int | None = None
+) -> float:
     """Seconds no stage split and no recompute policy of ``step``'s configuration can beat
     in `estimate` (module docstring). It relies on `TrainingParams` keeping every overlap
     fraction and ``overlap_interference`` in [0, 1] (checked when they are made), which
@@ -64,11 +68,37 @@ def step_time_floor(step: StepModel, zero_terms: bool = True) -> float:
 
     ``zero_terms=False`` leaves out every term that depends on the ZeRO stage (ZeRO-3
     gathers, gradient reductions, the tail): a floor for every ZeRO stage of the
-    configuration at once."""
+    configuration at once.
+
+    ``recomputed=k`` (a ``per_layer`` configuration whose ladder cannot fit with fewer than
+    ``k`` fully recomputed layers per stage, `simulate.ladder_fits`): the floor adds the
+    recomputation of ``k`` full layers per stage and the attention core of the others
+    (`_recompute_floor`), a floor for every count from ``k`` up."""
     part = known_partition(step.par, step.cfg.num_layers)
+    rec = None if recomputed is None else _recompute_floor(step, recomputed)
     if part is None:
-        return _even_floor(step)
-    return _staged_floor(step, part, zero_terms)
+        return _even_floor(step, rec)
+    return _staged_floor(step, part, zero_terms, rec)
+
+
+def _recompute_floor(step: StepModel, k: int) -> tuple[Callable[[int], float], float] | None:
+    """(seconds a stage of ``n`` layers recomputes per microbatch at least, seconds any
+    split of the model into stages recomputes at least), with ``k`` or more layers of each
+    stage fully recomputed (`recompute.layers_s`: a full layer's forward ``F``, a
+    selective one's attention core ``s``; more full layers cost more when ``F >= s``, and
+    with ``F < s`` every layer costs at least ``F``). Any split: every layer at least the
+    cheaper, and at least ``k`` layers full in all."""
+    if step.par.recompute != "per_layer":
+        return None
+    full = recompute.layers_s(step, 1, 1)  # one layer, fully recomputed
+    sel = recompute.layers_s(step, 1, 0)  # one layer, its attention core
+    L = step.cfg.num_layers
+    k = k if full >= sel else L
+
+    def per_stage(n: int) -> float:
+        return recompute.layers_s(step, n, k)
+
+    return per_stage, L * min(full, sel) + max(full - sel, 0.0) * min(k, L)
 
 
 def known_partition(par: ParallelConfig, num_layers: int) -> StagePartition | None:
@@ -111,7 +141,7 @@ def _by_shape(step: StepModel, part: StagePartition, of) -> list[float]:
     return out
 
 
-def _even_floor(step: StepModel) -> float:
+def _even_floor(step: StepModel, rec=None) -> float:
     par = step.par
     p, v, stages = par.pp, par.virtual_stages, par.stages
     part = uniform_partition(step.cfg.num_layers, stages)
@@ -121,10 +151,14 @@ def _even_floor(step: StepModel) -> float:
         return fwd + bwd + _tp_floor(step, part, g)
 
     whole = sum(_by_shape(step, part, stage))
+    if rec is not None:  # the split is not known: what every split recomputes at least
+        whole += rec[1]
     return whole * (step.m / p + (p - 1) / (p * v)) + 2 * (stages - 1) * step.p2p_s
 
 
-def _staged_floor(step: StepModel, part: StagePartition, zero_terms: bool = True) -> float:
+def _staged_floor(
+    step: StepModel, part: StagePartition, zero_terms: bool = True, rec=None
+) -> float:
     par, tparams = step.par, step.tparams
     io = tparams.overlap_interference
     p, v, stages = par.pp, par.virtual_stages, par.stages
@@ -133,6 +167,8 @@ def _staged_floor(step: StepModel, part: StagePartition, zero_terms: bool = True
         fwd, bwd = step.stage_compute_s(part, g)
         ep_raw = ep.stage_s(step, dense.moe_layers_in(step, part, (g,)))
         t = fwd + bwd + _tp_floor(step, part, g)
+        if rec is not None:
+            t += rec[0](part.layers(g))
         t += 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
         if not zero_terms:
             return t

@@ -8,9 +8,22 @@ split into its configurations' own floors when it is the lowest left. The config
 are estimated lowest floor first, each walking the recompute ladder; once ``keep``
 fitting configurations are known (the simulated few plus the alternatives kept), a
 configuration whose floor is above the ``keep``-th step time cannot enter the plan, nor can
-any after it: they are skipped (``pruned``). After the chosen plan is simulated, the skipped
-configurations whose floor is below its step time are estimated after all, since the
-over-memory list names the faster configurations that do not fit.
+any after it: they are skipped (``pruned``).
+
+Before its estimate, a configuration's memory is asked as its ladder will ask it
+(`simulate.ladder_fits`, ~0.1 ms against ~0.6 ms for the two rungs' estimates): when
+``none`` does not fit, only a ``per_layer`` rung can enter the plan, and the ladder's
+bisection over the fully recomputed layer counts gives the fewest it can take; the floor
+rises by that recomputation (`bound.step_time_floor`'s ``recomputed``) and the
+configuration goes back among the others. At real sizes most low floors belong to
+configurations that need recomputation (GPT-3 175B on 256 A100s: ~400 floors below the
+kept step times, ~350 of them over memory without recomputation), so most are skipped
+after a question or a few instead of estimated. The step models asked are kept for the
+estimate.
+
+After the chosen plan is simulated, the skipped configurations whose floor is below its
+step time are estimated after all, lowest floor first, until no floor left is below the
+over-memory list's last entry (it names the fastest configurations that do not fit).
 
 Results keep the order of the enumeration, whatever order they were estimated in, so the
 stable sorts of the plan (ties in step time and memory) pick as the exhaustive search did:
@@ -28,7 +41,7 @@ import bisect
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
 
 from ...errors import ExplorerError
@@ -38,17 +51,22 @@ from ...search.errors import SearchError
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError
 from ..params import TrainingParams
-from ..simulate import SimResult, estimate
+from ..simulate import SimResult, estimate_step, ladder_fits, recompute_counts
 from ..step_model.model import StepModel
 from .bound import FLOOR_SLACK, step_time_floor
 from .ranking import rank
-from .space import SearchSpace, cheapest_recompute
+from .space import RECOMPUTE_LADDER, SearchSpace, cheapest_recompute
 
 __all__ = ["BoundedSearch"]
 
 # A floor must clear the kept step time by this much (seconds) to skip a configuration:
 # `rank` rounds step times to the nanosecond, and a tie would be broken by memory.
 _CLEAR_S = 2e-9
+
+# heap entries: (floor, index, group >= 0) a group not split yet; (floor, index, _ASK) a
+# configuration whose memory is asked before its estimate; (floor, index, _READY) one to
+# estimate
+_ASK, _READY = -1, -2
 
 
 class BoundedSearch:
@@ -73,6 +91,11 @@ class BoundedSearch:
         self._groups: list[list[int]] = []
         self._group_of: dict[tuple, list[int]] = {}
         self._steps: dict[int, StepModel] = {}  # a group's step model until it is split
+        # the ladder's rungs (cheapest first); per configuration whose memory was asked
+        # before its estimate, the step model of each rung asked (the estimate reuses them)
+        self._rungs = sorted(space.recompute, key=RECOMPUTE_LADDER.index)
+        self._kept_steps: dict[int, dict[str, StepModel]] = {}
+        self._asking: dict[int, Iterator[float]] = {}  # questions left, by configuration
         self._pruning = True
         self.estimated = 0  # SimResults made (a configuration makes one per rung walked)
 
@@ -100,6 +123,65 @@ class BoundedSearch:
                 self._floors[i] = self._floors[members[0]]
             members.append(i)
 
+    def _ask(self, i: int) -> tuple[float | None, bool]:
+        """The next memory question of configuration ``i``'s recompute ladder (`_questions`):
+        (its raised floor, False) to ask again when that is the lowest floor left; (the
+        floor to estimate it at, True), None for the floor it has, +inf when no rung fits
+        (only the over-memory list can name it)."""
+        questions = self._asking.get(i)
+        if questions is None:
+            questions = self._asking[i] = self._questions(i)
+        try:
+            return next(questions), False
+        except StopIteration as done:
+            del self._asking[i]
+            return done.value, True
+        except ExplorerError:  # the estimate says why (or skips the configuration)
+            del self._asking[i]
+            return None, True
+
+    def _questions(self, i: int) -> Iterator[float]:
+        """Configuration ``i``'s memory, asked before its estimate as its recompute ladder
+        will ask it (`simulate.ladder_fits`; the step models are kept for the estimate).
+        Ends with None when the cheapest rung fits (or the ladder is not ``none`` then
+        ``per_layer``: its estimate decides), +inf when no rung fits; otherwise it follows
+        the ladder's bisection over the ``per_layer`` counts (`simulate._fewest_recompute`)
+        and yields the floor of the fewest count still possible each time that count rises
+        (`bound.step_time_floor`'s ``recomputed``: the ladder never takes fewer), ending
+        with the last."""
+        base, rungs = self._bases[i], self._rungs
+        if rungs[0] != "none" or rungs[1:2] not in ([], ["per_layer"]):
+            return None
+        steps = self._kept_steps.setdefault(i, {})
+        if "none" not in steps:
+            steps["none"] = self._step(base, "none")
+        if ladder_fits(steps["none"], None):
+            return None
+        if len(rungs) == 1:
+            return math.inf
+        step = steps["per_layer"] = self._step(base, "per_layer")
+        counts = recompute_counts(step)
+        lo, hi = 0, len(counts) - 1
+        if not ladder_fits(step, counts[hi]):
+            return math.inf
+        floor = None
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if ladder_fits(step, counts[mid]):
+                hi = mid
+                continue
+            lo = mid + 1
+            floor = step_time_floor(step, recomputed=counts[lo]) * (1.0 - FLOOR_SLACK)
+            if lo < hi:
+                yield floor
+        if floor is None:  # the fewest count fits: the selective rung's floor
+            floor = step_time_floor(step, recomputed=counts[lo]) * (1.0 - FLOOR_SLACK)
+        return floor
+
+    def _step(self, base: ParallelConfig, policy: str) -> StepModel:
+        par = base.replace(recompute=policy)
+        return StepModel(self._cfg, par, self._cluster, self._gb, self._seq, self._tparams)
+
     def _floor(self, i: int, zero_terms: bool = True) -> float:
         """Configuration ``i``'s floor (``zero_terms=False``: its group's, kept with the
         step model it was worked out on, which the configuration's own floor reuses)."""
@@ -110,6 +192,8 @@ class BoundedSearch:
                 step = StepModel(self._cfg, base, self._cluster, self._gb, self._seq, self._tparams)
             if not zero_terms:
                 self._steps[i] = step
+            elif self._bases[i].recompute_num_layers is None:  # the "none" rung's, for _ask
+                self._kept_steps[i] = {"none": step}
             return step_time_floor(step, zero_terms) * (1.0 - FLOOR_SLACK)
         except ExplorerError:  # the estimate says why (or skips the configuration)
             return -math.inf
@@ -143,7 +227,12 @@ class BoundedSearch:
                 for j in self._groups[group]:
                     if self._pruning:
                         self._floors[j] = self._floor(j)
-                    heapq.heappush(heap, (self._floors[j], j, -1))
+                    heapq.heappush(heap, (self._floors[j], j, _ASK if self._pruning else _READY))
+                continue
+            if group == _ASK:  # its memory first: a rung that cannot fit raises the floor
+                raised, ready = self._ask(i)
+                heapq.heappush(heap, (floor if raised is None else raised, i,
+                                      _READY if ready else _ASK))  # fmt: skip
                 continue
             if self.estimated and time.perf_counter() - t0 > time_limit_s:
                 return (
@@ -161,26 +250,35 @@ class BoundedSearch:
                 progress(shown, total)
         return None
 
-    def estimate_below(self, step_time_s: float) -> None:
-        """Estimate the skipped configurations whose floor is below ``step_time_s`` (the
-        over-memory list names those faster than the plan)."""
+    def estimate_below(self, step_time_s: float, over: int) -> None:
+        """Estimate the skipped configurations the over-memory list (the ``over`` fastest
+        results that do not fit, faster than ``step_time_s``) could name: lowest floor
+        first, while the floor is below ``step_time_s`` and below the ``over``-th fastest
+        such result known (a result is never below its floor, so none after can enter)."""
         late = 0
+        found = sorted(
+            r.step_time_s for rs in self._tried.values() for r in rs
+            if not r.fits and r.step_time_s < step_time_s
+        )  # fmt: skip
         for i in self._skipped:
-            if self._floors[i] >= step_time_s:
+            limit = found[over - 1] if len(found) >= over else step_time_s
+            if self._floors[i] >= limit:
                 break
-            self._estimate(i)
+            for r in self._estimate(i):
+                if not r.fits and r.step_time_s < step_time_s:
+                    bisect.insort(found, r.step_time_s)
             late += 1
         self._skipped = self._skipped[late:]
 
     def _estimate(self, i: int) -> list[SimResult]:
         base, errors = self._bases[i], self._errors.setdefault(i, [])
 
+        steps = self._kept_steps.pop(i, {})
+
         def one(rec):
             try:
-                return estimate(
-                    self._cfg, base.replace(recompute=rec), self._cluster, self._gb,
-                    self._seq, self._tparams,
-                )  # fmt: skip
+                step = steps.get(rec) or self._step(base, rec)
+                return estimate_step(step)
             except SearchError as e:  # no layout of a layer fits the memory cap
                 errors.append(e)
                 raise

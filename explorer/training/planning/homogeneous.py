@@ -29,8 +29,9 @@ Two rules keep the space small without losing the optimum of this cost model:
   1/dp of the optimizer states and updates 1/dp of the weights.
 
 Branch and bound (`planning.bounded`, `planning.bound`) then estimates the configurations
-lowest step-time floor first and skips those whose floor is above the step times the plan
-keeps (``TrainingPlan.pruned`` counts them); the plan is the one the exhaustive search gives
+lowest step-time floor first (a floor raised by the recomputation a configuration's memory
+needs, asked before its estimate) and skips those whose floor is above the step times the
+plan keeps (``TrainingPlan.pruned`` counts them); the plan is the one the exhaustive search gives
 (``objectives=`` estimates every configuration, as the Pareto front needs them all).
 """
 
@@ -185,13 +186,14 @@ def plan_homogeneous(
         alts.append(candidate(r, best, r.timeline is not None))
         if len(alts) >= top_k:
             break
+    over_count = min(top_k, 3)  # the over-memory list's length
     if search.pruned:  # the skipped configurations the over-memory list could name
-        search.estimate_below(best.step_time_s)
+        search.estimate_below(best.step_time_s, over_count)
         results = search.results()
     over = sorted(
         (r for r in results if not r.fits and r.step_time_s < best.step_time_s),
         key=lambda r: r.step_time_s,
-    )[: min(top_k, 3)]
+    )[:over_count]
     pareto = None
     if objectives is not None:
         pareto = _pareto.pareto_front(
