@@ -88,8 +88,9 @@ class PipelineView(TrainingView):
     number needs, or that the boxes around the window are more than a browser draws in
     half a second (a whole real-size step), it draws the overview instead (one cell per
     pixel showing the kind and chunk busy longest there; hover counts its boxes and
-    microbatches) and the boxes come back as the zoom narrows. ``pick["stage"]`` and ``pick["microbatch"]``: the keyboard's way to
-    what a click on a box does (``widgets.pick_menu.PickMenu``).
+    microbatches) and the boxes come back as the zoom narrows. ``pick["stage"]`` and
+    ``pick["microbatch"]``: the keyboard's way to what a click on a box does
+    (``widgets.pick_menu.PickMenu``).
 
     The info line shows the bubble twice, named: the closed formula and the simulated one,
     with what separates them (``explorer.training.pipeline.bubble_breakdown``).

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -262,13 +263,26 @@ def ladder_fits(step: StepModel, n_full: int | None) -> bool:
     return max(m.total for m in _formula_memories(step, split[0], n_full, flight)) <= step.cap
 
 
+def fewest_fitting(n: int, fits: Callable[[int], bool]) -> int | None:
+    """The index of the fewest of ``n`` recompute counts that fits, as the ladder finds it:
+    the last checked first (None when it does not fit), then bisection (memory falls as
+    layers are added). `_fewest_recompute` and the plan's search ask the same questions in
+    the same order (`planning.bounded`), so the search never expects fewer layers."""
+    lo, hi = 0, n - 1
+    if not fits(hi):
+        return None
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def recompute_counts(step: StepModel) -> list[int | None]:
-    """The fully recomputed layer counts `estimate`'s ladder chooses among (fewest
+    """The fully recomputed layer counts per stage `estimate`'s ladder chooses among (fewest
     first): ``[None]`` unless ``per_layer`` without a count."""
-    return _n_full_candidates(step)
-
-
-def _n_full_candidates(step: StepModel) -> list[int | None]:
     par = step.par
     if par.recompute != "per_layer":
         return [None]
@@ -441,7 +455,7 @@ def _fewest_recompute(step: StepModel, evaluate):
     the first that fits is found by bisection; the last candidate when none fits. When
     that count fits only by a memory-capped (time-unbalanced) split, the larger counts up
     to the first whose split is not capped are tried too and the fastest is kept."""
-    cands = _n_full_candidates(step)
+    cands = recompute_counts(step)
     done: dict = {}
 
     def fits(i: int) -> bool:
@@ -449,15 +463,9 @@ def _fewest_recompute(step: StepModel, evaluate):
             done[i] = evaluate(cands[i])
         return max(m.total for m in done[i][1]) <= step.cap
 
-    lo, hi = 0, len(cands) - 1
-    if not fits(hi):
-        lo = hi
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
+    lo = fewest_fitting(len(cands), fits)
+    if lo is None:
+        lo = len(cands) - 1
     fits(lo)
     best = lo
     if done[lo][0][1].method == "memory_capped" and fits(lo):

@@ -41,7 +41,7 @@ import bisect
 import heapq
 import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import fields
 
 from ...errors import ExplorerError
@@ -51,7 +51,13 @@ from ...search.errors import SearchError
 from ..config import ParallelConfig
 from ..errors import ParallelConfigError
 from ..params import TrainingParams
-from ..simulate import SimResult, estimate_step, ladder_fits, recompute_counts
+from ..simulate import (
+    SimResult,
+    estimate_step,
+    fewest_fitting,
+    ladder_fits,
+    recompute_counts,
+)
 from ..step_model.model import StepModel
 from .bound import FLOOR_SLACK, step_time_floor
 from .ranking import rank
@@ -95,7 +101,6 @@ class BoundedSearch:
         # before its estimate, the step model of each rung asked (the estimate reuses them)
         self._rungs = sorted(space.recompute, key=RECOMPUTE_LADDER.index)
         self._kept_steps: dict[int, dict[str, StepModel]] = {}
-        self._asking: dict[int, Iterator[float]] = {}  # questions left, by configuration
         self._pruning = True
         self.estimated = 0  # SimResults made (a configuration makes one per rung walked)
 
@@ -123,60 +128,34 @@ class BoundedSearch:
                 self._floors[i] = self._floors[members[0]]
             members.append(i)
 
-    def _ask(self, i: int) -> tuple[float | None, bool]:
-        """The next memory question of configuration ``i``'s recompute ladder (`_questions`):
-        (its raised floor, False) to ask again when that is the lowest floor left; (the
-        floor to estimate it at, True), None for the floor it has, +inf when no rung fits
-        (only the over-memory list can name it)."""
-        questions = self._asking.get(i)
-        if questions is None:
-            questions = self._asking[i] = self._questions(i)
-        try:
-            return next(questions), False
-        except StopIteration as done:
-            del self._asking[i]
-            return done.value, True
-        except ExplorerError:  # the estimate says why (or skips the configuration)
-            del self._asking[i]
-            return None, True
-
-    def _questions(self, i: int) -> Iterator[float]:
+    def _ask(self, i: int) -> float | None:
         """Configuration ``i``'s memory, asked before its estimate as its recompute ladder
-        will ask it (`simulate.ladder_fits`; the step models are kept for the estimate).
-        Ends with None when the cheapest rung fits (or the ladder is not ``none`` then
-        ``per_layer``: its estimate decides), +inf when no rung fits; otherwise it follows
-        the ladder's bisection over the ``per_layer`` counts (`simulate._fewest_recompute`)
-        and yields the floor of the fewest count still possible each time that count rises
-        (`bound.step_time_floor`'s ``recomputed``: the ladder never takes fewer), ending
-        with the last."""
+        will ask it (`simulate.ladder_fits`; the step models are kept for the estimate):
+        None when its cheapest rung fits (or the ladder is not ``none`` then ``per_layer``,
+        or a question fails: its estimate decides), +inf when no rung fits (only the
+        over-memory list can name it), else the floor of the ``per_layer`` rung with the
+        fewest fully recomputed layers the ladder's own bisection finds fitting
+        (`simulate.fewest_fitting`; `bound.step_time_floor`'s ``recomputed``: the ladder
+        never takes fewer)."""
         base, rungs = self._bases[i], self._rungs
         if rungs[0] != "none" or rungs[1:2] not in ([], ["per_layer"]):
             return None
-        steps = self._kept_steps.setdefault(i, {})
-        if "none" not in steps:
-            steps["none"] = self._step(base, "none")
-        if ladder_fits(steps["none"], None):
+        try:
+            steps = self._kept_steps.setdefault(i, {})
+            if "none" not in steps:
+                steps["none"] = self._step(base, "none")
+            if ladder_fits(steps["none"], None):
+                return None
+            if len(rungs) == 1:
+                return math.inf
+            step = steps["per_layer"] = self._step(base, "per_layer")
+            counts = recompute_counts(step)
+            lo = fewest_fitting(len(counts), lambda k: ladder_fits(step, counts[k]))
+            if lo is None:
+                return math.inf
+            return step_time_floor(step, recomputed=counts[lo]) * (1.0 - FLOOR_SLACK)
+        except ExplorerError:
             return None
-        if len(rungs) == 1:
-            return math.inf
-        step = steps["per_layer"] = self._step(base, "per_layer")
-        counts = recompute_counts(step)
-        lo, hi = 0, len(counts) - 1
-        if not ladder_fits(step, counts[hi]):
-            return math.inf
-        floor = None
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if ladder_fits(step, counts[mid]):
-                hi = mid
-                continue
-            lo = mid + 1
-            floor = step_time_floor(step, recomputed=counts[lo]) * (1.0 - FLOOR_SLACK)
-            if lo < hi:
-                yield floor
-        if floor is None:  # the fewest count fits: the selective rung's floor
-            floor = step_time_floor(step, recomputed=counts[lo]) * (1.0 - FLOOR_SLACK)
-        return floor
 
     def _step(self, base: ParallelConfig, policy: str) -> StepModel:
         par = base.replace(recompute=policy)
@@ -230,9 +209,8 @@ class BoundedSearch:
                     heapq.heappush(heap, (self._floors[j], j, _ASK if self._pruning else _READY))
                 continue
             if group == _ASK:  # its memory first: a rung that cannot fit raises the floor
-                raised, ready = self._ask(i)
-                heapq.heappush(heap, (floor if raised is None else raised, i,
-                                      _READY if ready else _ASK))  # fmt: skip
+                raised = self._ask(i)
+                heapq.heappush(heap, (floor if raised is None else raised, i, _READY))
                 continue
             if self.estimated and time.perf_counter() - t0 > time_limit_s:
                 return (

@@ -205,7 +205,8 @@ def plan_homogeneous(
         model=cfg.name, hardware=cluster.name, devices=devices, global_batch=global_batch,
         seq=seq, config=best.config, sim=best,
         alternatives=tuple(alts), over_memory=tuple(candidate(r, best, False) for r in over),
-        searched=search.estimated, pruned=search.pruned, search_time_s=time.perf_counter() - t0, model_config=cfg,
+        searched=search.estimated, pruned=search.pruned,
+        search_time_s=time.perf_counter() - t0, model_config=cfg,
         stopped_early=stopped_early, pareto=pareto, params=tparams, cluster=cluster,
         constraints=narrowed.constraints if narrowed is not None else (),
     )  # fmt: skip
