@@ -291,8 +291,9 @@ class ParetoView(View):
                          "front (plan.pareto.locate(plan.config) says why)")  # fmt: skip
         if self.picked is not None:
             p = f.points[self.picked]
+            n = len(p.dominated_by)
             where = (f"on the front, dominates {p.dominates}" if p.on_front
-                     else f"dominated by {len(p.dominated_by)} front plans")  # fmt: skip
+                     else f"dominated by {n} front plan{'' if n == 1 else 's'}")  # fmt: skip
             lines.append(f"selected (ring; linked views show it): {escape(p.summary())}; {where}")
             if not p.on_front:  # by whom: the fastest few of its dominators
                 by = sorted(p.dominated_by, key=lambda j: f.front[j].step_time_s)

@@ -71,7 +71,8 @@ def hover_text(front: ParetoFront, index: int) -> str:
     if p.on_front:
         lines.append(f"on the front; dominates {p.dominates}")
     else:
-        lines.append(f"dominated by {len(p.dominated_by)} front plans")
+        n = len(p.dominated_by)
+        lines.append(f"dominated by {n} front plan{'' if n == 1 else 's'}")
     return "<br>".join(lines)
 
 

@@ -552,7 +552,8 @@ def pipeline_title(sim: SimResult | None, timeline: Timeline, formula: float | N
     if formula is not None:
         bubble += f" / {formula:.1%} formula"
     return (
-        f"{sched}: pp={c.pp}, {c.num_microbatches} microbatches of {c.microbatch_size} "
+        f"{sched}: pp={c.pp}, {c.num_microbatches} "
+        f"microbatch{'' if c.num_microbatches == 1 else 'es'} of {c.microbatch_size} "
         f"(global batch {sim.global_batch}) — step {fmt_seconds(sim.step_time_s)}, {bubble}"
     )
 
