@@ -2,6 +2,8 @@
 asked again, the weak and strong curves' common first point and neighbouring ranges' common
 counts are not planned twice, and a changed input (params, constraints) plans again."""
 
+import dataclasses
+
 import pytest
 
 import explorer as ex
@@ -70,3 +72,27 @@ def test_a_count_without_a_plan_keeps_its_reason_and_progress_reaches_the_total(
                              progress=lambda d, t: calls.append((d, t)))  # fmt: skip
     assert planned == [(8, 16), (16, 32)] and again.points == first.points
     assert calls == [(100, 200), (200, 200)]
+
+
+def test_a_point_is_planned_as_the_chosen_configuration_alone():
+    # chosen_only: no alternatives or over-memory list searched, no timeline kept; the same
+    # configuration and step (every SimResult field but the timeline) with fewer estimates
+    kw = dict(cfg="gpt3-175b", devices=256, hardware="a100-80g", global_batch=3072, seq=2048)
+    full = plan_homogeneous(**kw, top_k=1, simulate_top=1)
+    alone = plan_homogeneous(**kw, top_k=1, simulate_top=1, chosen_only=True)
+    assert full.sim.timeline is not None and alone.sim.timeline is None
+    assert alone.sim == dataclasses.replace(full.sim, timeline=None)
+    assert alone.config == full.config and alone.searched < full.searched
+    assert full.alternatives and not alone.alternatives and not alone.over_memory
+    point = ex.scaling_curve(kw["cfg"], "a100-80g", [256], global_batch=3072, seq=2048).points[0]
+    assert (point.config, point.step_time_s) == (full.config, full.sim.step_time_s)
+
+
+def test_simulate_without_a_timeline_is_the_same_result():
+    par = ex.ParallelConfig(dp=2, tp=2, pp=4, microbatch_size=2, schedule="interleaved_1f1b",
+                            virtual_stages=2, recompute="per_layer")  # fmt: skip
+    kw = dict(hardware="a100-80g", global_batch=64, seq=1024)
+    with_events = ex.simulate("gpt3-1.3b", par, **kw)
+    without = ex.simulate("gpt3-1.3b", par, timeline=False, **kw)
+    assert without.timeline is None and with_events.timeline.events
+    assert without == dataclasses.replace(with_events, timeline=None)

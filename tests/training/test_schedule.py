@@ -14,6 +14,7 @@ from explorer.training import (
     simulate_schedule,
 )
 from explorer.training.pipeline import schedule as sched_mod
+from explorer.training.pipeline.timeline import schedule_times
 
 
 @given(st.integers(1, 8), st.integers(1, 24), st.floats(0.1, 3), st.floats(0.1, 3))
@@ -79,6 +80,25 @@ def test_timeline_is_plain_data_and_compute_never_overlaps():
         assert ev[0].start_s == 0 and ev[-1].end_s == pytest.approx(tl.step_time_s)
     kinds = tl.time_by_kind()
     assert kinds["pp-comm"] > 0 and kinds["dp-comm"] == pytest.approx(4 * 0.5)
+
+
+@given(
+    st.sampled_from(["1f1b", "gpipe", "interleaved_1f1b"]), st.integers(1, 6),
+    st.integers(1, 4), st.floats(0.0, 0.3), st.floats(0.1, 3), st.floats(0.1, 3),
+)  # fmt: skip
+@settings(max_examples=60, deadline=None)
+def test_schedule_times_are_the_timeline_s_to_the_last_bit(kind, p, groups, p2p, f, b):
+    # uneven stages, segments, transfers, a tail per device: the step time and the time
+    # by kind without events equal the timeline's exactly (the same additions, same order)
+    v = 2 if kind == "interleaved_1f1b" else 1
+    s = build_schedule(kind, p, p * groups, v)
+    fwd = [[("compute-forward", f * (1 + g % 3)), ("tp-comm", f / 7)] for g in range(p * v)]
+    bwd = [[("zero-gather", b / 5), ("compute-backward", b + g / 10)] for g in range(p * v)]
+    tails = [[("dp-comm", 0.3 * d), ("optimizer", 0.1)] for d in range(p)]
+    tl = simulate_schedule(s, fwd, bwd, p2p, tails)
+    step, kinds = schedule_times(s, fwd, bwd, p2p, tails)
+    assert step == tl.step_time_s and kinds == tl.time_by_kind()
+    assert kinds["idle"] > 0 or p == 1
 
 
 def test_bad_schedules():

@@ -17,7 +17,9 @@ from typing import Literal, NamedTuple, Protocol, get_args
 
 from ..errors import TrainingError
 
-__all__ = ["EventKind", "EVENT_KINDS", "TimelineEvent", "Timeline", "simulate_schedule"]
+__all__ = [
+    "EventKind", "EVENT_KINDS", "TimelineEvent", "Timeline", "simulate_schedule", "schedule_times",
+]  # fmt: skip
 
 EventKind = Literal[
     "compute-forward", "compute-backward", "recompute", "tp-comm", "ep-comm", "cp-comm",
@@ -154,6 +156,36 @@ def simulate_schedule(
         tail: segments each device runs after its last step (gradient reduction,
             optimizer); one list for all devices or one per device.
     """
+    step, events = _run(schedule, forward_s, backward_s, p2p_s, tail, keep_events=True)
+    events.sort(key=_ORDER)  # (device, start_s, stream): tuples of plain values
+    return Timeline(schedule.pp, step, tuple(events))
+
+
+def schedule_times(
+    schedule: StepOrder, forward_s: Durations, backward_s: Durations,
+    p2p_s: float = 0.0, tail: Sequence[Segments] | Segments = (),
+) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """`simulate_schedule` without its events: (the step time, `Timeline.time_by_kind`),
+    equal to the timeline's to the last bit (the same additions in the same order) in about
+    a third of the time (no event is built or sorted). A plan that keeps the step's numbers
+    alone (a scaling curve's points) asks for this.
+
+    >>> from explorer.training.pipeline.schedule import one_f_one_b
+    >>> step, kinds = schedule_times(one_f_one_b(4, 8), forward_s=1.0, backward_s=2.0)
+    >>> step, kinds["idle"]
+    (33.0, 36.0)
+    """
+    step, busy = _run(schedule, forward_s, backward_s, p2p_s, tail, keep_events=False)
+    out = dict.fromkeys(EVENT_KINDS, 0.0)
+    for kind, seconds in busy:  # device by device, each in time order: time_by_kind's order
+        out[kind] += seconds
+    return step, out
+
+
+def _run(schedule, forward_s, backward_s, p2p_s, tail, keep_events: bool) -> tuple[float, list]:
+    """The step's events (``keep_events``) or, device by device in time order, (kind,
+    seconds) of each (what `Timeline.time_by_kind` sums: ``end - start``), and the step
+    time."""
     p, S = schedule.pp, schedule.stages
     fwd = [tuple(x for x in seg if x[1] > 0) for seg in _per_stage(forward_s, S, "compute-forward")]
     bwd = [
@@ -167,6 +199,7 @@ def simulate_schedule(
     done_b: dict[tuple[int, int], float] = {}
     ptr, free = [0] * p, [0.0] * p
     events: list[TimelineEvent] = []
+    busy: list[list[tuple[str, float]]] = [[] for _ in range(p)]  # without events
     add = events.append
     # the named tuple's own constructor is a Python function; a step makes ~10^5 events,
     # so they are built from their eight fields in order (defaults spelled out)
@@ -176,6 +209,7 @@ def simulate_schedule(
         progressed = False
         for d in range(p):
             order = schedule.order[d]
+            mine = busy[d].append
             while ptr[d] < len(order):
                 st = order[ptr[d]]
                 g, mb = st.chunk * p + d, st.microbatch
@@ -189,16 +223,25 @@ def simulate_schedule(
                 if dep is None:
                     break
                 start = max(free[d], dep + hop)
-                if start > free[d]:
-                    add(event((d, "idle", free[d], start, -1, -1, -1, "compute")))
                 t = start
-                for kind, dur in (fwd if forward else bwd)[g]:
-                    add(event((d, kind, t, t + dur, g, st.chunk, mb, "compute")))
-                    t += dur
+                sends = ((g < S - 1) if forward else (g > 0)) and p > 1 and p2p_s > 0
+                if keep_events:
+                    if start > free[d]:
+                        add(event((d, "idle", free[d], start, -1, -1, -1, "compute")))
+                    for kind, dur in (fwd if forward else bwd)[g]:
+                        add(event((d, kind, t, t + dur, g, st.chunk, mb, "compute")))
+                        t += dur
+                    if sends:
+                        add(event((d, "pp-comm", t, t + p2p_s, g, st.chunk, mb, "comm")))
+                else:
+                    if start > free[d]:
+                        mine(("idle", start - free[d]))
+                    for kind, dur in (fwd if forward else bwd)[g]:
+                        mine((kind, (t + dur) - t))
+                        t += dur
+                    if sends:
+                        mine(("pp-comm", (t + p2p_s) - t))
                 (done_f if forward else done_b)[g, mb] = t
-                sends = (g < S - 1) if forward else (g > 0)
-                if sends and p > 1 and p2p_s > 0:
-                    add(event((d, "pp-comm", t, t + p2p_s, g, st.chunk, mb, "comm")))
                 free[d] = t
                 ptr[d] += 1
                 remaining -= 1
@@ -212,12 +255,17 @@ def simulate_schedule(
         t = free[d]
         for kind, dur in tails[d]:
             if dur > 0:
-                add(event((d, kind, t, t + dur, -1, -1, -1, "compute")))
+                if keep_events:
+                    add(event((d, kind, t, t + dur, -1, -1, -1, "compute")))
+                else:
+                    busy[d].append((kind, (t + dur) - t))
                 t += dur
         free[d] = t
     step = max(free) if free else 0.0
     for d in range(p):
         if free[d] < step:
-            add(event((d, "idle", free[d], step, -1, -1, -1, "compute")))
-    events.sort(key=_ORDER)  # (device, start_s, stream): tuples of plain values
-    return Timeline(p, step, tuple(events))
+            if keep_events:
+                add(event((d, "idle", free[d], step, -1, -1, -1, "compute")))
+            else:
+                busy[d].append(("idle", step - free[d]))
+    return step, events if keep_events else [x for device in busy for x in device]

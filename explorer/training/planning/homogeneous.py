@@ -78,13 +78,17 @@ def plan_homogeneous(
     space: SearchSpace | None = None, top_k: int = 5, simulate_top: int = 3,
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     objectives: tuple[str, ...] | None = None, offload: bool = False,
-    constraints: Sequence | None = None,
+    constraints: Sequence | None = None, chosen_only: bool = False,
 ) -> TrainingPlan:  # fmt: skip
     """`plan_training` on one cluster: the search of ``dp x tp x pp x cp`` structures, the
     ladder of recomputation, the simulation of the best few, and (``offload``) the host
     offload fallback (`explorer.training.planning.offload`). The arguments are
     `plan_training`'s; ``constraints`` (`planning.constraints`) narrow the space and the
-    enumeration before any estimate."""
+    enumeration before any estimate. ``chosen_only=True``: the chosen configuration and
+    its step alone: no alternatives and no over-memory list (``top_k`` unused), so the
+    search keeps only the ``simulate_top`` best step times and prunes above them, and the
+    simulations keep no timeline (``plan.sim.timeline`` is None; the same step time): a
+    scaling curve's points keep five numbers of each plan (`planning.scaling`)."""
     if devices is None:
         raise TrainingPlanError(
             "plan_training needs devices=<chips in the job> (or pools=[Pool(...), ...])"
@@ -120,7 +124,8 @@ def plan_homogeneous(
             f"{devices}) or another device count"
         )
     prune = objectives is None  # the Pareto front needs every fitting configuration
-    search = BoundedSearch(cfg, cluster, global_batch, seq, tparams, space, simulate_top + top_k)
+    n_alts = 0 if chosen_only else top_k  # alternatives kept
+    search = BoundedSearch(cfg, cluster, global_batch, seq, tparams, space, simulate_top + n_alts)
     for tp, pp, dp, cp in structures:
         bases = (
             narrowed.configurations(tp, pp, dp, cp)
@@ -168,7 +173,7 @@ def plan_homogeneous(
     for i, r in enumerate(fitting[:simulate_top]):
         if progress is not None:
             progress(len(structures) + i, total)
-        s = simulate(cfg, r.config, cluster, global_batch, seq, tparams)
+        s = simulate(cfg, r.config, cluster, global_batch, seq, tparams, timeline=not chosen_only)
         exact.append(s)
     if progress is not None:
         progress(total, total)
@@ -179,15 +184,15 @@ def plan_homogeneous(
     seen = {best.config}
     alts = []
     for r in ok[1:] + fitting[simulate_top:]:
+        if len(alts) >= n_alts:
+            break
         r = normalize(r)
         if r.config in seen:
             continue
         seen.add(r.config)
         alts.append(candidate(r, best, r.timeline is not None))
-        if len(alts) >= top_k:
-            break
-    over_count = min(top_k, 3)  # the over-memory list's length
-    if search.pruned:  # the skipped configurations the over-memory list could name
+    over_count = min(n_alts, 3)  # the over-memory list's length
+    if search.pruned and over_count:  # the skipped ones the over-memory list could name
         search.estimate_below(best.step_time_s, over_count)
         results = search.results()
     over = sorted(

@@ -202,8 +202,8 @@ def _plan_point(cfg, n, cluster, gb, seq, params, space, progress, constraints):
     or the message of the `TrainingPlanError` saying why there is none."""
     try:
         plan = plan_homogeneous(
-            cfg, n, cluster, gb, seq, params, space=space, top_k=1, simulate_top=1,
-            progress=progress, constraints=constraints,
+            cfg, n, cluster, gb, seq, params, space=space, simulate_top=1,
+            progress=progress, constraints=constraints, chosen_only=True,
         )  # fmt: skip
     except TrainingPlanError as e:
         return str(e)
