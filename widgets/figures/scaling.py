@@ -20,7 +20,10 @@ from ..colors import PALETTE
 from .errors import ViewError
 from .style import base_layout, wrap_title
 
-__all__ = ["scaling_figure", "curve_arrays", "curve_label", "Metric", "METRICS", "METRIC_TITLES"]
+__all__ = [
+    "scaling_figure", "scaling_traces", "curve_arrays", "curve_label", "Metric", "METRICS",
+    "METRIC_TITLES", "LINEARITY_TITLE", "ideal_x", "axis_ticks",
+]  # fmt: skip
 
 Metric = Literal["tokens_per_s_per_device", "tflops_per_device", "mfu"]
 METRICS: tuple[str, ...] = get_args(Metric)
@@ -53,6 +56,37 @@ def curve_arrays(curve: ScalingCurve | None, metric: Metric = "tokens_per_s_per_
     }
 
 
+def scaling_traces(
+    curves: Sequence[ScalingCurve | None], labels: Sequence[str] | None = None,
+    metric: Metric = "tokens_per_s_per_device", slots: int | None = None,
+) -> tuple[list[dict], list[int]]:  # fmt: skip
+    """The properties of every trace of `scaling_figure` but its last (the ideal line), in
+    its order (slot k: ``2k`` throughput, ``2k+1`` linearity), and the device counts drawn:
+    what a redraw copies into a figure without building another (`widgets.ScalingView`)."""
+    if metric not in METRICS:
+        raise ViewError(f"metric={metric!r}; expected one of {', '.join(METRICS)}")
+    slots = max(slots or len(curves), len(curves))
+    traces: list[dict] = []
+    xs: list[int] = []
+    for k in range(slots):
+        curve = curves[k] if k < len(curves) else None
+        a = curve_arrays(curve, metric)
+        xs += a["x"]
+        label = (labels[k] if labels and k < len(labels) else None) or (
+            curve_label(curve) if curve is not None else f"slot {k}"
+        )
+        color = PALETTE[k % len(PALETTE)]
+        dash = "dash" if curve is not None and curve.mode == "strong" else "solid"
+        common = {"mode": "lines+markers", "hovertext": a["hover"], "legendgroup": f"c{k}",
+                  "visible": curve is not None, "line": {"color": color, "dash": dash},
+                  "name": label, "x": a["x"]}  # fmt: skip
+        traces.append({**common, "y": a["y"],
+                       "hovertemplate": "%{y:.4g}<br>%{hovertext}<extra>%{fullData.name}</extra>"})  # fmt: skip
+        traces.append({**common, "y": a["lin"], "showlegend": False,
+                       "hovertemplate": "linearity %{y:.3f}<br>%{hovertext}<extra></extra>"})  # fmt: skip
+    return traces, sorted(set(xs))
+
+
 def scaling_figure(
     curves: Sequence[ScalingCurve | None], labels: Sequence[str] | None = None,
     metric: Metric = "tokens_per_s_per_device", slots: int | None = None, title: str = "",
@@ -69,37 +103,18 @@ def scaling_figure(
     >>> len(fig.data), fig.data[1].y[0]
     (7, 1.0)
     """
-    if metric not in METRICS:
-        raise ViewError(f"metric={metric!r}; expected one of {', '.join(METRICS)}")
-    slots = max(slots or len(curves), len(curves))
+    traces, xs = scaling_traces(curves, labels, metric, slots)
     fig = make_subplots(
         rows=1, cols=2, horizontal_spacing=0.1,
-        subplot_titles=(METRIC_TITLES[metric], "linearity (per-device throughput / first)"),
+        subplot_titles=(METRIC_TITLES[metric], LINEARITY_TITLE),
     )  # fmt: skip
-    xs: list[int] = []
-    for k in range(slots):
-        curve = curves[k] if k < len(curves) else None
-        a = curve_arrays(curve, metric)
-        xs += a["x"]
-        label = (labels[k] if labels and k < len(labels) else None) or (
-            curve_label(curve) if curve is not None else f"slot {k}"
-        )
-        color = PALETTE[k % len(PALETTE)]
-        dash = "dash" if curve is not None and curve.mode == "strong" else "solid"
-        common = {"mode": "lines+markers", "hovertext": a["hover"], "legendgroup": f"c{k}",
-                  "visible": curve is not None, "line": {"color": color, "dash": dash}}  # fmt: skip
-        fig.add_trace(go.Scatter(x=a["x"], y=a["y"], name=label, **common,
-                                 hovertemplate="%{y:.4g}<br>%{hovertext}<extra>%{fullData.name}</extra>"),
-                      row=1, col=1)  # fmt: skip
-        fig.add_trace(go.Scatter(x=a["x"], y=a["lin"], name=label, showlegend=False, **common,
-                                 hovertemplate="linearity %{y:.3f}<br>%{hovertext}<extra></extra>"),
-                      row=1, col=2)  # fmt: skip
-    lo, hi = (min(xs), max(xs)) if xs else (8, 4096)
+    for i, t in enumerate(traces):
+        fig.add_trace(go.Scatter(**t), row=1, col=1 + i % 2)
     # The ideal line: y is the same [1, 1] in every state, so an update never sends it.
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[1.0, 1.0], mode="lines", name="ideal (linear)",
+    fig.add_trace(go.Scatter(x=ideal_x(xs), y=[1.0, 1.0], mode="lines", name="ideal (linear)",
                              line={"color": "#999", "dash": "dot"}, hoverinfo="skip",
                              showlegend=True, legendgroup="ideal"), row=1, col=2)  # fmt: skip
-    ticks = sorted(set(xs)) or [8, 64, 512, 4096]
+    ticks = axis_ticks(xs)
     for col in (1, 2):
         fig.update_xaxes(type="log", tickvals=ticks, title_text="devices", row=1, col=col)
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
@@ -115,3 +130,17 @@ def scaling_figure(
         margin={"b": 110},
     )  # fmt: skip
     return fig
+
+
+#: the right panel's title (the left one is the metric's, `METRIC_TITLES`)
+LINEARITY_TITLE = "linearity (per-device throughput / first)"
+
+
+def ideal_x(xs: Sequence[int]) -> list[int]:
+    """The ideal linearity line's two x: the device counts drawn, end to end."""
+    return [min(xs), max(xs)] if xs else [8, 4096]
+
+
+def axis_ticks(xs: Sequence[int]) -> list[int]:
+    """The x ticks: the device counts drawn (a default decade-ish set when none)."""
+    return list(xs) or [8, 64, 512, 4096]
