@@ -227,6 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
     res["trace_compare_latency"] = trace_compare_latency(args.quick)
     res["real_size_latency"] = real_size_latency(args.quick)
     res["browser_draw"] = browser_draw(rounds=2 if args.quick else 3)
+    res["issue_targets"] = issue_targets(res)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(res, indent=2, default=str))
     print(f"wrote {RESULTS}")
@@ -376,6 +377,93 @@ def training_views_latency(quick: bool) -> dict:
           f"the weak -> strong change keeps the kernel busy {ahead_busy:.0f} ms at most and is "
           f"drawn {ahead_drawn / 1e3:.2f} s after")  # fmt: skip
     return res
+
+
+# The issue's targets: every interaction under 0.5 s, every first draw under 2 s. Each entry
+# (section, key, scale to seconds): what a user waits for after a change (the slowest of a
+# list of changes), and the first draws and first tab opens. Background work (planning
+# ahead, all of a scaling tab's points) and a model's tracing are not waited for by a click.
+INTERACTIONS = [
+    ("tuner", "change_ms", 1e-3), ("tuner", "linked_change_ms", 1e-3),
+    ("training", "pipeline_change_ms", 1e-3), ("training", "pipeline_schedule_change_ms", 1e-3),
+    ("training", "memory_change_ms", 1e-3), ("training", "dashboard_replan_ms", 1e-3),
+    ("cost_tuner_latency", "update_ms", 1e-3), ("cost_tuner_latency", "scale_toggle_ms", 1e-3),
+    ("cost_tuner_latency", "dashboard_update_ms", 1e-3),
+    ("training_views_latency", "pipeline_microbatch_changes_ms", 1e-3),
+    ("training_views_latency", "pipeline_zoom_ms", 1e-3),
+    ("training_views_latency", "memory_updates_ms", 1e-3),
+    ("training_views_latency", "scaling_metric_change_ms", 1e-3),
+    ("training_views_latency", "scaling_mode_change_ms", 1e-3),
+    ("training_views_latency", "scaling_kernel_change_drawn_s", 1.0),
+    ("training_views_latency", "scaling_kernel_planned_ahead_mode_change_drawn_s", 1.0),
+    ("graph_view_latency", "expand_layer_each_ms", 1e-3),
+    ("graph_view_latency", "collapse_layer_ms", 1e-3), ("graph_view_latency", "search_ms", 1e-3),
+    ("graph_view_latency", "open_all_s", 1.0),
+    ("graph_view_latency", "plan_expand_layer_ms", 1e-3),
+    ("graph_view_latency", "plan_recolor_cost_ms", 1e-3),
+    ("trace_compare_latency", "rerun_each_ms", 1e-3),
+    ("trace_compare_latency", "step_change_ms", 1e-3),
+    ("trace_compare_latency", "kernel_pick_ms", 1e-3),
+    ("real_size_latency", "dashboard_replan_ms", 1e-3),
+    ("real_size_latency", "dashboard_kernel_replan_drawn_s", 1.0),
+    ("real_size_latency", "dashboard_replan_seen_job_ms", 1e-3),
+    ("real_size_latency", "dashboard_kernel_batch_change_drawn_s", 1.0),
+    ("real_size_latency", "dashboard_kernel_planned_ahead_change_drawn_s", 1.0),
+    ("real_size_latency", "deepseek_open_model_ms", 1e-3),
+    ("real_size_latency", "deepseek_open_layer_ms", 1e-3),
+    ("real_size_latency", "deepseek_search_ms", 1e-3),
+]  # fmt: skip
+FIRST_DRAWS = [
+    ("tuner", "first_tuner_build_s", 1.0), ("training", "dashboard_first_build_s", 1.0),
+    ("cost_tuner_latency", "first_draw_s", 1.0),
+    ("cost_tuner_latency", "dashboard_first_draw_s", 1.0),
+    ("training_views_latency", "pipeline_first_draw_s", 1.0),
+    ("training_views_latency", "memory_first_draw_s", 1.0),
+    ("training_views_latency", "scaling_first_draw_s", 1.0),
+    ("graph_view_latency", "first_draw_s", 1.0), ("graph_view_latency", "plan_first_draw_s", 1.0),
+    ("trace_compare_latency", "first_draw_s", 1.0),
+    ("real_size_latency", "dashboard_first_build_s", 1.0),
+    ("real_size_latency", "tab_first_open_ms", 1e-3),
+    ("real_size_latency", "deepseek_first_draw_s", 1.0),
+]  # fmt: skip
+
+
+def issue_targets(res: dict) -> dict:
+    """Every measured interaction against 0.5 s and first draw against 2 s (the browser's
+    draws and updates of the real-size figures too): the slowest of each, whether all are
+    under, and any entry the run did not measure (named, not skipped silently)."""
+
+    def worst(entries, extra):
+        seen, missing = list(extra), []
+        for section, key, scale in entries:
+            value = res.get(section, {}).get(key)
+            if value is None:
+                missing.append(f"{section}.{key}")
+                continue
+            values = value.values() if isinstance(value, dict) else (
+                value if isinstance(value, list) else [value])  # fmt: skip
+            seen += [(max(values) * scale, f"{section}.{key}")]
+        return max(seen), len(seen), missing
+
+    browser = res.get("browser_draw", {}).get("workloads", {})
+    b_upd = [(w["update_ms"] / 1e3, f"browser {n} update") for n, w in browser.items()
+             if w.get("update_ms") is not None]  # fmt: skip
+    b_draw = [(w["draw_ms"] / 1e3, f"browser {n} draw") for n, w in browser.items()
+              if w.get("draw_ms") is not None]  # fmt: skip
+    (i_s, i_name), n_i, i_missing = worst(INTERACTIONS, b_upd)
+    (d_s, d_name), n_d, d_missing = worst(FIRST_DRAWS, b_draw)
+    out = {
+        "interactions": n_i, "slowest_interaction_s": i_s, "slowest_interaction": i_name,
+        "interactions_under_0_5_s": i_s < 0.5, "first_draws": n_d, "slowest_first_draw_s": d_s,
+        "slowest_first_draw": d_name, "first_draws_under_2_s": d_s < 2.0,
+        "not_measured": i_missing + d_missing,
+    }  # fmt: skip
+    print(f"issue targets on this machine: {n_i} interactions, the slowest {i_s:.2f} s "
+          f"({i_name}): all under 0.5 s {'yes' if i_s < 0.5 else 'NO'}; {n_d} first draws, "
+          f"the slowest {d_s:.2f} s ({d_name}): all under 2 s {'yes' if d_s < 2.0 else 'NO'}"
+          + (f"; not measured: {', '.join(out['not_measured'])}" if out["not_measured"]
+             else ""))  # fmt: skip
+    return out
 
 
 def _settle_heap() -> int:
