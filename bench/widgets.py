@@ -323,13 +323,18 @@ def training_views_latency(quick: bool) -> dict:
     metric = _ms(lambda: setattr(scal.controls["metric"], "value", "mfu"))
     mode = _ms(lambda: setattr(scal.controls["mode"], "value", "weak"))  # at once (a script)
     # in a kernel: the change returns at once and the curve is planned in a thread; timed
-    # to the control's return and to the last point drawn (a new batch: no cache hit)
-    mode_busy, mode_drawn = _in_kernel(
-        lambda: setattr(scal.controls["global_batch"], "value", 3072),
-        lambda: scal.computed and scal.series[-1].global_batch == 3072,
-    )
-    kernel_curve = scal.curves[-1]
-    scal.wait(600)  # its thread ends after the last point is drawn
+    # to the control's return and to the last point drawn (a new batch: no cache hit); one
+    # batch after another, since a plan's cost depends on the batch (its microbatches)
+    batch_changes = {}
+    for gb in (3072,) if quick else (3072, 4096, 6144):
+        batch_changes[gb] = _in_kernel(
+            lambda gb=gb: setattr(scal.controls["global_batch"], "value", gb),
+            lambda gb=gb: scal.computed and scal.series[-1].global_batch == gb,
+        )
+        if gb == 3072:
+            kernel_curve = scal.curves[-1]
+        scal.wait(600)  # its thread ends after the last point is drawn
+    mode_busy, mode_drawn = batch_changes[3072]
     # planning ahead (on by default in a kernel): after the draw the other mode and the
     # one-count-wider ranges are planned in a thread; the mode change is then drawn from them
     scal.plan_ahead = True
@@ -356,6 +361,9 @@ def training_views_latency(quick: bool) -> dict:
         "scaling_mode_change_ms": mode, "scaling_kernel_change_busy_ms": mode_busy,
         "scaling_kernel_change_drawn_s": mode_drawn / 1e3,
         "scaling_kernel_change_points": len(kernel_curve.points),
+        "scaling_kernel_batch_changes_drawn_s": {gb: d / 1e3 for gb, (_, d) in
+                                                 batch_changes.items()},
+        "scaling_kernel_batch_changes_busy_ms": {gb: b for gb, (b, _) in batch_changes.items()},
         "scaling_planned_ahead": ahead_series, "scaling_planning_ahead_s": ahead_s,
         "scaling_kernel_planned_ahead_mode_change_busy_ms": ahead_busy,
         "scaling_kernel_planned_ahead_mode_change_drawn_s": ahead_drawn / 1e3,
@@ -371,8 +379,11 @@ def training_views_latency(quick: bool) -> dict:
     print(f"  ScalingView strong {counts_s} first draw {scal_first:.1f} s; metric change "
           f"{metric:.0f} ms; weak/strong change at once (a script) {mode / 1e3:.1f} s; in a "
           f"kernel a batch change keeps the kernel busy {mode_busy:.0f} ms at most and its "
-          f"{len(kernel_curve.points)} points are drawn {mode_drawn / 1e3:.1f} s after; "
-          f"errors: {res['errors'] or 'none'}")  # fmt: skip
+          f"{len(kernel_curve.points)} points are drawn {mode_drawn / 1e3:.2f} s after (weak, "
+          f"batch 1536 -> 3072; then -> "
+          + ", -> ".join(f"{gb}: {d / 1e3:.2f} s" for gb, (_, d) in batch_changes.items()
+                         if gb != 3072)
+          + f"); errors: {res['errors'] or 'none'}")  # fmt: skip
     print(f"  ScalingView planning ahead {ahead_series} took {ahead_s:.1f} s; then in a kernel "
           f"the weak -> strong change keeps the kernel busy {ahead_busy:.0f} ms at most and is "
           f"drawn {ahead_drawn / 1e3:.2f} s after")  # fmt: skip
@@ -394,7 +405,7 @@ INTERACTIONS = [
     ("training_views_latency", "memory_updates_ms", 1e-3),
     ("training_views_latency", "scaling_metric_change_ms", 1e-3),
     ("training_views_latency", "scaling_mode_change_ms", 1e-3),
-    ("training_views_latency", "scaling_kernel_change_drawn_s", 1.0),
+    ("training_views_latency", "scaling_kernel_batch_changes_drawn_s", 1.0),
     ("training_views_latency", "scaling_kernel_planned_ahead_mode_change_drawn_s", 1.0),
     ("graph_view_latency", "expand_layer_each_ms", 1e-3),
     ("graph_view_latency", "collapse_layer_ms", 1e-3), ("graph_view_latency", "search_ms", 1e-3),
