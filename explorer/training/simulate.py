@@ -263,12 +263,36 @@ def ladder_fits(step: StepModel, n_full: int | None) -> bool:
     return max(m.total for m in _formula_memories(step, split[0], n_full, flight)) <= step.cap
 
 
-def fewest_fitting(n: int, fits: Callable[[int], bool]) -> int | None:
+def states_over_cap(step: StepModel) -> bool:
+    """Whether no stage split and no recompute count of ``step`` can fit the memory cap: the
+    model states (`zero.state_bytes`) of the pipeline device holding the most parameters,
+    at least the mean over the ``pp`` devices, with their fragmentation and the allowances
+    outside the allocator exceed it already (`StepModel.device_memory`'s terms; the
+    others are never negative). The plan's search asks it before `ladder_fits`."""
+    par = step.par
+    part = uniform_partition(step.cfg.num_layers, par.stages)
+    params = sum(step.stage_params(part, g) for g in range(par.stages)) / par.pp
+    al = step.tparams.allowances
+    held = sum(zero.state_bytes(step, params)) * (1.0 + al.fragmentation_fraction)
+    need = held + al.runtime_context_bytes + al.communication_buffer_bytes
+    return need * (1.0 - 1e-9) > step.cap  # the margin: the terms are summed in another order
+
+
+def fewest_fitting(
+    n: int, fits: Callable[[int], bool], enough: Callable[[int], bool] | None = None
+) -> int | None:
     """The index of the fewest of ``n`` recompute counts that fits, as the ladder finds it:
     the last checked first (None when it does not fit), then bisection (memory falls as
     layers are added). `_fewest_recompute` and the plan's search ask the same questions in
-    the same order (`planning.bounded`), so the search never expects fewer layers."""
+    the same order (`planning.bounded`), so the search never expects fewer layers.
+
+    ``enough(lo)`` (the plan's search) is asked of the lower end of the range the answer
+    lies in before each question; True stops there and returns ``lo``: no more than the
+    ladder's answer, or than every count when none fits (the search stops once the floor
+    of ``lo`` recomputed layers is above the step times it keeps)."""
     lo, hi = 0, n - 1
+    if enough is not None and enough(lo):
+        return lo
     if not fits(hi):
         return None
     while lo < hi:
@@ -277,6 +301,8 @@ def fewest_fitting(n: int, fits: Callable[[int], bool]) -> int | None:
             hi = mid
         else:
             lo = mid + 1
+            if enough is not None and lo < hi and enough(lo):
+                return lo
     return lo
 
 

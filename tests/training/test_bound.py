@@ -4,6 +4,8 @@ every estimate it stands for, and skipping configurations changes no plan."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.hardware import resolve
@@ -190,3 +192,53 @@ def test_the_recompute_floor_is_below_every_count_from_it():
                 assert floor * (1 - FLOOR_SLACK) <= r.step_time_s, (str(par), k, n)
                 checked += 1
     assert checked > 50
+
+
+def test_configurations_whose_model_states_exceed_the_cap_fit_no_count():
+    # `simulate.states_over_cap`: the search skips the ladder's questions of a
+    # configuration whose model states alone exceed the memory cap; none of its rungs fits
+    from explorer.training.simulate import ladder_fits, recompute_counts, states_over_cap
+
+    job = ("gpt3-175b", 256, "a100-80g", 1536, 2048)  # many cannot fit at all
+    cfg, tparams = ex.models.load("gpt3-175b"), stacks.resolve(None, None, "test")
+    cluster, over, fitting = resolve("a100-80g").extended(256), 0, 0
+    for base in list(_bases(*job))[::2]:
+        none = StepModel(cfg, base.replace(recompute="none"), cluster, 1536, 2048, tparams)
+        step = StepModel(cfg, base.replace(recompute="per_layer"), cluster, 1536, 2048, tparams)
+        if states_over_cap(none):
+            over += 1
+            assert states_over_cap(step) and not ladder_fits(none, None), str(base)
+            assert not any(ladder_fits(step, k) for k in recompute_counts(step)), str(base)
+        else:
+            fitting += any(ladder_fits(step, k) for k in recompute_counts(step)[-1:])
+    assert over > 20 and fitting > 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.booleans(), min_size=1, max_size=20),
+    st.integers(0, 20),
+)
+def test_the_bisection_stopped_early_never_passes_the_ladders_answer(fits, enough_from):
+    # `simulate.fewest_fitting(enough=)`: the plan's search stops the ladder's bisection
+    # once its lower end is enough; what it returns is never above the ladder's answer
+    # (fits need not be monotone: a floor of the answer must hold whatever the memory does)
+    from explorer.training.simulate import fewest_fitting
+
+    asked = []
+
+    def ask(k):
+        asked.append(k)
+        return fits[k]
+
+    answer = fewest_fitting(len(fits), ask)
+    plain = len(asked)
+    asked.clear()
+    got = fewest_fitting(len(fits), ask, lambda lo: lo >= enough_from)
+    assert len(asked) <= plain
+    if answer is None:
+        assert got is None or got >= enough_from
+    else:
+        assert got is not None and got <= answer
+        assert got == answer or got >= enough_from
+    assert fewest_fitting(len(fits), ask, lambda lo: False) == answer

@@ -19,7 +19,10 @@ configuration goes back among the others. At real sizes most low floors belong t
 configurations that need recomputation (GPT-3 175B on 256 A100s: ~400 floors below the
 kept step times, ~350 of them over memory without recomputation), so most are skipped
 after a question or a few instead of estimated. The step models asked are kept for the
-estimate.
+estimate. A configuration whose model states alone exceed the cap
+(`simulate.states_over_cap`) is asked nothing more; once a step time is kept, the
+bisection stops as soon as the fewest count it can still find has a floor above it (the
+configuration is skipped whatever count it would end on).
 
 After the chosen plan is simulated, the skipped configurations whose floor is below its
 step time are estimated after all, lowest floor first, until no floor left is below the
@@ -57,6 +60,7 @@ from ..simulate import (
     fewest_fitting,
     ladder_fits,
     recompute_counts,
+    states_over_cap,
 )
 from ..step_model.model import StepModel
 from .bound import FLOOR_SLACK, step_time_floor
@@ -128,7 +132,7 @@ class BoundedSearch:
                 self._floors[i] = self._floors[members[0]]
             members.append(i)
 
-    def _ask(self, i: int) -> float | None:
+    def _ask(self, i: int, over: float) -> float | None:
         """Configuration ``i``'s memory, asked before its estimate as its recompute ladder
         will ask it (`simulate.ladder_fits`; the step models are kept for the estimate):
         None when its cheapest rung fits (or the ladder is not ``none`` then ``per_layer``,
@@ -136,7 +140,9 @@ class BoundedSearch:
         over-memory list can name it), else the floor of the ``per_layer`` rung with the
         fewest fully recomputed layers the ladder's own bisection finds fitting
         (`simulate.fewest_fitting`; `bound.step_time_floor`'s ``recomputed``: the ladder
-        never takes fewer)."""
+        never takes fewer). The bisection stops once the fewest it can still find has a
+        floor above ``over`` (the step time the plan keeps, +inf before one is kept): the
+        configuration is skipped whatever count it ends on."""
         base, rungs = self._bases[i], self._rungs
         if rungs[0] != "none" or rungs[1:2] not in ([], ["per_layer"]):
             return None
@@ -144,16 +150,26 @@ class BoundedSearch:
             steps = self._kept_steps.setdefault(i, {})
             if "none" not in steps:
                 steps["none"] = self._step(base, "none")
+            if states_over_cap(steps["none"]):  # no rung fits (model states alone)
+                return math.inf
             if ladder_fits(steps["none"], None):
                 return None
             if len(rungs) == 1:
                 return math.inf
             step = steps["per_layer"] = self._step(base, "per_layer")
             counts = recompute_counts(step)
-            lo = fewest_fitting(len(counts), lambda k: ladder_fits(step, counts[k]))
-            if lo is None:
-                return math.inf
-            return step_time_floor(step, recomputed=counts[lo]) * (1.0 - FLOOR_SLACK)
+            floors: dict[int, float] = {}
+
+            def floor(k: int) -> float:
+                if k not in floors:
+                    floors[k] = step_time_floor(step, recomputed=counts[k]) * (1.0 - FLOOR_SLACK)
+                return floors[k]
+
+            lo = fewest_fitting(
+                len(counts), lambda k: ladder_fits(step, counts[k]),
+                None if over == math.inf else (lambda k: floor(k) > over),
+            )  # fmt: skip
+            return math.inf if lo is None else floor(lo)
         except ExplorerError:
             return None
 
@@ -209,7 +225,8 @@ class BoundedSearch:
                     heapq.heappush(heap, (self._floors[j], j, _ASK if self._pruning else _READY))
                 continue
             if group == _ASK:  # its memory first: a rung that cannot fit raises the floor
-                raised = self._ask(i)
+                over = kept[self._keep - 1] + _CLEAR_S if len(kept) >= self._keep else math.inf
+                raised = self._ask(i, over)
                 heapq.heappush(heap, (floor if raised is None else raised, i, _READY))
                 continue
             if self.estimated and time.perf_counter() - t0 > time_limit_s:
