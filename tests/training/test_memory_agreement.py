@@ -4,6 +4,8 @@ of each it keeps, `chunk_live_counts`), which this file checks against a walk ov
 whole schedule."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import explorer as ex
 from explorer.training.pipeline.schedule import build_schedule
@@ -90,3 +92,15 @@ def sim_params(stack):
     from explorer.training import stacks
 
     return stacks.resolve(None, stack, "test")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1e12, allow_nan=False), min_size=10, max_size=10))
+def test_a_breakdowns_total_is_the_sum_of_its_rows_to_the_last_bit(rows):
+    # `MemoryBreakdown.total` adds the rows one by one (the search compares it with the
+    # cap ~10^4 times a plan): what sum() over the rows gives, bit for bit
+    from explorer.training.memory import MemoryBreakdown
+
+    m = MemoryBreakdown(**dict(zip(MemoryBreakdown.ROWS, rows, strict=True)))
+    assert m.total == sum(getattr(m, r) for r in MemoryBreakdown.ROWS)
+    assert m.total == sum(rows)

@@ -87,6 +87,11 @@ class StepModel:
         # first use
         self._memory_terms: tuple[float, float, float] | None = None
         self._reduce_buffers: dict[float, float] = {}
+        # per (split, device): `device_memory`'s terms that do not depend on the recompute
+        # count or the activations (the ladder asks ~5 counts of one split); per (its
+        # chunks' layer counts, recompute count): the recompute working set
+        self._device_static: dict[tuple, tuple] = {}
+        self._working_sets: dict[tuple, float] = {}
         self._stage_params: dict[tuple[int, bool, bool], float] = {}
         # a stage's compute seconds (by its shape, without dense first layers) and
         # activation bytes (by layers, embedding?, recomputed layers): asked ~10 times per
@@ -280,20 +285,23 @@ class StepModel:
         self, part: StagePartition, d: int, n_full: int | None, live_act: float
     ) -> MemoryBreakdown:
         """The breakdown of device ``d`` given its peak live activations ``live_act``."""
-        par, tp_ = self.par, self.tparams
-        chunks = [c * par.pp + d for c in range(par.virtual_stages)]
-        shapes = part.shapes
-        params = sum(self.stage_params(part, g) for g in chunks)
-        w, gr, opt = zero.state_bytes(self, params)
+        tp_ = self.tparams
+        static = self._device_static.get((part, d))
+        if static is None:
+            static = self._device_static[part, d] = self._device_static_of(part, d)
+        w, gr, opt, has_head, counts, rbuf = static
         if self._memory_terms is None:
             self._memory_terms = (
                 self.head_act(), cp.transient_bytes(self), zero.gather_buffer_bytes(self)
             )  # fmt: skip
         head, transient, zbuf = self._memory_terms
-        act = live_act + (head if any(shapes[g][2] for g in chunks) else 0.0)
+        act = live_act + (head if has_head else 0.0)
         act += transient  # the layer in flight's gathered K, V (dK, dV)
-        work = recompute.working_set(self, [shapes[g][0] for g in chunks], n_full)
-        rbuf = self.reduce_buffer(part, chunks)
+        work = self._working_sets.get((counts, n_full))
+        if work is None:
+            work = self._working_sets[counts, n_full] = recompute.working_set(
+                self, list(counts), n_full
+            )
         al = tp_.allowances
         # Fragmentation is the caching allocator's: the CUDA context and the collective
         # library's buffers are allocated outside it (`MemoryAllowances`).
@@ -304,6 +312,19 @@ class StepModel:
             runtime_context=al.runtime_context_bytes,
             communication_buffers=al.communication_buffer_bytes, fragmentation=frag, stage=d,
         )  # fmt: skip
+
+    def _device_static_of(self, part: StagePartition, d: int) -> tuple:
+        """What `device_memory` of device ``d`` reads of ``part`` alone: (weights,
+        gradients, optimizer states, holds the head?, its chunks' layer counts, reduce
+        buffer)."""
+        par = self.par
+        chunks = [c * par.pp + d for c in range(par.virtual_stages)]
+        shapes = part.shapes
+        params = sum(self.stage_params(part, g) for g in chunks)
+        w, gr, opt = zero.state_bytes(self, params)
+        has_head = any(shapes[g][2] for g in chunks)
+        counts = tuple(shapes[g][0] for g in chunks)
+        return w, gr, opt, has_head, counts, self.reduce_buffer(part, chunks)
 
     def reduce_buffer(self, part: StagePartition | None, chunks: list[int]) -> float:
         """Unsharded gradients a ZeRO-2/3 device holds until their reduce-scatter
