@@ -242,3 +242,62 @@ def test_the_bisection_stopped_early_never_passes_the_ladders_answer(fits, enoug
         assert got is not None and got <= answer
         assert got == answer or got >= enough_from
     assert fewest_fitting(len(fits), ask, lambda lo: False) == answer
+
+
+@pytest.mark.parametrize(
+    "warm",
+    [
+        # the plan's own choice, the runner-up, a slow layout, one outside the space
+        "chosen",
+        "runner-up",
+        ex.ParallelConfig(dp=16, tp=8, pp=2, sp=True, microbatch_size=1, zero=1),
+        ex.ParallelConfig(dp=256, tp=1, pp=1, microbatch_size=3, zero=3),
+    ],
+    ids=["chosen", "runner-up", "slow", "outside"],
+)
+def test_a_warm_start_changes_no_plan(warm):
+    # `plan_homogeneous(warm_start=)`: estimated first when it is among the configurations,
+    # it bounds the search from the start; the plan is the one found without it
+    from explorer.training.planning.homogeneous import plan_homogeneous
+
+    kw = dict(devices=256, hardware="a100-80g", global_batch=1536, seq=2048,
+              simulate_top=1, chosen_only=True)  # fmt: skip
+    cold = plan_homogeneous("gpt3-175b", **kw)
+    if warm == "chosen":
+        warm = cold.config
+    elif warm == "runner-up":
+        wide = plan_homogeneous("gpt3-175b", **{**kw, "chosen_only": False}, top_k=3)
+        warm = next(r.config for r in wide.alternatives if repr(r.config) != repr(cold.config))
+    hot = plan_homogeneous("gpt3-175b", warm_start=warm, **kw)
+    assert repr(hot.config) == repr(cold.config) and repr(hot.sim) == repr(cold.sim)
+    assert hot.searched <= cold.searched + len(RECOMPUTE_LADDER)  # its rungs at most
+
+
+def test_a_scaling_curves_points_start_from_the_previous_choice(monkeypatch):
+    # each count after the first is searched with the previous point's configuration, its
+    # data-parallel degree scaled, as its warm start: the same points, fewer questions
+    from explorer.memo import clear_all
+    from explorer.training.planning import bounded, scaling
+
+    args = ("gpt3-175b", "a100-80g", [256, 512])
+    kw = dict(global_batch=3072, seq=2048, mode="weak")
+    asked, firsts = [], []
+    real_ask, real_index = bounded.BoundedSearch._ask, bounded.BoundedSearch._index_of
+    monkeypatch.setattr(
+        bounded.BoundedSearch, "_ask", lambda self, *a: asked.append(1) or real_ask(self, *a)
+    )
+    monkeypatch.setattr(
+        bounded.BoundedSearch, "_index_of",
+        lambda self, par: firsts.append(str(par)) or real_index(self, par),
+    )  # fmt: skip
+    clear_all()
+    warm = scaling.scaling_curve(*args, **kw)
+    with_warm = len(asked)
+    first = warm.points[0].config
+    assert firsts == [str(first.replace(dp=first.dp * 2))]
+    monkeypatch.setattr(scaling, "_scaled", lambda *a: None)
+    clear_all()
+    asked.clear()
+    cold = scaling.scaling_curve(*args, **kw)
+    assert [repr(p) for p in warm.points] == [repr(p) for p in cold.points]
+    assert with_warm <= len(asked)

@@ -79,6 +79,14 @@ _CLEAR_S = 2e-9
 _ASK, _READY = -1, -2
 
 
+# the fields a warm start's configuration may differ in from the one it names
+_LADDER_FIELDS = ("recompute", "recompute_num_layers", "num_microbatches")
+
+
+def _warm_key(par: ParallelConfig) -> tuple:
+    return tuple(getattr(par, f.name) for f in fields(par) if f.name not in _LADDER_FIELDS)
+
+
 class BoundedSearch:
     """The configurations of one search, estimated lowest floor first (module docstring).
 
@@ -195,11 +203,17 @@ class BoundedSearch:
 
     def run(
         self, t0: float, time_limit_s: float, progress: Callable[[int, int], None] | None,
-        steps: int, total: int,
+        steps: int, total: int, first: ParallelConfig | None = None,
     ) -> str | None:  # fmt: skip
         """Estimate lowest floor first until the floors pass the kept step times; return
         why the time limit stopped the search, or None. ``progress(done, total)`` moves
-        over ``steps`` of ``total`` as the configurations are estimated."""
+        over ``steps`` of ``total`` as the configurations are estimated.
+
+        ``first``: a configuration estimated before the others when it is among them (all
+        its fields but the recompute ladder's and the microbatch count equal): a warm
+        start (a scaling curve's previous point). Its step time bounds the search from
+        the start, so the memory questions stop early (`_ask`); what is chosen is the same
+        with or without it (at most one more configuration estimated)."""
         n = len(self._bases)
         # (floor, first index, group) for a group not split yet; (floor, index, -1) for
         # one configuration with its own floor. The least entry is a floor under all left.
@@ -209,11 +223,23 @@ class BoundedSearch:
         shown = done = 0
         if progress is not None:
             progress(0, total)
+        warm = self._index_of(first) if first is not None and self._pruning else None
+        if warm is not None:
+            for r in self._estimate(warm):
+                if r.fits:
+                    bisect.insort(kept, rank(r)[0])
+                    del kept[self._keep :]
+            done += 1
         while heap:
             floor, i, group = heap[0]
             if len(kept) >= self._keep and floor > kept[self._keep - 1] + _CLEAR_S:
                 self._skipped = sorted(
-                    (j for _, i, g in heap for j in (self._groups[g] if g >= 0 else (i,))),
+                    (
+                        j
+                        for _, i, g in heap
+                        for j in (self._groups[g] if g >= 0 else (i,))
+                        if j != warm
+                    ),
                     key=lambda j: (self._floors[j], j),
                 )  # every floor left is as high
                 return None
@@ -223,6 +249,8 @@ class BoundedSearch:
                     if self._pruning:
                         self._floors[j] = self._floor(j)
                     heapq.heappush(heap, (self._floors[j], j, _ASK if self._pruning else _READY))
+                continue
+            if group < 0 and i == warm:  # estimated first
                 continue
             if group == _ASK:  # its memory first: a rung that cannot fit raises the floor
                 over = kept[self._keep - 1] + _CLEAR_S if len(kept) >= self._keep else math.inf
@@ -244,6 +272,12 @@ class BoundedSearch:
                 shown = steps * done // n
                 progress(shown, total)
         return None
+
+    def _index_of(self, par: ParallelConfig) -> int | None:
+        """The index of the configuration ``par`` names (recompute ladder and microbatch
+        count aside), or None."""
+        key = _warm_key(par)
+        return next((i for i, b in enumerate(self._bases) if _warm_key(b) == key), None)
 
     def estimate_below(self, step_time_s: float, over: int) -> None:
         """Estimate the skipped configurations the over-memory list (the ``over`` fastest

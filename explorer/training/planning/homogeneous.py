@@ -79,6 +79,7 @@ def plan_homogeneous(
     progress: ProgressFn | None = None, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
     objectives: tuple[str, ...] | None = None, offload: bool = False,
     constraints: Sequence | None = None, chosen_only: bool = False,
+    warm_start: ParallelConfig | None = None,
 ) -> TrainingPlan:  # fmt: skip
     """`plan_training` on one cluster: the search of ``dp x tp x pp x cp`` structures, the
     ladder of recomputation, the simulation of the best few, and (``offload``) the host
@@ -88,7 +89,10 @@ def plan_homogeneous(
     its step alone: no alternatives and no over-memory list (``top_k`` unused), so the
     search keeps only the ``simulate_top`` best step times and prunes above them, and the
     simulations keep no timeline (``plan.sim.timeline`` is None; the same step time): a
-    scaling curve's points keep five numbers of each plan (`planning.scaling`)."""
+    scaling curve's points keep five numbers of each plan (`planning.scaling`).
+    ``warm_start``: a configuration estimated first when it is among the searched (a
+    scaling curve's previous point, scaled; `BoundedSearch.run`'s ``first``): the same
+    plan, found with fewer memory questions."""
     if devices is None:
         raise TrainingPlanError(
             "plan_training needs devices=<chips in the job> (or pools=[Pool(...), ...])"
@@ -134,7 +138,7 @@ def plan_homogeneous(
         )
         search.add(bases, prune)
     total = len(structures) + simulate_top
-    stopped_early = search.run(t0, time_limit_s, progress, len(structures), total)
+    stopped_early = search.run(t0, time_limit_s, progress, len(structures), total, warm_start)
     results, cap_errors = search.results(), search.cap_errors()
     if not results and cap_errors:
         raise TrainingPlanError(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ...checks import is_int
+from ...errors import ExplorerError
 from ...hardware import Cluster, resolve
 from ...memo import Memo
 from ...models import ModelConfig, load
@@ -155,7 +156,10 @@ def scaling_curve(
         found = _POINTS.peek(key) if key is not None else None
         planned_before = found is not None
         if found is None:
-            found = _plan_point(cfg, n, cluster, gb, seq, params, space, inner, constraints)
+            warm = _scaled(points[-1].config, points[-1].devices, n) if points else None
+            found = _plan_point(
+                cfg, n, cluster, gb, seq, params, space, inner, constraints, warm
+            )  # fmt: skip
             if key is not None:
                 _POINTS.put(key, found)
         if progress is not None and (planned_before or isinstance(found, str)):
@@ -197,13 +201,26 @@ def _point_key(cfg, cluster, n, gb, seq, params, space, constraints) -> tuple | 
     return key
 
 
-def _plan_point(cfg, n, cluster, gb, seq, params, space, progress, constraints):
+def _scaled(config: ParallelConfig | None, devices: int, n: int) -> ParallelConfig | None:
+    """The configuration planned at ``devices``, its data-parallel degree scaled to ``n``
+    devices (None when it does not scale): the next count's warm start (neighbouring
+    counts mostly choose the same layout; `BoundedSearch.run`'s ``first``)."""
+    if config is None or n % devices:
+        return None
+    try:
+        return config.replace(dp=config.dp * (n // devices))
+    except ExplorerError:
+        return None
+
+
+def _plan_point(cfg, n, cluster, gb, seq, params, space, progress, constraints, warm=None):
     """(config, step time, tokens/s, TFLOP/s per device, MFU) of the plan at ``n`` devices,
-    or the message of the `TrainingPlanError` saying why there is none."""
+    or the message of the `TrainingPlanError` saying why there is none; ``warm``: the
+    search's warm start (the same plan, found sooner)."""
     try:
         plan = plan_homogeneous(
             cfg, n, cluster, gb, seq, params, space=space, simulate_top=1,
-            progress=progress, constraints=constraints, chosen_only=True,
+            progress=progress, constraints=constraints, chosen_only=True, warm_start=warm,
         )  # fmt: skip
     except TrainingPlanError as e:
         return str(e)
