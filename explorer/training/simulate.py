@@ -377,7 +377,7 @@ def simulate(
     (`explorer.training.stacks`, e.g. ``"torchtitan"``); neither: the default stack
     (``megatron-core``); both: an error naming the fix. ``timeline=False``: the same result
     without its ``timeline`` (None), the events not kept (`pipeline.timeline.schedule_times`:
-    the same step time and time by kind, about three times faster).
+    the same step time and time by kind, about six times faster).
 
     The stage split is `partition_layers` under the per-stage memory cap (the uniform
     split when nothing fits, reported with ``fits == False`` rather than raised, so a

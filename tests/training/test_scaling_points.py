@@ -88,11 +88,28 @@ def test_a_point_is_planned_as_the_chosen_configuration_alone():
     assert (point.config, point.step_time_s) == (full.config, full.sim.step_time_s)
 
 
-def test_simulate_without_a_timeline_is_the_same_result():
-    par = ex.ParallelConfig(dp=2, tp=2, pp=4, microbatch_size=2, schedule="interleaved_1f1b",
-                            virtual_stages=2, recompute="per_layer")  # fmt: skip
-    kw = dict(hardware="a100-80g", global_batch=64, seq=1024)
-    with_events = ex.simulate("gpt3-1.3b", par, **kw)
-    without = ex.simulate("gpt3-1.3b", par, timeline=False, **kw)
+@pytest.mark.parametrize(
+    "model,par,kw",
+    [
+        ("gpt3-1.3b",
+         ex.ParallelConfig(dp=2, tp=2, pp=4, microbatch_size=2, schedule="interleaved_1f1b",
+                           virtual_stages=2, recompute="per_layer"),
+         dict(hardware="a100-80g", global_batch=64, seq=1024)),
+        # the scaling view's GPT-3 175B point: 384 microbatches over pp 8 x v 4, ZeRO-1
+        ("gpt3-175b",
+         ex.ParallelConfig(dp=8, tp=4, pp=8, sp=True, microbatch_size=2,
+                           schedule="interleaved_1f1b", virtual_stages=4, zero=1),
+         dict(hardware="a100-80g", global_batch=6144, seq=2048)),
+        # experts, a dense first layer, ZeRO-3 gathers, uneven stages (1F1B, time-balanced)
+        ("deepseek-v3",
+         ex.ParallelConfig(dp=8, tp=1, pp=16, ep=8, microbatch_size=1, zero=3,
+                           recompute="selective"),
+         dict(hardware="h100-sxm", global_batch=256, seq=4096)),
+    ],
+    ids=["gpt3-1.3b", "gpt3-175b", "deepseek-v3"],
+)  # fmt: skip
+def test_simulate_without_a_timeline_is_the_same_result(model, par, kw):
+    with_events = ex.simulate(model, par, **kw)
+    without = ex.simulate(model, par, timeline=False, **kw)
     assert without.timeline is None and with_events.timeline.events
     assert without == dataclasses.replace(with_events, timeline=None)

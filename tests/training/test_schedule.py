@@ -13,6 +13,7 @@ from explorer.training import (
     peak_in_flight,
     simulate_schedule,
 )
+from explorer.training.errors import TrainingError
 from explorer.training.pipeline import schedule as sched_mod
 from explorer.training.pipeline.timeline import schedule_times
 
@@ -92,7 +93,9 @@ def test_schedule_times_are_the_timeline_s_to_the_last_bit(kind, p, groups, p2p,
     # by kind without events equal the timeline's exactly (the same additions, same order)
     v = 2 if kind == "interleaved_1f1b" else 1
     s = build_schedule(kind, p, p * groups, v)
-    fwd = [[("compute-forward", f * (1 + g % 3)), ("tp-comm", f / 7)] for g in range(p * v)]
+    # a kind twice in one step (its order within the step kept) and zero segments (left out)
+    fwd = [[("compute-forward", f * (1 + g % 3)), ("tp-comm", f / 7), ("ep-comm", 0.0),
+            ("tp-comm", f / 13 * (g % 2))] for g in range(p * v)]  # fmt: skip
     bwd = [[("zero-gather", b / 5), ("compute-backward", b + g / 10)] for g in range(p * v)]
     tails = [[("dp-comm", 0.3 * d), ("optimizer", 0.1)] for d in range(p)]
     tl = simulate_schedule(s, fwd, bwd, p2p, tails)
@@ -108,3 +111,10 @@ def test_bad_schedules():
         build_schedule("zigzag", 2, 2)
     with pytest.raises(ValueError, match="durations for 3 stages"):
         simulate_schedule(build_schedule("1f1b", 2, 2), [1.0, 1.0, 1.0], 1.0)
+
+
+def test_a_segment_of_an_unknown_kind_is_refused_by_name():
+    s = build_schedule("1f1b", 2, 4)
+    for run in (simulate_schedule, schedule_times):
+        with pytest.raises(TrainingError, match="segment kind 'warmup' is not an event kind"):
+            run(s, [[("warmup", 1.0)]] * 2, 1.0)
