@@ -259,8 +259,37 @@ def ladder_fits(step: StepModel, n_full: int | None) -> bool:
     recompute ladder asks of each count, asked ahead by the plan's search
     (`planning.bounded`) to raise a configuration's step-time floor before its estimate."""
     flight = _in_flight(step)
-    split = _partition(step, n_full, flight, memory_capped=False)
-    return max(m.total for m in _formula_memories(step, split[0], n_full, flight)) <= step.cap
+    fixed, balanced, uni = _splits(step, n_full)
+    if fixed is not None:
+        return _fits(step, fixed[0], n_full, flight)
+    # `_partition(memory_capped=False)` keeps the time-balanced split when it fits, else
+    # whichever of the two needs less: some split fits when either does
+    return _fits(step, balanced, n_full, flight) or (
+        uni != balanced and _fits(step, uni, n_full, flight)
+    )
+
+
+def _fits(step: StepModel, part: StagePartition, n_full, flight) -> bool:
+    """Whether every device of ``part`` fits the cap (`_formula_memories` below it): the
+    devices in turn, stopping at the first over it (most questions of the ladder's
+    bisection are answered by device 0, which keeps the most microbatches); when all fit
+    their memories are kept as `_formula_memories` keeps them (the estimate reads them)."""
+    key = ("formula_memories", part, n_full, tuple(flight))
+    mems = step.derived.get(key)
+    if mems is not None:
+        return max(m.total for m in mems) <= step.cap
+    over = ("over the cap", *key[1:])  # answered no before (the estimate asks again)
+    if over in step.derived:
+        return False
+    par, out = step.par, []
+    for d in _distinct_devices(part, par.pp, par.virtual_stages):
+        m = step.device_memory(part, d, n_full, peak_activations(step, part, d, n_full))
+        if m.total > step.cap:
+            step.derived[over] = True
+            return False
+        out.append(m)
+    step.derived[key] = tuple(out)
+    return True
 
 
 def states_over_cap(step: StepModel) -> bool:
@@ -591,6 +620,36 @@ def _capped_split(step: StepModel, times: list[float], n_full, in_flight) -> Sta
     return partition_layers(times, static, acts, in_flight, [usable] * par.stages, alone)
 
 
+def _splits(
+    step: StepModel, n_full
+) -> tuple[tuple[StagePartition, PartitionChoice] | None, StagePartition, StagePartition]:
+    """(the split `_partition` takes whatever the memory, or None; else the time-balanced
+    split and the uniform one it chooses between)."""
+    par = step.par
+    L = step.cfg.num_layers
+    if par.stage_layers is not None:
+        if sum(par.stage_layers) != L:
+            raise ParallelConfigError(
+                f"stage_layers={par.stage_layers} holds {sum(par.stage_layers)} layers, the "
+                f"model {L}; give counts adding up to {L}"
+            )
+        split = StagePartition.from_layers(par.stage_layers)
+        return (split, PartitionChoice("given", "the configuration's stage_layers")), split, split
+    uni = uniform_partition(L, par.stages)
+    if par.pp == 1:
+        return (uni, PartitionChoice("uniform", "one pipeline stage")), uni, uni
+    if par.virtual_stages > 1 and L % par.stages == 0:
+        why = "interleaved 1F1B over equal chunks (Megatron-LM's rule)"
+        return (uni, PartitionChoice("uniform", why)), uni, uni
+    times = _layer_times(step, n_full)
+    balanced = _balanced_split(tuple(times), par.stages)
+    if par.virtual_stages > 1 and _interleaved_s(uni, times, par.pp, step.m) < _interleaved_s(
+        balanced, times, par.pp, step.m
+    ):
+        balanced = uni  # the slowest chunk is not the slowest device: spread the extra layers
+    return None, balanced, uni
+
+
 def _partition(
     step: StepModel, n_full, in_flight, memory_capped: bool = True
 ) -> tuple[StagePartition, PartitionChoice]:
@@ -606,28 +665,10 @@ def _partition(
     falls back to the uniform one when that needs less. `estimate` skips the capped split
     to stay fast and keeps whichever of the two needs less memory."""
     par = step.par
-    L = step.cfg.num_layers
-    if par.stage_layers is not None:
-        if sum(par.stage_layers) != L:
-            raise ParallelConfigError(
-                f"stage_layers={par.stage_layers} holds {sum(par.stage_layers)} layers, the "
-                f"model {L}; give counts adding up to {L}"
-            )
-        split = StagePartition.from_layers(par.stage_layers)
-        return split, PartitionChoice("given", "the configuration's stage_layers")
-    uni = uniform_partition(L, par.stages)
-    if par.pp == 1:
-        return uni, PartitionChoice("uniform", "one pipeline stage")
-    if par.virtual_stages > 1 and L % par.stages == 0:
-        return uni, PartitionChoice(
-            "uniform", "interleaved 1F1B over equal chunks (Megatron-LM's rule)"
-        )
+    fixed, balanced, uni = _splits(step, n_full)
+    if fixed is not None:
+        return fixed
     times = _layer_times(step, n_full)
-    balanced = _balanced_split(tuple(times), par.stages)
-    if par.virtual_stages > 1 and _interleaved_s(uni, times, par.pp, step.m) < _interleaved_s(
-        balanced, times, par.pp, step.m
-    ):
-        balanced = uni  # the slowest chunk is not the slowest device: spread the extra layers
     need = max(m.total for m in _formula_memories(step, balanced, n_full, in_flight))
     gib = 2**30
     over = f"the time-balanced split needs {need / gib:.2f} GiB, over the {step.cap / gib:.2f}"
@@ -676,12 +717,15 @@ def estimate_step(step: StepModel) -> SimResult:
     flight = _in_flight(step)
     S, p, v = par.stages, par.pp, par.virtual_stages
 
-    def evaluate(n_full):
-        split = _partition(step, n_full, flight, memory_capped=False)
-        return split, _formula_memories(step, split[0], n_full, flight)
-
-    split, n_full, mems = _fewest_recompute(step, evaluate)
+    # the ladder's questions (`ladder_fits`: the split and memory `_fewest_recompute` would
+    # ask of each count, answered at the first device over the cap), then the count's split
+    # and memories (never memory-capped here: `_fewest_recompute`'s walk up does not apply)
+    counts = recompute_counts(step)
+    lo = fewest_fitting(len(counts), lambda i: ladder_fits(step, counts[i]))
+    n_full = counts[len(counts) - 1 if lo is None else lo]
+    split = _partition(step, n_full, flight, memory_capped=False)
     part = split[0]
+    mems = _formula_memories(step, part, n_full, flight)
     memo: dict[tuple, tuple[float, list]] = {}
     t_stage = []
     names: list[str] = []  # the segments' kinds, in the order they first appear

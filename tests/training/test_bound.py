@@ -3,6 +3,8 @@ every estimate it stands for, and skipping configurations changes no plan."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 import explorer as ex
 from explorer.hardware import resolve
 from explorer.training import stacks
+from explorer.training.pipeline.partition import uniform_partition
 from explorer.training.planning.bound import FLOOR_SLACK, known_partition, step_time_floor
 from explorer.training.planning.space import (
     RECOMPUTE_LADDER,
@@ -301,3 +304,46 @@ def test_a_scaling_curves_points_start_from_the_previous_choice(monkeypatch):
     cold = scaling.scaling_curve(*args, **kw)
     assert [repr(p) for p in warm.points] == [repr(p) for p in cold.points]
     assert with_warm <= len(asked)
+
+
+@pytest.mark.parametrize(
+    "job,every,covers",
+    [
+        # known splits and time-balanced ones, fitting and not
+        (("gpt3-175b", 256, "a100-80g", 1536, 2048), 5, "all"),
+        # Llama 3's large head: the balanced split puts more layers on device 0, and only
+        # the uniform split fits
+        (("llama3-8b", 16, "h100-sxm", 64, 8192), 1, "uniform"),
+    ],
+    ids=["gpt3-175b", "llama3-8b"],
+)
+def test_the_ladders_question_is_the_split_and_memory_the_estimate_takes(job, every, covers):
+    # `simulate.ladder_fits` answers at the first device over the cap and tries the uniform
+    # split only when the time-balanced one does not fit: the same answer as the memory of
+    # the split `estimate` takes (`_partition(memory_capped=False)`) against the cap
+    sim = importlib.import_module("explorer.training.simulate")  # the module, not the function
+    name, devices, hw, gb, seq = job
+    cfg, tparams = ex.models.load(name), stacks.resolve(None, None, "test")
+    cluster, answers = resolve(hw).extended(devices), set()
+    bases = list(_bases(*job))[::every]
+    if covers == "uniform":
+        bases = [b for b in bases if b.pp == 2 and b.tp == 1]
+    for base in bases:
+        for rec in ("none", "per_layer"):
+            par = base.replace(recompute=rec)
+            for k in sim.recompute_counts(StepModel(cfg, par, cluster, gb, seq, tparams))[::4]:
+                fresh = StepModel(cfg, par, cluster, gb, seq, tparams)
+                flight = sim._in_flight(fresh)
+                part = sim._partition(fresh, k, flight, memory_capped=False)[0]
+                need = max(m.total for m in sim._formula_memories(fresh, part, k, flight))
+                asked = StepModel(cfg, par, cluster, gb, seq, tparams)
+                got = sim.ladder_fits(asked, k)
+                assert got == (need <= fresh.cap), (str(par), k)
+                assert sim.ladder_fits(asked, k) == got  # asked again: the answer kept
+                known = known_partition(par, cfg.num_layers) is not None
+                answers.add((got, known, not known and part == uniform_partition(
+                    cfg.num_layers, par.stages)))  # fmt: skip
+    if covers == "all":
+        assert {(a, b) for a, b, _ in answers} == {(x, y) for x in (0, 1) for y in (0, 1)}
+    else:
+        assert (True, False, True) in answers  # the uniform split fits, the balanced not
