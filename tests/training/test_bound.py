@@ -347,3 +347,27 @@ def test_the_ladders_question_is_the_split_and_memory_the_estimate_takes(job, ev
         assert {(a, b) for a, b, _ in answers} == {(x, y) for x in (0, 1) for y in (0, 1)}
     else:
         assert (True, False, True) in answers  # the uniform split fits, the balanced not
+
+
+@pytest.mark.parametrize("job", JOBS[:3], ids=[j[0] for j in JOBS[:3]])
+def test_a_step_model_at_another_zero_stage_estimates_as_a_fresh_one(job):
+    # `StepModel.with_zero` (the search's ZeRO siblings) shares the tables no ZeRO stage
+    # changes and starts the others empty: estimates and memories equal a fresh model's,
+    # whichever stage was asked first
+    from explorer.training.simulate import estimate_step, ladder_fits
+
+    name, devices, hw, gb, seq = job
+    cfg, tparams = ex.models.load(name), stacks.resolve(None, None, "test")
+    cluster, checked = resolve(hw).extended(devices), 0
+    for base in list(_bases(*job))[::4]:
+        if base.dp == 1:
+            continue
+        first = StepModel(cfg, base.replace(zero=3), cluster, gb, seq, tparams)
+        estimate_step(first)  # its tables filled at ZeRO-3
+        ladder_fits(first, None)
+        for zero in (0, 1, 2):
+            twin = first.with_zero(zero)
+            fresh = StepModel(cfg, base.replace(zero=zero), cluster, gb, seq, tparams)
+            assert repr(estimate_step(twin)) == repr(estimate_step(fresh)), (str(base), zero)
+            checked += 1
+    assert checked > 20

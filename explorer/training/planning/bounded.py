@@ -109,6 +109,10 @@ class BoundedSearch:
         self._groups: list[list[int]] = []
         self._group_of: dict[tuple, list[int]] = {}
         self._steps: dict[int, StepModel] = {}  # a group's step model until it is split
+        # per group, one step model of each kind made (the floor's, each rung's): another
+        # ZeRO stage of the group starts from it (`StepModel.with_zero`)
+        self._group_id: list[int] = []
+        self._twins: dict[int, dict[str, StepModel]] = {}
         # the ladder's rungs (cheapest first); per configuration whose memory was asked
         # before its estimate, the step model of each rung asked (the estimate reuses them)
         self._rungs = sorted(space.recompute, key=RECOMPUTE_LADDER.index)
@@ -128,15 +132,18 @@ class BoundedSearch:
             self._floors.append(-math.inf)
             self._pruning = prune
             if not prune:
+                self._group_id.append(len(self._groups))
                 self._groups.append([i])  # each alone, in the order given
                 continue
             key = tuple(getattr(base, f.name) for f in fields(base) if f.name != "zero")
             members = self._group_of.get(key)
             if members is None:
                 self._group_of[key] = members = []
+                self._group_id.append(len(self._groups))
                 self._groups.append(members)
                 self._floors[i] = self._floor(i, zero_terms=False)
             else:
+                self._group_id.append(self._group_id[members[0]])
                 self._floors[i] = self._floors[members[0]]
             members.append(i)
 
@@ -151,20 +158,20 @@ class BoundedSearch:
         never takes fewer). The bisection stops once the fewest it can still find has a
         floor above ``over`` (the step time the plan keeps, +inf before one is kept): the
         configuration is skipped whatever count it ends on."""
-        base, rungs = self._bases[i], self._rungs
+        rungs = self._rungs
         if rungs[0] != "none" or rungs[1:2] not in ([], ["per_layer"]):
             return None
         try:
             steps = self._kept_steps.setdefault(i, {})
             if "none" not in steps:
-                steps["none"] = self._step(base, "none")
+                steps["none"] = self._step(i, "none")
             if states_over_cap(steps["none"]):  # no rung fits (model states alone)
                 return math.inf
             if ladder_fits(steps["none"], None):
                 return None
             if len(rungs) == 1:
                 return math.inf
-            step = steps["per_layer"] = self._step(base, "per_layer")
+            step = steps["per_layer"] = self._step(i, "per_layer")
             counts = recompute_counts(step)
             floors: dict[int, float] = {}
 
@@ -181,9 +188,22 @@ class BoundedSearch:
         except ExplorerError:
             return None
 
-    def _step(self, base: ParallelConfig, policy: str) -> StepModel:
-        par = base.replace(recompute=policy)
-        return StepModel(self._cfg, par, self._cluster, self._gb, self._seq, self._tparams)
+    def _step(self, i: int, policy: str) -> StepModel:
+        """Configuration ``i``'s step model with the recompute ``policy``."""
+        return self._model(i, policy, self._bases[i].replace(recompute=policy))
+
+    def _model(self, i: int, kind: str, par: ParallelConfig) -> StepModel:
+        """The step model of ``par`` (configuration ``i``'s, of ``kind``: the floor's or a
+        rung's): another ZeRO stage's of its group at its own stage when one was made (the
+        same numbers: `StepModel.with_zero` shares only what no ZeRO stage changes)."""
+        twins = self._twins.setdefault(self._group_id[i], {})
+        other = twins.get(kind)
+        if other is None:
+            twins[kind] = step = StepModel(
+                self._cfg, par, self._cluster, self._gb, self._seq, self._tparams
+            )  # fmt: skip
+            return step
+        return other.with_zero(par.zero)
 
     def _floor(self, i: int, zero_terms: bool = True) -> float:
         """Configuration ``i``'s floor (``zero_terms=False``: its group's, kept with the
@@ -192,7 +212,7 @@ class BoundedSearch:
             step = self._steps.pop(i, None)
             if step is None:
                 base = self._bases[i].replace(recompute="none", recompute_num_layers=None)
-                step = StepModel(self._cfg, base, self._cluster, self._gb, self._seq, self._tparams)
+                step = self._model(i, "floor", base)
             if not zero_terms:
                 self._steps[i] = step
             elif self._bases[i].recompute_num_layers is None:  # the "none" rung's, for _ask
@@ -300,13 +320,12 @@ class BoundedSearch:
         self._skipped = self._skipped[late:]
 
     def _estimate(self, i: int) -> list[SimResult]:
-        base, errors = self._bases[i], self._errors.setdefault(i, [])
-
+        errors = self._errors.setdefault(i, [])
         steps = self._kept_steps.pop(i, {})
 
         def one(rec):
             try:
-                step = steps.get(rec) or self._step(base, rec)
+                step = steps.get(rec) or self._step(i, rec)
                 return estimate_step(step)
             except SearchError as e:  # no layout of a layer fits the memory cap
                 errors.append(e)

@@ -4,6 +4,7 @@ device, communication per step. `simulate` and `estimate` (in ``simulate.py``) s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 
@@ -101,6 +102,29 @@ class StepModel:
         # per pipeline device, the chunk live counts its peak activations are weighed by
         # (`simulate.chunk_live_counts`: the same for every split and recompute count)
         self.live_states: dict[int, tuple[tuple[int, ...], ...]] = {}
+
+    def with_zero(self, zero: int) -> StepModel:
+        """This configuration at ZeRO stage ``zero``: the same costs, mesh and parts, and
+        the same tables of what no ZeRO stage changes (per-layer and per-stage activations,
+        stage compute and parameters, live counts, working sets), shared with this one;
+        the memory and the tables that depend on the stage start empty. The plan's search
+        asks for the ZeRO stages of one configuration one after another
+        (`planning.bounded`): a sibling costs a copy instead of a construction.
+
+        >>> import explorer as ex
+        >>> cfg, hw = ex.models.load("gpt2"), ex.hardware.load("a100-80g")
+        >>> one = StepModel(cfg, ex.ParallelConfig(dp=4, zero=1), hw, 16, 512, ex.TrainingParams())
+        >>> three = one.with_zero(3)
+        >>> three.par.zero, three._stage_act is one._stage_act, three.derived is one.derived
+        (3, True, False)
+        """
+        twin = copy.copy(self)
+        twin.par = self.par.replace(zero=zero)
+        twin.derived = {}
+        twin._memory_terms = None
+        twin._reduce_buffers = {}
+        twin._device_static = {}
+        return twin
 
     def collective_s(self, kind: str, size: float, axes: tuple[str, ...]) -> float:
         """Seconds of one collective on this configuration's mesh (memoized): looked up
