@@ -150,7 +150,9 @@ def _even_floor(step: StepModel, rec=None) -> float:
         fwd, bwd = step.stage_compute_s(part, g)
         return fwd + bwd + _tp_floor(step, part, g)
 
-    whole = sum(_by_shape(step, part, stage))
+    whole = step.derived.get(("floor whole",))  # the same for every recomputation floor
+    if whole is None:
+        whole = step.derived[("floor whole",)] = sum(_by_shape(step, part, stage))
     if rec is not None:  # the split is not known: what every split recomputes at least
         whole += rec[1]
     return whole * (step.m / p + (p - 1) / (p * v)) + 2 * (stages - 1) * step.p2p_s
@@ -159,16 +161,33 @@ def _even_floor(step: StepModel, rec=None) -> float:
 def _staged_floor(
     step: StepModel, part: StagePartition, zero_terms: bool = True, rec=None
 ) -> float:
+    """The floor over a known split: each stage's terms and the tail are worked out once
+    per (split, ZeRO terms?) of a step (`_staged_parts`); a recomputation floor adds to
+    each stage (the search asks several counts of one configuration; the floors differ
+    from one sum in the last bits only, which FLOOR_SLACK covers)."""
+    key = ("floor parts", part, zero_terms)
+    parts = step.derived.get(key)
+    if parts is None:
+        parts = step.derived[key] = _staged_parts(step, part, zero_terms)
+    t_stage, tail = parts
+    if rec is not None:
+        t_stage = [t + rec[0](part.layers(g)) for g, t in enumerate(t_stage)]
+    pipe = pipeline_time(t_stage, step.m, step.par.pp) + 2 * (step.par.stages - 1) * step.p2p_s
+    return pipe if not zero_terms else pipe + tail
+
+
+def _staged_parts(
+    step: StepModel, part: StagePartition, zero_terms: bool
+) -> tuple[list[float], float]:
+    """(each stage's floor per microbatch without recomputation, the tail's floor)."""
     par, tparams = step.par, step.tparams
     io = tparams.overlap_interference
-    p, v, stages = par.pp, par.virtual_stages, par.stages
+    p, v = par.pp, par.virtual_stages
 
     def stage(g: int) -> float:
         fwd, bwd = step.stage_compute_s(part, g)
         ep_raw = ep.stage_s(step, dense.moe_layers_in(step, part, (g,)))
         t = fwd + bwd + _tp_floor(step, part, g)
-        if rec is not None:
-            t += rec[0](part.layers(g))
         t += 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
         if not zero_terms:
             return t
@@ -182,9 +201,8 @@ def _staged_floor(
         )  # fmt: skip
 
     t_stage = _by_shape(step, part, stage)
-    pipe = pipeline_time(t_stage, step.m, p) + 2 * (stages - 1) * step.p2p_s
     if not zero_terms:
-        return pipe
+        return t_stage, 0.0
     tail = 0.0
     tails: dict[float, float] = {}  # by a device's parameters
     for d in range(p):
@@ -197,4 +215,4 @@ def _staged_floor(
             )
             tails[params] = opt + grads + gather
         tail = max(tail, tails[params])
-    return pipe + tail
+    return t_stage, tail
