@@ -10,7 +10,6 @@ it and simulates the best few.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Callable
@@ -28,7 +27,13 @@ from .config import ParallelConfig
 from .errors import ParallelConfigError, PartitionError
 from .memory import MemoryBreakdown
 from .params import CALIBRATED_COST, TrainingParams
-from .pipeline.partition import StagePartition, partition_layers, uniform_partition
+from .pipeline.partition import (
+    StagePartition,
+    device_chunks,
+    distinct_devices,
+    partition_layers,
+    uniform_partition,
+)
 from .pipeline.schedule import build_schedule, peak_in_flight, pipeline_time
 from .pipeline.timeline import Timeline, schedule_times, simulate_schedule
 from .stacks import Stack
@@ -247,10 +252,16 @@ def peak_activations(step: StepModel, part: StagePartition, device: int, n_full)
 
 
 def _in_flight(step: StepModel) -> list[int]:
-    par = step.par
-    return [
-        peak_in_flight(par.schedule, par.pp, step.m, d, par.virtual_stages) for d in range(par.pp)
-    ]
+    """Per pipeline device, the microbatches it keeps in flight at its peak (worked out
+    once per step model: every memory question asks)."""
+    flight = step.derived.get(("in flight",))
+    if flight is None:
+        par = step.par
+        flight = step.derived[("in flight",)] = [
+            peak_in_flight(par.schedule, par.pp, step.m, d, par.virtual_stages)
+            for d in range(par.pp)
+        ]
+    return flight
 
 
 def ladder_fits(step: StepModel, n_full: int | None) -> bool:
@@ -282,7 +293,7 @@ def _fits(step: StepModel, part: StagePartition, n_full, flight) -> bool:
     if over in step.derived:
         return False
     par, out = step.par, []
-    for d in _distinct_devices(part, par.pp, par.virtual_stages):
+    for d in distinct_devices(part, par.pp, par.virtual_stages):
         m = step.device_memory(part, d, n_full, peak_activations(step, part, d, n_full))
         if m.total > step.cap:
             step.derived[over] = True
@@ -484,31 +495,10 @@ def _formula_memories_of(
     step: StepModel, part: StagePartition, n_full, flight
 ) -> tuple[MemoryBreakdown, ...]:
     par = step.par
-    firsts = _distinct_devices(part, par.pp, par.virtual_stages)
+    firsts = distinct_devices(part, par.pp, par.virtual_stages)
     return tuple(
         step.device_memory(part, d, n_full, peak_activations(step, part, d, n_full)) for d in firsts
     )
-
-
-@functools.lru_cache(maxsize=1024)
-def _device_chunks(part: StagePartition, p: int, v: int) -> tuple[tuple, ...]:
-    """Per pipeline device of ``part`` over ``p`` devices and ``v`` chunks each, the shapes
-    (layers, embedding?, head?) of its chunks: the same for every configuration with this
-    split, and asked by each of a plan's ~1,000 estimates."""
-    shapes = part.shapes
-    return tuple(tuple(shapes[c * p + d] for c in range(v)) for d in range(p))
-
-
-@functools.lru_cache(maxsize=1024)
-def _distinct_devices(part: StagePartition, p: int, v: int) -> tuple[int, ...]:
-    """The first device of each distinct chunk-shape tuple (`_device_chunks`), in order."""
-    seen: set = set()
-    out = []
-    for d, shape in enumerate(_device_chunks(part, p, v)):
-        if shape not in seen:
-            seen.add(shape)
-            out.append(d)
-    return tuple(out)
 
 
 def _fewest_recompute(step: StepModel, evaluate):
@@ -757,7 +747,7 @@ def estimate_step(step: StepModel) -> SimResult:
     tail = 0.0
     tails: dict[float, list] = {}
     device_params: dict[tuple, float] = {}  # by the shapes of a device's chunks
-    for d, chunks in enumerate(_device_chunks(part, p, v)):
+    for d, chunks in enumerate(device_chunks(part, p, v)):
         params_d = device_params.get(chunks) if step.dense is None else None
         if params_d is None:  # dense first layers: a stage's parameters depend on where it is
             params_d = device_params[chunks] = sum(

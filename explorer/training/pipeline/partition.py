@@ -30,6 +30,7 @@ from ..errors import PartitionError
 
 __all__ = [
     "StagePartition", "PartitionError", "partition_layers", "split_layers", "uniform_partition",
+    "device_chunks", "distinct_devices",
 ]  # fmt: skip
 
 # Two sums of stage times closer than this (relative) are one sum: the sums of one set of
@@ -271,3 +272,24 @@ def split_layers(
     except PartitionError:
         return None
     return list(part.layer_counts())
+
+
+@functools.lru_cache(maxsize=1024)
+def device_chunks(part: StagePartition, p: int, v: int) -> tuple[tuple, ...]:
+    """Per pipeline device of ``part`` over ``p`` devices and ``v`` chunks each, the shapes
+    (layers, embedding?, head?) of its chunks: the same for every configuration with this
+    split, and asked by each of a plan's ~1,000 estimates."""
+    shapes = part.shapes
+    return tuple(tuple(shapes[c * p + d] for c in range(v)) for d in range(p))
+
+
+@functools.lru_cache(maxsize=1024)
+def distinct_devices(part: StagePartition, p: int, v: int) -> tuple[int, ...]:
+    """The first device of each distinct chunk-shape tuple (`device_chunks`), in order."""
+    seen: set = set()
+    out = []
+    for d, shape in enumerate(device_chunks(part, p, v)):
+        if shape not in seen:
+            seen.add(shape)
+            out.append(d)
+    return tuple(out)

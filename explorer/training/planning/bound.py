@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..config import ParallelConfig
-from ..pipeline.partition import StagePartition, uniform_partition
+from ..pipeline.partition import StagePartition, distinct_devices, uniform_partition
 from ..pipeline.schedule import pipeline_time
 from ..step_model.kernels import optimizer_step_s
 from ..step_model.model import StepModel
@@ -205,7 +205,10 @@ def _staged_parts(
         return t_stage, 0.0
     tail = 0.0
     tails: dict[float, float] = {}  # by a device's parameters
-    for d in range(p):
+    # without dense first layers a device's parameters follow its chunks' shapes: the
+    # first device of each (`distinct_devices`) stands for the others
+    devices = range(p) if step.dense is not None else distinct_devices(part, p, v)
+    for d in devices:
         params = sum(step.stage_params(part, c * p + d) for c in range(v))
         if params not in tails:
             opt = optimizer_step_s(zero.updated_params(step, params), step.cluster.chip, tparams)

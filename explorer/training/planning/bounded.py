@@ -190,20 +190,21 @@ class BoundedSearch:
 
     def _step(self, i: int, policy: str) -> StepModel:
         """Configuration ``i``'s step model with the recompute ``policy``."""
-        return self._model(i, policy, self._bases[i].replace(recompute=policy))
+        return self._model(i, policy, recompute=policy)
 
-    def _model(self, i: int, kind: str, par: ParallelConfig) -> StepModel:
-        """The step model of ``par`` (configuration ``i``'s, of ``kind``: the floor's or a
-        rung's): another ZeRO stage's of its group at its own stage when one was made (the
-        same numbers: `StepModel.with_zero` shares only what no ZeRO stage changes)."""
+    def _model(self, i: int, kind: str, **changes) -> StepModel:
+        """The step model of configuration ``i`` with ``changes`` (of ``kind``: the floor's
+        or a rung's): another ZeRO stage's of its group at its own stage when one was made
+        (the same numbers: `StepModel.with_zero` shares only what no ZeRO stage changes)."""
         twins = self._twins.setdefault(self._group_id[i], {})
         other = twins.get(kind)
         if other is None:
+            par = self._bases[i].replace(**changes)
             twins[kind] = step = StepModel(
                 self._cfg, par, self._cluster, self._gb, self._seq, self._tparams
             )  # fmt: skip
             return step
-        return other.with_zero(par.zero)
+        return other.with_zero(self._bases[i].zero)
 
     def _floor(self, i: int, zero_terms: bool = True) -> float:
         """Configuration ``i``'s floor (``zero_terms=False``: its group's, kept with the
@@ -211,8 +212,7 @@ class BoundedSearch:
         try:
             step = self._steps.pop(i, None)
             if step is None:
-                base = self._bases[i].replace(recompute="none", recompute_num_layers=None)
-                step = self._model(i, "floor", base)
+                step = self._model(i, "floor", recompute="none", recompute_num_layers=None)
             if not zero_terms:
                 self._steps[i] = step
             elif self._bases[i].recompute_num_layers is None:  # the "none" rung's, for _ask
