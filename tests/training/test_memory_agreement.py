@@ -104,3 +104,17 @@ def test_a_breakdowns_total_is_the_sum_of_its_rows_to_the_last_bit(rows):
     m = MemoryBreakdown(**dict(zip(MemoryBreakdown.ROWS, rows, strict=True)))
     assert m.total == sum(getattr(m, r) for r in MemoryBreakdown.ROWS)
     assert m.total == sum(rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.tuples(st.integers(0, 5), st.integers(0, 5), st.integers(0, 5)), min_size=1))
+def test_the_undominated_live_states_are_those_no_other_covers(states):
+    # `simulate._undominated` (one array comparison of every pair) keeps exactly the states
+    # that no other state is at least as large as in every chunk, sorted
+    from explorer.training.simulate import _undominated
+
+    want = sorted(
+        a for a in states
+        if not any(b != a and all(x >= y for x, y in zip(b, a, strict=True)) for b in states)
+    )  # fmt: skip
+    assert list(_undominated(states)) == want
