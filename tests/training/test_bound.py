@@ -371,3 +371,26 @@ def test_a_step_model_at_another_zero_stage_estimates_as_a_fresh_one(job):
             assert repr(estimate_step(twin)) == repr(estimate_step(fresh)), (str(base), zero)
             checked += 1
     assert checked > 20
+
+
+def test_the_floor_of_a_split_balanced_by_time_counts_its_fullest_stage():
+    # where the split is balanced by time (1F1B with pipelines) some stage holds at least
+    # ceil(L / S) layers: the slowest stage is at least such a stage with its ZeRO terms,
+    # not the mean stage. GPT-3 175B at batch 6144 on 256 A100s: the median floor within 4%
+    # of the estimate (6% with the mean stage alone), never above it
+    import statistics
+
+    job = ("gpt3-175b", 256, "a100-80g", 6144, 2048)
+    cfg, tparams = ex.models.load("gpt3-175b"), stacks.resolve(None, None, "test")
+    cluster, ratios = resolve("a100-80g").extended(256), []
+    for base in list(_bases(*job))[::2]:
+        if known_partition(base, cfg.num_layers) is not None:
+            continue
+        par = base.replace(recompute="none")
+        step = StepModel(cfg, par, cluster, 6144, 2048, tparams)
+        r = ex.estimate(cfg, par, cluster, 6144, 2048, tparams)
+        floor = step_time_floor(step)
+        assert floor * (1 - FLOOR_SLACK) <= r.step_time_s, str(par)
+        assert step_time_floor(step, zero_terms=False) <= floor
+        ratios.append(floor / r.step_time_s)
+    assert len(ratios) > 100 and statistics.median(ratios) > 0.96
