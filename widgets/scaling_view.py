@@ -4,6 +4,7 @@ configurations (model, hardware, weak or strong scaling) overlaid."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import html
 import threading
 from collections import OrderedDict
@@ -30,7 +31,7 @@ from .figures.scaling import (
     scaling_figure,
     scaling_traces,
 )
-from .heap import settle_heap
+from .heap import gc_paused, settle_heap
 from .plan_ahead import PlanAhead, Stopped, in_kernel
 from .selection import Selection
 
@@ -197,15 +198,19 @@ class ScalingView(View):
         settle_heap()  # in a kernel, once: short full collections from now on (heap.py)
 
     # --- computing ----------------------------------------------------------------------
-    def _curve(self, s: Series, report, on_point=None) -> ScalingCurve:
+    def _curve(self, s: Series, report, on_point=None, paused: bool = True) -> ScalingCurve:
+        """The curve of ``s`` (kept for the next view asking); planned with the cyclic
+        collector paused (``paused``, the user's change: `heap.gc_paused`; a curve planned
+        ahead leaves it on)."""
         key = _key(s)
         with _CURVES_LOCK:
             curve = _CURVES.get(key)
         if curve is None:
-            curve = ex.scaling_curve(
-                s.model, s.hardware, list(s.counts), global_batch=s.global_batch, seq=s.seq,
-                mode=s.mode, progress=report, on_point=on_point,
-            )  # fmt: skip
+            with gc_paused() if paused else contextlib.nullcontext():
+                curve = ex.scaling_curve(
+                    s.model, s.hardware, list(s.counts), global_batch=s.global_batch,
+                    seq=s.seq, mode=s.mode, progress=report, on_point=on_point,
+                )  # fmt: skip
             with _CURVES_LOCK:
                 _CURVES[key] = curve
                 if len(_CURVES) > CURVE_CACHE_SIZE:
@@ -289,7 +294,7 @@ class ScalingView(View):
                 if not live():
                     raise Stopped
 
-            self._curve(s, report)
+            self._curve(s, report, paused=False)
 
         self.ahead.start(self.next_series(), compute)
 
