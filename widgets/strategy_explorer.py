@@ -33,7 +33,7 @@ from .errors import FieldError, field
 from .figures.errors import ViewError
 from .format import fmt_bytes
 from .graph_view import GraphView
-from .heap import settle_heap
+from .heap import gc_paused, settle_heap
 from .memory_view import MemoryView
 from .mesh_view import MeshView
 from .pipeline_view import PipelineView
@@ -282,12 +282,18 @@ class StrategyExplorer(View):
     def _compute(self, job: tuple, live=None) -> tuple:
         """Plan ``job`` (from the cache when this job was planned before in this process)
         and its operator-level plan; no widget but the progress bar is touched, so a
-        background thread may run it. ``live()`` False stops it at the next progress step."""
+        background thread may run it. ``live()`` False stops it at the next progress step.
+        The user's own change: planned with the cyclic collector paused (`heap.gc_paused`:
+        a full collection of the kernel's heap, ~250 ms, fell inside a re-plan or a batch
+        change, holding the interpreter; planning ahead leaves it on)."""
         import time
 
         model, hw, _, devices = job[:4]
         t0 = time.perf_counter()
-        with self.progress.task(f"planning {model} on {devices} x {hw}", steps=2) as step:
+        with (
+            gc_paused(),
+            self.progress.task(f"planning {model} on {devices} x {hw}", steps=2) as step,
+        ):
             shown = self.errors.guard(self.progress.callback("configurations"))
 
             def report(done: int, total: int) -> None:

@@ -229,3 +229,52 @@ def test_the_heap_is_settled_once_and_in_a_kernel_only(monkeypatch):
     monkeypatch.setattr(heap, "_done", False)
     monkeypatch.setattr(heap, "FREEZE", False)
     assert asyncio.run(twice()) == (False, False)
+
+
+def test_a_scaling_change_is_planned_with_the_collector_paused(monkeypatch):
+    # a scaling curve makes ~10^5 objects: a full collection in the middle of the user's
+    # change held the interpreter 65 ms (bench/widgets.py, batch 3072 -> 4096); the change
+    # plans with the cyclic collector paused (`heap.gc_paused`), planning ahead leaves it on
+    import gc
+
+    seen = []
+    real = ex.scaling_curve
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(ex, "scaling_curve", spy)
+    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16), plan_ahead=False)
+    v.controls["global_batch"].value = 96  # a new curve, planned at once (no event loop)
+    mine = len(seen)
+    assert mine and not any(seen) and gc.isenabled()
+    v.plan_ahead = True
+    v.look_ahead()
+    v.ahead.wait(120)
+    assert len(seen) > mine and all(seen[mine:])
+
+
+def test_a_dashboard_change_is_planned_with_the_collector_paused(monkeypatch):
+    # the dashboard's own re-plan runs with the cyclic collector paused (a full collection
+    # of the kernel's heap, ~250 ms in bench/widgets.py, fell inside a batch change and
+    # held the interpreter); its planning ahead leaves the collector on
+    import gc
+
+    strategy_explorer._PLANS.clear()
+    seen = []
+    real = ex.plan_training
+
+    def spy(*a, **k):
+        seen.append((threading.current_thread().name.endswith("ahead"), gc.isenabled()))
+        return real(*a, **k)
+
+    monkeypatch.setattr(strategy_explorer.ex, "plan_training", spy)
+    dash = StrategyExplorer("gpt2", devices=16, global_batch=64, seq=512, draw_layers=2,
+                            coalesce_s=0, plan_ahead=False)  # fmt: skip
+    dash.controls["global_batch"].value = 96
+    assert seen == [(False, False), (False, False)] and gc.isenabled()
+    dash.plan_ahead = True
+    dash.look_ahead()
+    dash.ahead.wait(600)
+    assert seen[2:] and all(ahead and enabled for ahead, enabled in seen[2:])

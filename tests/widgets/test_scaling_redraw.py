@@ -27,29 +27,3 @@ def test_a_redraw_holds_the_freshly_built_figure():
     ]  # fmt: skip
     v.clear()
     _same_as_built(v)
-
-
-def test_the_users_change_is_planned_with_the_collector_paused(monkeypatch):
-    # a scaling curve makes ~10^5 objects: a full collection in the middle of the user's
-    # change held the interpreter 65 ms (bench/widgets.py, batch 3072 -> 4096); the change
-    # plans with the cyclic collector paused (`heap.gc_paused`), planning ahead leaves it on
-    import gc
-
-    import explorer as ex
-
-    seen = []
-    real = ex.scaling_curve
-
-    def spy(*a, **k):
-        seen.append(gc.isenabled())
-        return real(*a, **k)
-
-    monkeypatch.setattr(ex, "scaling_curve", spy)
-    v = ScalingView(model="gpt2", global_batch=64, seq=512, counts=(8, 16), plan_ahead=False)
-    v.controls["global_batch"].value = 96  # a new curve, planned at once (no event loop)
-    mine = len(seen)
-    assert mine and not any(seen) and gc.isenabled()
-    v.plan_ahead = True
-    v.look_ahead()
-    v.ahead.wait(120)
-    assert len(seen) > mine and all(seen[mine:])

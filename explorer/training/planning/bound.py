@@ -217,10 +217,17 @@ def _stage_floor(step: StepModel, part: StagePartition, g: int, zero_terms: bool
     gradient terms (``zero_terms``)."""
     tparams = step.tparams
     io = tparams.overlap_interference
-    fwd, bwd = step.stage_compute_s(part, g)
-    ep_raw = ep.stage_s(step, dense.moe_layers_in(step, part, (g,)))
-    t = fwd + bwd + _tp_floor(step, part, g)
-    t += 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
+    # the terms no ZeRO stage changes, by the stage's shape (without dense first layers),
+    # kept for the configuration's other ZeRO stages (`StepModel.zero_free`)
+    key = ("stage floor", part.shapes[g]) if step.dense is None else None
+    t = step.zero_free.get(key) if key is not None else None
+    if t is None:
+        fwd, bwd = step.stage_compute_s(part, g)
+        ep_raw = ep.stage_s(step, dense.moe_layers_in(step, part, (g,)))
+        t = fwd + bwd + _tp_floor(step, part, g)
+        t += 2 * _floor(ep_raw, tparams.ep_comm_overlap_fraction, io)
+        if key is not None:
+            step.zero_free[key] = t
     if not zero_terms:
         return t
     n = part.layers(g)

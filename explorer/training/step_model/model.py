@@ -102,11 +102,15 @@ class StepModel:
         # per pipeline device, the chunk live counts its peak activations are weighed by
         # (`simulate.chunk_live_counts`: the same for every split and recompute count)
         self.live_states: dict[int, tuple[tuple[int, ...], ...]] = {}
+        # what the plan's search derives from this configuration that no ZeRO stage
+        # changes (a stage's floor without its ZeRO terms): shared with `with_zero` twins
+        self.zero_free: dict[tuple, object] = {}
 
     def with_zero(self, zero: int) -> StepModel:
         """This configuration at ZeRO stage ``zero``: the same costs, mesh and parts, and
         the same tables of what no ZeRO stage changes (per-layer and per-stage activations,
-        stage compute and parameters, live counts, working sets), shared with this one;
+        stage compute and parameters, live counts, working sets, ``zero_free``), shared
+        with this one;
         the memory and the tables that depend on the stage start empty. The plan's search
         asks for the ZeRO stages of one configuration one after another
         (`planning.bounded`): a sibling costs a copy instead of a construction.
