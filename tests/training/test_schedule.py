@@ -83,16 +83,24 @@ def test_timeline_is_plain_data_and_compute_never_overlaps():
     assert kinds["pp-comm"] > 0 and kinds["dp-comm"] == pytest.approx(4 * 0.5)
 
 
-@given(
+# (schedule kind, pp, microbatches / pp, transfer s, forward s, backward s)
+RUNS = (
     st.sampled_from(["1f1b", "gpipe", "interleaved_1f1b"]), st.integers(1, 6),
     st.integers(1, 4), st.floats(0.0, 0.3), st.floats(0.1, 3), st.floats(0.1, 3),
 )  # fmt: skip
+
+
+def _schedule(kind: str, p: int, groups: int) -> tuple:
+    v = 2 if kind == "interleaved_1f1b" else 1
+    return build_schedule(kind, p, p * groups, v), v
+
+
+@given(*RUNS)
 @settings(max_examples=60, deadline=None)
 def test_schedule_times_are_the_timeline_s_to_the_last_bit(kind, p, groups, p2p, f, b):
     # uneven stages, segments, transfers, a tail per device: the step time and the time
     # by kind without events equal the timeline's exactly (the same additions, same order)
-    v = 2 if kind == "interleaved_1f1b" else 1
-    s = build_schedule(kind, p, p * groups, v)
+    s, v = _schedule(kind, p, groups)
     # a kind twice in one step (its order within the step kept) and zero segments (left out)
     fwd = [[("compute-forward", f * (1 + g % 3)), ("tp-comm", f / 7), ("ep-comm", 0.0),
             ("tp-comm", f / 13 * (g % 2))] for g in range(p * v)]  # fmt: skip
@@ -118,3 +126,39 @@ def test_a_segment_of_an_unknown_kind_is_refused_by_name():
     for run in (simulate_schedule, schedule_times):
         with pytest.raises(TrainingError, match="segment kind 'warmup' is not an event kind"):
             run(s, [[("warmup", 1.0)]] * 2, 1.0)
+
+
+@given(*RUNS)
+@settings(max_examples=60, deadline=None)
+def test_every_step_starts_when_its_device_and_its_input_are_ready(kind, p, groups, p2p, f, b):
+    # the timeline's defining rule, checked on its events whatever order they were worked
+    # out in: each step starts exactly at the later of its device's previous end and its
+    # input's end plus the transfer (a forward's: the previous stage's forward; a
+    # backward's: the next stage's backward, or on the last stage its own forward)
+    s, v = _schedule(kind, p, groups)
+    S = p * v
+    fwd = [[("compute-forward", f * (1 + g % 3)), ("tp-comm", f / 7)] for g in range(S)]
+    bwd = [[("compute-backward", b + g / 10)] for g in range(S)]
+    tl = simulate_schedule(s, fwd, bwd, p2p)
+    ends, checked = {}, 0
+    for d in range(p):
+        work = [e for e in tl.for_device(d) if e.stream == "compute" and e.kind != "idle"]
+        at, prev_end = 0, 0.0
+        for step in s.order[d]:
+            g = step.chunk * p + d
+            n = len(fwd[g]) if step.phase == "F" else len(bwd[g])
+            mine, at = work[at : at + n], at + n
+            assert {(e.stage, e.microbatch) for e in mine} == {(g, step.microbatch)}
+            ends[step.phase, g, step.microbatch] = (mine[0].start_s, mine[-1].end_s, prev_end)
+            prev_end = mine[-1].end_s
+    hop = p2p if p > 1 else 0.0
+    for (phase, g, mb), (start, _, prev_end) in ends.items():
+        if phase == "F":
+            ready = 0.0 if g == 0 else ends["F", g - 1, mb][1] + hop
+        elif g == S - 1:
+            ready = ends["F", g, mb][1]
+        else:
+            ready = ends["B", g + 1, mb][1] + hop
+        assert start == max(prev_end, ready), (phase, g, mb)
+        checked += 1
+    assert checked == 2 * S * p * groups

@@ -1,12 +1,12 @@
-"""A step's times without its events: the order of a schedule's steps worked out once, the
-times run over it in one loop and the seconds of each kind summed with numpy.
+"""A schedule's steps in the order their dependencies allow, worked out once per schedule
+(`compiled`), and a step's times without its events over it: the times in one loop and the
+seconds of each kind summed with numpy (`step_times`).
 
-`timeline.schedule_times` (what a plan that keeps a step's numbers alone asks for: a
-scaling curve's points) runs here. The event simulation (`timeline._run`) decides which
-step runs next by looking its dependency up by (stage, microbatch) each time; that order
-depends on the schedule alone, so it is found once per schedule (`compiled`, kept for the
-last few schedules, which `build_schedule` keeps too) and the times of every later step
-with other durations are one pass over it. The arithmetic is the event simulation's: each
+Which step can run next depends on the schedule alone, so the walk that finds it (devices
+in turn, each as far as its next step's dependency has run) is made once per schedule and
+kept (the last few, as `build_schedule` keeps the schedules); the event simulation
+(`timeline._run`, events kept) and `timeline.schedule_times` (what a plan that keeps a
+step's numbers alone asks for: a scaling curve's points) both run over it. The arithmetic is the event simulation's: each
 step starts at the later of its device's free time and its dependency's end (plus the
 transfer), its segments are added one by one, and each kind's seconds (``(t + d) - t`` per
 segment, the idle gaps, the transfers, the tails) are summed device by device in time
@@ -34,12 +34,14 @@ class Compiled(NamedTuple):
     """A schedule's steps in an order the dependencies allow: ``steps[i]`` is (device,
     ``2 * stage + (1 if backward)``, the index of the step it waits for or -1, 1 when a
     transfer comes between them else 0); ``by_device[d]`` the indices of device d's steps
-    in its order; ``sends[i]`` whether step i sends its output to another device."""
+    in its order; ``sends[i]`` whether step i sends its output to another device;
+    ``microbatches[i]`` its microbatch."""
 
     order: tuple  # the schedule's order compiled (a kept entry is used for it alone)
     steps: list[tuple[int, int, int, int]]
     by_device: list[np.ndarray]
     sends: np.ndarray
+    microbatches: list[int]
 
 
 _COMPILED: Memo[Compiled] = Memo("training.step_order", maxsize=32)
@@ -66,6 +68,7 @@ def _compile(schedule) -> Compiled:
     steps: list[tuple[int, int, int, int]] = []
     by_device: list[list[int]] = [[] for _ in range(p)]
     sends: list[bool] = []
+    micro: list[int] = []
     remaining = sum(len(o) for o in schedule.order)
     while remaining:
         progressed = False
@@ -87,6 +90,7 @@ def _compile(schedule) -> Compiled:
                 steps.append((d, 2 * g + (not forward), dep, int(hop)))
                 by_device[d].append(i)
                 sends.append(((g < S - 1) if forward else (g > 0)) and p > 1)
+                micro.append(mb)
                 (done_f if forward else done_b)[g, mb] = i
                 ptr[d] += 1
                 remaining -= 1
@@ -98,7 +102,7 @@ def _compile(schedule) -> Compiled:
             )
     return Compiled(
         schedule.order, steps, [np.array(ix, dtype=np.intp) for ix in by_device],
-        np.array(sends, dtype=bool),
+        np.array(sends, dtype=bool), micro,
     )  # fmt: skip
 
 

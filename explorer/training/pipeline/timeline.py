@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, get_args
 
 from ..errors import TrainingError
-from .step_times import step_times
+from .step_times import compiled, step_times
 
 __all__ = [
     "EventKind", "EVENT_KINDS", "TimelineEvent", "Timeline", "simulate_schedule", "schedule_times",
@@ -158,7 +158,7 @@ def simulate_schedule(
         tail: segments each device runs after its last step (gradient reduction,
             optimizer); one list for all devices or one per device.
     """
-    step, events = _run(schedule, forward_s, backward_s, p2p_s, tail, keep_events=True)
+    step, events = _run(schedule, forward_s, backward_s, p2p_s, tail)
     events.sort(key=_ORDER)  # (device, start_s, stream): tuples of plain values
     return Timeline(schedule.pp, step, tuple(events))
 
@@ -205,83 +205,49 @@ def _prepared(schedule, forward_s, backward_s, tail) -> tuple[list, list, list]:
     return fwd, bwd, tails
 
 
-def _run(schedule, forward_s, backward_s, p2p_s, tail, keep_events: bool) -> tuple[float, list]:
-    """The step's events (``keep_events``) or, device by device in time order, (kind,
-    seconds) of each (what `Timeline.time_by_kind` sums: ``end - start``), and the step
-    time."""
-    p, S = schedule.pp, schedule.stages
+def _run(schedule, forward_s, backward_s, p2p_s, tail) -> tuple[float, list]:
+    """The step's events (unsorted) and its step time, over the schedule's dependency order
+    (`step_times.compiled`): each step starts at the later of its device's free time and
+    its dependency's end plus the transfer, its segments back to back, a gap before it an
+    ``idle`` event, its send a ``pp-comm`` on the ``comm`` stream."""
+    p = schedule.pp
     fwd, bwd, tails = _prepared(schedule, forward_s, backward_s, tail)
-    done_f: dict[tuple[int, int], float] = {}
-    done_b: dict[tuple[int, int], float] = {}
-    ptr, free = [0] * p, [0.0] * p
+    c = compiled(schedule)
+    segs = [x for g in range(schedule.stages) for x in (fwd[g], bwd[g])]
+    ends: list[float] = []
+    free = [0.0] * p
     events: list[TimelineEvent] = []
-    busy: list[list[tuple[str, float]]] = [[] for _ in range(p)]  # without events
-    add = events.append
+    add, end_at = events.append, ends.append
     # the named tuple's own constructor is a Python function; a step makes ~10^5 events,
     # so they are built from their eight fields in order (defaults spelled out)
     event = functools.partial(tuple.__new__, TimelineEvent)
-    remaining = sum(len(o) for o in schedule.order)
-    while remaining:
-        progressed = False
-        for d in range(p):
-            order = schedule.order[d]
-            mine = busy[d].append
-            while ptr[d] < len(order):
-                st = order[ptr[d]]
-                g, mb = st.chunk * p + d, st.microbatch
-                forward = st.phase == "F"
-                if forward:
-                    dep = 0.0 if g == 0 else done_f.get((g - 1, mb))
-                    hop = p2p_s if g > 0 and p > 1 else 0.0
-                else:
-                    dep = done_f.get((g, mb)) if g == S - 1 else done_b.get((g + 1, mb))
-                    hop = p2p_s if g < S - 1 and p > 1 else 0.0
-                if dep is None:
-                    break
-                start = max(free[d], dep + hop)
-                t = start
-                sends = ((g < S - 1) if forward else (g > 0)) and p > 1 and p2p_s > 0
-                if keep_events:
-                    if start > free[d]:
-                        add(event((d, "idle", free[d], start, -1, -1, -1, "compute")))
-                    for kind, dur in (fwd if forward else bwd)[g]:
-                        add(event((d, kind, t, t + dur, g, st.chunk, mb, "compute")))
-                        t += dur
-                    if sends:
-                        add(event((d, "pp-comm", t, t + p2p_s, g, st.chunk, mb, "comm")))
-                else:
-                    if start > free[d]:
-                        mine(("idle", start - free[d]))
-                    for kind, dur in (fwd if forward else bwd)[g]:
-                        mine((kind, (t + dur) - t))
-                        t += dur
-                    if sends:
-                        mine(("pp-comm", (t + p2p_s) - t))
-                (done_f if forward else done_b)[g, mb] = t
-                free[d] = t
-                ptr[d] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise TrainingError(
-                f"schedule {schedule.kind} deadlocks: no device can run its next step "
-                f"(positions {ptr}); the step order violates a pipeline dependency"
-            )
+    sends = (c.sends & (p2p_s > 0)).tolist()
+    for (d, sid, dep, hop), mb, send in zip(c.steps, c.microbatches, sends, strict=True):
+        g = sid >> 1
+        chunk = g // p
+        start = free[d]
+        if dep >= 0:
+            x = ends[dep] + p2p_s if hop else ends[dep]
+            if x > start:  # max(free, dependency + transfer), as max() keeps the first
+                add(event((d, "idle", start, x, -1, -1, -1, "compute")))
+                start = x
+        t = start
+        for kind, dur in segs[sid]:
+            add(event((d, kind, t, t + dur, g, chunk, mb, "compute")))
+            t += dur
+        if send:
+            add(event((d, "pp-comm", t, t + p2p_s, g, chunk, mb, "comm")))
+        end_at(t)
+        free[d] = t
     for d in range(p):
         t = free[d]
         for kind, dur in tails[d]:
             if dur > 0:
-                if keep_events:
-                    add(event((d, kind, t, t + dur, -1, -1, -1, "compute")))
-                else:
-                    busy[d].append((kind, (t + dur) - t))
+                add(event((d, kind, t, t + dur, -1, -1, -1, "compute")))
                 t += dur
         free[d] = t
     step = max(free) if free else 0.0
     for d in range(p):
         if free[d] < step:
-            if keep_events:
-                add(event((d, "idle", free[d], step, -1, -1, -1, "compute")))
-            else:
-                busy[d].append(("idle", step - free[d]))
-    return step, events if keep_events else [x for device in busy for x in device]
+            add(event((d, "idle", free[d], step, -1, -1, -1, "compute")))
+    return step, events
