@@ -58,6 +58,9 @@ def test_two_objectives_draw_the_front_as_a_staircase_and_the_dominators(plan):
     assert list(line.y) == sorted((p.memory_bytes / 2**30 for p in two.front), reverse=True)
     by = trace(fig, "dominators")
     assert list(by.customdata) == list(two.points[d].dominated_by) and len(by.x) > 0
+    # a dominator that is the plan keeps its square visible around the star drawn above it
+    star = trace(fig, "plan")
+    assert by.marker.size >= star.marker.size + 2 * by.marker.line.width + 4
     # three objectives: the projection is no staircase; a front point has no dominators
     fig3 = pareto_figure(plan.pareto, selected=0)
     assert len(trace(fig3, "front line").x) == 0 and len(trace(fig3, "dominators").x) == 0

@@ -38,6 +38,7 @@ AXIS_UNITS = {
 }  # fmt: skip
 FADED, FRONT, PLAN, SELECTED = "#B0B4BA", "#1F77B4", "#111111", "#D62728"
 DOMINATORS, LINE = "#FF7F0E", "#7A8CA3"
+STAR_SIZE, DOMINATOR_SIZE = 18, 28  # px: the square frames the star with room to spare
 
 
 def axis_title(objective: str) -> str:
@@ -145,12 +146,14 @@ def pareto_figure(
         x=column(by, x), y=column(by, y), customdata=by, mode="markers",
         name=f"dominate the selected ({len(by)})", showlegend=bool(by),
         hovertext=[hover[i] for i in by], hovertemplate=template,
-        marker={"symbol": "square-open", "size": 14, "color": DOMINATORS,
+        # drawn around the other marks: a dominator is often the plan itself, whose star
+        # (drawn above) hid a square of the star's size
+        marker={"symbol": "square-open", "size": DOMINATOR_SIZE, "color": DOMINATORS,
                 "line": {"width": 2, "color": DOMINATORS}},
     ))  # fmt: skip
     for name, idx, style in (
-        ("plan (fastest)", plan_index, {"symbol": "star-open", "size": 18, "color": PLAN,
-                                        "line": {"width": 2, "color": PLAN}}),
+        ("plan (fastest)", plan_index, {"symbol": "star-open", "size": STAR_SIZE,
+                                        "color": PLAN, "line": {"width": 2, "color": PLAN}}),
         ("selected", selected, {"symbol": "circle-open", "size": 20, "color": SELECTED,
                                 "line": {"width": 3, "color": SELECTED}}),
     ):  # fmt: skip
