@@ -409,3 +409,10 @@ def test_the_search_reports_progress_while_it_skips():
                             seq=2048, progress=lambda d, t: calls.append(d))  # fmt: skip
     assert plan.searched < 40 < len(calls)
     assert len(calls) >= (plan.searched + plan.pruned) // (4 * bounded._HEARTBEAT)
+
+
+def test_a_warm_start_that_is_no_configuration_is_refused_by_name():
+    from explorer.training.planning.homogeneous import plan_homogeneous
+
+    with pytest.raises(ex.ExplorerError, match="warm_start='dp8': expected a ParallelConfig"):
+        plan_homogeneous("gpt2", 8, "a100-80g", 64, 512, warm_start="dp8")

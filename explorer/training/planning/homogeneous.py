@@ -107,6 +107,11 @@ def plan_homogeneous(
         cfg, devices, cluster, global_batch, seq, tparams, space, top_k, simulate_top
     )
     _check_time_limit(time_limit_s)
+    if warm_start is not None and not isinstance(warm_start, ParallelConfig):
+        raise TrainingPlanError(
+            f"warm_start={warm_start!r}: expected a ParallelConfig (a configuration to "
+            "estimate first) or None"
+        )
     if objectives is not None:
         objectives = _pareto.check_objectives(
             objectives, cluster.price_per_chip_hour, f"hardware {cluster.name!r}"
