@@ -25,7 +25,7 @@ import numpy as np
 from ...memo import Memo
 from ..errors import TrainingError
 
-__all__ = ["compiled", "Compiled", "step_times"]
+__all__ = ["compiled", "Compiled", "step_bounds", "step_times"]
 
 Segments = tuple[tuple[str, float], ...]
 
@@ -106,18 +106,13 @@ def _compile(schedule) -> Compiled:
     )  # fmt: skip
 
 
-def step_times(
-    schedule, fwd: Sequence[Segments], bwd: Sequence[Segments], p2p_s: float,
-    tails: Sequence[Segments], kinds: Sequence[str],
-) -> tuple[float, dict[str, float]]:  # fmt: skip
-    """(step time, seconds per kind of ``kinds``) of ``schedule`` with the stages'
-    segments ``fwd`` / ``bwd`` (zero ones left out) and each device's ``tails``, summed
-    over the devices as `Timeline.time_by_kind` sums them (module docstring)."""
-    c = compiled(schedule)
-    p, S = schedule.pp, schedule.stages
-    chains: list[tuple[float, ...]] = []
-    for g in range(S):
-        chains += [tuple(x for _, x in fwd[g]), tuple(x for _, x in bwd[g])]
+def step_bounds(
+    c: Compiled, chains: Sequence[Sequence[float]], p: int, p2p_s: float
+) -> tuple[list[float], list[float]]:
+    """(start, end) of every step of ``c`` in its order, ``chains[2 * stage + backward?]``
+    the seconds of its segments: each step starts at the later of its device's previous end
+    and its dependency's end plus the transfer (the timeline's rule), and ends after its
+    segments added one by one. The event simulation and `step_times` both time with it."""
     starts: list[float] = []
     ends: list[float] = []
     free = [0.0] * p
@@ -134,6 +129,22 @@ def step_times(
         start_at(s)
         end_at(t)
         free[d] = t
+    return starts, ends
+
+
+def step_times(
+    schedule, fwd: Sequence[Segments], bwd: Sequence[Segments], p2p_s: float,
+    tails: Sequence[Segments], kinds: Sequence[str],
+) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """(step time, seconds per kind of ``kinds``) of ``schedule`` with the stages'
+    segments ``fwd`` / ``bwd`` (zero ones left out) and each device's ``tails``, summed
+    over the devices as `Timeline.time_by_kind` sums them (module docstring)."""
+    c = compiled(schedule)
+    p, S = schedule.pp, schedule.stages
+    chains: list[tuple[float, ...]] = []
+    for g in range(S):
+        chains += [tuple(x for _, x in fwd[g]), tuple(x for _, x in bwd[g])]
+    starts, ends = step_bounds(c, chains, p, p2p_s)
     # each step's events as a row: idle before it, its segments (zero-padded: adding 0.0
     # changes no sum), its transfer; a column per position, a kind per cell (-1: none)
     kind_id = {k: i for i, k in enumerate(kinds)}

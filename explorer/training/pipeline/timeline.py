@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol, get_args
 
 from ..errors import TrainingError
-from .step_times import compiled, step_times
+from .step_times import compiled, step_bounds, step_times
 
 __all__ = [
     "EventKind", "EVENT_KINDS", "TimelineEvent", "Timeline", "simulate_schedule", "schedule_times",
@@ -206,38 +206,35 @@ def _prepared(schedule, forward_s, backward_s, tail) -> tuple[list, list, list]:
 
 
 def _run(schedule, forward_s, backward_s, p2p_s, tail) -> tuple[float, list]:
-    """The step's events (unsorted) and its step time, over the schedule's dependency order
-    (`step_times.compiled`): each step starts at the later of its device's free time and
-    its dependency's end plus the transfer, its segments back to back, a gap before it an
-    ``idle`` event, its send a ``pp-comm`` on the ``comm`` stream."""
+    """The step's events (unsorted) and its step time: each step's start from
+    `step_times.step_bounds` (the timeline's rule, over the schedule's dependency order),
+    its segments back to back, a gap before it an ``idle`` event, its send a ``pp-comm``
+    on the ``comm`` stream."""
     p = schedule.pp
     fwd, bwd, tails = _prepared(schedule, forward_s, backward_s, tail)
     c = compiled(schedule)
     segs = [x for g in range(schedule.stages) for x in (fwd[g], bwd[g])]
-    ends: list[float] = []
+    starts, _ = step_bounds(c, [tuple(x for _, x in sg) for sg in segs], p, p2p_s)
     free = [0.0] * p
     events: list[TimelineEvent] = []
-    add, end_at = events.append, ends.append
+    add = events.append
     # the named tuple's own constructor is a Python function; a step makes ~10^5 events,
     # so they are built from their eight fields in order (defaults spelled out)
     event = functools.partial(tuple.__new__, TimelineEvent)
     sends = (c.sends & (p2p_s > 0)).tolist()
-    for (d, sid, dep, hop), mb, send in zip(c.steps, c.microbatches, sends, strict=True):
+    for (d, sid, _, _), mb, send, start in zip(
+        c.steps, c.microbatches, sends, starts, strict=True
+    ):  # fmt: skip
         g = sid >> 1
         chunk = g // p
-        start = free[d]
-        if dep >= 0:
-            x = ends[dep] + p2p_s if hop else ends[dep]
-            if x > start:  # max(free, dependency + transfer), as max() keeps the first
-                add(event((d, "idle", start, x, -1, -1, -1, "compute")))
-                start = x
+        if start > free[d]:
+            add(event((d, "idle", free[d], start, -1, -1, -1, "compute")))
         t = start
-        for kind, dur in segs[sid]:
+        for kind, dur in segs[sid]:  # the same additions as `step_bounds`: the same ends
             add(event((d, kind, t, t + dur, g, chunk, mb, "compute")))
             t += dur
         if send:
             add(event((d, "pp-comm", t, t + p2p_s, g, chunk, mb, "comm")))
-        end_at(t)
         free[d] = t
     for d in range(p):
         t = free[d]
