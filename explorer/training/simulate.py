@@ -670,7 +670,6 @@ def _partition(
     fixed, balanced, uni = _splits(step, n_full)
     if fixed is not None:
         return fixed
-    times = _layer_times(step, n_full)
     need = max(m.total for m in _formula_memories(step, balanced, n_full, in_flight))
     gib = 2**30
     over = f"the time-balanced split needs {need / gib:.2f} GiB, over the {step.cap / gib:.2f}"
@@ -686,7 +685,7 @@ def _partition(
             "uniform", f"{over} GiB cap; the uniform split needs less ({why})"
         )
     try:
-        capped = _capped_split(step, times, n_full, in_flight)
+        capped = _capped_split(step, _layer_times(step, n_full), n_full, in_flight)
     except PartitionError as e:
         return uni, PartitionChoice(
             "uniform", f"{over} GiB cap and no split fits under it ({e}); uniform reported"

@@ -87,8 +87,10 @@ _HEARTBEAT = 16
 _LADDER_FIELDS = ("recompute", "recompute_num_layers", "num_microbatches")
 
 
-def _warm_key(par: ParallelConfig) -> tuple:
-    return tuple(getattr(par, f.name) for f in fields(par) if f.name not in _LADDER_FIELDS)
+def _fields_but(par: ParallelConfig, left_out: tuple[str, ...]) -> tuple:
+    """``par``'s field values but those named in ``left_out``: a group's key (all but the
+    ZeRO stage), a warm start's (all but the ladder's fields)."""
+    return tuple(getattr(par, f.name) for f in fields(par) if f.name not in left_out)
 
 
 class BoundedSearch:
@@ -139,7 +141,7 @@ class BoundedSearch:
                 self._group_id.append(len(self._groups))
                 self._groups.append([i])  # each alone, in the order given
                 continue
-            key = tuple(getattr(base, f.name) for f in fields(base) if f.name != "zero")
+            key = _fields_but(base, ("zero",))
             members = self._group_of.get(key)
             if members is None:
                 self._group_of[key] = members = []
@@ -307,8 +309,10 @@ class BoundedSearch:
     def _index_of(self, par: ParallelConfig) -> int | None:
         """The index of the configuration ``par`` names (recompute ladder and microbatch
         count aside), or None."""
-        key = _warm_key(par)
-        return next((i for i, b in enumerate(self._bases) if _warm_key(b) == key), None)
+        key = _fields_but(par, _LADDER_FIELDS)
+        return next(
+            (i for i, b in enumerate(self._bases) if _fields_but(b, _LADDER_FIELDS) == key), None
+        )
 
     def estimate_below(self, step_time_s: float, over: int) -> None:
         """Estimate the skipped configurations the over-memory list (the ``over`` fastest

@@ -110,9 +110,8 @@ class StepModel:
         """This configuration at ZeRO stage ``zero``: the same costs, mesh and parts, and
         the same tables of what no ZeRO stage changes (per-layer and per-stage activations,
         stage compute and parameters, live counts, working sets, ``zero_free``), shared
-        with this one;
-        the memory and the tables that depend on the stage start empty. The plan's search
-        asks for the ZeRO stages of one configuration one after another
+        with this one; the memory and the tables that depend on the stage start empty. The
+        plan's search asks for the ZeRO stages of one configuration one after another
         (`planning.bounded`): a sibling costs a copy instead of a construction.
 
         >>> import explorer as ex
