@@ -26,7 +26,7 @@ from explorer.training import OBJECTIVE_LABELS, ParallelConfig, ParetoFront, Tra
 from .base import View, replace_figure
 from .figure_widget import FigureWidget
 from .figures.errors import ViewError
-from .figures.pareto import AXIS_UNITS, TRACES, axis_title, pareto_figure
+from .figures.pareto import AXIS_UNITS, TRACES, axis_title, dominated_by_text, pareto_figure
 from .pick_menu import NOTHING, PickMenu
 from .selection import Selection
 from .training_view import simulate_cached
@@ -291,9 +291,8 @@ class ParetoView(View):
                          "front (plan.pareto.locate(plan.config) says why)")  # fmt: skip
         if self.picked is not None:
             p = f.points[self.picked]
-            n = len(p.dominated_by)
             where = (f"on the front, dominates {p.dominates}" if p.on_front
-                     else f"dominated by {n} front plan{'' if n == 1 else 's'}")  # fmt: skip
+                     else dominated_by_text(len(p.dominated_by)))  # fmt: skip
             lines.append(f"selected (ring; linked views show it): {escape(p.summary())}; {where}")
             if not p.on_front:  # by whom: the fastest few of its dominators
                 by = sorted(p.dominated_by, key=lambda j: f.front[j].step_time_s)

@@ -28,7 +28,10 @@ from explorer.training import OBJECTIVE_LABELS, ParetoFront, ParetoPoint
 from .errors import ViewError
 from .style import base_layout
 
-__all__ = ["pareto_figure", "axis_title", "scaled", "hover_text", "TRACES", "AXIS_UNITS"]
+__all__ = [
+    "pareto_figure", "axis_title", "dominated_by_text", "scaled", "hover_text", "TRACES",
+    "AXIS_UNITS",
+]  # fmt: skip
 
 TRACES = ("front line", "dominated", "front", "dominators", "plan", "selected")
 # objective -> (unit shown, divisor from the core's unit)
@@ -39,6 +42,11 @@ AXIS_UNITS = {
 FADED, FRONT, PLAN, SELECTED = "#B0B4BA", "#1F77B4", "#111111", "#D62728"
 DOMINATORS, LINE = "#FF7F0E", "#7A8CA3"
 STAR_SIZE, DOMINATOR_SIZE = 18, 28  # px: the square frames the star with room to spare
+
+
+def dominated_by_text(n: int) -> str:
+    """The words for a point dominated by ``n`` front plans (one: "1 front plan")."""
+    return f"dominated by {n} front plan{'' if n == 1 else 's'}"
 
 
 def axis_title(objective: str) -> str:
@@ -72,8 +80,7 @@ def hover_text(front: ParetoFront, index: int) -> str:
     if p.on_front:
         lines.append(f"on the front; dominates {p.dominates}")
     else:
-        n = len(p.dominated_by)
-        lines.append(f"dominated by {n} front plan{'' if n == 1 else 's'}")
+        lines.append(dominated_by_text(len(p.dominated_by)))
     return "<br>".join(lines)
 
 
