@@ -4,8 +4,8 @@ The dashboard re-plans GPT-3 175B when the user changes the device count: ``plan
 on 512 A100s right after 1024 in the same process (caches warm from the first plan, the
 new meshes cold). ScalingView re-plans a curve when the user changes the batch: the weak
 curve over 256, 512 and 1024 A100s at batch 3072 right after the strong one at 1536 (each
-point a ``top_k=1`` plan, none in the memo). Each round runs two fresh processes one after the other, the older
-commit's code (``git archive COMMIT``, unpacked in a temporary folder) and this checkout's,
+point planned for its chosen configuration alone, none in the memo). Each round runs two
+fresh processes one after the other, the older commit's code (``git archive COMMIT``, unpacked in a temporary folder) and this checkout's,
 and each times the second plan with ``time.thread_time`` (CPU seconds of the planning
 thread: less sensitive to other processes than wall time, not insensitive). Prints each
 round, the medians, the ratio, and the estimates made / configurations skipped; the plans
