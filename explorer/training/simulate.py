@@ -26,7 +26,7 @@ from ..models import ModelConfig, load
 from . import stacks
 from .bands import PredictionBand, band, bands_path, stack_of
 from .config import ParallelConfig
-from .errors import ParallelConfigError, PartitionError
+from .errors import ParallelConfigError, PartitionError, TrainingError
 from .memory import MemoryBreakdown
 from .params import CALIBRATED_COST, TrainingParams
 from .pipeline.partition import (
@@ -443,6 +443,11 @@ def simulate(
     >>> r.fits, r.config.num_microbatches, r.timeline.devices
     (True, 4, 2)
     """
+    if not isinstance(timeline, bool):
+        raise TrainingError(
+            f"timeline={timeline!r}: expected True (keep the step's events) or False (the "
+            "same result without them)"
+        )
     cfg, cluster, seq, tparams = _setup(cfg, parallel, hardware, seq, params, stack)
     step = StepModel(cfg, parallel, cluster, global_batch, seq, tparams)
     par = step.par

@@ -113,3 +113,9 @@ def test_simulate_without_a_timeline_is_the_same_result(model, par, kw):
     without = ex.simulate(model, par, timeline=False, **kw)
     assert without.timeline is None and with_events.timeline.events
     assert without == dataclasses.replace(with_events, timeline=None)
+
+
+def test_a_timeline_flag_that_is_no_bool_is_refused_by_name():
+    par = ex.ParallelConfig(dp=2)
+    with pytest.raises(ex.ExplorerError, match="timeline='no': expected True"):
+        ex.simulate("gpt2", par, "a100-80g", 8, 512, timeline="no")
